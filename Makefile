@@ -1,0 +1,28 @@
+# Two commands: `make run` (set up + the main job on the simulator) and `make test`.
+# `make install` is the set-up alone: idempotent, and quick when nothing changed.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.specgate-installed
+
+.PHONY: install run test clean-runs
+
+install: $(STAMP)
+
+# Re-install only when the project's dependencies change.
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e .
+	touch $(STAMP)
+
+# The main job: baseline vs EAGLE-3 on the simulator, every suite, a run record in runs/.
+run: install
+	$(BIN)/pytest suites/ +exp=sim_smoke
+
+# The project's own tests (including end-to-end runs of the suites in subprocesses).
+test: install
+	$(BIN)/pytest tests/ -q
+
+clean-runs:
+	rm -rf runs/

@@ -1,0 +1,67 @@
+"""`specgate`: look at experiments without running them, or run one.
+
+    specgate list                      experiments and their one-line descriptions
+    specgate show +exp=NAME [k=v ...]  the composed config of each arm
+    specgate run  +exp=NAME [k=v ...]  the same as `pytest suites/ +exp=NAME ...`
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from harness.config import DEFAULT_CONF_DIR, ConfigError, compose, list_experiments, to_yaml
+
+SUITES_DIR = Path(__file__).resolve().parent.parent / "suites"
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    experiments = list_experiments(args.conf_dir)
+    width = max((len(name) for name in experiments), default=0)
+    for name, description in experiments.items():
+        print(f"{name.ljust(width)}  {description}")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    experiment = compose(args.overrides, args.conf_dir)
+    print(f"# experiment: {experiment.name} — {experiment.description}")
+    for arm in experiment.arms:
+        print(f"\n# ---- arm: {arm.name}  (overrides: {' '.join(arm.overrides) or 'none'})")
+        print(to_yaml(arm.cfg), end="")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import pytest
+
+    compose(args.overrides, args.conf_dir)  # fail fast, with the same sentence, before pytest starts
+    pytest_args = [str(SUITES_DIR), "-p", "harness.plugin", "--conf-dir", str(args.conf_dir), *args.overrides]
+    return int(pytest.main(pytest_args))
+
+
+def parser() -> argparse.ArgumentParser:
+    root = argparse.ArgumentParser(prog="specgate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    root.add_argument("--conf-dir", type=Path, default=DEFAULT_CONF_DIR, help="the Hydra config tree")
+    commands = root.add_subparsers(dest="command", required=True)
+    commands.add_parser("list", help="list experiments").set_defaults(func=cmd_list)
+    for name, func, text in (("show", cmd_show, "print each arm's composed config"),
+                             ("run", cmd_run, "run the suites on an experiment")):
+        sub = commands.add_parser(name, help=text)
+        sub.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. +exp=sim_smoke workload.max_tokens=64")
+        sub.set_defaults(func=func)
+    return root
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except ConfigError as exc:
+        print(f"specgate: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

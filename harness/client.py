@@ -1,0 +1,582 @@
+"""The one HTTP client of specgate: nothing else in the harness speaks HTTP.
+
+Two planes:
+
+* Control plane (``requests``, synchronous): :class:`ServerClient` -- health checks,
+  model / server info, ``/metrics`` text, cache flush, waiting for a server to come up.
+  Every failure a user can cause (connection refused, non-2xx status, a body that is
+  not JSON) becomes a :class:`ClientError` carrying one sentence that includes the
+  server's own error text.  Every POST sends ``Content-Type: application/json``, except
+  :meth:`ServerClient.post_form`, a deliberate probe that the server refuses non-JSON.
+
+* Data plane (``aiohttp``, async): :func:`build_request` makes the request body for
+  ``api`` = ``chat`` | ``completions`` | ``generate`` and :func:`stream_request` sends it
+  with ``stream: true`` and fills a :class:`harness.load.RequestRecord` while the SSE
+  stream arrives.  Failures never raise out of :func:`stream_request`; they land in
+  ``record.error`` (and ``record.status``), so a run never reports a silent zero.
+
+Token counting per chunk (what the record's ``chunk_tokens`` mean):
+
+* ``generate``: SGLang's ``meta_info.completion_tokens`` is cumulative, so a chunk's
+  token count is the difference from the previous chunk's.  Exact.
+* ``chat`` / ``completions``: we ask for ``stream_options.continuous_usage_stats``
+  (SGLang >= 0.4 honours it: every content chunk then carries a cumulative ``usage``),
+  so a chunk's count is again the cumulative difference.  Exact.  If a server ignores
+  that option (no per-chunk usage), each chunk with text counts as 1 token and, once the
+  final ``include_usage`` chunk arrives, the last chunk absorbs the remainder so that
+  ``sum(chunk_tokens) == completion_tokens``.  Either way ``completion_tokens`` is the
+  server's own count from the usage chunk; a stream without one is an error (counting
+  chunks would under-count speculative decoding by the accept length).
+
+Speculative details: ``spec_verify_ct`` / ``spec_accept_length`` come from
+``sglext.spec_tokens_details`` (chat / completions, requested with
+``return_spec_tokens_details: true``) or ``meta_info`` (generate).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+import aiohttp
+import requests
+
+if TYPE_CHECKING:  # pragma: no cover
+    from harness.load import RequestRecord
+
+log = logging.getLogger(__name__)
+
+JSON_HEADERS = {"Content-Type": "application/json"}
+API_PATHS = {
+    "chat": "/v1/chat/completions",
+    "completions": "/v1/completions",
+    "generate": "/generate",
+}
+_MSG_LIMIT = 500
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class ClientError(Exception):
+    """Something went wrong talking to a server; str() is one sentence for the user."""
+
+
+class ServerUnreachable(ClientError):
+    """Connection refused, reset, or timed out."""
+
+
+class ServerHTTPError(ClientError):
+    """The server answered with a non-2xx status."""
+
+    def __init__(self, message: str, status: int, server_message: str):
+        super().__init__(message)
+        self.status = status
+        self.server_message = server_message
+
+
+class ServerBadResponse(ClientError):
+    """The server answered 2xx, but not with what the endpoint promises (e.g. bad JSON)."""
+
+
+class ServerUnhealthy(ClientError):
+    """The server did not become healthy (process died, or the deadline passed)."""
+
+
+def _message_of(obj: Any) -> str:
+    """The human message inside an error payload of any of SGLang's shapes.
+
+    ``{"object": "error", "message": ...}`` (OpenAI routes), ``{"error": {"message": ...}}``
+    (/generate stream, /v1/responses), ``{"error": "..."}``, ``{"detail": ...}`` (FastAPI).
+    """
+    if isinstance(obj, str):
+        return obj
+    if isinstance(obj, dict):
+        for key in ("message", "error", "detail", "msg"):
+            if key in obj and obj[key] not in (None, ""):
+                return _message_of(obj[key])
+        return json.dumps(obj)[:_MSG_LIMIT]
+    if isinstance(obj, list):
+        return "; ".join(_message_of(x) for x in obj)[:_MSG_LIMIT]
+    return str(obj)
+
+
+def server_error_message(body: str | bytes) -> str:
+    """The server's own error text from a response body (JSON or plain)."""
+    if isinstance(body, bytes):
+        body = body.decode("utf-8", errors="replace")
+    try:
+        data = json.loads(body)
+    except ValueError:
+        text = body.strip()
+        return text[:_MSG_LIMIT] if text else "(empty body)"
+    return _message_of(data)[:_MSG_LIMIT]
+
+
+# --------------------------------------------------------------------------- control plane
+
+
+class ServerClient:
+    """Synchronous control-plane client for one server (SGLang-compatible routes)."""
+
+    def __init__(self, base_url: str, timeout_s: float = 10):
+        self.base_url = base_url.rstrip("/")
+        self.timeout_s = timeout_s
+        self._session = requests.Session()
+
+    def close(self) -> None:
+        self._session.close()
+
+    def __enter__(self) -> "ServerClient":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- plumbing
+    def _request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        timeout_s: float | None = None,
+        check: bool = True,
+        stream: bool = False,
+    ) -> requests.Response:
+        url = self.base_url + path
+        timeout = self.timeout_s if timeout_s is None else timeout_s
+        try:
+            if method == "POST":
+                resp = self._session.post(
+                    url,
+                    data=json.dumps({} if body is None else body),
+                    headers=JSON_HEADERS,
+                    timeout=timeout,
+                    stream=stream,
+                )
+            else:
+                resp = self._session.get(url, timeout=timeout)
+        except requests.Timeout:
+            raise ServerUnreachable(f"{method} {url} timed out after {timeout:g}s.") from None
+        except requests.ConnectionError as e:
+            raise ServerUnreachable(f"Cannot connect to {url} (is the server running?): {_short(e)}.") from None
+        except requests.RequestException as e:
+            raise ClientError(f"{method} {url} failed: {_short(e)}.") from None
+        if check and not 200 <= resp.status_code < 300:
+            msg = server_error_message(resp.content)
+            raise ServerHTTPError(f"{method} {url} returned HTTP {resp.status_code}: {msg}", resp.status_code, msg)
+        return resp
+
+    def _json(self, method: str, path: str, body: Any = None) -> Any:
+        resp = self._request(method, path, body)
+        try:
+            return resp.json()
+        except ValueError:
+            snippet = resp.text[:200]
+            raise ServerBadResponse(
+                f"{method} {self.base_url + path} returned a body that is not JSON: {snippet!r}"
+            ) from None
+
+    def _ok(self, path: str, timeout_s: float | None = None) -> tuple[bool, str]:
+        try:
+            self._request("GET", path, timeout_s=timeout_s)
+            return True, "ok"
+        except ClientError as e:
+            return False, str(e)
+
+    # -- endpoints
+    def health(self) -> bool:
+        return self._ok("/health")[0]
+
+    def health_generate(self) -> bool:
+        return self._ok("/health_generate")[0]
+
+    def get_model_info(self) -> dict:
+        return self._json("GET", "/get_model_info")
+
+    def get_server_info(self) -> dict:
+        return self._json("GET", "/get_server_info")
+
+    def models(self) -> dict:
+        return self._json("GET", "/v1/models")
+
+    def metrics_text(self) -> str:
+        return self._request("GET", "/metrics").text
+
+    def flush_cache(self) -> None:
+        self._request("POST", "/flush_cache", {})
+
+    def post_json(self, path: str, body: Any, check: bool = True) -> requests.Response:
+        """POST ``body`` as JSON.  ``check``: raise :class:`ServerHTTPError` on non-2xx
+        (default); False returns the response whatever its status."""
+        return self._request("POST", path, body, check=check)
+
+    def post_form(self, path: str, body: dict) -> requests.Response:
+        """POST ``body`` form-encoded (application/x-www-form-urlencoded) -- the one POST
+        that is not JSON, on purpose: a probe that the server refuses non-JSON bodies as
+        SGLang does.  Returns the response whatever its status."""
+        url = self.base_url + path
+        try:
+            return self._session.post(url, data=body, timeout=self.timeout_s)
+        except requests.Timeout:
+            raise ServerUnreachable(f"POST {url} timed out after {self.timeout_s:g}s.") from None
+        except requests.ConnectionError as e:
+            raise ServerUnreachable(f"Cannot connect to {url} (is the server running?): {_short(e)}.") from None
+
+    def stream_events(self, path: str, body: Any) -> list[dict]:
+        """POST ``body`` as JSON and read the whole SSE stream: the parsed ``data:``
+        events in order, without the final ``[DONE]``.  A stream without ``[DONE]``, an
+        error event, or a line that is not SSE/JSON raises :class:`ServerBadResponse`."""
+        url = self.base_url + path
+        resp = self._request("POST", path, body, stream=True)
+        events: list[dict] = []
+        done = False
+        try:
+            for line in resp.iter_lines():
+                try:
+                    payload = _sse_payload(line)
+                    if payload is None:
+                        continue
+                    if payload == b"[DONE]":
+                        done = True
+                        continue
+                    event = _loads(payload)
+                except _StreamFailure as e:
+                    raise ServerBadResponse(f"POST {url}: {e}") from None
+                if "error" in event:
+                    raise ServerBadResponse(f"POST {url}: server error mid-stream: {_message_of(event['error'])}")
+                events.append(event)
+        except requests.RequestException as e:
+            raise ServerUnreachable(f"POST {url}: connection dropped mid-stream after {len(events)} events: {_short(e)}.") from None
+        finally:
+            resp.close()
+        if not done:
+            raise ServerBadResponse(f"POST {url}: the stream ended without [DONE] after {len(events)} events.")
+        return events
+
+    def served_model(self) -> str:
+        """The model name to send in requests: first id of /v1/models, else model_path."""
+        first_error: ClientError | None = None
+        try:
+            data = self.models().get("data") or []
+            if data and data[0].get("id"):
+                return str(data[0]["id"])
+        except (ClientError, AttributeError) as e:
+            first_error = e if isinstance(e, ClientError) else None
+        try:
+            info = self.get_model_info()
+            if info.get("model_path"):
+                return str(info["model_path"])
+        except ClientError as e:
+            raise ClientError(
+                f"Cannot tell which model {self.base_url} serves: /v1/models and /get_model_info both failed ({e})."
+            ) from None
+        raise ClientError(
+            f"Cannot tell which model {self.base_url} serves: /v1/models listed none and /get_model_info "
+            f"has no model_path{f' ({first_error})' if first_error else ''}."
+        )
+
+    def server_accept_length(self) -> Optional[float]:
+        """Server-cumulative average accept length (/get_server_info internal_states[0]).
+
+        Cumulative over the server's life, so it mixes in warm-up and earlier runs: only a
+        labelled fallback for when requests carry no per-request verify counts.  None when
+        the server does not report it (plain decoding) or cannot be asked.
+        """
+        try:
+            info = self.get_server_info()
+        except ClientError as e:
+            log.warning("server accept length unavailable: %s", e)
+            return None
+        states = info.get("internal_states") if isinstance(info, dict) else None
+        if not states or not isinstance(states[0], dict):
+            return None
+        value = states[0].get("avg_spec_accept_length")
+        try:
+            return float(value) if value is not None else None
+        except (TypeError, ValueError):
+            return None
+
+    def wait_healthy(
+        self,
+        deadline_s: float,
+        is_alive: Callable[[], bool] | None = None,
+        poll_s: float = 0.5,
+    ) -> float:
+        """Poll /health, then /health_generate, until both answer 200.
+
+        ``deadline_s`` is how long to wait from now.  ``is_alive`` (e.g. "the server
+        process has not exited") is checked every poll; when it says False the wait stops
+        at once.  Returns the seconds waited; raises :class:`ServerUnhealthy`.
+        """
+        start = time.monotonic()
+        end = start + deadline_s
+        last = "no answer yet"
+        while True:
+            if is_alive is not None and not is_alive():
+                raise ServerUnhealthy(
+                    f"The server process exited before {self.base_url} became healthy "
+                    f"(after {time.monotonic() - start:.1f}s; last check: {last})."
+                )
+            remaining = end - time.monotonic()
+            if remaining <= 0:
+                break
+            per_check = max(0.5, min(self.timeout_s, remaining))
+            ok, last = self._ok("/health", per_check)
+            if ok:
+                ok, last = self._ok("/health_generate", max(0.5, min(self.timeout_s, end - time.monotonic())))
+                if ok:
+                    return time.monotonic() - start
+            time.sleep(max(0.0, min(poll_s, end - time.monotonic())))
+        raise ServerUnhealthy(
+            f"{self.base_url} was not healthy within {deadline_s:g}s (last check: {last})."
+        )
+
+
+def _short(e: BaseException) -> str:
+    text = str(e)
+    # urllib3 wraps the useful part deep inside; keep the tail that names the cause
+    if "Errno" in text:
+        i = text.find("[Errno")
+        text = text[i:].rstrip(")'\"")
+    return text[:300]
+
+
+# --------------------------------------------------------------------------- data plane
+
+
+def build_request(
+    api: str,
+    model: str,
+    prompt: str,
+    max_tokens: int,
+    temperature: float = 0.0,
+    ignore_eos: bool = False,
+) -> tuple[str, dict]:
+    """(path, JSON body) of one streaming request for ``api``."""
+    if api == "generate":
+        sampling = {"max_new_tokens": int(max_tokens), "temperature": float(temperature)}
+        if ignore_eos:
+            sampling["ignore_eos"] = True
+        return API_PATHS[api], {"text": prompt, "sampling_params": sampling, "stream": True}
+    if api not in ("chat", "completions"):
+        raise ValueError(f"unknown api {api!r}: expected one of chat, completions, generate")
+    body: dict[str, Any] = {"model": model}
+    if api == "chat":
+        body["messages"] = [{"role": "user", "content": prompt}]
+    else:
+        body["prompt"] = prompt
+    body.update(
+        max_tokens=int(max_tokens),
+        temperature=float(temperature),
+        stream=True,
+        stream_options={"include_usage": True, "continuous_usage_stats": True},
+        return_spec_tokens_details=True,
+    )
+    if ignore_eos:
+        body["ignore_eos"] = True
+    return API_PATHS[api], body
+
+
+def make_session(concurrency: int, read_bufsize: int = 16 * 1024**2) -> aiohttp.ClientSession:
+    """One session for a whole load: connector limit >= concurrency, no total timeout
+    (per-request timeouts are applied by :func:`stream_request`)."""
+    connector = aiohttp.TCPConnector(limit=max(1, int(concurrency)) + 8, limit_per_host=0)
+    return aiohttp.ClientSession(
+        connector=connector,
+        timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
+        read_bufsize=read_bufsize,  # /generate streams cumulative text: long lines
+    )
+
+
+class _StreamFailure(Exception):
+    pass
+
+
+def _sse_payload(line: bytes) -> Optional[bytes]:
+    """The data payload of one SSE line; None for lines to skip; raises on garbage."""
+    if line.startswith(b"data:"):
+        return line[5:].strip()
+    s = line.strip()
+    if not s or s.startswith(b":") or s.startswith((b"event:", b"id:", b"retry:")):
+        return None
+    raise _StreamFailure(f"malformed SSE line: {s[:200].decode('utf-8', 'replace')!r}")
+
+
+def _loads(payload: bytes) -> dict:
+    try:
+        data = json.loads(payload)
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        raise _StreamFailure(f"malformed SSE line: data is not a JSON object: {payload[:200].decode('utf-8', 'replace')!r}")
+    return data
+
+
+async def _read_openai(content: aiohttp.StreamReader, rec: "RequestRecord", chat: bool) -> None:
+    times, toks = rec.chunk_times, rec.chunk_tokens
+    clock = time.perf_counter
+    last_ct = 0
+    by_usage = False
+    saw_done = False
+    final_usage = None
+    sglext = None
+    async for line in content:
+        t = clock()
+        payload = _sse_payload(line)
+        if payload is None:
+            continue
+        if payload == b"[DONE]":
+            saw_done = True
+            continue
+        data = _loads(payload)
+        if "error" in data:
+            raise _StreamFailure(f"server error mid-stream: {_message_of(data['error'])}")
+        choices = data.get("choices")
+        usage = data.get("usage")
+        if choices:
+            ch = choices[0]
+            if chat:
+                d = ch.get("delta")
+                text = (d.get("content") or d.get("reasoning_content")) if d else None
+            else:
+                text = ch.get("text")
+            if usage and usage.get("completion_tokens") is not None:
+                n = usage["completion_tokens"] - last_ct
+                if n > 0:
+                    times.append(t)
+                    toks.append(n)
+                    last_ct += n
+                    by_usage = True
+            elif text:
+                times.append(t)
+                toks.append(1)
+            fr = ch.get("finish_reason")
+            if fr:
+                rec.finish_reason = fr
+        elif usage:
+            final_usage = usage
+        sx = data.get("sglext")
+        if sx:
+            sglext = sx
+    if not saw_done:
+        raise _StreamFailure(
+            f"connection dropped mid-stream: the stream ended without [DONE] after {len(times)} token chunks"
+        )
+    if final_usage is not None:
+        rec.prompt_tokens = final_usage.get("prompt_tokens")
+        rec.completion_tokens = final_usage.get("completion_tokens")
+    elif by_usage:
+        rec.completion_tokens = last_ct
+    else:
+        raise _StreamFailure(
+            "the server sent no usage chunk (stream_options.include_usage), so the completion token count is unknown"
+        )
+    if sglext:
+        std = sglext.get("spec_tokens_details")
+        if isinstance(std, list):
+            std = std[0] if std else None
+        if isinstance(std, dict):
+            rec.spec_verify_ct = std.get("spec_verify_ct")
+            rec.spec_accept_length = std.get("spec_accept_length")
+    if toks and rec.completion_tokens:
+        missing = rec.completion_tokens - sum(toks)
+        if missing > 0:  # fallback counting (1 per chunk): the last chunk absorbs the rest
+            toks[-1] += missing
+
+
+async def _read_generate(content: aiohttp.StreamReader, rec: "RequestRecord") -> None:
+    times, toks = rec.chunk_times, rec.chunk_tokens
+    clock = time.perf_counter
+    last_ct = 0
+    saw_done = False
+    meta: dict = {}
+    async for line in content:
+        t = clock()
+        payload = _sse_payload(line)
+        if payload is None:
+            continue
+        if payload == b"[DONE]":
+            saw_done = True
+            continue
+        data = _loads(payload)
+        if "error" in data:
+            raise _StreamFailure(f"server error mid-stream: {_message_of(data['error'])}")
+        m = data.get("meta_info")
+        if m:
+            meta = m
+            ct = m.get("completion_tokens")
+            if ct is not None and ct > last_ct:
+                times.append(t)
+                toks.append(ct - last_ct)
+                last_ct = ct
+    if not saw_done:
+        raise _StreamFailure(
+            f"connection dropped mid-stream: the stream ended without [DONE] after {len(times)} token chunks"
+        )
+    fr = meta.get("finish_reason")
+    if isinstance(fr, dict):
+        if fr.get("type") == "abort" and fr.get("message"):
+            rec.finish_reason = "abort"
+            raise _StreamFailure(f"request aborted by the server: {fr['message']}")
+        rec.finish_reason = fr.get("type")
+    elif fr:
+        rec.finish_reason = str(fr)
+    rec.prompt_tokens = meta.get("prompt_tokens")
+    rec.completion_tokens = meta.get("completion_tokens")
+    if rec.completion_tokens is None:
+        raise _StreamFailure("the server's meta_info carried no completion_tokens")
+    if meta.get("spec_verify_ct") is not None:
+        rec.spec_verify_ct = meta.get("spec_verify_ct")
+        rec.spec_accept_length = meta.get("spec_accept_length")
+
+
+async def stream_request(
+    session: aiohttp.ClientSession,
+    base_url: str,
+    api: str,
+    body: dict,
+    rec: "RequestRecord",
+    timeout_s: float,
+) -> "RequestRecord":
+    """Send one streaming request and fill ``rec`` (send_time, chunks, usage, status,
+    error, end_time).  Never raises for server/network trouble -- that becomes
+    ``rec.error``; cancellation (Ctrl-C) does propagate."""
+    url = base_url.rstrip("/") + API_PATHS[api]
+    rec.send_time = time.perf_counter()
+    try:
+        async with asyncio.timeout(timeout_s):
+            async with session.post(url, json=body, headers=JSON_HEADERS) as resp:
+                rec.status = resp.status
+                if resp.status != 200:
+                    text = await resp.read()
+                    rec.error = f"HTTP {resp.status}: {server_error_message(text)}"
+                    return rec
+                if api == "generate":
+                    await _read_generate(resp.content, rec)
+                else:
+                    await _read_openai(resp.content, rec, api == "chat")
+        if rec.finish_reason == "abort":
+            rec.error = "request aborted by the server (finish_reason=abort)"
+        elif not rec.chunk_times:
+            rec.error = "the stream finished without any tokens"
+        elif not rec.completion_tokens:
+            rec.error = f"the server reported {rec.completion_tokens} completion tokens for a stream that carried text"
+    except _StreamFailure as e:
+        rec.error = str(e)
+    except TimeoutError:
+        rec.error = f"timed out after {timeout_s:g}s"
+    except aiohttp.ClientConnectorError as e:
+        rec.error = f"cannot connect to {url}: {e.os_error or e}"
+    except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, ConnectionResetError) as e:
+        rec.error = f"connection dropped mid-stream after {len(rec.chunk_times)} token chunks: {type(e).__name__}: {e}"
+    except aiohttp.ClientError as e:
+        rec.error = f"{type(e).__name__}: {e}"
+    except ValueError as e:  # aiohttp: line longer than read_bufsize ("Chunk too big")
+        rec.error = f"bad stream from server: {e}"
+    finally:
+        rec.end_time = time.perf_counter()
+    return rec

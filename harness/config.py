@@ -1,0 +1,269 @@
+"""Compose an experiment from the Hydra config tree: the only module that knows Hydra.
+
+`compose(overrides)` turns command-line overrides (`+exp=sim_smoke workload.max_tokens=64`)
+into an `Experiment`: one typed, validated config per arm. Everything a user can get wrong
+here raises `ConfigError` with one sentence that names the key and the valid choices.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hydra import compose as hydra_compose
+from hydra import initialize_config_dir
+from hydra.core.config_store import ConfigStore
+from hydra.core.global_hydra import GlobalHydra
+from hydra.errors import HydraException
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from harness.schema import SpecgateConfig
+
+DEFAULT_CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+DEFAULT_ARM = "default"
+
+# Options a later issue builds; choosing one now stops with this sentence instead of a crash.
+NOT_BUILT_YET = {
+    ("backend", "docker"): "the docker backend is not built yet (issue 3); use backend=process or backend=attach",
+    ("build", "sglang_patched"): "patched SGLang images are not built yet (issue 3)",
+}
+KNOWN_KINDS = {
+    "backend": {"process", "attach"},
+    "build": {"sim", "sglang_release"},
+    "telemetry": {"off"},
+}
+
+ConfigStore.instance().store(name="specgate_schema", node=SpecgateConfig)
+
+
+class ConfigError(Exception):
+    """A config the user wrote cannot be composed or validated (one sentence)."""
+
+
+@dataclass
+class Arm:
+    name: str
+    cfg: DictConfig  # the fully composed config of this arm (read-only)
+    overrides: list[str]  # the arm's own overrides on top of the experiment
+    choices: dict[str, str]  # group -> option picked, e.g. {"drafter": "eagle3_k25"}
+
+
+@dataclass
+class Experiment:
+    name: str
+    description: str
+    base: DictConfig  # the composed config before arm overrides
+    arms: list[Arm]
+    overrides: list[str] = field(default_factory=list)  # from the command line
+
+    def arm(self, name: str) -> Arm:
+        for arm in self.arms:
+            if arm.name == name:
+                return arm
+        raise KeyError(name)
+
+    @property
+    def arm_names(self) -> list[str]:
+        return [arm.name for arm in self.arms]
+
+    @property
+    def plain_arm(self) -> str | None:
+        return self.base.plain_arm
+
+
+def override_key(override: str) -> str:
+    """`+workload.max_tokens=5` -> `workload.max_tokens` (the part that names what changes)."""
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def merge_overrides(arm_overrides: list[str], user_overrides: list[str]) -> list[str]:
+    """Arm overrides first, the command line last and winning over an arm on the same key."""
+    user_keys = {override_key(o) for o in user_overrides}
+    kept = [o for o in arm_overrides if override_key(o) not in user_keys]
+    return kept + list(user_overrides)
+
+
+def compose_config(overrides: list[str], conf_dir: Path = DEFAULT_CONF_DIR) -> tuple[DictConfig, dict[str, str]]:
+    """One Hydra composition; returns the config (without `hydra`) and the group choices."""
+    conf_dir = Path(conf_dir).resolve()
+    if not (conf_dir / "config.yaml").is_file():
+        raise ConfigError(f"no config tree at {conf_dir} (expected {conf_dir / 'config.yaml'})")
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(conf_dir), version_base=None):
+            cfg = hydra_compose(config_name="config", overrides=list(overrides), return_hydra_config=True)
+    except (HydraException, OmegaConfBaseException, ValueError) as exc:
+        raise ConfigError(explain(exc, conf_dir)) from None
+    finally:
+        GlobalHydra.instance().clear()
+    choices = {k: str(v) for k, v in cfg.hydra.runtime.choices.items() if not k.startswith("hydra")}
+    with open_dict(cfg):
+        del cfg["hydra"]
+    OmegaConf.set_readonly(cfg, True)
+    return cfg, choices
+
+
+def compose(overrides: list[str], conf_dir: Path = DEFAULT_CONF_DIR) -> Experiment:
+    """Compose the experiment the overrides name, and each of its arms."""
+    base, _ = compose_config(overrides, conf_dir)
+    arm_specs = OmegaConf.to_container(base.arms) or {DEFAULT_ARM: []}
+    arms = []
+    for name, arm_overrides in arm_specs.items():
+        merged = merge_overrides(list(arm_overrides), overrides)
+        try:
+            cfg, choices = compose_config(merged, conf_dir)
+        except ConfigError as exc:
+            raise ConfigError(f"arm '{name}': {exc}") from None
+        arms.append(Arm(name=name, cfg=cfg, overrides=list(arm_overrides), choices=choices))
+    experiment = Experiment(
+        name=base.name, description=base.description, base=base, arms=arms, overrides=list(overrides)
+    )
+    validate(experiment)
+    return experiment
+
+
+def validate(experiment: Experiment) -> None:
+    """Checks the schema cannot express: references between arms, required values, kinds."""
+    names = set(experiment.arm_names)
+    gate = experiment.base.gate
+    if experiment.plain_arm is not None and experiment.plain_arm not in names:
+        raise ConfigError(f"plain_arm '{experiment.plain_arm}' is not an arm; arms: {', '.join(sorted(names))}")
+    referenced = {
+        "gate.min_output_tok_s": list(gate.min_output_tok_s),
+        "gate.max_ttft_ms": list(gate.max_ttft_ms),
+        "gate.max_itl_ms": list(gate.max_itl_ms),
+        "gate.min_accept_length": list(gate.min_accept_length),
+        "gate.min_speedup": list(gate.min_speedup) + [g.over for g in gate.min_speedup.values()],
+        "gate.accept_length_at_least_break_even": list(gate.accept_length_at_least_break_even),
+    }
+    for key, arm_names in referenced.items():
+        for arm_name in arm_names:
+            if arm_name not in names:
+                raise ConfigError(f"{key} names arm '{arm_name}', which is not an arm; arms: {', '.join(sorted(names))}")
+    if gate.accept_length_at_least_break_even and experiment.plain_arm is None:
+        raise ConfigError("gate.accept_length_at_least_break_even needs plain_arm (the plain-decoding arm to compare with)")
+    for arm in experiment.arms:
+        validate_arm(arm)
+
+
+def validate_arm(arm: Arm) -> None:
+    cfg = arm.cfg
+    for group, kind in (("backend", cfg.backend.kind), ("build", cfg.build.kind), ("telemetry", cfg.telemetry.source)):
+        if (group, kind) in NOT_BUILT_YET:
+            raise ConfigError(f"arm '{arm.name}': {NOT_BUILT_YET[(group, kind)]}")
+        if kind not in KNOWN_KINDS[group]:
+            valid = ", ".join(sorted(KNOWN_KINDS[group]))
+            raise ConfigError(f"arm '{arm.name}': {group} '{kind}' is not available yet; valid: {valid}")
+    if cfg.backend.kind == "attach" and not cfg.backend.url:
+        raise ConfigError("backend=attach needs backend.url=http://HOST:PORT (the running server)")
+    if cfg.backend.kind == "attach" and not re.match(r"^https?://[^/]+", cfg.backend.url):
+        raise ConfigError(f"backend.url '{cfg.backend.url}' is not an http(s) URL, e.g. http://127.0.0.1:30000")
+    if cfg.build.kind == "sim" and cfg.server.sim is None and cfg.backend.kind != "attach":
+        raise ConfigError(f"arm '{arm.name}': build=sim needs a server with a `sim:` timing model (e.g. server=sim)")
+    drafter = cfg.drafter
+    if drafter.algorithm is not None:
+        missing = [k for k in ("num_steps", "eagle_topk", "num_draft_tokens") if drafter[k] is None]
+        if missing:
+            raise ConfigError(f"drafter '{drafter.name}' sets algorithm {drafter.algorithm} but not {', '.join(missing)}")
+    workload = cfg.workload
+    if workload.api not in ("chat", "completions", "generate"):
+        raise ConfigError(f"workload.api '{workload.api}' is unknown; valid: chat, completions, generate")
+    if workload.prompt is None and workload.input_len is None:
+        raise ConfigError(f"workload '{workload.name}' needs a prompt or an input_len")
+    if workload.num_prompts is None and workload.duration_s is None:
+        raise ConfigError(f"workload '{workload.name}' needs num_prompts or duration_s")
+    for key in ("max_tokens", "concurrency"):
+        if workload[key] < 1:
+            raise ConfigError(f"workload.{key} must be at least 1, got {workload[key]}")
+
+
+def list_experiments(conf_dir: Path = DEFAULT_CONF_DIR) -> dict[str, str]:
+    """Experiment name -> its one-line description (read from conf/exp/*.yaml)."""
+    found = {}
+    for path in sorted((Path(conf_dir) / "exp").glob("*.yaml")):
+        cfg = OmegaConf.load(path)
+        found[path.stem] = str(cfg.get("description", "")).strip()
+    return found
+
+
+def to_yaml(cfg: DictConfig) -> str:
+    return OmegaConf.to_yaml(cfg, resolve=True)
+
+
+def open_dict(cfg: DictConfig):
+    from omegaconf import open_dict as _open_dict
+
+    return _open_dict(cfg)
+
+
+# --- turning Hydra's exceptions into one sentence -------------------------------------
+
+
+def explain(exc: Exception, conf_dir: Path) -> str:
+    """One sentence naming the key and the valid choices, from Hydra's/OmegaConf's error."""
+    text = "\n".join(str(e) for e in exception_chain(exc))
+    missing_option = re.search(r"Could not find '([^']+)/([^']+)'", text)
+    if missing_option:
+        group, option = missing_option.groups()
+        return unknown_option(group, option, conf_dir)
+    missing_group = re.search(r"Could not (?:load|find) '([^'/]+)'", text)
+    if missing_group and not (conf_dir / missing_group.group(1)).is_dir():
+        return unknown_key(missing_group.group(1), text)
+    key_missing = re.search(r"Key '([^']+)' not in '([^']+)'", text) or re.search(
+        r"Key '([^']+)' is not in struct", text
+    )
+    if key_missing:
+        full_key = re.search(r"full_key: (\S+)", text)
+        return unknown_key(full_key.group(1) if full_key else key_missing.group(1), text)
+    bad_value = re.search(r"Value '([^']*)' (?:of type '([^']+)' )?could not be converted to (\w+)", text)
+    if bad_value:
+        full_key = re.search(r"full_key: (\S+)", text)
+        key = full_key.group(1) if full_key else "a value"
+        return f"{key}: '{bad_value.group(1)}' is not a valid {bad_value.group(3).lower()}"
+    if "mismatched input" in text or "no viable alternative" in text or "extraneous input" in text:
+        return f"cannot parse the override: {first_line(text)}"
+    return first_line(text)
+
+
+def exception_chain(exc: BaseException | None) -> list[BaseException]:
+    chain = []
+    while exc is not None and exc not in chain:
+        chain.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    return chain
+
+
+def unknown_option(group: str, option: str, conf_dir: Path) -> str:
+    choices = sorted(p.stem for p in (conf_dir / group).glob("*.yaml"))
+    hint = close_match(option, choices)
+    return f"{group}={option}: no such option in '{group}'; valid choices: {', '.join(choices)}{hint}"
+
+
+def unknown_key(full_key: str, text: str) -> str:
+    """A key that the schema does not have: list the keys its parent does have."""
+    parent_path, _, leaf = full_key.rpartition(".")
+    node = OmegaConf.structured(SpecgateConfig)
+    for part in filter(None, parent_path.split(".")):
+        node = node.get(part) if isinstance(node, DictConfig) else None
+        if node is None:
+            break
+    if isinstance(node, DictConfig) and len(node) == 0:
+        return f"{full_key}: '{parent_path}' has no entry '{leaf}' here; add one with +{full_key}=..."
+    if isinstance(node, DictConfig):
+        valid = sorted(str(k) for k in node.keys())
+        hint = close_match(leaf, valid)
+        where = f"'{parent_path}'" if parent_path else "the top level"
+        return f"{full_key}: no such key in {where}; valid keys: {', '.join(valid)}{hint}"
+    return f"{full_key}: no such key ({first_line(text)})"
+
+
+def close_match(word: str, choices: list[str]) -> str:
+    match = difflib.get_close_matches(word, choices, n=1)
+    return f" (did you mean '{match[0]}'?)" if match else ""
+
+
+def first_line(text: str) -> str:
+    return next((line.strip() for line in text.splitlines() if line.strip()), text)

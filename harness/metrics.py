@@ -1,0 +1,164 @@
+"""Per-request records -> one arm's numbers (:class:`ArmResult`).
+
+Only measured (non-warm-up) requests that succeeded enter the timing and token
+metrics; failed ones are counted and their error messages tallied.
+
+Definitions (all over this run's ok measured requests):
+
+* ``output_tok_s``   = sum(completion_tokens) / measured window (first send -> last end).
+* ``ttft_ms``        = first token chunk - send, per request.
+* ``itl_ms``         = gaps between consecutive token chunks (per chunk; under
+  speculative decoding one chunk usually carries several tokens).
+* ``tpot_ms``        = decode_s / (completion_tokens - 1), per request (the first token
+  comes from prefill, so a request with n tokens has n - 1 decoded after it).
+* ``decode_step_ms`` = sum(decode_s) / sum(completion_tokens - 1): time per decoded token.
+  For a plain-decoding arm this is the decode step.
+* ``accept_length``  = sum(completion_tokens) / sum(spec_verify_ct): run-scoped and token
+  weighted, which is how SGLang defines a request's ``spec_accept_length``
+  (completion_tokens / verify_ct), summed over the run.  Note it counts the prefill token
+  in the numerator, as SGLang does (a bias of 1/verify_ct per request).  It is not the
+  mean of per-request ratios (that would over-weight short requests).  When no request
+  carries verify counts, the server's cumulative average (/get_server_info) is used if
+  given, labelled ``accept_length_source = "server_cumulative"``.
+* ``verify_cycle_ms`` = sum(decode_s) / sum(spec_verify_ct): one draft+verify cycle (the
+  decode span from first to last chunk holds exactly the verify cycles).
+
+Break-even: speculative decoding wins when accept_length > verify_cycle / plain_step
+(:func:`break_even_accept_length`).  No data gives None, never 0.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Iterable, Optional
+
+import numpy as np
+
+from harness.load import LoadResult, RequestRecord
+
+
+def _r(x: Optional[float], nd: int = 4) -> Optional[float]:
+    return None if x is None else round(float(x), nd)
+
+
+@dataclass
+class Stat:
+    mean: Optional[float] = None
+    p50: Optional[float] = None
+    p90: Optional[float] = None
+    p99: Optional[float] = None
+    n: int = 0
+
+    @classmethod
+    def of(cls, values: Iterable[float]) -> "Stat":
+        a = np.asarray(list(values), dtype=float)
+        if a.size == 0:
+            return cls()
+        p50, p90, p99 = np.percentile(a, [50, 90, 99])
+        return cls(mean=float(a.mean()), p50=float(p50), p90=float(p90), p99=float(p99), n=int(a.size))
+
+    def to_json(self) -> dict:
+        return {"mean": _r(self.mean), "p50": _r(self.p50), "p90": _r(self.p90), "p99": _r(self.p99)}
+
+
+@dataclass
+class ArmResult:
+    arm: str
+    output_tok_s: Optional[float] = None
+    request_per_s: Optional[float] = None
+    ttft_ms: Stat = field(default_factory=Stat)
+    itl_ms: Stat = field(default_factory=Stat)
+    tpot_ms: Stat = field(default_factory=Stat)
+    e2e_ms: Stat = field(default_factory=Stat)
+    decode_step_ms: Optional[float] = None
+    accept_length: Optional[float] = None
+    accept_length_source: Optional[str] = None  # "run" | "server_cumulative" | None
+    verify_cycle_ms: Optional[float] = None
+    requests_ok: int = 0
+    requests_failed: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+    completion_tokens: int = 0
+    duration_s: float = 0.0
+
+    def to_json(self) -> dict:
+        return {
+            "output_tok_s": _r(self.output_tok_s, 3),
+            "request_per_s": _r(self.request_per_s, 4),
+            "ttft_ms": self.ttft_ms.to_json(),
+            "itl_ms": self.itl_ms.to_json(),
+            "tpot_ms": self.tpot_ms.to_json(),
+            "e2e_ms": self.e2e_ms.to_json(),
+            "accept_length": _r(self.accept_length),
+            "accept_length_source": self.accept_length_source,
+            "verify_cycle_ms": _r(self.verify_cycle_ms),
+            "decode_step_ms": _r(self.decode_step_ms),
+            "requests": {"ok": self.requests_ok, "failed": self.requests_failed},
+            "errors": dict(self.errors),
+            "completion_tokens": self.completion_tokens,
+            "duration_s": _r(self.duration_s, 4),
+        }
+
+
+def _error_of(r: RequestRecord) -> str:
+    if r.error:
+        return r.error
+    if r.status is not None and r.status != 200:
+        return f"HTTP {r.status}"
+    return "request did not complete"
+
+
+def summarize(arm: str, load: LoadResult, server_accept_length: Optional[float] = None) -> ArmResult:
+    measured = load.measured
+    ok = [r for r in measured if r.ok and r.completion_tokens is not None]
+    failed = [r for r in measured if not (r.ok and r.completion_tokens is not None)]
+    window = load.end_time - load.start_time if measured else 0.0
+
+    total_ct = sum(r.completion_tokens for r in ok)
+    res = ArmResult(
+        arm=arm,
+        requests_ok=len(ok),
+        requests_failed=len(failed),
+        errors=dict(Counter(_error_of(r) for r in failed)),
+        completion_tokens=total_ct,
+        duration_s=max(0.0, window),
+    )
+    if ok and window > 0:
+        res.output_tok_s = total_ct / window
+        res.request_per_s = len(ok) / window
+
+    res.ttft_ms = Stat.of(r.ttft_s * 1000.0 for r in ok if r.ttft_s is not None)
+    res.e2e_ms = Stat.of(r.e2e_s * 1000.0 for r in ok if r.e2e_s is not None)
+    itl = [np.diff(np.asarray(r.chunk_times)) * 1000.0 for r in ok if len(r.chunk_times) > 1]
+    res.itl_ms = Stat.of(np.concatenate(itl) if itl else [])
+
+    decoding = [r for r in ok if r.completion_tokens > 1 and r.decode_s is not None]
+    res.tpot_ms = Stat.of(r.decode_s * 1000.0 / (r.completion_tokens - 1) for r in decoding)
+    steps = sum(r.completion_tokens - 1 for r in decoding)
+    if steps > 0:
+        res.decode_step_ms = sum(r.decode_s for r in decoding) * 1000.0 / steps
+
+    spec = [r for r in ok if r.spec_verify_ct]
+    verify = sum(r.spec_verify_ct for r in spec)
+    if verify > 0:
+        res.accept_length = sum(r.completion_tokens for r in spec) / verify
+        res.accept_length_source = "run"
+        res.verify_cycle_ms = sum(r.decode_s or 0.0 for r in spec) * 1000.0 / verify
+    elif server_accept_length is not None:
+        res.accept_length = float(server_accept_length)
+        res.accept_length_source = "server_cumulative"
+    return res
+
+
+def break_even_accept_length(verify_cycle_ms: float, plain_step_ms: float) -> float:
+    """Accept length at which a draft+verify cycle pays for itself: cycle / plain step."""
+    if not plain_step_ms or plain_step_ms <= 0:
+        raise ValueError(f"plain decode step must be > 0 ms (got {plain_step_ms})")
+    return verify_cycle_ms / plain_step_ms
+
+
+def speedup(arm: ArmResult, plain: ArmResult) -> Optional[float]:
+    """Output tok/s of ``arm`` over ``plain``; None when either is missing."""
+    if arm.output_tok_s is None or not plain.output_tok_s:
+        return None
+    return arm.output_tok_s / plain.output_tok_s

@@ -1,0 +1,213 @@
+"""The pytest plugin: the only module that knows pytest.
+
+Loaded with `-p harness.plugin` (pyproject's addopts), not from a conftest: pytest calls
+`pytest_load_initial_conftests` only for early plugins, and that hook is where Hydra
+overrides (`+exp=sim_smoke workload.max_tokens=64`) are taken off the command line before
+pytest would read them as paths. The experiment is composed in `pytest_configure`, so a
+config mistake stops the run before any server starts (pytest exit status 4).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+from pathlib import Path
+
+import pytest
+
+from harness import gate
+from harness.config import DEFAULT_CONF_DIR, ConfigError, Experiment, compose
+from harness.load import print_progress
+from harness.runner import ArmFailed, ArmRun, Runner
+from harness.telemetry.driver import nvidia_driver_status
+
+OVERRIDES = pytest.StashKey[list]()
+RUNNER = pytest.StashKey[Runner]()
+OVERRIDE_TOKEN = re.compile(r"^(\+{1,2}|~)?[A-Za-z_][\w.@/-]*(=|$)")
+
+
+# --- command line -----------------------------------------------------------------------
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("specgate", "specgate: experiments composed from Hydra configs")
+    group.addoption("--conf-dir", default=None, help="the Hydra config tree (default: <rootdir>/conf)")
+    group.addoption("--no-progress", action="store_true", default=False, help="no live progress line during loads")
+
+
+def is_override(token: str, previous: str | None, value_options: set[str]) -> bool:
+    """A Hydra override: `key=value`, `+key=value`, `~key`, that is not a path on disk and
+    not the value of a preceding pytest option (`-k a=b`, `-o x=y`)."""
+    if token.startswith("-") or previous in value_options:
+        return False
+    if not OVERRIDE_TOKEN.match(token) or ("=" not in token and not token.startswith("~")):
+        return False
+    return not os.path.exists(token.split("::")[0])
+
+
+def options_taking_values(parser: pytest.Parser) -> set[str]:
+    try:  # pytest keeps its argparse parser private; fall back to the common ones
+        actions = parser._getparser()._option_string_actions  # noqa: SLF001
+        return {flag for flag, action in actions.items() if action.nargs != 0}
+    except Exception:  # pragma: no cover - depends on pytest internals
+        return {"-k", "-m", "-o", "-p", "-c", "--override-ini", "--rootdir", "--basetemp", "--conf-dir"}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
+    value_options = options_taking_values(parser)
+    overrides, kept, previous = [], [], None
+    for token in args:
+        (overrides if is_override(token, previous, value_options) else kept).append(token)
+        previous = token
+    args[:] = kept
+    early_config.stash[OVERRIDES] = overrides
+    namespace = getattr(early_config, "known_args_namespace", None)
+    if namespace is not None and getattr(namespace, "file_or_dir", None):
+        namespace.file_or_dir = [a for a in namespace.file_or_dir if a not in overrides]
+
+
+def conf_dir(config: pytest.Config) -> Path:
+    if config.getoption("conf_dir"):
+        return Path(config.getoption("conf_dir")).resolve()
+    local = Path(config.rootpath) / "conf"
+    return local if (local / "config.yaml").is_file() else DEFAULT_CONF_DIR
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    overrides = config.stash.get(OVERRIDES, [])
+    try:
+        experiment = compose(overrides, conf_dir(config))
+    except ConfigError as exc:
+        raise pytest.UsageError(f"specgate: {exc}") from None
+    require_gpu_if_needed(experiment)
+    progress = None if config.getoption("no_progress") else terminal_progress(config)
+    config.stash[RUNNER] = Runner(experiment, progress=progress)
+    install_sigterm_as_interrupt()
+
+
+def require_gpu_if_needed(experiment: Experiment) -> None:
+    needing = [a for a in experiment.arms if a.cfg.server.requires_gpu and a.cfg.backend.kind != "attach"]
+    if not needing:
+        return
+    present, why = nvidia_driver_status()
+    if not present:
+        server = needing[0].cfg.server.name
+        raise pytest.UsageError(
+            f"specgate: experiment '{experiment.name}' needs an NVIDIA GPU machine (server '{server}' has "
+            f"requires_gpu: true) but this machine has no NVIDIA driver ({why}); run it on the GPU box, "
+            f"or use backend=attach backend.url=... against a running server")
+
+
+def install_sigterm_as_interrupt() -> None:
+    """SIGTERM (a CI timeout, `kill`) unwinds like Ctrl-C, so servers are stopped and the
+    record is closed."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    try:
+        signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread (e.g. embedded): keep the default
+        pass
+
+
+def terminal_progress(config: pytest.Config):
+    """Live progress line while a load runs, printed past pytest's output capture."""
+    capture = config.pluginmanager.getplugin("capturemanager")
+
+    def show(snapshot) -> None:
+        if capture is None:
+            print_progress(snapshot)
+            return
+        with capture.global_and_fixture_disabled():
+            print_progress(snapshot)
+
+    return show
+
+
+# --- arms as parameters ---------------------------------------------------------------
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "arm_run" in metafunc.fixturenames:
+        runner = metafunc.config.stash[RUNNER]
+        names = ordered_arms(runner.experiment)
+        # Session scope: pytest groups the tests by arm, so one server runs at a time.
+        metafunc.parametrize("arm_run", names, ids=names, indirect=True, scope="session")
+
+
+def ordered_arms(experiment: Experiment) -> list[str]:
+    """The plain-decoding arm first, so the others can be compared with it."""
+    names = experiment.arm_names
+    plain = experiment.plain_arm
+    return ([plain] if plain in names else []) + [n for n in names if n != plain]
+
+
+@pytest.fixture(scope="session")
+def experiment(request: pytest.FixtureRequest) -> Experiment:
+    return request.config.stash[RUNNER].experiment
+
+
+@pytest.fixture(scope="session")
+def runner(request: pytest.FixtureRequest) -> Runner:
+    return request.config.stash[RUNNER]
+
+
+@pytest.fixture(scope="session")
+def arm_run(request: pytest.FixtureRequest, runner: Runner):
+    """The measured arm: its server is up (for API checks), its load has run."""
+    name = request.param
+    try:
+        run: ArmRun = runner.open_arm(name)
+    except ArmFailed as exc:
+        pytest.fail(str(exc), pytrace=False)
+    try:
+        yield run
+    finally:
+        runner.close_arm(name)
+
+
+class GateChecker:
+    """Records verdicts in the run record, then passes, fails or skips the test with
+    the verdicts in words. Every verdict is kept, so the summary shows them all."""
+
+    def __init__(self, runner: Runner):
+        self.runner = runner
+
+    def check(self, verdicts: list[gate.Verdict]) -> None:
+        self.runner.add_verdicts(verdicts)
+        failed = [v for v in verdicts if v.passed is False]
+        if failed:
+            pytest.fail("\n".join(v.detail for v in failed), pytrace=False)
+        if all(v.passed is None for v in verdicts):
+            pytest.skip("; ".join(v.detail for v in verdicts))
+
+
+@pytest.fixture
+def gates(runner: Runner) -> GateChecker:
+    return GateChecker(runner)
+
+
+# --- end of session: stop everything, write the record, say what happened --------------
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    runner = session.config.stash.get(RUNNER, None)
+    if runner is not None:
+        runner.finish(interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    runner = config.stash.get(RUNNER, None)
+    if runner is not None and runner.servers:  # a backstop: nothing may outlive the run
+        runner.finish(interrupted=True)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    runner = config.stash.get(RUNNER, None)
+    if runner is None or runner._record is None:  # noqa: SLF001 - nothing was measured
+        return
+    terminalreporter.section("specgate summary")
+    terminalreporter.write(runner.summary())
+    terminalreporter.write_line(f"run record: {runner.record.path}")

@@ -1,0 +1,154 @@
+"""Run records: `<record.root>/<UTC timestamp>_<exp>/`, written atomically, secrets redacted.
+
+Layout (see README "Reading a run record"):
+    config.yaml          the composed experiment (before arm overrides)
+    overrides.yaml       the command-line overrides
+    arms/<arm>/config.yaml, arms/<arm>/server.log
+    requests.jsonl       one line per request, with its arm and timings
+    results.json         per-arm metrics and every gate verdict (rewritten after each arm)
+    summary.md           the arm x metric table and the verdicts in words
+`<record.root>/latest` is a symlink to the newest record.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+REDACTED = "***"
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write via a temp file + rename, so a crash never leaves half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class Redactor:
+    """Hides values of secret-named keys, the argument after a secret-named flag, and any
+    occurrence of a known secret value in free text (logs)."""
+
+    def __init__(self, secret_values: set[str] | None = None):
+        self.secret_values = {v for v in (secret_values or set()) if v and len(v) >= 4}
+
+    def learn(self, data: Any) -> None:
+        """Remember every secret value found in a config, so logs can be scrubbed too."""
+        for key, value in walk_items(data):
+            if SECRET_NAME.search(str(key)) and isinstance(value, (str, int)) and str(value):
+                self.secret_values.add(str(value))
+        self.secret_values.update(v for k, v in os.environ.items() if SECRET_NAME.search(k) and len(v) >= 4)
+
+    def data(self, data: Any) -> Any:
+        if isinstance(data, dict):
+            return {k: (REDACTED if SECRET_NAME.search(str(k)) and v not in (None, "", {}) and not isinstance(v, dict)
+                        else self.data(v)) for k, v in data.items()}
+        if isinstance(data, list):
+            out, hide_next = [], False
+            for item in data:
+                out.append(REDACTED if hide_next else self.data(item))
+                hide_next = isinstance(item, str) and item.startswith("--") and bool(SECRET_NAME.search(item))
+            return out
+        if isinstance(data, str):
+            return self.text(data)
+        return data
+
+    def text(self, text: str) -> str:
+        for value in self.secret_values:
+            text = text.replace(value, REDACTED)
+        return text
+
+
+def walk_items(data: Any):
+    if isinstance(data, dict):
+        for key, value in data.items():
+            yield key, value
+            yield from walk_items(value)
+    elif isinstance(data, list):
+        for item in data:
+            yield from walk_items(item)
+
+
+class RunRecord:
+    """One run's folder. Created on first use (a config error creates nothing)."""
+
+    def __init__(self, root: Path, exp_name: str, redactor: Redactor | None = None, now: datetime | None = None):
+        stamp = (now or datetime.now(timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
+        self.root = Path(root)
+        self.path = unique_dir(self.root / f"{stamp}_{safe_name(exp_name)}")
+        self.redactor = redactor or Redactor()
+        self.request_lines: list[str] = []
+        self.point_latest()
+
+    def point_latest(self) -> None:
+        """Swap `<root>/latest` atomically to this record (a relative link, so the tree can move)."""
+        link = self.root / "latest"
+        tmp = self.root / f".latest.{os.getpid()}"
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(self.path.name)
+        os.replace(tmp, link)
+
+    def arm_dir(self, arm: str) -> Path:
+        path = self.path / "arms" / safe_name(arm)
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def write_yaml(self, relative: str, data: Any) -> None:
+        atomic_write(self.path / relative, yaml.safe_dump(self.redactor.data(data), sort_keys=False))
+
+    def write_json(self, relative: str, data: Any) -> None:
+        atomic_write(self.path / relative, json.dumps(self.redactor.data(data), indent=2, allow_nan=False) + "\n")
+
+    def add_requests(self, arm: str, lines: list[dict[str, Any]]) -> None:
+        """Append an arm's requests; the whole file is rewritten atomically."""
+        self.request_lines += [json.dumps({"arm": arm, **self.redactor.data(line)}) for line in lines]
+        atomic_write(self.path / "requests.jsonl", "".join(line + "\n" for line in self.request_lines))
+
+    def write_text(self, relative: str, text: str) -> None:
+        atomic_write(self.path / relative, self.redactor.text(text))
+
+    def scrub_file(self, relative: str) -> None:
+        """Redact secrets from a file another process wrote (e.g. the server log)."""
+        path = self.path / relative
+        if path.is_file() and self.redactor.secret_values:
+            text = path.read_text(errors="replace")
+            atomic_write(path, self.redactor.text(text))
+
+
+def unique_dir(path: Path) -> Path:
+    candidate, n = path, 1
+    while True:
+        try:
+            candidate.mkdir(parents=True)
+            return candidate
+        except FileExistsError:
+            n += 1
+            candidate = path.with_name(f"{path.name}-{n}")
+
+
+def safe_name(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name) or "run"
+
+
+def load_results(path: Path) -> dict[str, Any]:
+    """Read a record's results.json (given the record folder or the file itself)."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "results.json"
+    return json.loads(path.read_text())

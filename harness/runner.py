@@ -1,0 +1,188 @@
+"""Runs an experiment's arms, one at a time: server up, load, summary, record. No pytest here
+(plugin.py drives it), so the same steps serve `specgate` and the suites.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+from omegaconf import OmegaConf
+
+from harness import __version__
+from harness.client import ClientError, ServerClient
+from harness.config import Arm, Experiment
+from harness.gate import Verdict
+from harness.load import run_load
+from harness.metrics import ArmResult, break_even_accept_length, summarize
+from harness.record import Redactor, RunRecord
+from harness.servers import Server, ServerError, make_server
+from harness.summary import format_summary
+
+
+class ArmFailed(Exception):
+    """An arm could not be measured (server failed to start, died, or answered nothing)."""
+
+
+@dataclass
+class ArmRun:
+    """A measured arm whose server is still up (the API suite talks to it)."""
+
+    arm: Arm
+    server: Server
+    client: ServerClient
+    result: ArmResult
+    model: str
+
+    @property
+    def cfg(self):
+        return self.arm.cfg
+
+    @property
+    def name(self) -> str:
+        return self.arm.name
+
+
+@dataclass
+class Runner:
+    experiment: Experiment
+    command: list[str] = field(default_factory=lambda: list(sys.argv))
+    progress: Callable[[Any], None] | None = None
+    results: dict[str, ArmResult] = field(default_factory=dict)
+    arm_status: dict[str, dict[str, Any]] = field(default_factory=dict)
+    verdicts: list[Verdict] = field(default_factory=list)
+    servers: dict[str, Server] = field(default_factory=dict)
+    started_utc: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    _record: RunRecord | None = None
+
+    # --- the record is created on first use: a run that measures nothing writes nothing
+    @property
+    def record(self) -> RunRecord:
+        if self._record is None:
+            redactor = Redactor()
+            redactor.learn(OmegaConf.to_container(self.experiment.base, resolve=True))
+            for arm in self.experiment.arms:
+                redactor.learn(OmegaConf.to_container(arm.cfg, resolve=True))
+            self._record = RunRecord(Path(self.experiment.base.record.root), self.experiment.name, redactor)
+            self._record.write_yaml("config.yaml", OmegaConf.to_container(self.experiment.base, resolve=True))
+            self._record.write_yaml("overrides.yaml", {"command_line": self.experiment.overrides,
+                                                        "arms": {a.name: a.overrides for a in self.experiment.arms}})
+            for arm in self.experiment.arms:
+                self._record.write_yaml(f"arms/{arm.name}/config.yaml", OmegaConf.to_container(arm.cfg, resolve=True))
+        return self._record
+
+    def open_arm(self, name: str) -> ArmRun:
+        """Start the arm's server and measure its workload; the server stays up until close_arm."""
+        arm = self.experiment.arm(name)
+        log_path = self.record.arm_dir(name) / "server.log"
+        server = make_server(name, arm.cfg, log_path)
+        self.servers[name] = server
+        self.arm_status[name] = {"status": "starting", "backend": arm.cfg.backend.kind, "choices": arm.choices}
+        try:
+            server.start()
+        except ServerError as exc:
+            self.fail_arm(name, "server_failed", str(exc))
+        self.arm_status[name].update(status="measuring", base_url=server.base_url)
+        client = ServerClient(server.base_url)
+        try:
+            model = client.served_model()
+            self.arm_status[name]["server_version"] = client.get_server_info().get("version")
+        except ClientError as exc:
+            self.fail_arm(name, "server_failed", f"arm '{name}': the server is healthy but its info routes fail: {exc}")
+        load = run_load(arm.cfg.workload, server.base_url, model, progress=self.progress)
+        self.record.add_requests(name, [r.to_json() for r in load.records])
+        server_accept = self.server_accept_length(client, arm)
+        result = summarize(name, load, server_accept)
+        self.results[name] = result
+        if not server.is_alive():
+            self.fail_arm(name, "server_died", server.failure(
+                f"arm '{name}': the server {server.exit_description()} during the load "
+                f"({result.requests_failed} requests failed)").args[0])
+        self.arm_status[name]["status"] = "measured"
+        self.save()
+        return ArmRun(arm=arm, server=server, client=client, result=result, model=model)
+
+    def server_accept_length(self, client: ServerClient, arm: Arm) -> float | None:
+        """The server-cumulative accept length: only a labelled fallback (it includes warm-up)."""
+        if not arm.cfg.drafter.algorithm:
+            return None
+        try:
+            return client.server_accept_length()
+        except ClientError:
+            return None
+
+    def fail_arm(self, name: str, status: str, message: str) -> None:
+        self.arm_status[name].update(status=status, error=message)
+        self.close_arm(name)
+        self.save()
+        raise ArmFailed(message)
+
+    def close_arm(self, name: str) -> None:
+        server = self.servers.pop(name, None)
+        if server is not None:
+            server.stop()
+            if self._record is not None:
+                self._record.scrub_file(f"arms/{name}/server.log")
+
+    def add_verdicts(self, verdicts: list[Verdict]) -> None:
+        self.verdicts += verdicts
+        if self._record is not None:
+            self.save()
+
+    # --- derived, cross-arm numbers --------------------------------------------------
+    def comparison(self, name: str) -> dict[str, float | None]:
+        plain = self.results.get(self.experiment.plain_arm or "")
+        result = self.results[name]
+        if plain is None or name == self.experiment.plain_arm:
+            return {}
+        speedup = (result.output_tok_s / plain.output_tok_s
+                   if result.output_tok_s is not None and plain.output_tok_s else None)
+        even = (break_even_accept_length(result.verify_cycle_ms, plain.decode_step_ms)
+                if result.verify_cycle_ms is not None and plain.decode_step_ms else None)
+        return {"speedup": speedup, "break_even_accept_length": even}
+
+    def results_json(self, finished: bool = False, interrupted: bool = False) -> dict[str, Any]:
+        arms = {}
+        for arm in self.experiment.arms:
+            block: dict[str, Any] = dict(self.arm_status.get(arm.name, {"status": "not_run"}))
+            if arm.name in self.results:
+                block.update(self.results[arm.name].to_json())
+                block.update({f"{k}_vs_{self.experiment.plain_arm}": v for k, v in self.comparison(arm.name).items()})
+            arms[arm.name] = block
+        return {
+            "experiment": self.experiment.name,
+            "description": self.experiment.description,
+            "harness_version": __version__,
+            "host": socket.gethostname(),
+            "command": self.command,
+            "started_utc": self.started_utc,
+            "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds") if finished else None,
+            "interrupted": interrupted,
+            "plain_arm": self.experiment.plain_arm,
+            "arms": arms,
+            "gates": [v.to_json() for v in self.verdicts],
+        }
+
+    def save(self, finished: bool = False, interrupted: bool = False) -> None:
+        self.record.write_json("results.json", self.results_json(finished, interrupted))
+
+    def summary(self) -> str:
+        return format_summary(self.experiment, self.results, self.arm_status, self.verdicts,
+                              {name: self.comparison(name) for name in self.results})
+
+    def finish(self, interrupted: bool = False) -> Path | None:
+        """Stop every server; write results.json and summary.md if anything was recorded."""
+        for name in list(self.servers):
+            self.close_arm(name)
+        if self._record is None:
+            return None
+        for status in self.arm_status.values():
+            if interrupted and status.get("status") in ("starting", "measuring"):
+                status["status"] = "interrupted"
+        self.save(finished=True, interrupted=interrupted)
+        self.record.write_text("summary.md", self.summary())
+        return self.record.path

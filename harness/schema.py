@@ -1,0 +1,151 @@
+"""Typed schema of the config tree (registered in Hydra's ConfigStore by config.py).
+
+Every group in conf/ is checked against one of these dataclasses at compose time, so a
+mistyped key or a value of the wrong type stops the run before anything starts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+
+@dataclass
+class BackendConfig:
+    kind: str = "process"  # process | attach (docker: not built yet)
+    url: Optional[str] = None  # attach: the server's base URL, e.g. http://127.0.0.1:30000
+    startup_timeout_s: float = 120.0  # health deadline; a server not healthy by then fails the arm
+    shutdown_timeout_s: float = 10.0  # SIGTERM grace before SIGKILL
+
+
+@dataclass
+class BuildConfig:
+    kind: str = "sim"  # sim | sglang_release (| sglang_patched: not built yet)
+    image: Optional[str] = None  # container image tag (docker backend)
+    python: Optional[str] = None  # interpreter for the process backend; null = the harness's own
+    module: str = "harness.sim"  # python -m <module> starts the server
+    version: Optional[str] = None  # the release this build stands for (recorded)
+
+
+@dataclass
+class SimModelConfig:
+    """Timing model of the simulator (see harness/sim/model.py)."""
+
+    decode_step_ms: float = 12.2
+    draft_step_ms: float = 3.0
+    verify_base_ms: float = 12.2
+    verify_per_token_ms: float = 3.9
+    accept_probs: List[float] = field(default_factory=lambda: [0.6, 0.667])
+    prefill_base_ms: float = 5.0
+    prefill_ms_per_token: float = 0.05
+    batch_scaling: float = 0.01
+    max_running_requests: int = 256
+    startup_s: float = 1.0
+    seed: int = 0
+    scrub_worker_env: bool = False
+
+
+@dataclass
+class ServerConfig:
+    name: str = "sim"
+    model_path: str = "sim/model"
+    served_model_name: Optional[str] = None
+    tp_size: int = 1
+    host: str = "127.0.0.1"
+    port: int = 0  # 0: pick a free loopback port per arm
+    requires_gpu: bool = False  # fail fast with one sentence when no NVIDIA driver is present
+    extra_args: List[str] = field(default_factory=list)  # passed to the launcher verbatim
+    env: Dict[str, str] = field(default_factory=dict)
+    sim: Optional[SimModelConfig] = None  # only for build=sim
+
+
+@dataclass
+class NcclConfig:
+    name: str = "default"
+    env: Dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class DrafterConfig:
+    name: str = "none"
+    algorithm: Optional[str] = None  # EAGLE3 | EAGLE | NEXTN | null (plain decoding)
+    model_path: Optional[str] = None
+    num_steps: Optional[int] = None
+    eagle_topk: Optional[int] = None
+    num_draft_tokens: Optional[int] = None
+
+
+@dataclass
+class WorkloadConfig:
+    name: str = "count_to_100"
+    api: str = "chat"  # chat | completions | generate
+    prompt: Optional[str] = None  # fixed prompt; null = random prompts of input_len tokens
+    input_len: Optional[int] = None  # random prompts: input length in tokens (approximate)
+    max_tokens: int = 500  # output length asked for
+    ignore_eos: bool = False  # true: every request generates exactly max_tokens
+    temperature: float = 0.0
+    concurrency: int = 1  # closed loop: this many requests in flight
+    request_rate: Optional[float] = None  # open loop: Poisson arrivals per second (null = closed loop)
+    num_prompts: Optional[int] = 10  # measured requests (after warm-up)
+    duration_s: Optional[float] = None  # or: send for this long instead of num_prompts
+    warmup_requests: int = 1  # sent first, excluded from every metric
+    timeout_s: float = 300.0  # per request
+    seed: int = 0
+
+
+@dataclass
+class TelemetryConfig:
+    source: str = "off"  # off (nvml | smi | sim: not built yet)
+    interval_s: float = 0.1
+    ramp_in_s: float = 2.0
+
+
+@dataclass
+class PercentileLimits:
+    """Upper limits in ms on a latency distribution; unset statistics are not gated."""
+
+    mean: Optional[float] = None
+    p50: Optional[float] = None
+    p90: Optional[float] = None
+    p99: Optional[float] = None
+
+
+@dataclass
+class SpeedupGate:
+    over: str = "baseline"  # the plain-decoding arm to compare with
+    ratio: float = 1.0  # this arm's output tok/s >= ratio x the other arm's
+
+
+@dataclass
+class GateConfig:
+    min_output_tok_s: Dict[str, float] = field(default_factory=dict)  # arm -> floor
+    max_ttft_ms: Dict[str, PercentileLimits] = field(default_factory=dict)  # arm -> {p50: ms, p99: ms}
+    max_itl_ms: Dict[str, PercentileLimits] = field(default_factory=dict)  # arm -> {p50: ms, ...}
+    min_accept_length: Dict[str, float] = field(default_factory=dict)  # arm -> floor
+    min_speedup: Dict[str, SpeedupGate] = field(default_factory=dict)  # arm -> {over, ratio}
+    accept_length_at_least_break_even: List[str] = field(default_factory=list)  # arms
+    max_failed_requests: int = 0  # per arm
+    min_clock_ratio_under_load: Optional[float] = None  # telemetry (not built yet)
+
+
+@dataclass
+class RecordConfig:
+    root: str = "runs"  # records go to <root>/<UTC timestamp>_<exp>/
+    keep_requests: bool = True  # write requests.jsonl
+
+
+@dataclass
+class SpecgateConfig:
+    backend: BackendConfig = field(default_factory=BackendConfig)
+    build: BuildConfig = field(default_factory=BuildConfig)
+    server: ServerConfig = field(default_factory=ServerConfig)
+    nccl: NcclConfig = field(default_factory=NcclConfig)
+    drafter: DrafterConfig = field(default_factory=DrafterConfig)
+    workload: WorkloadConfig = field(default_factory=WorkloadConfig)
+    telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
+    gate: GateConfig = field(default_factory=GateConfig)
+    record: RecordConfig = field(default_factory=RecordConfig)
+    name: str = "default"  # experiment name (set by exp/*.yaml)
+    description: str = ""  # one line, shown by `specgate list`
+    plain_arm: Optional[str] = None  # the plain-decoding arm for speedup / break-even
+    arms: Dict[str, List[str]] = field(default_factory=dict)  # arm -> overrides; empty = one arm "default"

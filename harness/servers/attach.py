@@ -1,0 +1,37 @@
+"""Attach backend: a server someone already started at `backend.url`. Nothing is
+launched or stopped; its log is not ours to read."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from harness.client import ClientError, ServerClient
+from harness.servers.base import Server
+
+
+class AttachedServer(Server):
+    def __init__(self, name: str, cfg: DictConfig, log_path: Path):
+        super().__init__(name, log_path)
+        self.base_url = cfg.backend.url.rstrip("/")
+        self.timeout_s = cfg.backend.startup_timeout_s
+        self.healthy = False
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.log_path.write_text(f"attached to {self.base_url}; its log is kept by whoever started it\n")
+        try:
+            ServerClient(self.base_url).wait_healthy(self.timeout_s)
+        except ClientError as exc:
+            raise self.failure(f"arm '{self.name}': no healthy server at {self.base_url} within {self.timeout_s:g} s ({exc})") from None
+        self.healthy = True
+
+    def stop(self) -> None:
+        self.healthy = False
+
+    def is_alive(self) -> bool:
+        try:
+            return ServerClient(self.base_url, timeout_s=2).health()
+        except ClientError:
+            return False

@@ -1,0 +1,61 @@
+"""The one Server interface every backend implements: a context-managed running server.
+
+A suite never knows which backend started the server: it gets `base_url`, can ask
+whether the server is alive, and reads its log. Backends raise `ServerError` with one
+sentence (and the log's last lines) when a server fails to start or dies.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections import deque
+from pathlib import Path
+
+LOG_TAIL_LINES = 50
+
+
+class ServerError(Exception):
+    """A server could not be started, never became healthy, or died (one sentence + log tail)."""
+
+
+class Server(ABC):
+    def __init__(self, name: str, log_path: Path):
+        self.name = name  # the arm this server belongs to
+        self.log_path = Path(log_path)
+        self.base_url: str = ""
+
+    @abstractmethod
+    def start(self) -> None:
+        """Start (or reach) the server and wait until it is healthy; raise ServerError."""
+
+    @abstractmethod
+    def stop(self) -> None:
+        """Stop everything this server started. Safe to call twice, and after a failed start."""
+
+    @abstractmethod
+    def is_alive(self) -> bool:
+        """False once the server's process has exited."""
+
+    def exit_description(self) -> str:
+        """How the server ended, in words (backends that own a process say more)."""
+        return "the server stopped answering"
+
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        if not self.log_path.is_file():
+            return "(no server log)"
+        with self.log_path.open(errors="replace") as handle:
+            return "".join(deque(handle, maxlen=lines)).rstrip() or "(server log is empty)"
+
+    def failure(self, sentence: str) -> ServerError:
+        return ServerError(f"{sentence}\n--- last {LOG_TAIL_LINES} lines of {self.log_path} ---\n{self.log_tail()}")
+
+    def __enter__(self) -> "Server":
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()

@@ -1,0 +1,116 @@
+"""Process backend: the server runs as a local child process (the simulator, or an SGLang
+installed on this host), in its own process group so that it and all its workers are
+stopped together, and so that the terminal's Ctrl-C reaches only the harness, which then
+stops the server itself."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from harness.client import ClientError, ServerClient
+from harness.servers.base import Server
+from harness.servers.sglang import launch_args
+
+PR_SET_PDEATHSIG = 1
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def die_with_parent() -> None:
+    """Runs in the child before exec: the kernel sends SIGTERM if the harness dies (even
+    by SIGKILL), so no server outlives the pytest run."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except OSError:
+        pass
+
+
+class ProcessServer(Server):
+    def __init__(self, name: str, cfg: DictConfig, log_path: Path):
+        super().__init__(name, log_path)
+        self.cfg = cfg
+        self.port = cfg.server.port or free_port(cfg.server.host)
+        self.base_url = f"http://{cfg.server.host}:{self.port}"
+        self.proc: subprocess.Popen | None = None
+
+    def command(self) -> list[str]:
+        python = self.cfg.build.python or sys.executable
+        return [python, "-m", self.cfg.build.module, *launch_args(self.cfg, self.port)]
+
+    def environment(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update({k: str(v) for k, v in self.cfg.nccl.env.items()})
+        env.update({k: str(v) for k, v in self.cfg.server.env.items()})
+        env["PYTHONUNBUFFERED"] = "1"  # the log shows what the server printed up to a crash
+        return env
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("ab") as log:
+            try:
+                self.proc = subprocess.Popen(
+                    self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    env=self.environment(), start_new_session=True, preexec_fn=die_with_parent,
+                )
+            except OSError as exc:
+                raise self.failure(f"arm '{self.name}': cannot start the server ({exc})") from None
+        deadline = self.cfg.backend.startup_timeout_s
+        try:
+            ServerClient(self.base_url).wait_healthy(deadline, is_alive=self.is_alive)
+        except ClientError as exc:
+            if not self.is_alive():
+                raise self.failure(f"arm '{self.name}': the server {self.exit_description()} before it became healthy") from None
+            raise self.failure(f"arm '{self.name}': the server at {self.base_url} did not become healthy within {deadline:g} s ({exc})") from None
+
+    def is_alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def exit_description(self) -> str:
+        if self.proc is None or self.proc.poll() is None:
+            return "is still running"
+        code = self.proc.returncode
+        if code < 0:
+            return f"was killed by signal {signal.Signals(-code).name}"
+        return f"exited with code {code}"
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.signal_group(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=self.cfg.backend.shutdown_timeout_s)
+            except subprocess.TimeoutExpired:
+                self.signal_group(signal.SIGKILL)
+                self.proc.wait(timeout=10)
+        # Workers the server left behind in its group go too (e.g. it crashed).
+        self.signal_group(signal.SIGKILL)
+        self.wait_group_gone(timeout_s=5)
+
+    def signal_group(self, sig: int) -> None:
+        try:
+            os.killpg(self.proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def wait_group_gone(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(self.proc.pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.05)

@@ -1,0 +1,125 @@
+"""Command line of the simulator: SGLang's launch flags plus ``--sim-*`` timing flags.
+
+Unknown flags (``--mem-fraction-static 0.9 --trust-remote-code``) are accepted and
+ignored so that a launch line written for real SGLang also starts the simulator.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from typing import Sequence
+
+logger = logging.getLogger("harness.sim")
+
+
+def _bool_flag(parser: argparse.ArgumentParser, name: str, help_: str) -> None:
+    parser.add_argument(name, action="store_true", default=False, help=help_)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m harness.sim",
+        description="SGLang-compatible HTTP simulator with a timing model.",
+        allow_abbrev=False,
+    )
+    # --- SGLang's own flags (same names and defaults) -------------------------
+    p.add_argument("--model-path", "--model", dest="model_path", required=True)
+    p.add_argument("--served-model-name", default=None)
+    p.add_argument("--tokenizer-path", default=None)
+    p.add_argument("--tp-size", "--tp", "--tensor-parallel-size", dest="tp_size", type=int, default=1)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=30000)
+    p.add_argument("--context-length", type=int, default=None)
+    p.add_argument("--max-running-requests", type=int, default=None)
+    p.add_argument("--speculative-algorithm", default=None)
+    p.add_argument("--speculative-draft-model-path", "--speculative-draft-model", dest="speculative_draft_model_path", default=None)
+    p.add_argument("--speculative-num-steps", type=int, default=None)
+    p.add_argument("--speculative-eagle-topk", type=int, default=None)
+    p.add_argument("--speculative-num-draft-tokens", type=int, default=None)
+    p.add_argument("--random-seed", type=int, default=None)
+    p.add_argument("--log-level", default="info")
+    _bool_flag(p, "--enable-metrics", "accepted for compatibility; /metrics is always on")
+    # --- simulator timing model -----------------------------------------------
+    p.add_argument("--sim-decode-step-ms", type=float, default=12.2)
+    p.add_argument("--sim-draft-step-ms", type=float, default=3.0)
+    p.add_argument("--sim-verify-base-ms", type=float, default=12.2)
+    p.add_argument("--sim-verify-per-token-ms", type=float, default=3.9)
+    p.add_argument("--sim-accept-probs", default="0.6,0.667")
+    p.add_argument("--sim-prefill-base-ms", type=float, default=5.0)
+    p.add_argument("--sim-prefill-ms-per-token", type=float, default=0.05)
+    p.add_argument("--sim-batch-scaling", type=float, default=0.01)
+    p.add_argument("--sim-max-running-requests", type=int, default=256)
+    p.add_argument("--sim-startup-s", type=float, default=1.0)
+    p.add_argument("--sim-seed", type=int, default=0)
+    _bool_flag(p, "--sim-scrub-worker-env", "start worker processes with a minimal environment")
+    return p
+
+
+def _describe_unknown(extra: Sequence[str]) -> list[str]:
+    """Group leftover argv into ``--flag [value]`` items for the log."""
+    items: list[str] = []
+    i = 0
+    while i < len(extra):
+        tok = extra[i]
+        if tok.startswith("-") and "=" not in tok and i + 1 < len(extra) and not extra[i + 1].startswith("--"):
+            items.append(f"{tok} {extra[i + 1]}")
+            i += 2
+        else:
+            items.append(tok)
+            i += 1
+    return items
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = build_parser()
+    ns, extra = parser.parse_known_args(argv)
+    ns.ignored_flags = _describe_unknown(extra)
+    if ns.served_model_name is None:
+        ns.served_model_name = ns.model_path
+    if ns.speculative_algorithm is not None and str(ns.speculative_algorithm).lower() in ("none", ""):
+        ns.speculative_algorithm = None
+    if ns.max_running_requests is not None:
+        # SGLang's own flag wins over the simulator default when given.
+        ns.sim_max_running_requests = ns.max_running_requests
+    if ns.context_length is None:
+        ns.context_length = 32768
+    if ns.speculative_algorithm is not None:
+        # SGLang fills unset EAGLE knobs with defaults; mirror the common chain setup.
+        if ns.speculative_num_steps is None:
+            ns.speculative_num_steps = (
+                ns.speculative_num_draft_tokens - 1 if ns.speculative_num_draft_tokens else 2
+            )
+        if ns.speculative_eagle_topk is None:
+            ns.speculative_eagle_topk = 1
+        if ns.speculative_num_draft_tokens is None:
+            ns.speculative_num_draft_tokens = ns.speculative_num_steps + 1
+    return ns
+
+
+def server_args_dict(ns: argparse.Namespace) -> dict:
+    """The ``server_args`` part of ``/get_server_info`` (SGLang field names)."""
+    d = {
+        "model_path": ns.model_path,
+        "tokenizer_path": ns.tokenizer_path or ns.model_path,
+        "served_model_name": ns.served_model_name,
+        "host": ns.host,
+        "port": ns.port,
+        "tp_size": ns.tp_size,
+        "dp_size": 1,
+        "pp_size": 1,
+        "context_length": ns.context_length,
+        "max_running_requests": ns.sim_max_running_requests,
+        "random_seed": ns.random_seed,
+        "speculative_algorithm": ns.speculative_algorithm,
+        "speculative_draft_model_path": ns.speculative_draft_model_path,
+        "speculative_num_steps": ns.speculative_num_steps,
+        "speculative_eagle_topk": ns.speculative_eagle_topk,
+        "speculative_num_draft_tokens": ns.speculative_num_draft_tokens,
+        "enable_metrics": True,
+        "log_level": ns.log_level,
+    }
+    for key, value in vars(ns).items():
+        if key.startswith("sim_"):
+            d[key] = value
+    return d

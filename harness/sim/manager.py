@@ -1,0 +1,242 @@
+"""The main process's side of the engine (SGLang's TokenizerManager role).
+
+It launches the scheduler, detokenizer and TP worker processes, sends requests to
+the scheduler, and dispatches each step's batched output message to per-request
+states from a reader thread via ``loop.call_soon_threadsafe`` (one hop per step,
+not per token).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import logging
+import multiprocessing as mp
+import os
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator
+
+from harness.sim.detokenizer import detokenizer_main
+from harness.sim.metrics import SimMetrics
+from harness.sim.model import SimModel
+from harness.sim.procs import scrubbed_environ, spawn, stop_all
+from harness.sim.scheduler import scheduler_main, tp_worker_main
+from harness.sim.tokens import OutputPlan
+
+logger = logging.getLogger("harness.sim")
+
+
+@dataclass
+class ReqState:
+    rid: str
+    key: int
+    prompt_tokens: int
+    stream: bool
+    log_metrics: bool
+    t_start: float = field(default_factory=time.perf_counter)
+    event: asyncio.Event = field(default_factory=asyncio.Event)
+    pending: list = field(default_factory=list)  # [(text, ids, finish)]
+    completion_tokens: int = 0
+    finish: dict | None = None
+    spec: tuple | None = None
+    e2e_latency: float | None = None
+    first_token_at: float | None = None
+    last_token_at: float | None = None
+
+
+@dataclass
+class Update:
+    """What one await of ``ReqState`` yields: all text since the previous await."""
+
+    text: str
+    ids: list[int]
+    finish: dict | None
+
+
+class EngineClient:
+    def __init__(self, ns: argparse.Namespace, model: SimModel, metrics: SimMetrics):
+        self.ns = ns
+        self.model = model
+        self.metrics = metrics
+        self.procs: list[mp.process.BaseProcess] = []
+        self.states: dict[int, ReqState] = {}
+        self._keys = itertools.count(1)
+        self.ready = False
+        self.scheduler_pid: int | None = None
+        self.num_running = 0
+        self.num_queue = 0
+        self.verify_ct_total = 0
+        self.verify_tokens_total = 0
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._send_lock = threading.Lock()
+        self._last_tp_check = (time.time(), 0)
+        self.last_gen_throughput = 0.0
+
+    # ------------------------------------------------------------- processes
+    def start_processes(self) -> None:
+        """Spawn the children.  Called before any thread starts (see scrubbed_environ)."""
+        ctx = mp.get_context("spawn")
+        me = os.getpid()
+        self.req_send_conn_r, self.req_send = ctx.Pipe(duplex=False)  # main -> scheduler
+        detok_in_r, detok_in_w = ctx.Pipe(duplex=False)  # scheduler -> detokenizer
+        self.out_recv, out_w = ctx.Pipe(duplex=False)  # detokenizer -> main
+        tp_pairs = [ctx.Pipe(duplex=False) for _ in range(max(0, self.ns.tp_size - 1))]
+        with scrubbed_environ(self.ns.sim_scrub_worker_env):
+            self.procs.append(spawn(detokenizer_main, "sglang-detokenizer", (detok_in_r, out_w, me)))
+            for rank, (r, _w) in enumerate(tp_pairs, start=1):
+                self.procs.append(spawn(tp_worker_main, f"sglang-tp{rank}", (rank, r, me)))
+            self.procs.append(
+                spawn(
+                    scheduler_main,
+                    "sglang-scheduler",
+                    (self.model, self.req_send_conn_r, detok_in_w, [w for _r, w in tp_pairs], me),
+                )
+            )
+        # The parent's copies of the children's pipe ends are not needed any more.
+        for c in (self.req_send_conn_r, detok_in_r, detok_in_w, out_w, *[c for pair in tp_pairs for c in pair]):
+            c.close()
+
+    def child_pids(self) -> list[int]:
+        return [p.pid for p in self.procs if p.pid is not None]
+
+    def start_reader(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        threading.Thread(target=self._reader, name="detok-reader", daemon=True).start()
+
+    def _reader(self) -> None:
+        assert self.loop is not None
+        while True:
+            try:
+                msg = self.out_recv.recv()
+            except (EOFError, OSError):
+                logger.warning("detokenizer pipe closed")
+                return
+            try:
+                self.loop.call_soon_threadsafe(self._dispatch, msg)
+            except RuntimeError:  # loop closed during shutdown
+                return
+
+    def shutdown(self) -> None:
+        try:
+            self._send(("shutdown",))
+        except Exception:
+            pass
+        stop_all(self.procs, timeout=1.0)
+
+    # ------------------------------------------------------------- dispatch
+    def _dispatch(self, msg: tuple) -> None:
+        kind = msg[0]
+        if kind == "ready":
+            self.ready = True
+            self.scheduler_pid = msg[1]
+            return
+        _, t_end, self.num_running, self.num_queue, vct, vtok, items = msg
+        now = time.perf_counter()
+        m = self.metrics
+        new_tokens = 0
+        for key, text, ids, finish, spec in items:
+            new_tokens += len(ids)
+            st = self.states.get(key)
+            if st is None:
+                continue
+            n = len(ids)
+            if st.first_token_at is None:
+                st.first_token_at = now
+                if st.log_metrics:
+                    m.observe_first_token(now - st.t_start, st.stream)
+            elif st.log_metrics and n:
+                m.itl.observe((now - st.last_token_at) / n)
+            st.last_token_at = now
+            st.completion_tokens += n
+            if finish is not None:
+                st.finish = finish
+                st.spec = spec
+                st.e2e_latency = now - st.t_start
+                self.states.pop(key, None)
+                if st.log_metrics:
+                    m.observe_finished(st.prompt_tokens, st.completion_tokens, st.e2e_latency, spec[0] if spec else 0, st.stream)
+            st.pending.append(Update(text, ids, finish))
+            st.event.set()
+        # Scheduler-side gauges, updated once per step like SGLang's log_decode_stats.
+        m.num_running_reqs.set(self.num_running)
+        m.num_queue_reqs.set(self.num_queue)
+        if vct > self.verify_ct_total:
+            m.spec_accept_length.set((vtok - self.verify_tokens_total) / (vct - self.verify_ct_total))
+            if self.model.num_draft_tokens > 1:
+                m.spec_accept_rate.set(
+                    (vtok - self.verify_tokens_total - (vct - self.verify_ct_total))
+                    / ((vct - self.verify_ct_total) * (self.model.num_draft_tokens - 1))
+                )
+        self.verify_ct_total, self.verify_tokens_total = vct, vtok
+        t0, tok0 = self._last_tp_check
+        tok = tok0 + new_tokens
+        if t_end - t0 >= 1.0:
+            self.last_gen_throughput = tok / (t_end - t0)
+            m.gen_throughput.set(self.last_gen_throughput)
+            self._last_tp_check = (t_end, 0)
+        else:
+            self._last_tp_check = (t0, tok)
+
+    def avg_spec_accept_length(self) -> float | None:
+        if not self.model.speculative or self.verify_ct_total <= 0:
+            return None
+        return self.verify_tokens_total / self.verify_ct_total
+
+    # ------------------------------------------------------------- requests
+    def _send(self, msg: tuple) -> None:
+        with self._send_lock:
+            self.req_send.send(msg)
+
+    async def generate(
+        self,
+        prompt_tokens: int,
+        max_new_tokens: int,
+        plan: OutputPlan,
+        stream: bool,
+        rid: str | None = None,
+        log_metrics: bool = True,
+    ) -> AsyncIterator[tuple[ReqState, list[Update]]]:
+        """Submit one request; yield ``(state, updates)`` whenever output arrives."""
+        key = next(self._keys)
+        st = ReqState(rid or uuid.uuid4().hex, key, prompt_tokens, stream, log_metrics)
+        self.states[key] = st
+        self._send(("add", key, prompt_tokens, max_new_tokens, plan.natural_length(), tuple(plan)))
+        try:
+            while True:
+                await st.event.wait()
+                st.event.clear()
+                updates, st.pending = st.pending, []
+                yield st, updates
+                if updates and updates[-1].finish is not None:
+                    return
+        finally:
+            if st.finish is None:
+                # Client went away (or the handler failed): free the slot like SGLang's abort.
+                self.states.pop(key, None)
+                try:
+                    self._send(("abort", key))
+                except OSError:  # scheduler already gone (shutdown)
+                    pass
+
+    def spec_meta(self, st: ReqState) -> dict[str, Any]:
+        """SGLang's ``_calculate_spec_decoding_metrics`` for a finished request."""
+        if not self.model.speculative or st.spec is None:
+            return {}
+        verify_ct, correct, hist = st.spec
+        if verify_ct <= 0:
+            return {}
+        proposed = verify_ct * (self.model.num_draft_tokens - 1)
+        if proposed <= 0:
+            return {}
+        return {
+            "spec_accept_rate": correct / proposed,
+            "spec_accept_length": st.completion_tokens / verify_ct,
+            "spec_num_correct_drafts": correct,
+            "spec_num_proposed_drafts": proposed,
+            "spec_verify_ct": verify_ct,
+            "spec_correct_drafts_histogram": list(hist),
+        }

@@ -1,0 +1,143 @@
+"""The simulator's timing model: pure arithmetic, no I/O.
+
+Everything a benchmark needs to know the *true* speed of a simulated server lives
+here, so a test can compute the expected ITL / throughput / accept length from the
+same flags the server was launched with, without starting it.
+
+Speculative decoding is modelled as EAGLE with a top-k 1 draft chain:
+one cycle = ``num_steps`` draft-model steps + one verify forward over
+``num_draft_tokens`` tokens.  Draft position ``i`` is accepted with probability
+``accept_probs[i]`` given that every earlier position was accepted; a cycle emits
+``1 + accepted`` tokens (the verify forward always yields a bonus token).
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+
+# Algorithms that SGLang runs as draft-then-verify speculative decoding.
+SPECULATIVE_ALGORITHMS = frozenset({"EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "MTP"})
+
+
+def parse_accept_probs(text: str | list[float] | tuple[float, ...]) -> list[float]:
+    """Parse ``"0.6,0.667"`` into floats in [0, 1]."""
+    if isinstance(text, (list, tuple)):
+        values = [float(v) for v in text]
+    else:
+        values = [float(v) for v in str(text).split(",") if v.strip()]
+    if not values:
+        raise ValueError("--sim-accept-probs needs at least one value")
+    for v in values:
+        if not 0.0 <= v <= 1.0:
+            raise ValueError(f"accept probability {v} is outside [0, 1]")
+    return values
+
+
+def fit_accept_probs(probs: list[float], num_steps: int) -> list[float]:
+    """Pad with the last value / truncate so there is one probability per draft step."""
+    if num_steps <= 0:
+        return []
+    if len(probs) >= num_steps:
+        return list(probs[:num_steps])
+    return list(probs) + [probs[-1]] * (num_steps - len(probs))
+
+
+@dataclass
+class SimModel:
+    """Timing + acceptance model of one simulated server (all times in ms)."""
+
+    # Named ``decode_ms`` (not ``decode_step_ms``) because ``decode_step_ms(batch)``
+    # is the method that applies batch scaling to it.
+    decode_ms: float = 12.2
+    draft_step_ms: float = 3.0
+    verify_base_ms: float = 12.2
+    verify_per_token_ms: float = 3.9
+    accept_probs: list[float] = field(default_factory=lambda: [0.6, 0.667])
+    prefill_base_ms: float = 5.0
+    prefill_ms_per_token: float = 0.05
+    batch_scaling: float = 0.01
+    max_running_requests: int = 256
+    startup_s: float = 1.0
+    seed: int = 0
+    speculative: bool = False
+    num_steps: int = 2
+    num_draft_tokens: int = 3
+
+    def __post_init__(self) -> None:
+        # Keep exactly one conditional probability per draft step.
+        self.accept_probs = fit_accept_probs(parse_accept_probs(self.accept_probs), self.num_steps)
+
+    # ----------------------------------------------------------------- building
+    @classmethod
+    def from_args(cls, ns: argparse.Namespace) -> "SimModel":
+        """Build from the parsed command line (see ``harness.sim.cli``)."""
+        algo = getattr(ns, "speculative_algorithm", None)
+        speculative = bool(algo) and str(algo).upper() in SPECULATIVE_ALGORITHMS
+        num_steps = getattr(ns, "speculative_num_steps", None)
+        num_draft = getattr(ns, "speculative_num_draft_tokens", None)
+        if num_steps is None:
+            num_steps = 2 if num_draft is None else max(1, int(num_draft) - 1)
+        if num_draft is None:
+            num_draft = int(num_steps) + 1
+        return cls(
+            decode_ms=ns.sim_decode_step_ms,
+            draft_step_ms=ns.sim_draft_step_ms,
+            verify_base_ms=ns.sim_verify_base_ms,
+            verify_per_token_ms=ns.sim_verify_per_token_ms,
+            accept_probs=parse_accept_probs(ns.sim_accept_probs),
+            prefill_base_ms=ns.sim_prefill_base_ms,
+            prefill_ms_per_token=ns.sim_prefill_ms_per_token,
+            batch_scaling=ns.sim_batch_scaling,
+            max_running_requests=ns.sim_max_running_requests,
+            startup_s=ns.sim_startup_s,
+            seed=ns.sim_seed,
+            speculative=speculative,
+            num_steps=int(num_steps),
+            num_draft_tokens=int(num_draft),
+        )
+
+    # ------------------------------------------------------------------ timing
+    def batch_factor(self, batch: int = 1) -> float:
+        """Slow-down of one step that runs ``batch`` requests together."""
+        return 1.0 + self.batch_scaling * (max(1, batch) - 1)
+
+    def decode_step_ms(self, batch: int = 1) -> float:
+        """One plain (non-speculative) decode step."""
+        return self.decode_ms * self.batch_factor(batch)
+
+    def verify_cycle_ms(self, batch: int = 1) -> float:
+        """One speculative cycle: all draft steps plus the verify forward."""
+        one = (
+            self.num_steps * self.draft_step_ms
+            + self.verify_base_ms
+            + self.verify_per_token_ms * self.num_draft_tokens
+        )
+        return one * self.batch_factor(batch)
+
+    def step_ms(self, batch: int = 1) -> float:
+        """One decode-phase step of the scheduler (a plain step or a spec cycle)."""
+        return self.verify_cycle_ms(batch) if self.speculative else self.decode_step_ms(batch)
+
+    def prefill_ms(self, n_tokens: int, batch: int = 1) -> float:
+        """A prefill step over ``n_tokens`` input tokens of ``batch`` requests."""
+        return (self.prefill_base_ms + self.prefill_ms_per_token * n_tokens) * self.batch_factor(batch)
+
+    # -------------------------------------------------------------- acceptance
+    def expected_accept_length(self) -> float:
+        """Expected tokens per cycle: 1 + sum_i prod_{j<=i} p_j (1.0 without speculation)."""
+        if not self.speculative:
+            return 1.0
+        total, run = 1.0, 1.0
+        for p in self.accept_probs:
+            run *= p
+            total += run
+        return total
+
+    def expected_tokens_per_s(self, batch: int = 1) -> float:
+        """Steady-state decode throughput of a full batch of ``batch`` requests (all requests)."""
+        return batch * self.expected_accept_length() * 1000.0 / self.step_ms(batch)
+
+    def expected_itl_ms(self, batch: int = 1) -> float:
+        """Time between streamed chunks of one request in steady state (one chunk per step)."""
+        return self.step_ms(batch)

@@ -1,0 +1,117 @@
+"""Deterministic stand-in for a tokenizer and a model's output (no downloads).
+
+Tokenizer ("word-piece"): text is split by the regex ``\\s*\\w+|\\s*[^\\w\\s]|\\s+`` --
+each word together with its leading whitespace is one token, each punctuation
+character (with its leading whitespace) is one token, and trailing whitespace is one
+token.  ``"Count from 1 to 3."`` -> ``["Count", " from", " 1", " to", " 3", "."]``
+= 6 tokens.  An empty prompt still counts as 1 token (a BOS).
+
+Chat template: every message costs its content's pieces plus
+``CHAT_TOKENS_PER_MESSAGE`` (role header / end-of-turn markers, like
+``<|im_start|>user\\n ... <|im_end|>\\n``), and the generation prompt
+(``<|im_start|>assistant\\n``) costs ``CHAT_GENERATION_PROMPT_TOKENS`` more.
+
+Output ("the model"): if the prompt contains "count from 1 to N" (any case), the
+output is the count ``"1, 2, 3, ..., N"`` as pieces ``"1" "," " 2" "," ... " N"``
+(2N-1 tokens) followed by one EOS token (empty text, id ``EOS_TOKEN_ID``), so it
+finishes with ``stop`` after 2N tokens unless ``max_new_tokens`` cuts it first
+(``length``).  Any other prompt yields an endless deterministic stream of words
+(a fixed word list walked with a prompt-dependent start), so it always finishes
+with ``length``.  ``ignore_eos`` drops the EOS: the count is followed by words,
+and the output runs to exactly ``max_new_tokens``.
+
+Token ids: ``,`` = 11, the number k = 1000 + k, word w of ``WORDS`` = 100 + w,
+EOS = ``EOS_TOKEN_ID``.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from typing import NamedTuple
+
+CHAT_TOKENS_PER_MESSAGE = 4
+CHAT_GENERATION_PROMPT_TOKENS = 3
+EOS_TOKEN_ID = 2
+COMMA_TOKEN_ID = 11
+NUMBER_TOKEN_BASE = 1000
+WORD_TOKEN_BASE = 100
+MAX_COUNT = 1_000_000
+
+_PIECE_RE = re.compile(r"\s*\w+|\s*[^\w\s]|\s+")
+_COUNT_RE = re.compile(r"count\s+from\s+1\s+to\s+(\d+)", re.IGNORECASE)
+
+WORDS: tuple[str, ...] = tuple(
+    """the quick brown fox jumps over a lazy dog while seven tired engineers
+    measure every token that flows through speculative decoder under load and
+    record how many drafts were accepted before verifier said no so tomorrow
+    morning someone can compare numbers against yesterday with calm confidence
+    because reproducible benchmarks make careful people happy again at night when quiet servers finally sleep deep inside racks""".split()
+)  # 64 words: stepping by 7 (coprime) visits all of them
+
+
+def split_pieces(text: str) -> list[str]:
+    """Split text into word-piece tokens (see module docstring)."""
+    return _PIECE_RE.findall(text)
+
+
+def count_tokens(text: str) -> int:
+    """Prompt token count of plain text (at least 1, like a BOS)."""
+    return max(1, len(_PIECE_RE.findall(text)))
+
+
+def chat_prompt_tokens(contents: list[str]) -> int:
+    """Prompt token count of a chat after applying the simulated chat template."""
+    total = CHAT_GENERATION_PROMPT_TOKENS
+    for content in contents:
+        total += len(_PIECE_RE.findall(content)) + CHAT_TOKENS_PER_MESSAGE
+    return total
+
+
+class OutputPlan(NamedTuple):
+    """Everything needed to render output token ``i`` of a request, cheaply picklable."""
+
+    count_n: int  # 0: no count, words only
+    word_start: int
+    ignore_eos: bool
+
+    def natural_length(self) -> int:
+        """Tokens until (and including) the EOS; -1 if the output never ends by itself."""
+        if self.count_n and not self.ignore_eos:
+            return 2 * self.count_n
+        return -1
+
+
+def plan_output(prompt_text: str, ignore_eos: bool = False) -> OutputPlan:
+    """Decide what the simulated model answers to this prompt."""
+    m = _COUNT_RE.search(prompt_text)
+    count_n = min(int(m.group(1)), MAX_COUNT) if m else 0
+    word_start = zlib.crc32(prompt_text.encode("utf-8", "replace")) % len(WORDS)
+    return OutputPlan(count_n, word_start, ignore_eos)
+
+
+def _piece(plan: OutputPlan, i: int) -> tuple[str, int]:
+    """Text and id of output token ``i``."""
+    count_len = 2 * plan.count_n - 1 if plan.count_n else 0
+    if i < count_len:
+        if i & 1:
+            return ",", COMMA_TOKEN_ID
+        k = (i >> 1) + 1
+        return (str(k) if k == 1 else f" {k}"), NUMBER_TOKEN_BASE + k
+    if plan.count_n and not plan.ignore_eos:
+        return "", EOS_TOKEN_ID
+    j = i - count_len
+    w = (plan.word_start + 7 * j) % len(WORDS)
+    word = WORDS[w]
+    return (word if i == 0 else " " + word), WORD_TOKEN_BASE + w
+
+
+def render(plan: OutputPlan, start: int, n: int) -> tuple[str, list[int]]:
+    """Text and token ids of output tokens ``start .. start+n-1``."""
+    texts: list[str] = []
+    ids: list[int] = []
+    for i in range(start, start + n):
+        t, tid = _piece(plan, i)
+        texts.append(t)
+        ids.append(tid)
+    return "".join(texts), ids

@@ -1,0 +1,70 @@
+"""The human summary of a run: one arm x metric table and every gate's verdict in words.
+The same text is printed at the end of the pytest run and saved as summary.md."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.metrics import ArmResult
+
+COLUMNS = [
+    ("tok/s", lambda r, c: r.output_tok_s, "{:.1f}"),
+    ("req/s", lambda r, c: r.request_per_s, "{:.2f}"),
+    ("TTFT p50", lambda r, c: r.ttft_ms.p50, "{:.1f}"),
+    ("TTFT p99", lambda r, c: r.ttft_ms.p99, "{:.1f}"),
+    ("ITL p50", lambda r, c: r.itl_ms.p50, "{:.2f}"),
+    ("ITL p99", lambda r, c: r.itl_ms.p99, "{:.2f}"),
+    ("TPOT p50", lambda r, c: r.tpot_ms.p50, "{:.2f}"),
+    ("E2E p50", lambda r, c: r.e2e_ms.p50, "{:.0f}"),
+    ("accept len", lambda r, c: r.accept_length, "{:.2f}"),
+    ("cycle ms", lambda r, c: r.verify_cycle_ms, "{:.1f}"),
+    ("speedup", lambda r, c: c.get("speedup"), "{:.2f}x"),
+    ("break-even", lambda r, c: c.get("break_even_accept_length"), "{:.2f}"),
+    ("ok/failed", lambda r, c: f"{r.requests_ok}/{r.requests_failed}", "{}"),
+]
+
+
+def cell(value: Any, pattern: str) -> str:
+    return "-" if value is None else pattern.format(value)
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+    line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"
+    return [line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *(line(r) for r in rows)]
+
+
+def format_summary(experiment, results: dict[str, ArmResult], arm_status: dict[str, dict],
+                   verdicts: list, comparisons: dict[str, dict]) -> str:
+    lines = [f"# specgate: {experiment.name}", "", experiment.description, ""]
+    header = ["arm", *(name for name, _, _ in COLUMNS)]
+    rows = []
+    for arm in experiment.arm_names:
+        if arm in results:
+            r, c = results[arm], comparisons.get(arm, {})
+            rows.append([arm, *(cell(get(r, c), pattern) for _, get, pattern in COLUMNS)])
+        else:
+            status = arm_status.get(arm, {}).get("status", "not run")
+            rows.append([arm, status, *("-" for _ in COLUMNS[1:])])
+    lines += ["Latencies in ms; accept length is run-scoped and token-weighted "
+              "(Σ completion tokens ÷ Σ verify cycles over measured requests).", ""]
+    lines += markdown_table(header, rows)
+    for arm in experiment.arm_names:
+        r = results.get(arm)
+        if r is not None and r.accept_length_source == "server_cumulative":
+            lines.append(f"\n{arm}: accept length is the server-cumulative fallback (includes warm-up and other traffic).")
+        for message, count in (r.errors.items() if r is not None else []):
+            lines.append(f"\n{arm}: {count} request(s) failed: {message}")
+        error = arm_status.get(arm, {}).get("error")
+        if error:
+            lines.append(f"\n{arm}: {error.splitlines()[0]}")
+    lines += ["", "## Gates", ""]
+    if not verdicts:
+        lines.append("No gate was evaluated.")
+    for v in verdicts:
+        lines.append(f"- {v.status.upper():7} {v.name} [{v.arm}]: {v.detail}")
+    failed = sum(v.passed is False for v in verdicts)
+    passed = sum(v.passed is True for v in verdicts)
+    skipped = sum(v.passed is None for v in verdicts)
+    lines += ["", f"{passed} gate(s) passed, {failed} failed, {skipped} skipped."]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,615 @@
+"""harness.client against a fake SGLang over real loopback HTTP (no mocks of aiohttp).
+
+The fake server (FakeSGLang) reproduces the SSE shapes of SGLang 0.5.x:
+chat:        role chunk, content chunks (+ cumulative usage when continuous_usage_stats),
+             finish chunk, sglext chunk (spec_tokens_details), usage chunk, [DONE]
+completions: text chunks (+ usage), sglext chunk, usage chunk, [DONE]
+generate:    {"text": cumulative, "meta_info": {completion_tokens (cumulative), spec_*,
+             finish_reason: {"type": ...}}} chunks, [DONE]
+The prompt picks a misbehaviour: "http400", "malformed", "garbage", "drop", "slow",
+"errchunk", "nousage", "abort".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+
+import pytest
+from aiohttp import web
+
+from harness import client
+from harness.client import (
+    ClientError,
+    ServerBadResponse,
+    ServerClient,
+    ServerHTTPError,
+    ServerUnhealthy,
+    ServerUnreachable,
+)
+from harness.load import RequestRecord
+
+
+# --------------------------------------------------------------------------- fake server
+
+
+class _ThreadLoop:
+    """An asyncio loop in a daemon thread, for servers the tests talk to."""
+
+    def __init__(self):
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+    def call(self, coro, timeout=10):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def stop(self):
+        async def cancel_rest():
+            rest = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for t in rest:
+                t.cancel()
+            await asyncio.gather(*rest, return_exceptions=True)
+
+        try:
+            self.call(cancel_rest(), timeout=5)
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(5)
+            self.loop.close()
+
+
+class FakeSGLang:
+    def __init__(
+        self,
+        spec: bool = True,
+        accept_pattern=(3, 2, 3, 1),
+        step_s: float = 0.002,
+        continuous_usage: bool = True,
+        model: str = "fake-model",
+        health_ready_after: int = 0,
+    ):
+        self.spec = spec
+        self.accept_pattern = list(accept_pattern)
+        self.step_s = step_s
+        self.continuous_usage = continuous_usage
+        self.model = model
+        self.health_ready_after = health_ready_after
+        self.health_calls = 0
+        self.bodies: list[dict] = []
+        self.active = 0
+        self.max_active = 0
+        self.models_payload = None  # override /v1/models body
+        self.tl = _ThreadLoop()
+        self.port = self.tl.call(self._start())
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    async def _start(self):
+        app = web.Application()
+        app.router.add_get("/health", self.h_health)
+        app.router.add_get("/health_generate", self.h_health)
+        app.router.add_get("/get_model_info", self.h_model_info)
+        app.router.add_get("/get_server_info", self.h_server_info)
+        app.router.add_get("/v1/models", self.h_models)
+        app.router.add_get("/metrics", self.h_metrics)
+        app.router.add_post("/flush_cache", self.h_flush)
+        app.router.add_get("/bad_json", self.h_bad_json)
+        app.router.add_get("/boom", self.h_boom)
+        app.router.add_post("/v1/chat/completions", self.h_stream)
+        app.router.add_post("/v1/completions", self.h_stream)
+        app.router.add_post("/generate", self.h_stream)
+        self.runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=0.2)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        await site.start()
+        return site._server.sockets[0].getsockname()[1]
+
+    def close(self):
+        try:
+            self.tl.call(self.runner.cleanup())
+        finally:
+            self.tl.stop()
+
+    # -- control plane
+    async def h_health(self, request):
+        self.health_calls += 1
+        if self.health_calls <= self.health_ready_after:
+            return web.Response(status=503)
+        return web.Response(status=200)
+
+    async def h_model_info(self, request):
+        return web.json_response({"model_path": "/models/fake", "is_generation": True})
+
+    async def h_server_info(self, request):
+        states = [{"avg_spec_accept_length": 2.5, "last_gen_throughput": 100.0}] if self.spec else [{}]
+        return web.json_response({"version": "0.5.23", "internal_states": states})
+
+    async def h_models(self, request):
+        if self.models_payload is not None:
+            return web.json_response(self.models_payload)
+        return web.json_response({"object": "list", "data": [{"id": self.model, "object": "model"}]})
+
+    async def h_metrics(self, request):
+        return web.Response(text="# HELP sglang:num_running_reqs x\nsglang:num_running_reqs 0\n")
+
+    async def h_flush(self, request):
+        return web.Response(text="Cache flushed.\n")
+
+    async def h_bad_json(self, request):
+        return web.Response(text="<html>not json</html>", content_type="text/html")
+
+    async def h_boom(self, request):
+        return web.json_response(
+            {"object": "error", "message": "model is still loading", "type": "ServiceUnavailable", "code": 503},
+            status=503,
+        )
+
+    # -- data plane
+    def schedule(self, max_tokens: int) -> list[int]:
+        """Tokens per chunk: 1 from prefill, then accept lengths (plain: 1 each)."""
+        out, left, k = [1], max_tokens - 1, 0
+        while left > 0:
+            n = min(self.accept_pattern[k % len(self.accept_pattern)], left) if self.spec else 1
+            out.append(n)
+            left -= n
+            k += 1
+        return out
+
+    async def h_stream(self, request: web.Request):
+        if request.content_type != "application/json":  # SGLang's validate_json_request
+            return web.json_response(
+                {"object": "error", "message": "Unsupported Media Type: Only 'application/json' is allowed",
+                 "type": "Bad Request", "param": None, "code": 400},
+                status=400,
+            )
+        body = await request.json()
+        self.bodies.append(body)
+        path = request.path
+        if path == "/generate":
+            prompt = body.get("text", "")
+            max_tokens = body["sampling_params"]["max_new_tokens"]
+        elif path == "/v1/chat/completions":
+            prompt = body["messages"][0]["content"]
+            max_tokens = body["max_tokens"]
+        else:
+            prompt = body["prompt"]
+            max_tokens = body["max_tokens"]
+        if "http400" in prompt:
+            return web.json_response(
+                {"object": "error", "message": "The prompt is too long for this model.", "type": "BadRequestError",
+                 "param": None, "code": 400},
+                status=400,
+            )
+        self.active += 1
+        self.max_active = max(self.max_active, self.active)
+        try:
+            return await self._stream(request, path, body, prompt, max_tokens)
+        finally:
+            self.active -= 1
+
+    async def _stream(self, request, path, body, prompt, max_tokens):
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+
+        async def send(obj):
+            await resp.write(b"data: " + json.dumps(obj).encode() + b"\n\n")
+
+        if "slow" in prompt:
+            await asyncio.sleep(5)
+        sched = self.schedule(max_tokens)
+        ct, verify, text = 0, 0, ""
+        prompt_tokens = len(prompt.split())
+        so = body.get("stream_options") or {}
+        continuous = self.continuous_usage and so.get("continuous_usage_stats")
+        rid = "r1"
+        if path == "/v1/chat/completions":
+            await send({"id": rid, "object": "chat.completion.chunk", "model": body["model"],
+                        "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]})
+        for i, n in enumerate(sched):
+            await asyncio.sleep(self.step_s)
+            if i >= 1:
+                verify += 1
+            ct += n
+            delta = " tok" * n
+            text += delta
+            if i == 2 and "malformed" in prompt:
+                await resp.write(b"data: {\"choices\": [ oops\n\n")
+            if i == 2 and "garbage" in prompt:
+                await resp.write(b"this is not sse\n\n")
+            if i == 2 and "drop" in prompt:
+                request.transport.close()
+                return resp
+            if i == 2 and "errchunk" in prompt:
+                await send({"error": {"object": "error", "message": "Generation aborted: out of memory",
+                                      "type": "INTERNAL_SERVER_ERROR", "param": None, "code": 500}})
+                await resp.write(b"data: [DONE]\n\n")
+                return resp
+            last = i == len(sched) - 1
+            usage = {"prompt_tokens": prompt_tokens, "completion_tokens": ct, "total_tokens": prompt_tokens + ct}
+            if path == "/generate":
+                fr = None
+                if last:
+                    fr = {"type": "abort", "message": "Request was aborted by the scheduler"} if "abort" in prompt \
+                        else {"type": "length", "length": ct}
+                meta = {"id": rid, "finish_reason": fr, "prompt_tokens": prompt_tokens, "completion_tokens": ct,
+                        "cached_tokens": 0}
+                if self.spec and verify:
+                    meta.update(spec_verify_ct=verify, spec_accept_length=ct / verify, spec_accept_rate=0.5)
+                await send({"text": text, "output_ids": list(range(ct)), "meta_info": meta})
+                continue
+            if path == "/v1/chat/completions":
+                chunk = {"id": rid, "object": "chat.completion.chunk", "model": body["model"],
+                         "choices": [{"index": 0, "delta": {"content": delta}, "finish_reason": None}]}
+            else:
+                chunk = {"id": rid, "object": "text_completion", "model": body["model"],
+                         "choices": [{"index": 0, "text": delta,
+                                      "finish_reason": ("abort" if "abort" in prompt else "length") if last else None}]}
+            if continuous:
+                chunk["usage"] = usage
+            await send(chunk)
+        if path == "/generate":
+            await resp.write(b"data: [DONE]\n\n")
+            return resp
+        if path == "/v1/chat/completions":
+            await send({"id": rid, "object": "chat.completion.chunk", "model": body["model"],
+                        "choices": [{"index": 0, "delta": {},
+                                     "finish_reason": "abort" if "abort" in prompt else "length"}]})
+        if self.spec and body.get("return_spec_tokens_details") and verify:
+            await send({"id": rid, "model": body["model"], "choices": [],
+                        "sglext": {"spec_tokens_details": {"spec_accept_rate": 0.5, "spec_accept_length": ct / verify,
+                                                           "spec_verify_ct": verify, "spec_num_correct_drafts": 0}}})
+        if so.get("include_usage") and "nousage" not in prompt:
+            await send({"id": rid, "model": body["model"], "choices": [],
+                        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": ct,
+                                  "total_tokens": prompt_tokens + ct}})
+        await resp.write(b"data: [DONE]\n\n")
+        return resp
+
+
+@pytest.fixture(scope="module")
+def fake():
+    srv = FakeSGLang()
+    yield srv
+    srv.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def stream_one(url: str, api: str, prompt: str, max_tokens: int = 10, timeout_s: float = 5.0) -> RequestRecord:
+    async def go():
+        async with client.make_session(4) as session:
+            _, body = client.build_request(api, "fake-model", prompt, max_tokens, 0.0, True)
+            rec = RequestRecord(index=0, warmup=False)
+            return await client.stream_request(session, url, api, body, rec, timeout_s)
+
+    return asyncio.run(go())
+
+
+# --------------------------------------------------------------------------- request bodies
+
+
+def test_build_request_bodies():
+    path, body = client.build_request("chat", "m", "hi", 7, 0.5, True)
+    assert path == "/v1/chat/completions"
+    assert body["messages"] == [{"role": "user", "content": "hi"}]
+    assert body["stream"] is True and body["stream_options"]["include_usage"] is True
+    assert body["return_spec_tokens_details"] is True
+    assert body["max_tokens"] == 7 and body["temperature"] == 0.5 and body["ignore_eos"] is True
+
+    path, body = client.build_request("completions", "m", "hi", 7, 0.0, False)
+    assert path == "/v1/completions" and body["prompt"] == "hi" and "ignore_eos" not in body
+    assert body["return_spec_tokens_details"] is True and body["stream"] is True
+
+    path, body = client.build_request("generate", "m", "hi", 7, 0.0, True)
+    assert path == "/generate"
+    assert body == {"text": "hi", "sampling_params": {"max_new_tokens": 7, "temperature": 0.0, "ignore_eos": True},
+                    "stream": True}
+    with pytest.raises(ValueError):
+        client.build_request("embeddings", "m", "hi", 1)
+
+
+# --------------------------------------------------------------------------- streaming
+
+
+@pytest.mark.parametrize("api", ["chat", "completions", "generate"])
+def test_stream_ok_counts_tokens_and_spec(fake, api):
+    rec = stream_one(fake.url, api, "count to ten", max_tokens=10)
+    assert rec.ok, rec.error
+    assert rec.status == 200
+    # 1 prefill token, then accept lengths 3,2,3,1 -> 9 more
+    assert rec.chunk_tokens == [1, 3, 2, 3, 1]
+    assert rec.completion_tokens == 10 == sum(rec.chunk_tokens)
+    assert rec.prompt_tokens == 3
+    assert rec.spec_verify_ct == 4
+    assert rec.spec_accept_length == pytest.approx(2.5)
+    assert rec.finish_reason == "length"
+    assert len(rec.chunk_times) == 5
+    assert rec.send_time < rec.chunk_times[0] <= rec.chunk_times[-1] <= rec.end_time
+    assert rec.ttft_s > 0 and rec.decode_s > 0
+
+
+def test_stream_fallback_without_per_chunk_usage():
+    """A server that ignores continuous_usage_stats: 1 token per text chunk, the last
+    chunk absorbs the rest so the total equals the usage chunk's count."""
+    srv = FakeSGLang(continuous_usage=False)
+    try:
+        rec = stream_one(srv.url, "chat", "count", max_tokens=10)
+        assert rec.ok, rec.error
+        assert rec.completion_tokens == 10
+        assert rec.chunk_tokens == [1, 1, 1, 1, 6]
+        assert rec.spec_verify_ct == 4
+    finally:
+        srv.close()
+
+
+def test_stream_http_error_keeps_server_message(fake):
+    rec = stream_one(fake.url, "chat", "http400 please")
+    assert not rec.ok
+    assert rec.status == 400
+    assert rec.error == "HTTP 400: The prompt is too long for this model."
+
+
+@pytest.mark.parametrize("api", ["chat", "generate"])
+def test_stream_malformed_json(fake, api):
+    rec = stream_one(fake.url, api, "malformed")
+    assert not rec.ok and rec.status == 200
+    assert rec.error.startswith("malformed SSE line: ")
+
+
+def test_stream_garbage_line(fake):
+    rec = stream_one(fake.url, "completions", "garbage")
+    assert not rec.ok
+    assert rec.error.startswith("malformed SSE line: ") and "this is not sse" in rec.error
+
+
+@pytest.mark.parametrize("api", ["chat", "generate"])
+def test_stream_connection_dropped(fake, api):
+    rec = stream_one(fake.url, api, "drop")
+    assert not rec.ok
+    assert "connection dropped mid-stream" in rec.error
+    assert len(rec.chunk_times) == 2  # what arrived before the drop is kept
+
+
+def test_stream_timeout(fake):
+    t = time.perf_counter()
+    rec = stream_one(fake.url, "chat", "slow", timeout_s=0.3)
+    assert time.perf_counter() - t < 3
+    assert rec.error == "timed out after 0.3s"
+    assert not rec.ok
+
+
+def test_stream_error_chunk_mid_stream(fake):
+    rec = stream_one(fake.url, "chat", "errchunk")
+    assert not rec.ok
+    assert rec.error == "server error mid-stream: Generation aborted: out of memory"
+
+
+def test_stream_without_usage_is_an_error(fake):
+    # No per-chunk usage reaches us only if the server ignores continuous stats; emulate
+    # a server that sends neither per-chunk nor final usage.
+    srv = FakeSGLang(continuous_usage=False)
+    try:
+        rec = stream_one(srv.url, "chat", "nousage")
+        assert not rec.ok
+        assert "no usage chunk" in rec.error
+    finally:
+        srv.close()
+
+
+@pytest.mark.parametrize("api", ["completions", "generate"])
+def test_stream_abort_is_an_error(fake, api):
+    rec = stream_one(fake.url, api, "abort")
+    assert not rec.ok
+    assert "abort" in rec.error
+
+
+def test_stream_connection_refused():
+    url = f"http://127.0.0.1:{_free_port()}"
+    rec = stream_one(url, "chat", "x")
+    assert not rec.ok
+    assert rec.status is None
+    assert rec.error.startswith(f"cannot connect to {url}/v1/chat/completions")
+
+
+def test_plain_server_has_no_spec_fields():
+    srv = FakeSGLang(spec=False)
+    try:
+        for api in ("chat", "generate"):
+            rec = stream_one(srv.url, api, "x", max_tokens=5)
+            assert rec.ok, rec.error
+            assert rec.chunk_tokens == [1, 1, 1, 1, 1]
+            assert rec.spec_verify_ct is None and rec.spec_accept_length is None
+    finally:
+        srv.close()
+
+
+# --------------------------------------------------------------------------- control plane
+
+
+def test_control_plane(fake):
+    c = ServerClient(fake.url)
+    assert c.health() and c.health_generate()
+    assert c.get_model_info()["model_path"] == "/models/fake"
+    assert c.models()["data"][0]["id"] == "fake-model"
+    assert c.served_model() == "fake-model"
+    assert "sglang:num_running_reqs" in c.metrics_text()
+    assert c.server_accept_length() == 2.5
+    c.flush_cache()
+    assert c.post_json("/flush_cache", {"x": 1}).status_code == 200
+
+
+def test_post_form_probe_and_unchecked_post_json(fake):
+    c = ServerClient(fake.url)
+    resp = c.post_form("/v1/chat/completions", {"model": "m", "max_tokens": 3})
+    assert resp.status_code == 400
+    assert "Only 'application/json' is allowed" in resp.json()["message"]
+    resp = c.post_json("/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "http400"}],
+                                                "max_tokens": 3}, check=False)
+    assert resp.status_code == 400
+
+
+def test_stream_events(fake):
+    c = ServerClient(fake.url)
+    _, body = client.build_request("chat", "fake-model", "count", 10)
+    events = c.stream_events("/v1/chat/completions", body)
+    assert events[0]["choices"][0]["delta"]["role"] == "assistant"
+    assert events[-1]["choices"] == [] and events[-1]["usage"]["completion_tokens"] == 10
+    assert any("sglext" in e for e in events)
+    with pytest.raises(ServerBadResponse, match="malformed SSE line"):
+        c.stream_events("/v1/chat/completions", dict(body, messages=[{"role": "user", "content": "malformed"}]))
+    with pytest.raises(ServerBadResponse, match="out of memory"):
+        c.stream_events("/v1/chat/completions", dict(body, messages=[{"role": "user", "content": "errchunk"}]))
+    with pytest.raises(ServerHTTPError, match="too long"):
+        c.stream_events("/v1/chat/completions", dict(body, messages=[{"role": "user", "content": "http400"}]))
+
+
+def test_served_model_falls_back_to_model_path():
+    srv = FakeSGLang()
+    srv.models_payload = {"object": "list", "data": []}
+    try:
+        assert ServerClient(srv.url).served_model() == "/models/fake"
+    finally:
+        srv.close()
+
+
+def test_server_accept_length_absent_on_plain_server():
+    srv = FakeSGLang(spec=False)
+    try:
+        assert ServerClient(srv.url).server_accept_length() is None
+    finally:
+        srv.close()
+
+
+def test_control_plane_errors(fake):
+    c = ServerClient(fake.url)
+    with pytest.raises(ServerHTTPError) as ei:
+        c._json("GET", "/boom")
+    assert ei.value.status == 503
+    assert "HTTP 503" in str(ei.value) and "model is still loading" in str(ei.value)
+    with pytest.raises(ServerHTTPError) as ei:
+        c.post_json("/no/such/route", {})
+    assert ei.value.status in (404, 405)
+    with pytest.raises(ServerBadResponse) as ei:
+        c._json("GET", "/bad_json")
+    assert "not JSON" in str(ei.value)
+    dead = ServerClient(f"http://127.0.0.1:{_free_port()}", timeout_s=2)
+    with pytest.raises(ServerUnreachable) as ei:
+        dead.get_model_info()
+    assert "Cannot connect to" in str(ei.value)
+    assert isinstance(ei.value, ClientError)
+    assert dead.health() is False
+
+
+def test_server_error_message_shapes():
+    m = client.server_error_message
+    assert m('{"object":"error","message":"bad temp","type":"BadRequestError","code":400}') == "bad temp"
+    assert m('{"error":{"message":"nested","type":"x"}}') == "nested"
+    assert m('{"error":"flat"}') == "flat"
+    assert m('{"detail":[{"msg":"field required"},{"msg":"too big"}]}') == "field required; too big"
+    assert m("Internal Server Error") == "Internal Server Error"
+    assert m("") == "(empty body)"
+
+
+def test_wait_healthy_polls_until_ready():
+    srv = FakeSGLang(health_ready_after=3)
+    try:
+        waited = ServerClient(srv.url).wait_healthy(10, poll_s=0.05)
+        assert waited < 5
+        assert srv.health_calls >= 4
+    finally:
+        srv.close()
+
+
+def test_wait_healthy_stops_when_process_died():
+    c = ServerClient(f"http://127.0.0.1:{_free_port()}")
+    t = time.monotonic()
+    with pytest.raises(ServerUnhealthy) as ei:
+        c.wait_healthy(30, is_alive=lambda: False)
+    assert time.monotonic() - t < 1
+    assert "exited before" in str(ei.value)
+
+
+def test_wait_healthy_deadline():
+    srv = FakeSGLang(health_ready_after=10**9)
+    try:
+        t = time.monotonic()
+        with pytest.raises(ServerUnhealthy) as ei:
+            ServerClient(srv.url).wait_healthy(0.6, is_alive=lambda: True, poll_s=0.1)
+        assert time.monotonic() - t < 3
+        assert "not healthy within 0.6s" in str(ei.value) and "HTTP 503" in str(ei.value)
+    finally:
+        srv.close()
+
+
+# --------------------------------------------------------------------------- the wire
+
+
+class RawRecorder:
+    """A raw asyncio TCP server recording each request's head bytes."""
+
+    def __init__(self):
+        self.heads: list[bytes] = []
+        self.tl = _ThreadLoop()
+        self.port = self.tl.call(self._start())
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    async def _start(self):
+        self.server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        return self.server.sockets[0].getsockname()[1]
+
+    async def _handle(self, reader, writer):
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            self.heads.append(head)
+            length = 0
+            for line in head.split(b"\r\n"):
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":", 1)[1])
+            await reader.readexactly(length)
+            if b"/generate" in head.split(b"\r\n", 1)[0]:
+                body = (b'data: {"text":"a","meta_info":{"completion_tokens":1,"prompt_tokens":1,'
+                        b'"finish_reason":{"type":"length"}}}\n\ndata: [DONE]\n\n')
+                ctype = b"text/event-stream"
+            elif b"/v1/" in head.split(b"\r\n", 1)[0]:
+                body = (b'data: {"choices":[{"index":0,"delta":{"content":"a"},"text":"a"}],'
+                        b'"usage":{"prompt_tokens":1,"completion_tokens":1}}\n\n'
+                        b'data: {"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":1}}\n\n'
+                        b"data: [DONE]\n\n")
+                ctype = b"text/event-stream"
+            else:
+                body, ctype = b"{}", b"application/json"
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: " + ctype + b"\r\nContent-Length: "
+                         + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body)
+            await writer.drain()
+        finally:
+            writer.close()
+
+    def close(self):
+        self.server.close()
+        self.tl.stop()
+
+
+def test_every_post_carries_json_content_type_on_the_wire():
+    raw = RawRecorder()
+    try:
+        c = ServerClient(raw.url)
+        c.post_json("/update_weights", {"a": 1})
+        c.flush_cache()
+        c.stream_events("/v1/chat/completions", {"model": "m", "messages": [], "stream": True})
+        for api in ("chat", "completions", "generate"):
+            rec = stream_one(raw.url, api, "x", max_tokens=1)
+            assert rec.ok, rec.error
+        assert len(raw.heads) == 6
+        for head in raw.heads:
+            assert head.startswith(b"POST ")
+            lines = [ln.lower() for ln in head.split(b"\r\n")]
+            assert any(ln.startswith(b"content-type: application/json") for ln in lines), head
+    finally:
+        raw.close()

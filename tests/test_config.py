@@ -1,0 +1,90 @@
+"""Composition of the config tree: every experiment and arm composes; mistakes stop with
+one sentence naming the key and the valid choices."""
+
+from pathlib import Path
+
+import pytest
+
+from harness.config import ConfigError, compose, list_experiments, merge_overrides, override_key
+
+CONF = Path(__file__).resolve().parent.parent / "conf"
+EXPERIMENTS = sorted(p.stem for p in (CONF / "exp").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_every_experiment_and_arm_composes(name):
+    experiment = compose([f"+exp={name}"])
+    assert experiment.name == name
+    assert experiment.description, f"exp/{name}.yaml needs a one-line description"
+    assert len(experiment.arms) >= 1
+    for arm in experiment.arms:
+        assert arm.cfg.workload.max_tokens >= 1
+
+
+def test_without_exp_the_composed_config_is_one_default_arm():
+    experiment = compose(["backend=attach", "backend.url=http://127.0.0.1:30000", "workload=count_to_100"])
+    assert experiment.arm_names == ["default"]
+    cfg = experiment.arms[0].cfg
+    assert cfg.backend.kind == "attach" and cfg.backend.url == "http://127.0.0.1:30000"
+    assert cfg.workload.prompt == "Count from 1 to 100" and cfg.workload.max_tokens == 500
+
+
+def test_arms_differ_only_by_their_overrides():
+    experiment = compose(["+exp=sim_smoke"])
+    baseline, eagle3 = experiment.arm("baseline"), experiment.arm("eagle3")
+    assert baseline.cfg.drafter.algorithm is None
+    assert eagle3.cfg.drafter.algorithm == "EAGLE3"
+    assert (eagle3.cfg.drafter.num_steps, eagle3.cfg.drafter.eagle_topk, eagle3.cfg.drafter.num_draft_tokens) == (2, 1, 3)
+    assert baseline.cfg.server == eagle3.cfg.server and baseline.cfg.workload == eagle3.cfg.workload
+    assert eagle3.choices["drafter"] == "eagle3_k25" and baseline.choices["drafter"] == "none"
+
+
+def test_command_line_overrides_apply_to_every_arm():
+    experiment = compose(["+exp=sim_smoke", "workload.max_tokens=64", "workload=chat_short"])
+    for arm in experiment.arms:
+        assert arm.cfg.workload.name == "chat_short"
+        assert arm.cfg.workload.max_tokens == 64
+
+
+def test_command_line_wins_over_an_arm_on_the_same_key():
+    experiment = compose(["+exp=sim_smoke", "drafter=none"])
+    assert all(arm.cfg.drafter.algorithm is None for arm in experiment.arms)
+
+
+def test_merge_overrides_keeps_arm_overrides_the_user_did_not_touch():
+    assert merge_overrides(["drafter=eagle3_k25", "server.tp_size=2"], ["+server.tp_size=4"]) == [
+        "drafter=eagle3_k25", "+server.tp_size=4"]
+    assert override_key("++a.b=1") == "a.b" and override_key("~a") == "a"
+
+
+@pytest.mark.parametrize(
+    "overrides, expected",
+    [
+        (["+exp=sim_smoke", "workload.max_tokns=1"], ["workload.max_tokns", "max_tokens", "valid keys"]),
+        (["drafter=nope"], ["drafter=nope", "eagle3_k25", "none"]),
+        (["+exp=nope"], ["exp=nope", "sim_smoke", "eagle_k2_sim"]),
+        (["workload.max_tokens=abc"], ["workload.max_tokens", "abc", "integer"]),
+        (["workload.concurrency=0"], ["workload.concurrency", "at least 1"]),
+        (["backend=attach"], ["backend.url"]),
+        (["backend=attach", "backend.url=localhost:1"], ["not an http"]),
+        (["backend=docker"], ["backend=docker", "attach", "process"]),
+        (["telemetry=nvml"], ["telemetry=nvml", "off"]),
+        (["+exp=sim_smoke", "plain_arm=nobody"], ["plain_arm", "nobody", "baseline"]),
+        (["+exp=sim_smoke", "+gate.min_output_tok_s.ghost=1"], ["ghost", "not an arm"]),
+        (["+exp=sim_smoke", "gate.min_speedup.eagle3.ratio=fast"], ["ratio", "fast"]),
+        (["workload.max_tokens=="], ["cannot parse"]),
+    ],
+)
+def test_mistakes_stop_with_one_sentence_naming_the_key(overrides, expected):
+    with pytest.raises(ConfigError) as info:
+        compose(overrides)
+    message = str(info.value)
+    assert "\n" not in message, message
+    for fragment in expected:
+        assert fragment in message, f"{fragment!r} not in {message!r}"
+
+
+def test_list_experiments_has_descriptions():
+    experiments = list_experiments(CONF)
+    assert {"sim_smoke", "eagle_k2_sim", "eagle_k2"} <= experiments.keys()
+    assert all(experiments.values())

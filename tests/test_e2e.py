@@ -1,0 +1,226 @@
+"""End to end, as a user meets it: `pytest suites/ ...` in a subprocess against the
+simulator, then the exit status, the run record and the process table are checked."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PYTHON = sys.executable
+
+
+def run_suites(*args: str, timeout: float = 300, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([PYTHON, "-m", "pytest", "suites/", "-p", "no:cacheprovider", "--no-progress", *args],
+                          cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+def sim_processes(marker: str) -> list[int]:
+    """PIDs whose command line carries the marker (the model path given to the simulator)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if marker in cmdline and "pytest" not in cmdline:
+                found.append(int(entry.name))
+    return found
+
+
+def wait_gone(marker: str, timeout_s: float = 10) -> list[int]:
+    deadline = time.monotonic() + timeout_s
+    while (left := sim_processes(marker)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
+@pytest.fixture
+def marker() -> str:
+    return f"e2e-{uuid.uuid4().hex[:8]}"
+
+
+def results_of(root: Path) -> dict:
+    return json.loads((root / "latest" / "results.json").read_text())
+
+
+def test_sim_smoke_passes_and_records_everything(tmp_path, marker):
+    proc = run_suites("+exp=sim_smoke", f"record.root={tmp_path}", f"server.model_path={marker}")
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    record = (tmp_path / "latest").resolve()
+    for name in ("config.yaml", "overrides.yaml", "results.json", "requests.jsonl", "summary.md",
+                 "arms/baseline/config.yaml", "arms/eagle3/config.yaml", "arms/baseline/server.log", "arms/eagle3/server.log"):
+        assert (record / name).is_file(), f"{name} missing from the record"
+    results = results_of(tmp_path)
+    for arm in ("baseline", "eagle3"):
+        block = results["arms"][arm]
+        assert block["status"] == "measured"
+        assert block["requests"]["failed"] == 0 and block["requests"]["ok"] == 4
+        for metric in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms"):
+            assert set(block[metric]) >= {"mean", "p50", "p90", "p99"}
+    assert results["arms"]["eagle3"]["accept_length_source"] == "run"
+    assert 2.0 < results["arms"]["eagle3"]["accept_length"] < 2.8  # truth: 2.4
+    assert results["arms"]["baseline"]["accept_length"] is None
+    assert not [g for g in results["gates"] if not g["passed"] and g["passed"] is not None]
+    assert {g["name"] for g in results["gates"] if g["passed"]} >= {
+        "min_output_tok_s", "min_speedup", "accept_length_at_least_break_even", "min_accept_length"}
+    lines = (record / "requests.jsonl").read_text().splitlines()
+    assert len(lines) == 2 * (4 + 1)  # measured + warm-up, per arm
+    assert "test_min_speedup[eagle3] PASSED" in proc.stdout or "passed" in proc.stdout
+    assert "specgate summary" in proc.stdout and "gate(s) passed" in proc.stdout
+    assert wait_gone(marker) == []
+
+
+def test_eagle_k2_sim_fails_its_gates_for_the_right_reasons(tmp_path, marker):
+    proc = run_suites("+exp=eagle_k2_sim", f"record.root={tmp_path}", f"server.model_path={marker}")
+    assert proc.returncode == 1, proc.stdout[-4000:]
+    results = results_of(tmp_path)
+    base, eagle = results["arms"]["baseline"], results["arms"]["eagle3"]
+    assert 75 <= base["output_tok_s"] <= 90, base["output_tok_s"]  # the session: 82-83 tok/s
+    assert 55 <= eagle["output_tok_s"] <= 70, eagle["output_tok_s"]  # the session: 59-61 tok/s
+    assert 1.75 <= eagle["accept_length"] <= 2.25
+    verdicts = {(g["name"], g["arm"]): g for g in results["gates"]}
+    speedup = verdicts[("min_speedup", "eagle3")]
+    assert speedup["passed"] is False and "eagle3 is slower than baseline" in speedup["detail"]
+    even = verdicts[("accept_length_at_least_break_even", "eagle3")]
+    assert even["passed"] is False and "below break-even" in even["detail"]
+    assert 2.3 <= even["threshold"] <= 2.6  # 29.9 ms / 12.2 ms = 2.45
+    assert verdicts[("min_output_tok_s", "baseline")]["passed"] is True
+    assert "eagle3 is slower than baseline" in proc.stdout and "below break-even" in proc.stdout
+    assert wait_gone(marker) == []
+
+
+@pytest.mark.parametrize("overrides, fragments", [
+    (["+exp=sim_smoke", "workload.max_tokns=1"], ["workload.max_tokns", "did you mean 'max_tokens'"]),
+    (["drafter=nope"], ["drafter=nope", "valid choices: eagle3_k25, none"]),
+    (["+exp=sim_smoke", "workload.max_tokens=lots"], ["workload.max_tokens", "not a valid integer"]),
+])
+def test_config_mistakes_stop_before_any_server_starts(tmp_path, overrides, fragments):
+    started = time.monotonic()
+    proc = run_suites(*overrides, f"record.root={tmp_path}", timeout=60)
+    elapsed = time.monotonic() - started
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    for fragment in fragments:
+        assert fragment in proc.stderr, proc.stderr
+    assert not any(tmp_path.iterdir()), "a record was written for a run that never started"
+    print(f"config error reported in {elapsed:.1f} s")
+
+
+def test_eagle_k2_without_a_gpu_fails_fast_in_one_sentence(tmp_path):
+    proc = run_suites("+exp=eagle_k2", f"record.root={tmp_path}", timeout=60)
+    assert proc.returncode == 4
+    assert "needs an NVIDIA GPU machine" in proc.stderr and "no NVIDIA driver" in proc.stderr
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_server_that_never_gets_healthy_fails_with_its_log(tmp_path, marker):
+    proc = run_suites("+exp=sim_smoke", f"record.root={tmp_path}", f"server.model_path={marker}",
+                      "server.sim.startup_s=60", "backend.startup_timeout_s=2", "-k", "baseline")
+    assert proc.returncode == 1
+    assert "did not become healthy within 2 s" in proc.stdout
+    assert "last 50 lines" in proc.stdout
+    results = results_of(tmp_path)
+    assert results["arms"]["baseline"]["status"] == "server_failed"
+    assert wait_gone(marker) == []
+
+
+def start_in_background(tmp_path: Path, marker: str, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [PYTHON, "-m", "pytest", "suites/", "-p", "no:cacheprovider", "--no-progress", "+exp=sim_smoke",
+         f"record.root={tmp_path}", f"server.model_path={marker}", "server.sim.decode_step_ms=20",
+         "workload.num_prompts=200", *extra],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def wait_for_load(tmp_path: Path, marker: str, timeout_s: float = 60) -> None:
+    """Until the simulator is up and has served some tokens."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        log = next(tmp_path.glob("*/arms/baseline/server.log"), None)
+        if log is not None and log.read_text(errors="replace").count("POST") >= 3 and sim_processes(marker):
+            return
+        time.sleep(0.2)
+    raise AssertionError("the load never started")
+
+
+def test_ctrl_c_mid_load_leaves_no_process_and_a_closed_record(tmp_path, marker):
+    proc = start_in_background(tmp_path, marker)
+    try:
+        wait_for_load(tmp_path, marker)
+        proc.send_signal(signal.SIGINT)
+        output, _ = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 2, output[-3000:]  # pytest: interrupted
+    assert wait_gone(marker) == [], "a server process outlived the interrupted run"
+    results = results_of(tmp_path)
+    assert results["interrupted"] is True
+    assert results["arms"]["baseline"]["status"] == "interrupted"
+    assert not list(tmp_path.rglob("*.tmp")), "a half-written file was left behind"
+
+
+def test_a_server_that_dies_mid_load_fails_the_arm_in_words(tmp_path, marker):
+    proc = start_in_background(tmp_path, marker, "-k", "baseline")
+    try:
+        wait_for_load(tmp_path, marker)
+        for pid in sim_processes(marker):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        output, _ = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 1, output[-3000:]
+    assert "during the load" in output and "SIGKILL" in output
+    results = results_of(tmp_path)
+    assert results["arms"]["baseline"]["status"] == "server_died"
+    assert results["arms"]["baseline"]["requests"]["failed"] > 0
+    assert wait_gone(marker) == []
+
+
+def test_attach_measures_a_server_someone_else_started(tmp_path, marker):
+    port = free_port()
+    server = subprocess.Popen([PYTHON, "-m", "harness.sim", "--model-path", marker, "--port", str(port),
+                               "--sim-decode-step-ms", "2", "--sim-startup-s", "0.2"],
+                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        proc = run_suites("backend=attach", f"backend.url=http://127.0.0.1:{port}", "workload=count_to_100",
+                          "workload.num_prompts=2", f"record.root={tmp_path}", "-v")
+        assert proc.returncode == 0, proc.stdout[-4000:]
+        assert "[default]" in proc.stdout  # the composed config is one arm named default
+        assert "SKIPPED" in proc.stdout  # gates without thresholds are skipped, not passed
+        assert server.poll() is None, "attach must not stop a server it did not start"
+        assert results_of(tmp_path)["arms"]["default"]["requests"]["ok"] == 2
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_specgate_list_and_show():
+    listing = subprocess.run([PYTHON, "-m", "harness.cli", "list"], cwd=ROOT, capture_output=True, text=True)
+    assert listing.returncode == 0 and "sim_smoke" in listing.stdout and "eagle_k2_sim" in listing.stdout
+    shown = subprocess.run([PYTHON, "-m", "harness.cli", "show", "+exp=sim_smoke", "workload.max_tokens=64"],
+                           cwd=ROOT, capture_output=True, text=True)
+    assert shown.returncode == 0, shown.stderr
+    assert "# ---- arm: baseline" in shown.stdout and "# ---- arm: eagle3" in shown.stdout
+    assert shown.stdout.count("max_tokens: 64") == 2
+    bad = subprocess.run([PYTHON, "-m", "harness.cli", "show", "drafter=nope"], cwd=ROOT, capture_output=True, text=True)
+    assert bad.returncode == 2 and "valid choices" in bad.stderr

@@ -1,0 +1,216 @@
+"""harness.load against the fake SGLang server (real loopback HTTP)."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+from harness.load import LoadResult, ProgressSnapshot, RequestRecord, make_prompt, print_progress, run_load
+from harness.schema import WorkloadConfig
+
+try:
+    from tests.test_client import FakeSGLang
+except ImportError:  # tests/ is not a package: pytest put it on sys.path
+    from test_client import FakeSGLang
+
+
+@pytest.fixture(scope="module")
+def fake():
+    srv = FakeSGLang(step_s=0.005)
+    yield srv
+    srv.close()
+
+
+def wl(**kw) -> WorkloadConfig:
+    base = dict(name="t", api="chat", prompt="count to ten", max_tokens=10, concurrency=4, num_prompts=12,
+                warmup_requests=2, timeout_s=10.0)
+    base.update(kw)
+    return WorkloadConfig(**base)
+
+
+def test_closed_loop_counts_flags_and_concurrency(fake):
+    fake.max_active = 0
+    res = run_load(wl(), fake.url, "fake-model")
+    assert isinstance(res, LoadResult)
+    assert res.api == "chat" and res.model == "fake-model"
+    assert len(res.records) == 14
+    warm = [r for r in res.records if r.warmup]
+    assert [r.index for r in warm] == [0, 1]
+    assert sorted(r.index for r in res.measured) == list(range(12))
+    assert all(r.ok for r in res.records), [r.error for r in res.records]
+    assert all(r.completion_tokens == 10 for r in res.records)
+    # warm-ups run first, one at a time, and are outside the measured window
+    assert warm[0].end_time <= warm[1].send_time
+    assert max(r.end_time for r in warm) <= res.start_time
+    assert res.start_time == min(r.send_time for r in res.measured)
+    assert res.end_time == max(r.end_time for r in res.measured)
+    assert fake.max_active == 4
+    assert fake.bodies[-1]["model"] == "fake-model"
+
+
+def test_works_with_omegaconf_and_other_apis(fake):
+    from omegaconf import OmegaConf
+
+    for api in ("completions", "generate"):
+        cfg = OmegaConf.structured(wl(api=api, num_prompts=3, warmup_requests=0))
+        res = run_load(cfg, fake.url, "fake-model")
+        assert len(res.records) == 3 and all(r.ok for r in res.records), [r.error for r in res.records]
+        assert all(r.spec_verify_ct == 4 for r in res.records)
+
+
+def test_poisson_open_loop_rate_and_cap(fake):
+    # High rate, cap 2: arrivals queue for a slot, never more than 2 in flight
+    fake.max_active = 0
+    res = run_load(wl(request_rate=1000.0, concurrency=2, num_prompts=10, warmup_requests=0), fake.url, "m")
+    assert len(res.measured) == 10 and all(r.ok for r in res.records)
+    assert fake.max_active <= 2
+
+    # Modest rate, no cap in practice: the span of sends follows the seeded schedule
+    import random
+
+    rate, n = 40.0, 16
+    rng = random.Random(7)
+    expected_span = sum(rng.expovariate(rate) for _ in range(n - 1))
+    res = run_load(wl(request_rate=rate, concurrency=64, num_prompts=n, warmup_requests=0, seed=7), fake.url, "m")
+    sends = sorted(r.send_time for r in res.measured)
+    span = sends[-1] - sends[0]
+    assert expected_span * 0.9 - 0.01 <= span <= expected_span + 0.25
+
+
+def test_duration_mode(fake):
+    t = time.perf_counter()
+    res = run_load(wl(num_prompts=None, duration_s=0.4, concurrency=3, warmup_requests=1), fake.url, "m")
+    assert time.perf_counter() - t < 3
+    m = res.measured
+    assert len(m) >= 3
+    assert all(r.send_time - res.start_time < 0.4 for r in m)
+    assert all(r.ok for r in m)
+
+
+def test_random_prompts_are_seeded():
+    w = wl(prompt=None, input_len=20, seed=3)
+    p0, p1 = make_prompt(w, 0), make_prompt(w, 1)
+    assert len(p0.split()) == 20 and p0 != p1
+    assert make_prompt(wl(prompt=None, input_len=20, seed=3), 0) == p0
+    assert make_prompt(wl(prompt=None, input_len=20, seed=4), 0) != p0
+    assert make_prompt(wl(prompt="fixed"), 5) == "fixed"
+    with pytest.raises(ValueError, match="input_len"):
+        make_prompt(wl(prompt=None, input_len=None), 0)
+
+
+def test_failures_are_recorded_not_raised(fake):
+    res = run_load(wl(prompt="http400", num_prompts=3, warmup_requests=1), fake.url, "m")
+    assert len(res.records) == 4
+    assert all(r.status == 400 and not r.ok for r in res.records)
+    assert res.records[0].error == "HTTP 400: The prompt is too long for this model."
+
+
+def test_progress_is_throttled_and_final(fake):
+    snaps: list[ProgressSnapshot] = []
+    t = time.perf_counter()
+    res = run_load(wl(num_prompts=None, duration_s=0.8, concurrency=2, warmup_requests=0), fake.url, "m",
+                   progress=snaps.append)
+    elapsed = time.perf_counter() - t
+    assert snaps[-1].final and snaps[-1].done == len(res.measured)
+    assert snaps[-1].errors == 0 and snaps[-1].tokens == 10 * len(res.measured)
+    assert len(snaps) <= elapsed * 4 + 2
+    assert any(s.tokens > 0 and s.tok_s > 0 for s in snaps[:-1])
+
+    buf = io.StringIO()
+    s = ProgressSnapshot(done=3, total=10, in_flight=2, errors=1, tokens=500, elapsed_s=2.0)
+    print_progress(s, stream=buf)
+    print_progress(s, stream=buf)  # within 0.25 s: dropped
+    print_progress(dataclasses.replace(s, done=10, final=True), stream=buf)
+    out = buf.getvalue()
+    assert out.count("\r") == 2 and out.endswith("\n")
+    assert "3/10 done" in out and "250.0 tok/s" in out and "1 errors" in out
+
+
+def test_stop_event_stops_sending(fake):
+    ev = threading.Event()
+    threading.Timer(0.3, ev.set).start()
+    t = time.perf_counter()
+    res = run_load(wl(num_prompts=None, duration_s=60, concurrency=2, warmup_requests=0), fake.url, "m",
+                   stop_event=ev)
+    assert time.perf_counter() - t < 3
+    assert res.interrupted
+    assert res.measured and all(r.ok for r in res.measured)  # in-flight ones finished
+
+
+def test_hundreds_of_concurrent_streams():
+    srv = FakeSGLang(step_s=0.02)
+    try:
+        t = time.perf_counter()
+        res = run_load(wl(concurrency=300, num_prompts=300, warmup_requests=0, max_tokens=8), srv.url, "m")
+        assert all(r.ok for r in res.records), {r.error for r in res.records}
+        assert srv.max_active >= 250
+        assert time.perf_counter() - t < 10
+    finally:
+        srv.close()
+
+
+def test_request_lines_are_relative_ms(fake):
+    res = run_load(wl(num_prompts=2, warmup_requests=1, concurrency=1), fake.url, "m")
+    lines = res.request_lines()
+    assert lines == [r.to_json() for r in res.records]  # the runner stamps the run start on each record
+    assert lines[1]["send_ms"] > lines[0]["send_ms"] > 0
+    assert len(lines) == 3 and lines[0]["warmup"] is True
+    first = lines[0]
+    assert 0 <= first["send_ms"] < 1000 and first["ok"] is True
+    assert first["ttft_ms"] > 0 and first["e2e_ms"] >= first["ttft_ms"]
+    assert len(first["chunk_ms"]) == len(first["chunk_tokens"]) == 5
+    assert first["chunk_ms"][0] == pytest.approx(first["send_ms"] + first["ttft_ms"], abs=0.01)
+    import json
+
+    json.dumps(lines)  # serializable
+
+
+def test_record_properties_without_data():
+    r = RequestRecord(index=0, warmup=False, send_time=1.0)
+    assert not r.ok and r.ttft_s is None and r.decode_s is None and r.e2e_s is None
+    r.chunk_times, r.chunk_tokens, r.status, r.end_time, r.completion_tokens = [1.5], [1], 200, 1.6, 1
+    assert r.ok and r.ttft_s == pytest.approx(0.5) and r.decode_s == 0.0
+
+
+def test_ctrl_c_propagates_and_closes_cleanly(fake, tmp_path):
+    """SIGINT during a load: KeyboardInterrupt reaches the caller quickly, no leaked
+    session or task warnings."""
+    script = tmp_path / "load_sigint.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys, warnings
+        warnings.simplefilter("always")
+        from harness.load import run_load
+        from harness.schema import WorkloadConfig
+        w = WorkloadConfig(api="chat", prompt="slow", max_tokens=10, concurrency=4, num_prompts=8,
+                           warmup_requests=0, timeout_s=60)
+        print("started", flush=True)
+        try:
+            run_load(w, "{fake.url}", "m")
+        except KeyboardInterrupt:
+            print("KeyboardInterrupt caught", flush=True)
+            sys.exit(3)
+        print("finished without interrupt", flush=True)
+    """))
+    import signal
+
+    env = dict(os.environ, PYTHONASYNCIODEBUG="0")
+    p = subprocess.Popen([sys.executable, "-X", "dev", str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         env=env, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert p.stdout.readline().strip() == b"started"
+    time.sleep(0.7)  # requests are in flight (the fake holds "slow" for 5 s)
+    t = time.perf_counter()
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=10)
+    assert time.perf_counter() - t < 3
+    assert p.returncode == 3, (out, err)
+    assert b"KeyboardInterrupt caught" in out
+    for bad in (b"Unclosed client session", b"Unclosed connector", b"Task was destroyed", b"never awaited"):
+        assert bad not in err, err.decode()

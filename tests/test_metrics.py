@@ -1,0 +1,127 @@
+"""harness.metrics on hand-made records with known answers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness.load import LoadResult, RequestRecord
+from harness.metrics import ArmResult, Stat, break_even_accept_length, speedup, summarize
+
+
+def rec(index, send, chunk_times, chunk_tokens, verify=None, warmup=False, error=None, status=200):
+    r = RequestRecord(index=index, warmup=warmup, send_time=send, chunk_times=list(chunk_times),
+                      chunk_tokens=list(chunk_tokens), status=status, error=error)
+    if error is None:
+        r.completion_tokens = sum(chunk_tokens)
+        r.prompt_tokens = 5
+        r.spec_verify_ct = verify
+        r.spec_accept_length = None if not verify else r.completion_tokens / verify
+        r.finish_reason = "length"
+    r.end_time = (chunk_times[-1] if chunk_times else send) + 0.01
+    return r
+
+
+def spec_load() -> LoadResult:
+    # r1: 10 tokens in 4 verify cycles (ratio 2.5), decode 120 ms, TTFT 100 ms
+    r1 = rec(0, 1.00, [1.10, 1.13, 1.16, 1.19, 1.22], [1, 3, 2, 3, 1], verify=4)
+    # r2: 3 tokens in 2 verify cycles (ratio 1.5), decode 60 ms, TTFT 50 ms
+    r2 = rec(1, 1.00, [1.05, 1.08, 1.11], [1, 1, 1], verify=2)
+    # failed measured requests: same server message twice
+    f1 = rec(2, 1.01, [], [], error="HTTP 400: The prompt is too long for this model.", status=400)
+    f2 = rec(3, 1.02, [1.04], [1], error="HTTP 400: The prompt is too long for this model.", status=400)
+    f3 = rec(4, 1.02, [1.04], [1], error="timed out after 5s", status=200)
+    # warm-up: huge accept length and slow; must not leak into any metric
+    w = rec(0, 0.10, [0.50, 0.90], [1, 99], verify=1, warmup=True)
+    return LoadResult(records=[w, r1, r2, f1, f2, f3], start_time=1.00, end_time=1.25, api="chat", model="m")
+
+
+def test_spec_arm_known_answers():
+    a = summarize("eagle3", spec_load())
+    assert a.requests_ok == 2 and a.requests_failed == 3
+    assert a.errors == {"HTTP 400: The prompt is too long for this model.": 2, "timed out after 5s": 1}
+    assert a.completion_tokens == 13
+    assert a.duration_s == pytest.approx(0.25)
+    assert a.output_tok_s == pytest.approx(13 / 0.25)
+    assert a.request_per_s == pytest.approx(2 / 0.25)
+    # run-scoped, token-weighted: (10 + 3) / (4 + 2) = 2.1667 ...
+    assert a.accept_length == pytest.approx(13 / 6)
+    assert a.accept_length_source == "run"
+    # ... which is not the mean of the per-request ratios (2.5 + 1.5) / 2 = 2.0
+    assert a.accept_length != pytest.approx(2.0)
+    # (120 + 60) ms over 6 verify cycles; over 9 + 2 decoded tokens
+    assert a.verify_cycle_ms == pytest.approx(30.0)
+    assert a.decode_step_ms == pytest.approx(180 / 11)
+    assert a.ttft_ms.mean == pytest.approx(75.0) and a.ttft_ms.p50 == pytest.approx(75.0)
+    assert a.ttft_ms.p99 == pytest.approx(50 + 50 * 0.99)
+    assert a.itl_ms.n == 6 and a.itl_ms.mean == pytest.approx(30.0) and a.itl_ms.p99 == pytest.approx(30.0)
+    assert a.tpot_ms.n == 2 and a.tpot_ms.mean == pytest.approx((120 / 9 + 60 / 2) / 2)
+    assert a.e2e_ms.mean == pytest.approx((230 + 120) / 2)
+
+
+def test_break_even_and_speedup():
+    assert break_even_accept_length(30.0, 12.2) == pytest.approx(2.459, abs=1e-3)
+    with pytest.raises(ValueError):
+        break_even_accept_length(30.0, 0.0)
+    fast = ArmResult(arm="eagle3", output_tok_s=150.0)
+    plain = ArmResult(arm="baseline", output_tok_s=100.0)
+    assert speedup(fast, plain) == pytest.approx(1.5)
+    assert speedup(fast, ArmResult(arm="b")) is None
+    assert speedup(ArmResult(arm="x"), plain) is None
+
+
+def test_plain_arm_decode_step_and_no_accept_length():
+    # plain decoding: one token per chunk every 12.2 ms
+    times = [1.1 + 0.0122 * i for i in range(11)]
+    load = LoadResult(records=[rec(0, 1.0, times, [1] * 11)], start_time=1.0, end_time=times[-1] + 0.01,
+                      api="chat", model="m")
+    a = summarize("baseline", load)
+    assert a.decode_step_ms == pytest.approx(12.2)
+    assert a.tpot_ms.mean == pytest.approx(12.2)
+    assert a.accept_length is None and a.accept_length_source is None and a.verify_cycle_ms is None
+
+
+def test_server_cumulative_fallback_is_labelled():
+    times = [1.1, 1.2, 1.3]
+    load = LoadResult(records=[rec(0, 1.0, times, [1, 2, 2])], start_time=1.0, end_time=1.31, api="chat", model="m")
+    a = summarize("eagle3", load, server_accept_length=2.3)
+    assert a.accept_length == pytest.approx(2.3) and a.accept_length_source == "server_cumulative"
+    assert a.verify_cycle_ms is None
+    # per-request counts win over the server's cumulative value
+    b = summarize("eagle3", spec_load(), server_accept_length=9.9)
+    assert b.accept_length == pytest.approx(13 / 6) and b.accept_length_source == "run"
+
+
+def test_no_data_gives_none_not_zero():
+    f = rec(0, 1.0, [], [], error="cannot connect to http://x", status=None)
+    w = rec(0, 0.5, [0.6, 0.7], [1, 1], verify=1, warmup=True)
+    a = summarize("eagle3", LoadResult(records=[w, f], start_time=1.0, end_time=1.01, api="chat", model="m"))
+    assert a.requests_ok == 0 and a.requests_failed == 1
+    assert a.output_tok_s is None and a.request_per_s is None
+    assert a.accept_length is None and a.decode_step_ms is None and a.verify_cycle_ms is None
+    for s in (a.ttft_ms, a.itl_ms, a.tpot_ms, a.e2e_ms):
+        assert s == Stat() and s.to_json() == {"mean": None, "p50": None, "p90": None, "p99": None}
+    empty = summarize("x", LoadResult(records=[], start_time=2.0, end_time=2.0, api="chat", model="m"))
+    assert empty.output_tok_s is None and empty.requests_ok == 0 and empty.errors == {}
+
+
+def test_single_token_requests_have_no_decode():
+    r = rec(0, 1.0, [1.05], [1])
+    a = summarize("x", LoadResult(records=[r], start_time=1.0, end_time=1.06, api="chat", model="m"))
+    assert a.output_tok_s == pytest.approx(1 / 0.06)
+    assert a.tpot_ms.mean is None and a.decode_step_ms is None and a.itl_ms.mean is None
+    assert a.ttft_ms.mean == pytest.approx(50.0)
+
+
+def test_to_json_block():
+    j = summarize("eagle3", spec_load()).to_json()
+    json.dumps(j)
+    for k in ("output_tok_s", "request_per_s", "ttft_ms", "itl_ms", "tpot_ms", "e2e_ms", "accept_length",
+              "accept_length_source", "verify_cycle_ms", "decode_step_ms", "requests", "errors"):
+        assert k in j
+    assert set(j["ttft_ms"]) == {"mean", "p50", "p90", "p99"}
+    assert j["requests"] == {"ok": 2, "failed": 3}
+    assert j["accept_length"] == pytest.approx(2.1667, abs=1e-4)
+    assert j["accept_length_source"] == "run"
+    assert j["verify_cycle_ms"] == pytest.approx(30.0)

@@ -1,0 +1,34 @@
+"""The plugin takes Hydra overrides off pytest's command line, never mistaking a path or
+an option's value for one."""
+
+import pytest
+
+from harness.plugin import is_override, ordered_arms
+from harness.config import compose
+
+VALUE_OPTIONS = {"-k", "-o", "-m", "--conf-dir"}
+
+
+@pytest.mark.parametrize("token", ["+exp=sim_smoke", "workload.max_tokens=64", "workload=chat_short",
+                                   "++server.env.X=1", "~gate.min_output_tok_s", "backend.url=http://127.0.0.1:1"])
+def test_overrides_are_recognised(token):
+    assert is_override(token, None, VALUE_OPTIONS)
+
+
+@pytest.mark.parametrize("token, previous", [("suites/", None), ("tests/test_config.py::test_x", None),
+                                             ("-q", None), ("--conf-dir=conf", None),
+                                             ("a=b", "-k"), ("addopts=", "-o"), ("not x", "-m")])
+def test_paths_and_option_values_are_not_overrides(token, previous):
+    assert not is_override(token, previous, VALUE_OPTIONS)
+
+
+def test_a_file_whose_name_looks_like_an_override_stays_a_path(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "odd=name.py").write_text("")
+    assert not is_override("odd=name.py", None, VALUE_OPTIONS)
+
+
+def test_the_plain_arm_runs_first():
+    experiment = compose(["+exp=sim_smoke", "plain_arm=eagle3"])
+    assert experiment.arm_names == ["baseline", "eagle3"]
+    assert ordered_arms(experiment) == ["eagle3", "baseline"]

@@ -1,0 +1,57 @@
+"""Run records: atomic writes, a `latest` link, secrets redacted everywhere."""
+
+import json
+import os
+
+import pytest
+
+from harness.record import Redactor, RunRecord, atomic_write, load_results
+
+
+def test_record_layout_and_latest_link(tmp_path):
+    record = RunRecord(tmp_path, "sim_smoke")
+    assert record.path.parent == tmp_path and record.path.name.endswith("_sim_smoke")
+    assert (tmp_path / "latest").resolve() == record.path.resolve()
+    record.write_json("results.json", {"arms": {"a": {"output_tok_s": 1.0}}})
+    assert load_results(record.path)["arms"]["a"]["output_tok_s"] == 1.0
+    second = RunRecord(tmp_path, "sim_smoke")  # same second: a distinct folder, latest moves
+    assert second.path != record.path and (tmp_path / "latest").resolve() == second.path.resolve()
+
+
+def test_atomic_write_never_leaves_half_a_file(tmp_path, monkeypatch):
+    target = tmp_path / "results.json"
+    atomic_write(target, '{"old": true}')
+
+    def crash(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(KeyboardInterrupt):
+        atomic_write(target, '{"new": ' + "1" * 100000)
+    assert json.loads(target.read_text()) == {"old": True}
+    assert [p.name for p in tmp_path.iterdir()] == ["results.json"], "temp file left behind"
+
+
+def test_secrets_are_redacted_in_data_args_and_text(monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_supersecretvalue")
+    redactor = Redactor()
+    config = {"server": {"env": {"HF_TOKEN": "hf_supersecretvalue", "NCCL_ALGO": "Ring"},
+                         "extra_args": ["--api-key", "sk-abcdef123", "--tp", "8"]}}
+    redactor.learn(config)
+    clean = redactor.data(config)
+    assert clean["server"]["env"] == {"HF_TOKEN": "***", "NCCL_ALGO": "Ring"}
+    assert clean["server"]["extra_args"] == ["--api-key", "***", "--tp", "8"]
+    assert redactor.text("loaded with token hf_supersecretvalue ok") == "loaded with token *** ok"
+
+
+def test_requests_jsonl_and_log_scrubbing(tmp_path):
+    redactor = Redactor({"sk-abcdef123"})
+    record = RunRecord(tmp_path, "x", redactor)
+    record.add_requests("a", [{"index": 0}])
+    record.add_requests("b", [{"index": 0, "error": "bad key sk-abcdef123"}])
+    lines = [json.loads(l) for l in (record.path / "requests.jsonl").read_text().splitlines()]
+    assert [l["arm"] for l in lines] == ["a", "b"] and lines[1]["error"] == "bad key ***"
+    log = record.arm_dir("a") / "server.log"
+    log.write_text("args: --api-key sk-abcdef123\n")
+    record.scrub_file("arms/a/server.log")
+    assert "sk-abcdef123" not in log.read_text()

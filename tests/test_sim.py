@@ -1,0 +1,434 @@
+"""Conformance tests of the SGLang simulator, run as a real subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+import requests
+from openai import OpenAI
+from openai.types import Completion
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
+from prometheus_client.parser import text_string_to_metric_families
+
+REPO = Path(__file__).resolve().parents[1]
+FAST = ["--sim-decode-step-ms", "2", "--sim-prefill-base-ms", "1", "--sim-startup-s", "0.2"]
+SPEC = [
+    "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "draft",
+    "--speculative-num-steps", "2", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "3",
+    "--sim-draft-step-ms", "0.2", "--sim-verify-base-ms", "1.0", "--sim-verify-per-token-ms", "0.1",
+]
+NON_JSON_BODY = (
+    '{"object":"error","message":"1 validation error:\\n  {\'loc\': [\'header\', \'content-type\'], \'msg\': '
+    '\\"Unsupported Media Type: Only \'application/json\' is allowed\\", \'type\': \'value_error\'} '
+    '[{\'loc\': [\'header\', \'content-type\'], \'msg\': \\"Unsupported Media Type: Only \'application/json\' is allowed\\", '
+    '\'type\': \'value_error\'}]","type":"Bad Request","param":null,"code":400}'
+)
+
+
+# ----------------------------------------------------------------- helpers
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _children(pid: int) -> list[int]:
+    """PIDs whose parent is ``pid`` (a /proc scan, no psutil)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if fields[0] != "Z" and int(fields[1]) == pid:
+            out.append(int(entry))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+class Sim:
+    def __init__(self, args: list[str], env: dict | None = None, wait: bool = True):
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = tempfile.TemporaryFile("w+")  # server output, shown when start-up fails
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "harness.sim", "--model-path", "sim-model", "--port", str(self.port), *args],
+            cwd=REPO, stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+        )
+        if wait:
+            self.wait_healthy()
+
+    def wait_healthy(self, timeout: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, self.output()
+            try:
+                if requests.get(self.url + "/health", timeout=1).status_code == 200:
+                    return
+            except requests.ConnectionError:
+                pass
+            time.sleep(0.05)
+        raise TimeoutError(self.output())
+
+    def output(self) -> str:
+        self.log.flush()
+        self.log.seek(0)
+        return self.log.read()
+
+    def kill(self) -> None:
+        # The whole session: the server and any child it left behind.
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(5)
+        self.log.close()
+
+    def post(self, path: str, body: dict, **kw) -> requests.Response:
+        return requests.post(self.url + path, json=body, timeout=30, **kw)
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[Sim]:
+    s = Sim(FAST)
+    try:
+        yield s
+    finally:
+        s.kill()
+
+
+@pytest.fixture(scope="module")
+def spec_sim() -> Iterator[Sim]:
+    s = Sim(FAST + SPEC + ["--tp-size", "2"])
+    try:
+        yield s
+    finally:
+        s.kill()
+
+
+def _sse(resp: requests.Response) -> list[str]:
+    """Raw ``data:`` payloads, checking SGLang's framing (blank line after each event)."""
+    raw = resp.content.decode()
+    assert raw.endswith("data: [DONE]\n\n")
+    events = raw.split("\n\n")[:-1]
+    assert all(e.startswith("data: ") for e in events), events
+    return [e[len("data: "):] for e in events]
+
+
+def _fill_finish_reason(chunk: dict) -> dict:
+    """SGLang (like vLLM) streams ``finish_reason: null`` in intermediate completion
+    chunks, which ``openai.types.Completion`` rejects (the SDK does not validate
+    stream chunks); fill it so everything else is still checked strictly."""
+    for choice in chunk["choices"]:
+        if choice["finish_reason"] is None:
+            choice["finish_reason"] = "length"
+            choice["_was_null"] = True
+    return chunk
+
+
+def _sglang_children(pid: int) -> list[int]:
+    """Children named like SGLang's (the spawn resource tracker is left out)."""
+    return [k for k in _children(pid) if Path(f"/proc/{k}/comm").read_text().startswith("sglang::")]
+
+
+# ------------------------------------------------------------ info routes
+def test_info_routes(sim: Sim):
+    info = requests.get(sim.url + "/get_model_info").json()
+    assert info["model_path"] == "sim-model" and info["is_generation"] is True
+    server = requests.get(sim.url + "/get_server_info").json()
+    assert server["version"].startswith("0.5.")
+    assert server["tp_size"] == 1 and server["sim_decode_step_ms"] == 2.0
+    assert server["speculative_algorithm"] is None
+    assert isinstance(server["internal_states"], list) and "avg_spec_accept_length" not in server["internal_states"][0]
+    models = requests.get(sim.url + "/v1/models").json()
+    assert models["object"] == "list" and models["data"][0]["id"] == "sim-model"
+    assert models["data"][0]["owned_by"] == "sglang"
+    assert requests.get(sim.url + "/v1/models/sim-model").json()["id"] == "sim-model"
+    assert requests.get(sim.url + "/v1/models/nope").status_code == 404
+    assert requests.get(sim.url + "/health_generate").status_code == 200
+    for method in (requests.get, requests.post):
+        r = method(sim.url + "/flush_cache")
+        assert r.status_code == 200 and r.text.startswith("Cache flushed.")
+
+
+# ------------------------------------------------------------------ errors
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/completions", "/generate"])
+def test_non_json_post_gets_exact_sglang_400(sim: Sim, path: str):
+    r = requests.post(sim.url + path, data="{}", headers={"Content-Type": "text/plain"})
+    assert r.status_code == 400
+    assert r.text == NON_JSON_BODY
+    r = requests.post(sim.url + path, data=b"{}")  # no content type at all
+    assert r.status_code == 400 and r.text == NON_JSON_BODY
+
+
+def test_bad_bodies_get_sglang_shaped_400(sim: Sim):
+    r = requests.post(sim.url + "/v1/chat/completions", data="{not json", headers={"Content-Type": "application/json"})
+    assert r.status_code == 400
+    body = r.json()
+    assert body["object"] == "error" and body["type"] == "Bad Request" and body["code"] == 400
+    assert "JSON decode error" in body["message"]
+    r = sim.post("/v1/chat/completions", {"model": "m"})
+    assert r.status_code == 400 and "Field required" in r.json()["message"]
+    r = sim.post("/v1/completions", {"prompt": "x", "max_tokens": 0})
+    assert r.status_code == 400 and r.json()["code"] == 400
+
+
+# -------------------------------------------------------------- chat / completions
+def test_chat_non_stream(sim: Sim):
+    r = sim.post("/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "Count from 1 to 5."}]})
+    assert r.status_code == 200
+    c = ChatCompletion.model_validate(r.json())
+    assert c.object == "chat.completion" and c.id.startswith("chatcmpl-") and c.model == "m"
+    assert c.choices[0].message.content == "1, 2, 3, 4, 5"
+    assert c.choices[0].finish_reason == "stop"
+    assert c.usage.completion_tokens == 10  # 9 pieces + EOS
+    assert c.usage.total_tokens == c.usage.prompt_tokens + 10
+    assert "sglext" not in r.json()
+
+
+def test_chat_stream_chunks_and_usage(sim: Sim):
+    body = {"model": "m", "messages": [{"role": "user", "content": "count from 1 to 4"}], "stream": True,
+            "stream_options": {"include_usage": True}, "max_tokens": 100}
+    r = sim.post("/v1/chat/completions", body)
+    payloads = _sse(r)
+    assert payloads[-1] == "[DONE]"
+    chunks = [ChatCompletionChunk.model_validate(json.loads(p)) for p in payloads[:-1]]
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == "1, 2, 3, 4"
+    assert chunks[-2].choices[0].finish_reason == "stop"
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 8
+    assert len({c.id for c in chunks}) == 1
+
+
+def test_completions_stream_and_non_stream(sim: Sim):
+    r = sim.post("/v1/completions", {"model": "m", "prompt": "count from 1 to 3", "max_tokens": 4})
+    c = Completion.model_validate(r.json())
+    assert c.choices[0].text == "1, 2," and c.choices[0].finish_reason == "length"
+    assert c.usage.completion_tokens == 4
+    r = sim.post("/v1/completions", {"model": "m", "prompt": "hello", "max_tokens": 7, "stream": True,
+                                     "stream_options": {"include_usage": True}})
+    payloads = _sse(r)
+    chunks = [Completion.model_validate(_fill_finish_reason(json.loads(p))) for p in payloads[:-1]]
+    assert chunks[-2].choices[0].finish_reason == "length" and json.loads(payloads[-4])["choices"][0]["finish_reason"] is None
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 7
+    assert len([c for c in chunks if c.choices]) == 7  # one chunk per decode step
+    # usage chunk drops nulls (exclude_none=True), like SGLang's completions stream
+    assert "prompt_tokens_details" not in json.loads(payloads[-2])["usage"]
+
+
+def test_ignore_eos_runs_to_max_tokens(sim: Sim):
+    r = sim.post("/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "count from 1 to 3"}],
+                                          "max_tokens": 20, "ignore_eos": True})
+    c = ChatCompletion.model_validate(r.json())
+    assert c.usage.completion_tokens == 20 and c.choices[0].finish_reason == "length"
+    assert c.choices[0].message.content.startswith("1, 2, 3 ")
+
+
+def test_openai_client_streams(sim: Sim):
+    client = OpenAI(base_url=sim.url + "/v1", api_key="x")
+    stream = client.chat.completions.create(
+        model="sim-model", messages=[{"role": "user", "content": "Count from 1 to 6"}], stream=True,
+        stream_options={"include_usage": True},
+    )
+    parts, usage = [], None
+    for chunk in stream:
+        if chunk.choices:
+            parts.append(chunk.choices[0].delta.content or "")
+        if chunk.usage:
+            usage = chunk.usage
+    assert "".join(parts) == "1, 2, 3, 4, 5, 6" and usage.completion_tokens == 12
+    text = "".join(c.choices[0].text for c in client.completions.create(model="sim-model", prompt="hi", max_tokens=5, stream=True))
+    assert len(text.split()) == 5
+    assert client.models.list().data[0].id == "sim-model"
+
+
+# ------------------------------------------------------------------ /generate
+def test_generate_native(sim: Sim):
+    r = sim.post("/generate", {"text": "Count from 1 to 3", "sampling_params": {"max_new_tokens": 50, "temperature": 0}})
+    out = r.json()
+    assert out["text"] == "1, 2, 3" and len(out["output_ids"]) == 6
+    meta = out["meta_info"]
+    assert meta["finish_reason"] == {"type": "stop", "matched": 2}
+    assert meta["completion_tokens"] == 6 and meta["prompt_tokens"] == 5 and meta["cached_tokens"] == 0
+    assert meta["e2e_latency"] > 0 and len(meta["id"]) == 32
+    assert "spec_verify_ct" not in meta
+    r = sim.post("/generate", {"text": "go", "sampling_params": {"max_new_tokens": 6}, "stream": True})
+    payloads = [json.loads(p) for p in _sse(r)[:-1]]
+    texts = [p["text"] for p in payloads]
+    assert all(texts[i + 1].startswith(texts[i]) for i in range(len(texts) - 1))  # cumulative
+    assert payloads[-1]["meta_info"]["finish_reason"] == {"type": "length", "length": 6}
+    assert payloads[0]["meta_info"]["finish_reason"] is None
+    assert len(payloads[-1]["output_ids"]) == 6
+    r = sim.post("/generate", {"text": "go"})
+    assert r.json()["meta_info"]["completion_tokens"] == 128  # SGLang's default max_new_tokens
+
+
+# ------------------------------------------------------------------ metrics
+def test_metrics_parse(sim: Sim):
+    sim.post("/v1/completions", {"prompt": "hi", "max_tokens": 3})
+    text = requests.get(sim.url + "/metrics").text
+    fams = {f.name: f for f in text_string_to_metric_families(text)}
+    for name in ("sglang:generation_tokens", "sglang:prompt_tokens", "sglang:num_running_reqs",
+                 "sglang:num_queue_reqs", "sglang:spec_accept_length", "sglang:time_to_first_token_seconds"):
+        assert name in fams, name
+    gen = [s for s in fams["sglang:generation_tokens"].samples if s.name == "sglang:generation_tokens_total"]
+    assert sum(s.value for s in gen) >= 3
+    assert gen[0].labels["model_name"] == "sim-model" and gen[0].labels["is_streaming"] in ("true", "false")
+    assert fams["sglang:num_running_reqs"].samples[0].labels["tp_rank"] == "0"
+
+
+# ------------------------------------------------------------- batching
+def test_concurrent_requests_share_steps(sim: Sim):
+    body = {"prompt": "hi", "max_tokens": 100, "ignore_eos": True}
+    t0 = time.perf_counter()
+    sim.post("/v1/completions", body)
+    single = time.perf_counter() - t0
+    with ThreadPoolExecutor(8) as pool:
+        t0 = time.perf_counter()
+        results = list(pool.map(lambda _: sim.post("/v1/completions", body).json(), range(8)))
+        eight = time.perf_counter() - t0
+    assert all(r["usage"]["completion_tokens"] == 100 for r in results)
+    assert single >= 100 * 0.002
+    assert eight < 3.5 * single, (single, eight)  # 8x if steps were not shared
+
+
+# ------------------------------------------------------------- speculation
+def test_spec_accept_length(spec_sim: Sim):
+    body = {"prompt": "hi", "max_tokens": 1500, "ignore_eos": True, "return_spec_tokens_details": True}
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda _: spec_sim.post("/v1/completions", body).json(), range(4)))
+    tokens = sum(r["usage"]["completion_tokens"] for r in results)
+    cycles = sum(r["sglext"]["spec_tokens_details"]["spec_verify_ct"] for r in results)
+    assert tokens == 6000
+    assert tokens / cycles == pytest.approx(2.0, abs=0.1)
+    d = results[0]["sglext"]["spec_tokens_details"]
+    assert d["spec_accept_length"] == pytest.approx(1500 / d["spec_verify_ct"])
+    assert d["spec_num_proposed_drafts"] == 2 * d["spec_verify_ct"]
+    Completion.model_validate(results[0])
+    state = requests.get(spec_sim.url + "/get_server_info").json()["internal_states"][0]
+    assert state["avg_spec_accept_length"] == pytest.approx(2.0, abs=0.1)
+    fams = {f.name: f for f in text_string_to_metric_families(requests.get(spec_sim.url + "/metrics").text)}
+    assert fams["sglang:spec_accept_length"].samples[0].value > 1.0
+
+
+def test_spec_details_placement(spec_sim: Sim):
+    msgs = [{"role": "user", "content": "count from 1 to 20"}]
+    r = spec_sim.post("/v1/chat/completions", {"model": "m", "messages": msgs, "return_spec_tokens_details": True})
+    body = r.json()
+    ChatCompletion.model_validate(body)
+    assert body["choices"][0]["message"]["content"] == ", ".join(str(i) for i in range(1, 21))
+    assert body["sglext"]["spec_tokens_details"]["spec_verify_ct"] > 0
+    r = spec_sim.post("/v1/chat/completions", {"model": "m", "messages": msgs, "stream": True,
+                                               "return_spec_tokens_details": True,
+                                               "stream_options": {"include_usage": True}})
+    payloads = [json.loads(p) for p in _sse(r)[:-1]]
+    sglext, usage = payloads[-2], payloads[-1]
+    assert sglext["choices"] == [] and sglext["usage"] is None and "spec_tokens_details" in sglext["sglext"]
+    assert usage["choices"] == [] and usage["usage"]["completion_tokens"] == 40
+    content_chunks = [p for p in payloads if p["choices"] and p["choices"][0]["delta"].get("content")]
+    assert len(content_chunks) < 39  # several tokens per chunk under speculation
+    meta = spec_sim.post("/generate", {"text": "count from 1 to 20"}).json()["meta_info"]
+    assert meta["spec_accept_length"] == pytest.approx(meta["completion_tokens"] / meta["spec_verify_ct"])
+    assert len(_sglang_children(spec_sim.proc.pid)) == 3  # scheduler, detokenizer, 1 extra TP worker
+
+
+# ------------------------------------------------------------- lifecycle
+def test_startup_503_then_sigterm_cleans_up():
+    s = Sim(["--sim-decode-step-ms", "2", "--sim-startup-s", "1.5", "--tp", "2"], wait=False)
+    try:
+        saw_503 = False
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not saw_503:
+            try:
+                saw_503 = requests.get(s.url + "/health_generate", timeout=1).status_code == 503
+            except requests.ConnectionError:
+                time.sleep(0.05)
+        assert saw_503
+        s.wait_healthy()
+        assert requests.get(s.url + "/health_generate").status_code == 200
+        assert len(_sglang_children(s.proc.pid)) == 3
+        kids = _children(s.proc.pid)
+        s.proc.send_signal(signal.SIGTERM)
+        t0 = time.monotonic()
+        s.proc.wait(5)
+        assert time.monotonic() - t0 < 2.5
+        time.sleep(0.2)
+        assert not [k for k in kids if _alive(k)]
+        assert "The server is fired up and ready to roll!" in s.output()
+    finally:
+        s.kill()
+
+
+def test_children_exit_when_parent_is_sigkilled():
+    s = Sim(FAST)
+    try:
+        assert len(_sglang_children(s.proc.pid)) == 2
+        kids = _children(s.proc.pid)
+        s.proc.kill()  # only the parent
+        s.proc.wait(5)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and any(_alive(k) for k in kids):
+            time.sleep(0.05)
+        assert not [k for k in kids if _alive(k)]
+    finally:
+        s.kill()
+
+
+@pytest.mark.parametrize("scrub", [False, True])
+def test_scrub_worker_env(scrub: bool):
+    env = {**os.environ, "SPECGATE_SIM_MARKER": "42"}
+    s = Sim(FAST + (["--sim-scrub-worker-env"] if scrub else []), env=env)
+    try:
+        kids = _sglang_children(s.proc.pid)
+        assert len(kids) == 2
+        for pid in kids:
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+            assert (b"SPECGATE_SIM_MARKER=42" in environ) is (not scrub)
+        assert b"SPECGATE_SIM_MARKER=42" in Path(f"/proc/{s.proc.pid}/environ").read_bytes()
+        assert sim_generates(s)
+    finally:
+        s.kill()
+
+
+def sim_generates(s: Sim) -> bool:
+    return s.post("/generate", {"text": "count from 1 to 2"}).json()["text"] == "1, 2"
+
+
+def test_client_disconnect_aborts_request(sim: Sim):
+    def running() -> float:
+        fams = {f.name: f for f in text_string_to_metric_families(requests.get(sim.url + "/metrics").text)}
+        return fams["sglang:num_running_reqs"].samples[0].value
+
+    body = {"prompt": "x", "max_tokens": 100000, "stream": True}
+    with requests.post(sim.url + "/v1/completions", json=body, stream=True, timeout=10) as r:
+        lines = r.iter_lines()
+        for _ in range(5):
+            next(lines)
+        assert running() == 1
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline and running() != 0:
+        time.sleep(0.05)
+    assert running() == 0
+    assert requests.get(sim.url + "/health_generate").status_code == 200
