@@ -22,7 +22,10 @@ from typing import Any
 
 import yaml
 
-SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+# A secret-named key has TOKEN, KEY, SECRET, ... as a whole word of its name (HF_TOKEN,
+# --api-key, AWS_SECRET_ACCESS_KEY), so that max_tokens or completion_tokens are not.
+SECRET_NAME = re.compile(r"(^|[_.-])(TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIALS?|AUTH)($|[_.-])", re.IGNORECASE)
+MIN_SECRET_LENGTH = 6  # shorter values would scrub ordinary words and numbers from logs
 REDACTED = "***"
 
 
@@ -46,14 +49,15 @@ class Redactor:
     occurrence of a known secret value in free text (logs)."""
 
     def __init__(self, secret_values: set[str] | None = None):
-        self.secret_values = {v for v in (secret_values or set()) if v and len(v) >= 4}
+        self.secret_values = {v for v in (secret_values or set()) if v and len(v) >= MIN_SECRET_LENGTH}
 
     def learn(self, data: Any) -> None:
         """Remember every secret value found in a config, so logs can be scrubbed too."""
         for key, value in walk_items(data):
-            if SECRET_NAME.search(str(key)) and isinstance(value, (str, int)) and str(value):
-                self.secret_values.add(str(value))
-        self.secret_values.update(v for k, v in os.environ.items() if SECRET_NAME.search(k) and len(v) >= 4)
+            if SECRET_NAME.search(str(key)) and isinstance(value, str) and len(value) >= MIN_SECRET_LENGTH:
+                self.secret_values.add(value)
+        self.secret_values.update(
+            v for k, v in os.environ.items() if SECRET_NAME.search(k) and len(v) >= MIN_SECRET_LENGTH)
 
     def data(self, data: Any) -> Any:
         if isinstance(data, dict):

@@ -44,6 +44,15 @@ def test_secrets_are_redacted_in_data_args_and_text(monkeypatch):
     assert redactor.text("loaded with token hf_supersecretvalue ok") == "loaded with token *** ok"
 
 
+def test_ordinary_token_counts_are_not_secrets():
+    redactor = Redactor()
+    data = {"workload": {"max_tokens": 500}, "completion_tokens": 3, "arm": "eagle3", "keep_requests": True,
+            "drafter": {"num_draft_tokens": 3, "eagle_topk": 1}, "server": {"tokenizer_path": "/m"}}
+    redactor.learn(data)
+    assert redactor.data(data) == data
+    assert redactor.text("eagle3 0.5.23") == "eagle3 0.5.23"
+
+
 def test_requests_jsonl_and_log_scrubbing(tmp_path):
     redactor = Redactor({"sk-abcdef123"})
     record = RunRecord(tmp_path, "x", redactor)
