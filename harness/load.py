@@ -148,14 +148,17 @@ class ProgressSnapshot:
 _last_print = [0.0]
 
 
-def print_progress(snap: ProgressSnapshot, stream: Any = None, min_interval_s: float = 0.25) -> None:
+def print_progress(snap: ProgressSnapshot, stream: Any = None, min_interval_s: float = 0.25, label: str = "") -> None:
     """One live line on stderr (``\\r``-rewritten), at most ~4 times a second; the final
     snapshot ends the line."""
     now = time.monotonic()
+    out = stream if stream is not None else sys.stderr
+    interactive = getattr(out, "isatty", lambda: False)()
+    if not interactive:  # a log file or CI: a plain line every 10 s, not a stream of \r
+        min_interval_s = max(min_interval_s, 10.0)
     if not snap.final and now - _last_print[0] < min_interval_s:
         return
     _last_print[0] = now
-    out = stream if stream is not None else sys.stderr
     if snap.warmup:
         line = f"warm-up ... {snap.done} done"
     else:
@@ -164,7 +167,10 @@ def print_progress(snap: ProgressSnapshot, stream: Any = None, min_interval_s: f
             f"{snap.done}{total} done  {snap.in_flight} in flight  {snap.tok_s:8.1f} tok/s  "
             f"{snap.errors} errors  {snap.elapsed_s:6.1f}s"
         )
-    out.write("\r" + line + "   " + ("\n" if snap.final else ""))
+    if interactive:
+        out.write("\r" + label + line + "   " + ("\n" if snap.final else ""))
+    else:
+        out.write(label + line + "\n")
     out.flush()
 
 

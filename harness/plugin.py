@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import sys
 from pathlib import Path
 
 import pytest
@@ -115,13 +116,17 @@ def install_sigterm_as_interrupt() -> None:
 def terminal_progress(config: pytest.Config):
     """Live progress line while a load runs, printed past pytest's output capture."""
     capture = config.pluginmanager.getplugin("capturemanager")
+    shown: set[str] = set()
 
-    def show(snapshot) -> None:
+    def show(arm: str, snapshot) -> None:
         if capture is None:
-            print_progress(snapshot)
+            print_progress(snapshot, label=f"[{arm}] ")
             return
         with capture.global_and_fixture_disabled():
-            print_progress(snapshot)
+            if arm not in shown:  # start below the test file's name, not over it
+                shown.add(arm)
+                sys.stderr.write("\n")
+            print_progress(snapshot, label=f"[{arm}] ")
 
     return show
 

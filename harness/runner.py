@@ -51,7 +51,7 @@ class ArmRun:
 class Runner:
     experiment: Experiment
     command: list[str] = field(default_factory=lambda: list(sys.argv))
-    progress: Callable[[Any], None] | None = None
+    progress: Callable[[str, Any], None] | None = None  # (arm, ProgressSnapshot)
     results: dict[str, ArmResult] = field(default_factory=dict)
     arm_status: dict[str, dict[str, Any]] = field(default_factory=dict)
     verdicts: list[Verdict] = field(default_factory=list)
@@ -93,7 +93,8 @@ class Runner:
             self.arm_status[name]["server_version"] = client.get_server_info().get("version")
         except ClientError as exc:
             self.fail_arm(name, "server_failed", f"arm '{name}': the server is healthy but its info routes fail: {exc}")
-        load = run_load(arm.cfg.workload, server.base_url, model, progress=self.progress)
+        progress = (lambda snapshot: self.progress(name, snapshot)) if self.progress else None
+        load = run_load(arm.cfg.workload, server.base_url, model, progress=progress)
         self.record.add_requests(name, [r.to_json() for r in load.records])
         server_accept = self.server_accept_length(client, arm)
         result = summarize(name, load, server_accept)

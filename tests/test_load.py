@@ -124,7 +124,11 @@ def test_progress_is_throttled_and_final(fake):
     assert len(snaps) <= elapsed * 4 + 2
     assert any(s.tokens > 0 and s.tok_s > 0 for s in snaps[:-1])
 
-    buf = io.StringIO()
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    buf = Terminal()
     s = ProgressSnapshot(done=3, total=10, in_flight=2, errors=1, tokens=500, elapsed_s=2.0)
     print_progress(s, stream=buf)
     print_progress(s, stream=buf)  # within 0.25 s: dropped
@@ -132,6 +136,10 @@ def test_progress_is_throttled_and_final(fake):
     out = buf.getvalue()
     assert out.count("\r") == 2 and out.endswith("\n")
     assert "3/10 done" in out and "250.0 tok/s" in out and "1 errors" in out
+
+    log = io.StringIO()  # not a terminal (CI logs): plain lines, no carriage returns
+    print_progress(dataclasses.replace(s, done=10, final=True), stream=log, label="[arm] ")
+    assert log.getvalue() == log.getvalue().lstrip("\r") and log.getvalue().startswith("[arm] 10/10 done")
 
 
 def test_stop_event_stops_sending(fake):
