@@ -91,7 +91,7 @@ def test_duration_mode(fake):
     assert time.perf_counter() - t < 3
     m = res.measured
     assert len(m) >= 3
-    assert all(r.send_time - res.start_time < 0.4 for r in m)
+    assert all(r.send_time - res.start_time < 0.45 for r in m)  # claimed before the deadline, sent just after
     assert all(r.ok for r in m)
 
 
