@@ -7,7 +7,11 @@ STAMP  := $(VENV)/.specgate-installed
 
 .PHONY: install run test clean-runs
 
+# Then a Docker engine (installed and started when missing: scripts/ensure_docker.sh) and
+# the simulator's image, built offline (reused when unchanged: harness/images.py).
 install: $(STAMP)
+	bash scripts/ensure_docker.sh
+	$(BIN)/python -m harness.images build-sim
 
 # Re-install only when the project's dependencies change.
 $(STAMP): pyproject.toml

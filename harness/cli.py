@@ -3,6 +3,7 @@
     specgate list                      experiments and their one-line descriptions
     specgate show +exp=NAME [k=v ...]  the composed config of each arm
     specgate run  +exp=NAME [k=v ...]  the same as `pytest suites/ +exp=NAME ...`
+    specgate clean [--images]          remove every container (and image) specgate labelled
 """
 
 from __future__ import annotations
@@ -41,11 +42,36 @@ def cmd_run(args: argparse.Namespace) -> int:
     return int(pytest.main(pytest_args))
 
 
+def cmd_clean(args: argparse.Namespace) -> int:
+    """Remove every container specgate labelled (e.g. after a kill -9), on the local
+    engine or --docker-host; with --images also the images it built."""
+    from harness.images import ImageError, docker_client
+    from harness.servers.labels import LABEL, remove_containers
+
+    try:
+        client = docker_client(args.docker_host)
+    except ImageError as exc:
+        print(f"specgate: {exc}", file=sys.stderr)
+        return 2
+    removed = remove_containers(client, only_dead=False)
+    print(f"removed {len(removed)} container(s){': ' + ', '.join(removed) if removed else ''}")
+    if args.images:
+        images = client.images.list(filters={"label": LABEL})
+        for image in images:
+            client.images.remove(image.id, force=True)
+        print(f"removed {len(images)} image(s)")
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(prog="specgate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     root.add_argument("--conf-dir", type=Path, default=DEFAULT_CONF_DIR, help="the Hydra config tree")
     commands = root.add_subparsers(dest="command", required=True)
     commands.add_parser("list", help="list experiments").set_defaults(func=cmd_list)
+    clean = commands.add_parser("clean", help="remove every container specgate labelled")
+    clean.add_argument("--docker-host", default=None, help="another engine (ssh://..., tcp://...)")
+    clean.add_argument("--images", action="store_true", help="also remove the images specgate built")
+    clean.set_defaults(func=cmd_clean)
     for name, func, text in (("show", cmd_show, "print each arm's composed config"),
                              ("run", cmd_run, "run the suites on an experiment")):
         sub = commands.add_parser(name, help=text)

@@ -25,14 +25,11 @@ from harness.schema import SpecgateConfig
 DEFAULT_CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 DEFAULT_ARM = "default"
 
-# Options a later issue builds; choosing one now stops with this sentence instead of a crash.
-NOT_BUILT_YET = {
-    ("backend", "docker"): "the docker backend is not built yet (issue 3); use backend=process or backend=attach",
-    ("build", "sglang_patched"): "patched SGLang images are not built yet (issue 3)",
-}
+# Options a later issue builds: choosing one now stops with this sentence instead of a crash.
+NOT_BUILT_YET: dict[tuple[str, str], str] = {}
 KNOWN_KINDS = {
-    "backend": {"process", "attach"},
-    "build": {"sim", "sglang_release"},
+    "backend": {"docker", "process", "attach"},
+    "build": {"sim", "sglang_release", "sglang_patched"},
     "telemetry": {"off"},
 }
 

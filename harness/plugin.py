@@ -19,6 +19,7 @@ import pytest
 
 from harness import gate
 from harness.config import DEFAULT_CONF_DIR, ConfigError, Experiment, compose
+from harness.drafter_fit import DrafterMismatch, check_drafter_fit
 from harness.load import print_progress
 from harness.runner import ArmFailed, ArmRun, Runner
 from harness.telemetry.driver import nvidia_driver_status
@@ -83,6 +84,11 @@ def pytest_configure(config: pytest.Config) -> None:
     except ConfigError as exc:
         raise pytest.UsageError(f"specgate: {exc}") from None
     require_gpu_if_needed(experiment)
+    for arm in experiment.arms:
+        try:
+            check_drafter_fit(arm.cfg)
+        except DrafterMismatch as exc:
+            raise pytest.UsageError(f"specgate: arm '{arm.name}': {exc}") from None
     progress = None if config.getoption("no_progress") else terminal_progress(config)
     config.stash[RUNNER] = Runner(experiment, progress=progress)
     install_sigterm_as_interrupt()

@@ -20,7 +20,8 @@ from harness.gate import Verdict
 from harness.load import run_load
 from harness.metrics import ArmResult, break_even_accept_length, summarize
 from harness.record import Redactor, RunRecord
-from harness.servers import Server, ServerError, make_server
+from harness.images import ImageError
+from harness.servers import Server, ServerError, Session, make_server, prepare_backend
 from harness.summary import format_summary
 
 
@@ -56,6 +57,8 @@ class Runner:
     arm_status: dict[str, dict[str, Any]] = field(default_factory=dict)
     verdicts: list[Verdict] = field(default_factory=list)
     servers: dict[str, Server] = field(default_factory=dict)
+    session: Session = field(default_factory=Session)
+    prepared_engines: set = field(default_factory=set)
     started_utc: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
     _record: RunRecord | None = None
 
@@ -68,6 +71,7 @@ class Runner:
             for arm in self.experiment.arms:
                 redactor.learn(OmegaConf.to_container(arm.cfg, resolve=True))
             self._record = RunRecord(Path(self.experiment.base.record.root), self.experiment.name, redactor)
+            self.session.run = self._record.path.name
             self._record.write_yaml("config.yaml", OmegaConf.to_container(self.experiment.base, resolve=True))
             self._record.write_yaml("overrides.yaml", {"command_line": self.experiment.overrides,
                                                         "arms": {a.name: a.overrides for a in self.experiment.arms}})
@@ -79,14 +83,16 @@ class Runner:
         """Start the arm's server and measure its workload; the server stays up until close_arm."""
         arm = self.experiment.arm(name)
         log_path = self.record.arm_dir(name) / "server.log"
-        server = make_server(name, arm.cfg, log_path)
+        server = make_server(name, arm.cfg, log_path, self.session)
         self.servers[name] = server
         self.arm_status[name] = {"status": "starting", "backend": arm.cfg.backend.kind, "choices": arm.choices}
         try:
+            self.prepare(arm)
             server.start()
-        except ServerError as exc:
+        except (ServerError, ImageError) as exc:
+            self.arm_status[name]["server"] = server.describe()
             self.fail_arm(name, "server_failed", str(exc))
-        self.arm_status[name].update(status="measuring", base_url=server.base_url)
+        self.arm_status[name].update(status="measuring", server=server.describe())
         client = ServerClient(server.base_url)
         try:
             model = client.served_model()
@@ -106,6 +112,12 @@ class Runner:
         self.arm_status[name]["status"] = "measured"
         self.save()
         return ArmRun(arm=arm, server=server, client=client, result=result, model=model)
+
+    def prepare(self, arm: Arm) -> None:
+        engine = (arm.cfg.backend.kind, arm.cfg.backend.docker_host)
+        if engine not in self.prepared_engines:
+            self.prepared_engines.add(engine)
+            prepare_backend(arm.cfg, self.session)
 
     def server_accept_length(self, client: ServerClient, arm: Arm) -> float | None:
         """The server-cumulative accept length: only a labelled fallback (it includes warm-up)."""
@@ -128,6 +140,12 @@ class Runner:
             server.stop()
             if self._record is not None:
                 self._record.scrub_file(f"arms/{name}/server.log")
+
+    def note_environment(self, name: str, processes: list, keys: list[str]) -> None:
+        """The configured variables as each server process really has them (record only)."""
+        self.arm_status[name]["environment"] = [
+            {"pid": p.pid, "name": p.name, "cmdline": p.command[:300], "vars": {k: p.environ.get(k) for k in keys}} for p in processes]
+        self.save()
 
     def add_verdicts(self, verdicts: list[Verdict]) -> None:
         self.verdicts += verdicts

@@ -12,19 +12,28 @@ from typing import Dict, List, Optional
 
 @dataclass
 class BackendConfig:
-    kind: str = "process"  # process | attach (docker: not built yet)
+    kind: str = "docker"  # docker | process | attach
     url: Optional[str] = None  # attach: the server's base URL, e.g. http://127.0.0.1:30000
     startup_timeout_s: float = 120.0  # health deadline; a server not healthy by then fails the arm
     shutdown_timeout_s: float = 10.0  # SIGTERM grace before SIGKILL
+    # docker only
+    docker_host: Optional[str] = None  # null: the local engine; or ssh://user@host, tcp://host:2376
+    publish_host: str = "127.0.0.1"  # the host address the server port is published on
+    shm_size: Optional[str] = None  # e.g. "32g" (SGLang's compose file)
+    ipc_host: bool = False  # ipc_mode=host (NCCL/CUDA IPC between TP workers)
+    ulimits: Dict[str, int] = field(default_factory=dict)  # e.g. {memlock: -1, stack: 67108864}
 
 
 @dataclass
 class BuildConfig:
-    kind: str = "sim"  # sim | sglang_release (| sglang_patched: not built yet)
-    image: Optional[str] = None  # container image tag (docker backend)
+    kind: str = "sim"  # sim | sglang_release | sglang_patched
+    image: Optional[str] = None  # release image tag; for sglang_patched the base it builds FROM
     python: Optional[str] = None  # interpreter for the process backend; null = the harness's own
-    module: str = "harness.sim"  # python -m <module> starts the server
+    module: str = "harness.sim"  # python -m <module> starts the server (process backend)
     version: Optional[str] = None  # the release this build stands for (recorded)
+    patches: List[str] = field(default_factory=list)  # sglang_patched: patch files (repo-relative)
+    git_ref: Optional[str] = None  # sglang_patched: or check out this SGLang git ref
+    build_args: Dict[str, str] = field(default_factory=dict)  # extra docker build args
 
 
 @dataclass
@@ -54,6 +63,7 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 0  # 0: pick a free loopback port per arm
     requires_gpu: bool = False  # fail fast with one sentence when no NVIDIA driver is present
+    gpus: Optional[List[int]] = None  # docker: GPU indices to pass; null = all when requires_gpu
     extra_args: List[str] = field(default_factory=list)  # passed to the launcher verbatim
     env: Dict[str, str] = field(default_factory=dict)
     sim: Optional[SimModelConfig] = None  # only for build=sim

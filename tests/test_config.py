@@ -67,7 +67,7 @@ def test_merge_overrides_keeps_arm_overrides_the_user_did_not_touch():
         (["workload.concurrency=0"], ["workload.concurrency", "at least 1"]),
         (["backend=attach"], ["backend.url"]),
         (["backend=attach", "backend.url=localhost:1"], ["not an http"]),
-        (["backend=docker"], ["backend=docker", "attach", "process"]),
+        (["backend=kubernetes"], ["backend=kubernetes", "attach", "docker", "process"]),
         (["telemetry=nvml"], ["telemetry=nvml", "off"]),
         (["+exp=sim_smoke", "plain_arm=nobody"], ["plain_arm", "nobody", "baseline"]),
         (["+exp=sim_smoke", "+gate.min_output_tok_s.ghost=1"], ["ghost", "not an arm"]),

@@ -44,6 +44,17 @@ def wait_gone(marker: str, timeout_s: float = 10) -> list[int]:
     return left
 
 
+def specgate_containers() -> list[str]:
+    """What `docker ps -a --filter label=specgate.session` lists."""
+    import docker
+
+    client = docker.from_env()
+    try:
+        return [c.name for c in client.containers.list(all=True, filters={"label": "specgate.session"})]
+    finally:
+        client.close()
+
+
 @pytest.fixture
 def marker() -> str:
     return f"e2e-{uuid.uuid4().hex[:8]}"
@@ -77,7 +88,10 @@ def test_sim_smoke_passes_and_records_everything(tmp_path, marker):
     assert len(lines) == 2 * (4 + 1)  # measured + warm-up, per arm
     assert "test_min_speedup[eagle3] PASSED" in proc.stdout or "passed" in proc.stdout
     assert "specgate summary" in proc.stdout and "gate(s) passed" in proc.stdout
+    assert results["arms"]["eagle3"]["server"]["image"]["tag"].startswith("specgate/sim:")
+    assert "ready to roll" in (record / "arms/eagle3/server.log").read_text()  # the container's log
     assert wait_gone(marker) == []
+    assert specgate_containers() == []
 
 
 def test_eagle_k2_sim_fails_its_gates_for_the_right_reasons(tmp_path, marker):
@@ -97,6 +111,7 @@ def test_eagle_k2_sim_fails_its_gates_for_the_right_reasons(tmp_path, marker):
     assert verdicts[("min_output_tok_s", "baseline")]["passed"] is True
     assert "eagle3 is slower than baseline" in proc.stdout and "below break-even" in proc.stdout
     assert wait_gone(marker) == []
+    assert specgate_containers() == []
 
 
 @pytest.mark.parametrize("overrides, fragments", [
@@ -166,6 +181,7 @@ def test_ctrl_c_mid_load_leaves_no_process_and_a_closed_record(tmp_path, marker)
     assert results["interrupted"] is True
     assert results["arms"]["baseline"]["status"] == "interrupted"
     assert not list(tmp_path.rglob("*.tmp")), "a half-written file was left behind"
+    assert specgate_containers() == [], "a container outlived the interrupted run"
 
 
 def test_a_server_that_dies_mid_load_fails_the_arm_in_words(tmp_path, marker):
@@ -181,11 +197,12 @@ def test_a_server_that_dies_mid_load_fails_the_arm_in_words(tmp_path, marker):
     finally:
         proc.kill()
     assert proc.returncode == 1, output[-3000:]
-    assert "during the load" in output and "SIGKILL" in output
+    assert "during the load" in output and ("SIGKILL" in output or "exited with code 137" in output)
     results = results_of(tmp_path)
     assert results["arms"]["baseline"]["status"] == "server_died"
     assert results["arms"]["baseline"]["requests"]["failed"] > 0
     assert wait_gone(marker) == []
+    assert specgate_containers() == []
 
 
 def test_attach_measures_a_server_someone_else_started(tmp_path, marker):

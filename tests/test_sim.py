@@ -264,6 +264,74 @@ def test_openai_client_streams(sim: Sim):
     assert client.models.list().data[0].id == "sim-model"
 
 
+
+USAGE_KEYS = ["prompt_tokens", "total_tokens", "completion_tokens", "prompt_tokens_details", "reasoning_tokens",
+              "completion_tokens_details"]  # protocol.UsageInfo field order (model_dump keeps it)
+
+
+def _check_cumulative_usage(usages: list[dict], final: int, max_step: int) -> list[int]:
+    """Per-chunk usage is cumulative: strictly increasing, ending at ``final``; returns the steps.
+    A chunk carries one scheduler step (<= ``max_step`` tokens), or more when a busy
+    handler found several steps waiting (SGLang coalesces the same way): allow a few."""
+    cts = [u["completion_tokens"] for u in usages]
+    steps = [b - a for a, b in zip([0, *cts], cts)]
+    assert cts[-1] == final and all(n >= 1 for n in steps), cts
+    assert sum(n > max_step for n in steps) <= max(2, len(steps) // 5), steps
+    assert all(list(u) == USAGE_KEYS for u in usages)
+    assert all(u["total_tokens"] == u["prompt_tokens"] + u["completion_tokens"] for u in usages)
+    return steps
+
+
+@pytest.mark.parametrize("spec", [False, True], ids=["plain", "eagle3"])
+def test_continuous_usage_stats(request: pytest.FixtureRequest, spec: bool):
+    """SGLang's serving_chat / serving_completions with ``stream_options.continuous_usage_stats``:
+    chat puts the cumulative usage on content chunks only (not the role chunk, the
+    finish_reason chunk, the sglext chunk); completions on every text chunk."""
+    s: Sim = request.getfixturevalue("spec_sim" if spec else "sim")
+    max_step = 3 if spec else 1
+    opts = {"include_usage": True, "continuous_usage_stats": True}
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True, "max_tokens": 60,
+            "ignore_eos": True, "stream_options": opts, "return_spec_tokens_details": True}
+    raw = _sse(s.post("/v1/chat/completions", body))
+    payloads = [json.loads(p) for p in raw[:-1]]
+    for p in payloads:
+        ChatCompletionChunk.model_validate(p)
+    role, *content, finish = payloads[:-2] if spec else payloads[:-1]  # no sglext chunk without speculation
+    sglext, usage = (payloads[-2], payloads[-1]) if spec else ({"usage": None}, payloads[-1])
+    assert role["choices"][0]["delta"]["role"] == "assistant" and "usage" not in role
+    assert content and all(c["choices"][0]["delta"]["content"] for c in content)
+    assert raw[1].endswith('"finish_reason":null,"matched_stop":null}],"usage":{"prompt_tokens":'
+                           f'{content[0]["usage"]["prompt_tokens"]},"total_tokens":'
+                           f'{content[0]["usage"]["total_tokens"]},"completion_tokens":{content[0]["usage"]["completion_tokens"]},'
+                           '"prompt_tokens_details":null,"reasoning_tokens":0,"completion_tokens_details":null}}')
+    steps = _check_cumulative_usage([c["usage"] for c in content], 60, max_step)
+    assert finish["choices"][0]["finish_reason"] == "length" and "usage" not in finish
+    assert sglext["usage"] is None and usage["usage"]["completion_tokens"] == 60
+    if spec:
+        assert max(steps[1:]) > 1  # a verify cycle emits several tokens in one chunk
+        # one chunk per verify cycle plus the prefill token's (fewer if a slow handler coalesced steps)
+        assert len(steps) - 1 <= sglext["sglext"]["spec_tokens_details"]["spec_verify_ct"] < len(steps) + 5
+
+    # continuous_usage_stats alone: per-chunk usage, no final usage chunk (should_include_usage).
+    body["stream_options"] = {"continuous_usage_stats": True}
+    body["return_spec_tokens_details"] = False
+    payloads = [json.loads(p) for p in _sse(s.post("/v1/chat/completions", body))[:-1]]
+    assert payloads[-1]["choices"][0]["finish_reason"] == "length"
+    _check_cumulative_usage([p["usage"] for p in payloads[1:-1]], 60, max_step)
+
+    # completions: every text chunk carries it (pydantic dump: in place of "usage":null)
+    body = {"model": "m", "prompt": "hi", "max_tokens": 40, "ignore_eos": True, "stream": True, "stream_options": opts}
+    payloads = [json.loads(p) for p in _sse(s.post("/v1/completions", body))[:-1]]
+    *text_chunks, final = payloads
+    assert all(len(c["choices"]) == 1 for c in text_chunks) and final["choices"] == []
+    _check_cumulative_usage([c["usage"] for c in text_chunks], 40, max_step)
+    assert text_chunks[-1]["choices"][0]["finish_reason"] == "length"
+    assert final["usage"]["completion_tokens"] == 40 and "prompt_tokens_details" not in final["usage"]
+    # without the option: "usage": null as before
+    body["stream_options"] = {"include_usage": True}
+    payloads = [json.loads(p) for p in _sse(s.post("/v1/completions", body))[:-1]]
+    assert all(p["usage"] is None for p in payloads[:-1])
+
 # ------------------------------------------------------------------ /generate
 def test_generate_native(sim: Sim):
     r = sim.post("/generate", {"text": "Count from 1 to 3", "sampling_params": {"max_new_tokens": 50, "temperature": 0}})

@@ -7,11 +7,16 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from harness.servers.base import Server, ServerError
+from harness.servers.labels import Session
 
 
-def make_server(arm_name: str, cfg: DictConfig, log_path: Path) -> Server:
+def make_server(arm_name: str, cfg: DictConfig, log_path: Path, session: Session) -> Server:
     """The backend named by `backend.kind` (config validation has rejected unknown kinds)."""
     kind = cfg.backend.kind
+    if kind == "docker":
+        from harness.servers.docker import DockerServer
+
+        return DockerServer(arm_name, cfg, log_path, session)
     if kind == "process":
         from harness.servers.process import ProcessServer
 
@@ -20,7 +25,18 @@ def make_server(arm_name: str, cfg: DictConfig, log_path: Path) -> Server:
         from harness.servers.attach import AttachedServer
 
         return AttachedServer(arm_name, cfg, log_path)
-    raise ServerError(f"backend '{kind}' is not available; valid: process, attach")
+    raise ServerError(f"backend '{kind}' is not available; valid: docker, process, attach")
 
 
-__all__ = ["Server", "ServerError", "make_server"]
+def prepare_backend(cfg: DictConfig, session: Session) -> list[str]:
+    """Once per engine and session, before the first server: remove the containers that
+    dead specgate sessions left behind. Returns their names (for the log)."""
+    if cfg.backend.kind != "docker":
+        return []
+    from harness.images import docker_client
+    from harness.servers.labels import remove_containers
+
+    return remove_containers(docker_client(cfg.backend.docker_host), only_dead=True, keep_session=session.id)
+
+
+__all__ = ["Server", "ServerError", "Session", "make_server", "prepare_backend"]

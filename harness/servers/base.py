@@ -10,6 +10,10 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections import deque
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from harness.servers.processes import ServerProcess
 
 LOG_TAIL_LINES = 50
 
@@ -35,6 +39,14 @@ class Server(ABC):
     @abstractmethod
     def is_alive(self) -> bool:
         """False once the server's process has exited."""
+
+    def describe(self) -> dict:
+        """What the run record should know about this server (backend-specific)."""
+        return {"base_url": self.base_url}
+
+    def processes(self) -> list["ServerProcess"]:
+        """Every process of the server, with its command line and environment."""
+        raise ServerError(f"the {type(self).__name__} backend cannot see the server's processes")
 
     def exit_description(self) -> str:
         """How the server ended, in words (backends that own a process say more)."""

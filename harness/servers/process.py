@@ -18,6 +18,7 @@ from omegaconf import DictConfig
 
 from harness.client import ClientError, ServerClient
 from harness.servers.base import Server
+from harness.servers.processes import ServerProcess, local_group
 from harness.servers.sglang import launch_args
 
 PR_SET_PDEATHSIG = 1
@@ -55,6 +56,7 @@ class ProcessServer(Server):
         env.update({k: str(v) for k, v in self.cfg.nccl.env.items()})
         env.update({k: str(v) for k, v in self.cfg.server.env.items()})
         env["PYTHONUNBUFFERED"] = "1"  # the log shows what the server printed up to a crash
+        env["SPT_NOENV"] = "1"  # keep /proc/<pid>/environ readable after setproctitle (see docker.py)
         return env
 
     def start(self) -> None:
@@ -74,6 +76,13 @@ class ProcessServer(Server):
             if not self.is_alive():
                 raise self.failure(f"arm '{self.name}': the server {self.exit_description()} before it became healthy") from None
             raise self.failure(f"arm '{self.name}': the server at {self.base_url} did not become healthy within {deadline:g} s ({exc})") from None
+
+    def describe(self) -> dict:
+        return {"base_url": self.base_url, "command": self.command(),
+                "pid": self.proc.pid if self.proc is not None else None}
+
+    def processes(self) -> list[ServerProcess]:
+        return local_group(self.proc.pid)
 
     def is_alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

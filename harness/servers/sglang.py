@@ -9,9 +9,11 @@ from __future__ import annotations
 from omegaconf import DictConfig, OmegaConf
 
 
-def launch_args(cfg: DictConfig, port: int) -> list[str]:
+def launch_args(cfg: DictConfig, port: int, host: str | None = None) -> list[str]:
+    """`host` overrides server.host (a container listens on 0.0.0.0 behind its published port)."""
     server, drafter = cfg.server, cfg.drafter
-    args = ["--model-path", server.model_path, "--tp-size", str(server.tp_size), "--host", server.host, "--port", str(port)]
+    args = ["--model-path", server.model_path, "--tp-size", str(server.tp_size),
+            "--host", host or server.host, "--port", str(port)]
     if server.served_model_name:
         args += ["--served-model-name", server.served_model_name]
     if drafter.algorithm:

@@ -39,6 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--speculative-num-draft-tokens", type=int, default=None)
     p.add_argument("--random-seed", type=int, default=None)
     p.add_argument("--log-level", default="info")
+    # SGLang's window (in decode batches) for the spec gauges and avg_spec_accept_length.
+    p.add_argument("--decode-log-interval", type=int, default=40)
     _bool_flag(p, "--enable-metrics", "accepted for compatibility; /metrics is always on")
     # --- simulator timing model -----------------------------------------------
     p.add_argument("--sim-decode-step-ms", type=float, default=12.2)

@@ -71,6 +71,16 @@ class EngineClient:
         self.num_queue = 0
         self.verify_ct_total = 0
         self.verify_tokens_total = 0
+        # SGLang's MetricsReporter: spec counters accumulate over a window of
+        # decode_log_interval decode batches; the gauges and the cumulative totals
+        # behind avg_spec_accept_length are only updated when a window completes.
+        self.decode_log_interval = max(1, int(getattr(ns, "decode_log_interval", 40) or 40))
+        self.decode_batches = 0
+        self.window_ct = 0
+        self.window_tokens = 0
+        self.window_correct = 0
+        self.spec_total_ct = 0
+        self.spec_total_tokens = 0
         self.loop: asyncio.AbstractEventLoop | None = None
         self._send_lock = threading.Lock()
         self._last_tp_check = (time.time(), 0)
@@ -164,13 +174,19 @@ class EngineClient:
         # Scheduler-side gauges, updated once per step like SGLang's log_decode_stats.
         m.num_running_reqs.set(self.num_running)
         m.num_queue_reqs.set(self.num_queue)
-        if vct > self.verify_ct_total:
-            m.spec_accept_length.set((vtok - self.verify_tokens_total) / (vct - self.verify_ct_total))
-            if self.model.num_draft_tokens > 1:
-                m.spec_accept_rate.set(
-                    (vtok - self.verify_tokens_total - (vct - self.verify_ct_total))
-                    / ((vct - self.verify_ct_total) * (self.model.num_draft_tokens - 1))
-                )
+        if vct > self.verify_ct_total:  # a decode (verify) batch
+            d_ct, d_tok = vct - self.verify_ct_total, vtok - self.verify_tokens_total
+            self.window_ct += d_ct
+            self.window_tokens += d_tok
+            self.window_correct += d_tok - d_ct
+            self.decode_batches += 1
+            if self.decode_batches % self.decode_log_interval == 0:  # log_decode_stats
+                m.spec_accept_length.set(self.window_tokens / self.window_ct)
+                if self.model.num_draft_tokens > 1:
+                    m.spec_accept_rate.set(self.window_correct / (self.window_ct * (self.model.num_draft_tokens - 1)))
+                self.spec_total_ct += self.window_ct
+                self.spec_total_tokens += self.window_tokens
+                self.window_ct = self.window_tokens = self.window_correct = 0
         self.verify_ct_total, self.verify_tokens_total = vct, vtok
         t0, tok0 = self._last_tp_check
         tok = tok0 + new_tokens
@@ -182,9 +198,11 @@ class EngineClient:
             self._last_tp_check = (t0, tok)
 
     def avg_spec_accept_length(self) -> float | None:
-        if not self.model.speculative or self.verify_ct_total <= 0:
+        """InternalStateManager._average_accept_length: completed windows only (the
+        current partial window of < decode_log_interval batches is not in it yet)."""
+        if not self.model.speculative or self.spec_total_ct <= 0:
             return None
-        return self.verify_tokens_total / self.verify_ct_total
+        return self.spec_total_tokens / self.spec_total_ct
 
     # ------------------------------------------------------------- requests
     def _send(self, msg: tuple) -> None:

@@ -8,6 +8,11 @@ spec details were asked for), then the usage chunk (``choices: []``), then
 ``data: [DONE]``.  Completions stream chunks are pydantic dumps (``"usage":null``)
 with ``finish_reason`` on the last text chunk; the final usage chunk drops nulls.
 One SSE chunk is written per scheduler step (several tokens under speculation).
+
+``stream_options.continuous_usage_stats`` (independent of ``include_usage``, as in
+SGLang's ``should_include_usage``) adds the *cumulative* ``usage`` of the request to
+every chat content chunk (not to the role chunk, the finish-reason chunk or the
+sglext chunk) and to every completions text chunk (in place of ``"usage":null``).
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ class GenParams:
     include_usage: bool
     spec_details: bool
     model: str
+    continuous_usage: bool = False  # stream_options.continuous_usage_stats
 
 
 # --------------------------------------------------------------------- parsing
@@ -92,6 +98,12 @@ def _stream_usage(body: dict) -> bool:
     return bool(isinstance(opts, dict) and opts.get("include_usage"))
 
 
+def _continuous_usage(body: dict) -> bool:
+    """utils.should_include_usage: ``continuous_usage_stats`` counts even without ``include_usage``."""
+    opts = body.get("stream_options")
+    return bool(isinstance(opts, dict) and opts.get("continuous_usage_stats"))
+
+
 def parse_chat(body: Any, context_len: int) -> GenParams | web.Response:
     if not isinstance(body, dict):
         return validation_error([invalid_field((), "Input should be a valid dictionary or object to extract fields from", body, "model_attributes_type")])
@@ -141,6 +153,7 @@ def parse_chat(body: Any, context_len: int) -> GenParams | web.Response:
         include_usage=_stream_usage(body),
         spec_details=spec,
         model=str(body.get("model", "default")),
+        continuous_usage=_continuous_usage(body),
     )
 
 
@@ -182,6 +195,7 @@ def parse_completion(body: Any) -> GenParams | web.Response:
         include_usage=_stream_usage(body),
         spec_details=spec,
         model=str(body.get("model", "default")),
+        continuous_usage=_continuous_usage(body),
     )
 
 
@@ -268,6 +282,8 @@ async def chat_completions(request: web.Request, engine: EngineClient, p: GenPar
 
     head = f'data: {{"id":"{rid}","object":"chat.completion.chunk","created":{created},"model":{dumps(p.model)},"choices":[{{"index":0,"delta":'
     tail = ',"logprobs":null,"finish_reason":null,"matched_stop":null}]}\n\n'
+    # StreamChunk(usage=UsageInfo.model_dump()) on content chunks only: its last field.
+    usage_tail = ',"logprobs":null,"finish_reason":null,"matched_stop":null}],"usage":'
     resp = await _start_sse(request)
     first = True
     st = None
@@ -277,7 +293,13 @@ async def chat_completions(request: web.Request, engine: EngineClient, p: GenPar
             await resp.write((head + '{"reasoning_content":null,"role":"assistant","content":""}' + tail).encode())
         text = "".join(u.text for u in updates)
         if text:
-            await resp.write((head + '{"reasoning_content":null,"content":' + dumps(text) + "}" + tail).encode())
+            content = head + '{"reasoning_content":null,"content":' + dumps(text) + "}"
+            if p.continuous_usage:
+                # Cumulative, as of the tokens in this chunk (meta_info.completion_tokens).
+                content += usage_tail + dumps(_usage(st)) + "}\n\n"
+            else:
+                content += tail
+            await resp.write(content.encode())
     assert st is not None
     out = []
     if st.finish is not None:
@@ -345,7 +367,9 @@ async def completions(request: web.Request, engine: EngineClient, p: GenParams) 
                 + dumps(finish["type"] if finish else None)
                 + ',"matched_stop":'
                 + dumps(_matched(finish))
-                + '}],"usage":null}\n\n'
+                + '}],"usage":'
+                + (dumps(_usage(st)) if p.continuous_usage else "null")  # cumulative
+                + "}\n\n"
             ).encode()
         )
     assert st is not None

@@ -1,0 +1,197 @@
+"""Docker backend: each arm's server runs in a container of the `build` image.
+
+The container gets the launch command from `server/` + `drafter/`, the environment from
+`nccl/` + `server.env`, GPUs through a DeviceRequest, the model and drafter paths mounted
+read-only, its port published on `backend.publish_host` only, and specgate's labels
+(session, run, arm) so that cleanup can always find it. Its log streams into the arm's
+server.log; health is polled while the container's state is watched, so a crashed server
+fails at once with its exit code and last log lines.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from urllib.parse import urlparse
+
+import docker
+import docker.errors
+from docker.types import DeviceRequest, Ulimit
+from omegaconf import DictConfig
+
+from harness.client import ClientError, ServerClient
+from harness.images import ImageError, ImageInfo, docker_client, ensure_image
+from harness.servers.base import Server, ServerError
+from harness.servers.labels import Session, container_labels
+from harness.servers.processes import INSPECT_SCRIPT, ServerProcess, parse_inspection
+from harness.servers.sglang import launch_args
+
+CONTAINER_PORT = 30000  # inside the container; the host side is picked by the engine
+
+
+def client_host(docker_host: str | None, publish_host: str) -> str:
+    """Where this machine reaches a published port: the local publish address, or the
+    remote engine's host name (ssh://user@gpu-box, tcp://gpu-box:2376)."""
+    if docker_host and not docker_host.startswith("unix://"):
+        host = urlparse(docker_host).hostname
+        if host:
+            return host
+    return "127.0.0.1" if publish_host in ("0.0.0.0", "") else publish_host
+
+
+def device_requests(cfg: DictConfig) -> list[DeviceRequest]:
+    if cfg.server.gpus is not None:
+        return [DeviceRequest(device_ids=[str(g) for g in cfg.server.gpus], capabilities=[["gpu"]])]
+    if cfg.server.requires_gpu:
+        return [DeviceRequest(count=-1, capabilities=[["gpu"]])]
+    return []
+
+
+def read_only_mounts(cfg: DictConfig) -> dict[str, dict[str, str]]:
+    """Model and drafter checkpoints at the same path inside, read-only (absolute paths
+    only: the simulator's model path is just a name)."""
+    paths = [cfg.server.model_path, cfg.drafter.model_path if cfg.drafter.algorithm else None]
+    return {p: {"bind": p, "mode": "ro"} for p in paths if p and Path(p).is_absolute() and Path(p).exists()}
+
+
+class DockerServer(Server):
+    def __init__(self, name: str, cfg: DictConfig, log_path: Path, session: Session):
+        super().__init__(name, log_path)
+        self.cfg = cfg
+        self.session = session
+        self.client: docker.DockerClient | None = None
+        self.container = None
+        self.image: ImageInfo | None = None
+        self.log_thread: threading.Thread | None = None
+
+    def environment(self) -> dict[str, str]:
+        env = {k: str(v) for k, v in self.cfg.nccl.env.items()}
+        env.update({k: str(v) for k, v in self.cfg.server.env.items()})
+        # SGLang renames its workers with setproctitle, which by default overwrites the
+        # environ area, so /proc/<pid>/environ reads blank and the environment check
+        # could not see what a worker really has. SPT_NOENV=1 keeps environ intact.
+        env["SPT_NOENV"] = "1"
+        env["PYTHONUNBUFFERED"] = "1"
+        return env
+
+    def run_kwargs(self) -> dict:
+        backend = self.cfg.backend
+        kwargs = dict(
+            image=self.image.tag,
+            entrypoint=["python3", "-m", self.cfg.build.module],
+            command=launch_args(self.cfg, CONTAINER_PORT, host="0.0.0.0"),
+            detach=True,
+            environment=self.environment(),
+            labels=container_labels(self.session, self.name),
+            ports={f"{CONTAINER_PORT}/tcp": (backend.publish_host, None)},
+            volumes=read_only_mounts(self.cfg),
+            device_requests=device_requests(self.cfg),
+            name=f"specgate-{self.session.id}-{self.name}",
+        )
+        if backend.shm_size:
+            kwargs["shm_size"] = backend.shm_size
+        if backend.ipc_host:
+            kwargs["ipc_mode"] = "host"
+        if backend.ulimits:
+            kwargs["ulimits"] = [Ulimit(name=k, soft=int(v), hard=int(v)) for k, v in backend.ulimits.items()]
+        return kwargs
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.client = docker_client(self.cfg.backend.docker_host)
+            self.image = ensure_image(self.cfg.build, self.client)
+        except ImageError as exc:
+            raise ServerError(f"arm '{self.name}': {exc}") from None
+        try:
+            self.container = self.client.containers.run(**self.run_kwargs())
+        except docker.errors.APIError as exc:
+            raise ServerError(f"arm '{self.name}': the engine refused to start the container: "
+                              f"{exc.explanation or exc}") from None
+        self.follow_logs()
+        self.base_url = f"http://{client_host(self.cfg.backend.docker_host, self.cfg.backend.publish_host)}:{self.host_port()}"
+        deadline = self.cfg.backend.startup_timeout_s
+        try:
+            ServerClient(self.base_url).wait_healthy(deadline, is_alive=self.is_alive)
+        except ClientError as exc:
+            if not self.is_alive():
+                raise self.failure(f"arm '{self.name}': the server {self.exit_description()} before it became healthy") from None
+            raise self.failure(f"arm '{self.name}': the server at {self.base_url} did not become healthy within {deadline:g} s ({exc})") from None
+
+    def describe(self) -> dict:
+        info = {"base_url": self.base_url, "docker_host": self.cfg.backend.docker_host}
+        if self.image is not None:
+            info["image"] = {"tag": self.image.tag, "id": self.image.id, "digest": self.image.digest,
+                             "built_now": self.image.built}
+        if self.container is not None:
+            info["container"] = self.container.name
+        return info
+
+    def host_port(self) -> int:
+        self.container.reload()
+        bindings = self.container.attrs["NetworkSettings"]["Ports"].get(f"{CONTAINER_PORT}/tcp") or []
+        if not bindings:
+            raise self.failure(f"arm '{self.name}': the container {self.exit_description()} before its port was published")
+        return int(bindings[0]["HostPort"])
+
+    def follow_logs(self) -> None:
+        """Copy the container's output into server.log as it comes (a daemon thread; the
+        stream ends when the container stops)."""
+        container, path = self.container, self.log_path
+
+        def copy() -> None:
+            try:
+                with path.open("ab") as log:
+                    for chunk in container.logs(stream=True, follow=True):
+                        log.write(chunk)
+                        log.flush()
+            except (docker.errors.APIError, OSError, ValueError):
+                pass  # the container is gone; what was copied stays
+
+        self.log_thread = threading.Thread(target=copy, name=f"logs-{self.name}", daemon=True)
+        self.log_thread.start()
+
+    def state(self) -> dict:
+        try:
+            self.container.reload()
+            return self.container.attrs.get("State", {})
+        except docker.errors.NotFound:
+            return {"Status": "removed"}
+        except docker.errors.APIError:
+            return {}
+
+    def is_alive(self) -> bool:
+        return self.container is not None and self.state().get("Status") == "running"
+
+    def exit_description(self) -> str:
+        state = self.state()
+        if state.get("Status") == "running":
+            return "is still running"
+        if state.get("OOMKilled"):
+            return "was killed for lack of memory (OOM)"
+        return f"exited with code {state.get('ExitCode', 'unknown')}"
+
+    def processes(self) -> list[ServerProcess]:
+        result = self.container.exec_run(["python3", "-c", INSPECT_SCRIPT], demux=True)
+        stdout, stderr = result.output
+        if result.exit_code != 0:
+            raise ServerError(f"arm '{self.name}': cannot list the container's processes: "
+                              f"{(stderr or stdout or b'').decode(errors='replace').strip()}")
+        return parse_inspection(stdout.decode())
+
+    def stop(self) -> None:
+        if self.container is None:
+            return
+        try:
+            self.container.stop(timeout=int(self.cfg.backend.shutdown_timeout_s))
+        except docker.errors.APIError:
+            pass
+        if self.log_thread is not None:
+            self.log_thread.join(timeout=5)
+        try:
+            self.container.remove(force=True)
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.APIError as exc:
+            raise ServerError(f"arm '{self.name}': could not remove container {self.container.name}: {exc}") from None
+        self.container = None

@@ -1,0 +1,60 @@
+"""Labels on everything specgate creates, and cleanup by label: at session start the
+leftovers of dead sessions go (e.g. after a kill -9), `specgate clean` removes all."""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from dataclasses import dataclass, field
+
+import docker
+import docker.errors
+
+LABEL = "specgate"  # on every container and image specgate creates
+SESSION, RUN, ARM, PID, HOST = "specgate.session", "specgate.run", "specgate.arm", "specgate.pid", "specgate.host"
+
+
+@dataclass
+class Session:
+    """One pytest (or specgate) run: its labels tie its containers to it."""
+
+    id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    run: str = ""  # the run record's folder name
+    pid: int = field(default_factory=os.getpid)
+    host: str = field(default_factory=socket.gethostname)
+
+
+def container_labels(session: Session, arm: str) -> dict[str, str]:
+    return {LABEL: "1", SESSION: session.id, RUN: session.run, ARM: arm, PID: str(session.pid), HOST: session.host}
+
+
+def session_is_dead(labels: dict[str, str]) -> bool:
+    """A session on this host whose harness process is gone. Sessions of other hosts
+    (a shared remote engine) are never judged from here."""
+    if labels.get(HOST) != socket.gethostname():
+        return False
+    try:
+        os.kill(int(labels.get(PID, "0")), 0)
+    except (ValueError, ProcessLookupError):
+        return True
+    except PermissionError:
+        return False
+    return int(labels.get(PID, "0")) <= 0
+
+
+def remove_containers(client: docker.DockerClient, only_dead: bool, keep_session: str | None = None) -> list[str]:
+    """Remove specgate's containers (all, or those of dead sessions); returns their names."""
+    removed = []
+    for container in client.containers.list(all=True, filters={"label": LABEL}):
+        labels = container.labels or {}
+        if labels.get(SESSION) == keep_session:
+            continue
+        if only_dead and not session_is_dead(labels):
+            continue
+        try:
+            container.remove(force=True)
+            removed.append(container.name)
+        except docker.errors.NotFound:
+            pass
+    return removed

@@ -1,0 +1,25 @@
+"""Did the configured environment (the NCCL preset + server.env) reach every server
+process — main, tokenizer, scheduler, each TP worker? The session this tool comes from
+set NCCL tuning variables and never knew whether the workers had them."""
+
+import pytest
+
+from harness.servers import ServerError
+from harness.servers.processes import environment_mismatches
+
+
+def test_configured_environment_reached_every_server_process(arm_run, runner):
+    expected = {**arm_run.cfg.nccl.env, **arm_run.cfg.server.env}
+    if not expected:
+        pytest.skip(f"no NCCL or server environment is configured for arm '{arm_run.name}'")
+    try:
+        processes = arm_run.server.processes()
+    except ServerError as exc:
+        pytest.skip(str(exc))
+    runner.note_environment(arm_run.name, processes, sorted(expected))
+    assert len(processes) >= arm_run.cfg.server.tp_size + 1, (
+        f"found {len(processes)} server processes, expected at least tp_size + 1 = {arm_run.cfg.server.tp_size + 1}: "
+        + "; ".join(p.describe() for p in processes))
+    problems = environment_mismatches(processes, {k: str(v) for k, v in expected.items()})
+    assert not problems, (f"{len(problems)} of {len(processes)} server processes lack the configured environment:\n"
+                          + "\n".join(problems))
