@@ -102,7 +102,8 @@ def test_specgate_clean_removes_everything_labelled(engine):
     container = engine.containers.create(image, command=["--help"], labels=container_labels(Session(), "x"))
     proc = subprocess.run([PYTHON, "-m", "harness.cli", "clean"], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0 and container.name in proc.stdout
-    assert engine.containers.list(all=True, filters={"label": LABEL}) == []
+    with pytest.raises(docker.errors.NotFound):
+        engine.containers.get(container.id)
 
 
 def test_environment_check_passes_when_every_process_has_the_preset(engine, tmp_path):
@@ -121,7 +122,8 @@ def test_environment_check_names_the_workers_that_lost_the_variables(engine, tmp
     assert "server processes lack the configured environment" in proc.stdout
     assert "sglang::sched" in proc.stdout and "sglang::tp_TP1" in proc.stdout, proc.stdout[-3000:]
     assert "missing NCCL_ALGO, NCCL_BUFFSIZE, NCCL_MIN_NCHANNELS, NCCL_P2P_LEVEL, NCCL_PROTO" in proc.stdout
-    assert engine.containers.list(all=True, filters={"label": SESSION}) == []
+    run = (tmp_path / "latest").resolve().name
+    assert engine.containers.list(all=True, filters={"label": f"specgate.run={run}"}) == []
 
 
 def test_the_process_backend_still_passes_the_suites(tmp_path):
