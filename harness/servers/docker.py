@@ -81,6 +81,7 @@ class DockerServer(Server):
             entrypoint=["python3", "-m", self.cfg.build.module],
             command=launch_args(self.cfg, CONTAINER_PORT, host="0.0.0.0"),
             detach=True,
+            init=True,  # a real init as PID 1: forwards docker stop's SIGTERM and reaps orphaned workers
             environment=self.environment(),
             labels=container_labels(self.session, self.name),
             ports={f"{CONTAINER_PORT}/tcp": (backend.publish_host, None)},
