@@ -30,7 +30,7 @@ NOT_BUILT_YET: dict[tuple[str, str], str] = {}
 KNOWN_KINDS = {
     "backend": {"docker", "process", "attach"},
     "build": {"sim", "sglang_release", "sglang_patched"},
-    "telemetry": {"off"},
+    "telemetry": {"off", "nvml", "smi", "sim"},
 }
 
 ConfigStore.instance().store(name="specgate_schema", node=SpecgateConfig)
@@ -160,6 +160,8 @@ def validate_arm(arm: Arm) -> None:
         raise ConfigError(f"backend.url '{cfg.backend.url}' is not an http(s) URL, e.g. http://127.0.0.1:30000")
     if cfg.build.kind == "sim" and cfg.server.sim is None and cfg.backend.kind != "attach":
         raise ConfigError(f"arm '{arm.name}': build=sim needs a server with a `sim:` timing model (e.g. server=sim)")
+    if cfg.telemetry.source == "sim" and cfg.build.kind != "sim" and cfg.backend.kind != "attach":
+        raise ConfigError(f"arm '{arm.name}': telemetry=sim reads the simulator's GPU model; it needs build=sim")
     drafter = cfg.drafter
     if drafter.algorithm is not None:
         missing = [k for k in ("num_steps", "eagle_topk", "num_draft_tokens") if drafter[k] is None]

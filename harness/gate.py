@@ -7,10 +7,12 @@ reason, never a silent pass; a threshold on something that was not measured is a
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from harness.metrics import ArmResult, break_even_accept_length
+from harness.metrics import ArmResult, break_even_accept_length, metric_value
 
 STATS = ("mean", "p50", "p90", "p99")
 
@@ -23,9 +25,13 @@ class Verdict:
     value: float | None
     threshold: float | None
     detail: str  # the verdict in words
+    baseline: float | None = None  # the baseline's value, for comparisons with a past run
+    unreliable: bool = False  # too noisy over the repeats to decide (then passed is None)
 
     @property
     def status(self) -> str:
+        if self.unreliable:
+            return "unreliable"
         return {True: "passed", False: "failed", None: "skipped"}[self.passed]
 
     def to_json(self) -> dict[str, Any]:
@@ -60,10 +66,26 @@ def at_most(name: str, arm: str, value: float | None, ceiling: float, what: str,
     return Verdict(name, arm, passed, value, ceiling, f"{arm}: {what} {value:.2f}{unit} {relation} the limit {ceiling:g}{unit}")
 
 
+def guard_noise(verdicts: list[Verdict], result: ArmResult, paths: list[str], gate) -> list[Verdict]:
+    """A decision on a metric whose coefficient of variation over the repeats exceeds
+    gate.max_cv is noise: the verdict says so instead of passing or failing."""
+    noisy = [(p, result.noise[p]["cv"]) for p in paths
+             if (result.noise.get(p) or {}).get("cv") is not None and result.noise[p]["cv"] > gate.max_cv]
+    if not noisy:
+        return verdicts
+    why = ", ".join(f"{p} CV {cv:.1%}" for p, cv in noisy)
+    for verdict in verdicts:
+        if verdict.passed is not None:
+            verdict.passed, verdict.unreliable = None, True
+            verdict.detail = f"unreliable ({why} over {result.repeats} repeats > max_cv {gate.max_cv:.1%}): {verdict.detail}"
+    return verdicts
+
+
 def min_output_tok_s(arm: str, result: ArmResult, gate) -> list[Verdict]:
     if arm not in gate.min_output_tok_s:
         return [not_configured("min_output_tok_s", arm)]
-    return [at_least("min_output_tok_s", arm, result.output_tok_s, gate.min_output_tok_s[arm], "output throughput", " tok/s")]
+    verdicts = [at_least("min_output_tok_s", arm, result.output_tok_s, gate.min_output_tok_s[arm], "output throughput", " tok/s")]
+    return guard_noise(verdicts, result, ["output_tok_s"], gate)
 
 
 def max_latency(metric: str, arm: str, result: ArmResult, gate) -> list[Verdict]:
@@ -74,9 +96,8 @@ def max_latency(metric: str, arm: str, result: ArmResult, gate) -> list[Verdict]
         return [not_configured(f"max_{metric}", arm)]
     distribution = getattr(result, metric)
     label = metric.removesuffix("_ms").upper()
-    return [
-        at_most(f"max_{metric}.{s}", arm, getattr(distribution, s), limits[s], f"{label} {s}", " ms") for s in stats
-    ]
+    return [guard_noise([at_most(f"max_{metric}.{s}", arm, getattr(distribution, s), limits[s], f"{label} {s}", " ms")],
+                        result, [f"{metric}.{s}"], gate)[0] for s in stats]
 
 
 def max_failed_requests(arm: str, result: ArmResult, gate) -> list[Verdict]:
@@ -101,7 +122,7 @@ def min_accept_length(arm: str, result: ArmResult, gate) -> list[Verdict]:
     verdict = at_least("min_accept_length", arm, result.accept_length, gate.min_accept_length[arm], "accept length")
     if result.accept_length_source == "server_cumulative":
         verdict.detail += " (server-cumulative fallback: includes warm-up and other traffic)"
-    return [verdict]
+    return guard_noise([verdict], result, ["accept_length"], gate)
 
 
 def min_speedup(arm: str, result: ArmResult, gate, results: dict[str, ArmResult]) -> list[Verdict]:
@@ -120,7 +141,8 @@ def min_speedup(arm: str, result: ArmResult, gate, results: dict[str, ArmResult]
         f"{arm} is {words} {spec.over}: {result.output_tok_s:.1f} tok/s is {ratio:.2f}x of "
         f"{spec.over}'s {plain.output_tok_s:.1f} tok/s (gate: ≥ {spec.ratio:.2f}x)"
     )
-    return [Verdict("min_speedup", arm, passed, ratio, spec.ratio, detail)]
+    verdicts = guard_noise([Verdict("min_speedup", arm, passed, ratio, spec.ratio, detail)], result, ["output_tok_s"], gate)
+    return guard_noise(verdicts, plain, ["output_tok_s"], gate)
 
 
 def accept_length_at_least_break_even(arm: str, result: ArmResult, gate, plain_arm: str | None, results: dict[str, ArmResult]) -> list[Verdict]:
@@ -142,4 +164,156 @@ def accept_length_at_least_break_even(arm: str, result: ArmResult, gate, plain_a
     else:
         detail = (f"{arm}: accept length {result.accept_length:.2f} is below break-even {even:.2f} ({why}): "
                   f"speculation costs more per cycle than it gains")
-    return [Verdict(name, arm, passed, result.accept_length, even, detail)]
+    verdicts = [Verdict(name, arm, passed, result.accept_length, even, detail)]
+    verdicts = guard_noise(verdicts, result, ["accept_length", "verify_cycle_ms"], gate)
+    return guard_noise(verdicts, plain, ["decode_step_ms"], gate)
+
+
+# --- comparison with a baseline run ------------------------------------------------------
+
+CHANGE = re.compile(r"^\s*([+-])\s*(\d+(?:\.\d+)?)\s*%\s*$")
+DEFAULT_COMPARED = {"output_tok_s": -1, "ttft_ms.p50": +1, "ttft_ms.p99": +1, "itl_ms.p50": +1, "itl_ms.p99": +1}
+NOISE_SIGMAS = 3.0  # the noise band is this many robust standard deviations (1.4826 x MAD)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A typed baseline gate parsed from config: `output_tok_s: "-3%"` may drop by 3 %
+    (higher is better); `ttft_ms.p99: "+10%"` may rise by 10 % (lower is better)."""
+
+    metric: str
+    allowed: float  # fraction
+    higher_is_better: bool
+
+    @classmethod
+    def parse(cls, metric: str, text: str) -> "Comparison":
+        match = CHANGE.match(str(text))
+        if not match:
+            raise ValueError(f"gate.compare.{metric}: '{text}' is not a change like \"-3%\" (may drop 3 %) "
+                             f"or \"+10%\" (may rise 10 %)")
+        return cls(metric, float(match.group(2)) / 100.0, match.group(1) == "-")
+
+    def __str__(self) -> str:
+        return f"{self.metric}: {'-' if self.higher_is_better else '+'}{self.allowed:.1%}"
+
+
+def comparisons(gate) -> list[Comparison]:
+    """The configured comparisons; with a baseline and none listed, tok/s and TTFT/ITL p50
+    and p99 at gate.tolerance, so pointing at a baseline is enough to gate a merge."""
+    if gate.compare:
+        return [Comparison.parse(metric, text) for metric, text in gate.compare.items()]
+    return [Comparison(metric, gate.tolerance, sign < 0) for metric, sign in DEFAULT_COMPARED.items()]
+
+
+def baseline_value(arm_block: dict, path: str) -> float | None:
+    head, _, stat = path.partition(".")
+    value = arm_block.get(head)
+    return value.get(stat) if stat and isinstance(value, dict) else value
+
+
+def noise_band(*spreads: dict | None) -> float:
+    """Relative noise of the difference of two measurements, from each one's MAD."""
+    parts = [NOISE_SIGMAS * 1.4826 * s["mad"] / s["median"] for s in spreads
+             if s and s.get("mad") is not None and s.get("median")]
+    return math.sqrt(sum(p * p for p in parts))
+
+
+def allowed_change(metric: str, old: float, allowed: float, band: float, gate) -> float:
+    """The larger of the allowed change and the noise band; for latencies also the
+    scheduling-jitter floor (a 0.4 ms move of a 4 ms TTFT is 10 % and still noise)."""
+    floor = gate.latency_noise_floor_ms / abs(old) if metric.split(".")[0].endswith("_ms") and old else 0.0
+    return max(allowed, band, floor)
+
+
+def against_baseline(arm: str, result: ArmResult, baseline_arm: dict | None, gate, label: str) -> list[Verdict]:
+    if not gate.baseline:
+        return [skipped("baseline", arm, "no baseline configured (gate.baseline=<run dir | results.json>)")]
+    if baseline_arm is None or not baseline_arm.get("requests"):
+        return [skipped("baseline", arm, f"the baseline {label} has no measured arm '{arm}'")]
+    return [compare_metric(arm, result, baseline_arm, c, label, gate) for c in comparisons(gate)]
+
+
+def compare_metric(arm: str, result: ArmResult, baseline_arm: dict, c: Comparison, label: str, gate) -> Verdict:
+    name = f"baseline.{c.metric}"
+    new, old = metric_value(result, c.metric), baseline_value(baseline_arm, c.metric)
+    if old is None or not old:
+        return skipped(name, arm, f"the baseline {label} has no {c.metric} for arm '{arm}'")
+    if new is None:
+        return Verdict(name, arm, False, None, None, f"{arm}: {c.metric} was not measured (baseline {old:.2f})", old)
+    change = (new - old) / old
+    worse = -change if c.higher_is_better else change  # > 0: a regression
+    band = noise_band(result.noise.get(c.metric), (baseline_arm.get("noise") or {}).get(c.metric))
+    limit = allowed_change(c.metric, old, c.allowed, band, gate)
+    kind = "regression" if worse > 0 else "improvement"
+    detail = (f"{arm}: {c.metric} {new:.2f} vs baseline {old:.2f} ({change:+.1%}, a {kind}); allowed "
+              f"{limit:.1%} = max(tolerance {c.allowed:.1%}, noise band {band:.1%})")
+    if worse > limit:
+        detail = f"{arm}: {c.metric} regressed by {worse:.1%} vs baseline {label} ({old:.2f} -> {new:.2f}), more than the allowed {limit:.1%} (max of tolerance {c.allowed:.1%} and noise band {band:.1%})"
+    elif -worse > limit:
+        detail += ": improved beyond the band"
+    return Verdict(name, arm, worse <= limit, new, limit, detail, baseline=old)
+
+
+# --- GPU telemetry (the `gpu` block of an arm, see harness/telemetry/summary.py) ----------
+
+
+def no_load_samples(name: str, arm: str, gpu: dict, threshold: float | None) -> list[Verdict] | None:
+    """A load that never reached the GPU is a failed measurement, not a pass."""
+    if gpu["samples"].get("load", 0) > 0:
+        return None
+    return [Verdict(name, arm, False, None, threshold,
+                    f"{arm}: no GPU samples under load: the window opens when tokens stream and none did "
+                    f"long enough past the {gpu.get('ramp_in_s', 0):g} s ramp-in (did the requests fail?)")]
+
+
+def min_clock_ratio_under_load(arm: str, gpu: dict, gate) -> list[Verdict]:
+    name, floor = "min_clock_ratio_under_load", gate.min_clock_ratio_under_load
+    if floor is None:
+        return [not_configured(name, arm)]
+    verdicts = no_load_samples(name, arm, gpu, floor)
+    if verdicts:
+        return verdicts
+    out = []
+    for uuid, g in gpu["gpus"].items():
+        ratio = g.get("sm_clock_ratio_under_load")
+        label = f"GPU {g.get('index')} ({uuid})"
+        if ratio is None:
+            out.append(Verdict(name, arm, False, None, floor, f"{arm}: {label}: SM clock or its maximum was not measured"))
+            continue
+        median = g["load"]["sm_clock_mhz"]["median"]
+        out.append(Verdict(name, arm, ratio >= floor, ratio, floor,
+                           f"{arm}: {label}: SM clock under load {median:.0f} MHz is {ratio:.2f} of its max "
+                           f"{g.get('sm_clock_max_mhz'):.0f} MHz ({'meets' if ratio >= floor else 'is below'} {floor:.2f})"))
+    return out
+
+
+def no_throttle_reasons_under_load(arm: str, gpu: dict, gate) -> list[Verdict]:
+    name, reasons = "throttle_reasons_under_load", list(gate.fail_on_throttle_reasons)
+    if not reasons:
+        return [not_configured(name, arm)]
+    verdicts = no_load_samples(name, arm, gpu, 0.0)
+    if verdicts:
+        return verdicts
+    out = []
+    for uuid, g in gpu["gpus"].items():
+        seen = {r: f for r, f in g.get("throttle_fraction_under_load", {}).items() if r in reasons and f > 0}
+        label = f"GPU {g.get('index')} ({uuid})"
+        worst = max(seen.values(), default=0.0)
+        detail = (f"{arm}: {label}: " + ", ".join(f"{r} in {f:.0%} of load samples" for r, f in sorted(seen.items()))
+                  if seen else f"{arm}: {label}: none of {', '.join(reasons)} under load")
+        out.append(Verdict(name, arm, not seen, worst, 0.0, detail))
+    return out
+
+
+def min_gpu_util_under_load(arm: str, gpu: dict, gate) -> list[Verdict]:
+    name, floor = "min_gpu_util_under_load_pct", gate.min_gpu_util_under_load_pct
+    if floor is None:
+        return [not_configured(name, arm)]
+    verdicts = no_load_samples(name, arm, gpu, floor)
+    if verdicts:
+        return verdicts
+    out = []
+    for uuid, g in gpu["gpus"].items():
+        util = (g["load"].get("gpu_util_pct") or {}).get("median")
+        out.append(at_least(name, arm, util, floor, f"GPU {g.get('index')} utilization under load (median)", " %"))
+    return out

@@ -191,14 +191,21 @@ def run_load(
     model: str,
     progress: Callable[[ProgressSnapshot], None] | None = None,
     stop_event: Any = None,
+    on_tokens_flowing: Callable[[float], None] | None = None,
 ) -> LoadResult:
-    """Run one workload against ``base_url``; see the module docstring."""
-    return asyncio.run(_run_load(workload, base_url, model, progress, stop_event))
+    """Run one workload against ``base_url``; see the module docstring.
+
+    ``on_tokens_flowing(t)`` is called once, when the client has seen the first token of a
+    measured request arrive (``t`` is that arrival's perf_counter time): GPU telemetry opens
+    its load window then, not on a timer, so a load that never generates is never sampled
+    as one."""
+    return asyncio.run(_run_load(workload, base_url, model, progress, stop_event, on_tokens_flowing))
 
 
 class _Runner:
-    def __init__(self, workload: Any, base_url: str, model: str, progress, stop_event):
+    def __init__(self, workload: Any, base_url: str, model: str, progress, stop_event, on_tokens_flowing=None):
         self.w = workload
+        self.on_tokens_flowing = on_tokens_flowing
         self.base_url = base_url
         self.model = model
         self.api = str(workload.api)
@@ -281,6 +288,15 @@ class _Runner:
             duration_s=self.duration_s,
         )
 
+    async def watch_tokens(self) -> None:
+        """Poll (off the hot path) for the first token of a measured request."""
+        while True:
+            first = [r.chunk_times[0] for r in self.records if not r.warmup and r.chunk_times]
+            if first:
+                self.on_tokens_flowing(min(first))
+                return
+            await asyncio.sleep(0.02)
+
     async def ticker(self) -> None:
         while True:
             await asyncio.sleep(0.25)
@@ -335,6 +351,7 @@ class _Runner:
         self.run_start = run_start = time.perf_counter()
         async with client.make_session(self.concurrency) as session:
             tick = asyncio.create_task(self.ticker()) if self.progress else None
+            watch = asyncio.create_task(self.watch_tokens()) if self.on_tokens_flowing else None
             try:
                 for k in range(int(self.w.warmup_requests or 0)):
                     if self.stopped():
@@ -346,12 +363,13 @@ class _Runner:
                 else:
                     await self.open_loop(session)
             finally:
-                if tick is not None:
-                    tick.cancel()
-                    try:
-                        await tick
-                    except asyncio.CancelledError:
-                        pass
+                for task in (tick, watch):
+                    if task is not None:
+                        task.cancel()
+                        try:
+                            await task
+                        except asyncio.CancelledError:
+                            pass
         if self.progress:
             self.progress(self.snapshot(final=True))
         measured = [r for r in self.records if not r.warmup]
@@ -371,5 +389,5 @@ class _Runner:
         )
 
 
-async def _run_load(workload, base_url, model, progress, stop_event) -> LoadResult:
-    return await _Runner(workload, base_url, model, progress, stop_event).run()
+async def _run_load(workload, base_url, model, progress, stop_event, on_tokens_flowing=None) -> LoadResult:
+    return await _Runner(workload, base_url, model, progress, stop_event, on_tokens_flowing).run()

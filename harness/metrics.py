@@ -80,9 +80,13 @@ class ArmResult:
     errors: dict[str, int] = field(default_factory=dict)
     completion_tokens: int = 0
     duration_s: float = 0.0
+    repeats: int = 1  # workload runs combined into this result (medians, see combine_repeats)
+    noise: dict[str, dict] = field(default_factory=dict)  # metric path -> spread over the repeats
 
     def to_json(self) -> dict:
         return {
+            "repeats": self.repeats,
+            "noise": self.noise,
             "output_tok_s": _r(self.output_tok_s, 3),
             "request_per_s": _r(self.request_per_s, 4),
             "ttft_ms": self.ttft_ms.to_json(),
@@ -148,6 +152,60 @@ def summarize(arm: str, load: LoadResult, server_accept_length: Optional[float] 
         res.accept_length = float(server_accept_length)
         res.accept_length_source = "server_cumulative"
     return res
+
+
+# Metrics whose spread over repeats is reported, and which baseline gates compare.
+NOISE_METRICS = ("output_tok_s", "request_per_s", "ttft_ms.p50", "ttft_ms.p99", "itl_ms.p50", "itl_ms.p99",
+                 "tpot_ms.p50", "e2e_ms.p50", "accept_length", "verify_cycle_ms", "decode_step_ms")
+SCALARS = ("output_tok_s", "request_per_s", "decode_step_ms", "accept_length", "verify_cycle_ms")
+DISTRIBUTIONS = ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")
+
+
+def metric_value(result: ArmResult, path: str) -> Optional[float]:
+    """`ttft_ms.p99` -> result.ttft_ms.p99; `output_tok_s` -> result.output_tok_s."""
+    head, _, stat = path.partition(".")
+    value = getattr(result, head, None)
+    return getattr(value, stat, None) if stat else value
+
+
+def spread(values: list[Optional[float]]) -> Optional[dict]:
+    """median, min, max, MAD (median absolute deviation) and CV (sample sd ÷ mean)."""
+    a = np.asarray([v for v in values if v is not None], dtype=float)
+    if a.size == 0:
+        return None
+    median = float(np.median(a))
+    mean = float(a.mean())
+    sd = float(a.std(ddof=1)) if a.size > 1 else 0.0
+    return {"median": _r(median), "min": _r(float(a.min())), "max": _r(float(a.max())),
+            "mad": _r(float(np.median(np.abs(a - median)))), "cv": _r(sd / mean if mean else None), "n": int(a.size)}
+
+
+def _median(values: list[Optional[float]]) -> Optional[float]:
+    present = [v for v in values if v is not None]
+    return float(np.median(present)) if present else None
+
+
+def combine_repeats(arm: str, results: list[ArmResult]) -> ArmResult:
+    """N runs of the same workload on the same server -> one result whose metrics are the
+    medians, with each metric's spread in `noise` (so gates can tell signal from noise)."""
+    if len(results) == 1:
+        return results[0]
+    combined = ArmResult(arm=arm, repeats=len(results))
+    for name in SCALARS:
+        setattr(combined, name, _median([getattr(r, name) for r in results]))
+    for name in DISTRIBUTIONS:
+        setattr(combined, name, Stat(**{s: _median([getattr(getattr(r, name), s) for r in results])
+                                        for s in ("mean", "p50", "p90", "p99")},
+                                     n=sum(getattr(r, name).n for r in results)))
+    combined.accept_length_source = next((r.accept_length_source for r in results if r.accept_length_source), None)
+    combined.requests_ok = sum(r.requests_ok for r in results)
+    combined.requests_failed = sum(r.requests_failed for r in results)
+    combined.errors = dict(sum((Counter(r.errors) for r in results), Counter()))
+    combined.completion_tokens = sum(r.completion_tokens for r in results)
+    combined.duration_s = sum(r.duration_s for r in results)
+    combined.noise = {path: s for path in NOISE_METRICS
+                      if (s := spread([metric_value(r, path) for r in results])) is not None}
+    return combined
 
 
 def break_even_accept_length(verify_cycle_ms: float, plain_step_ms: float) -> float:

@@ -19,6 +19,9 @@ import pytest
 
 from harness import gate
 from harness.config import DEFAULT_CONF_DIR, ConfigError, Experiment, compose
+from harness.gate import comparisons
+from harness.record import load_results
+from harness.replay import replay_experiment
 from harness.drafter_fit import DrafterMismatch, check_drafter_fit
 from harness.load import print_progress
 from harness.runner import ArmFailed, ArmRun, Runner
@@ -36,6 +39,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("specgate", "specgate: experiments composed from Hydra configs")
     group.addoption("--conf-dir", default=None, help="the Hydra config tree (default: <rootdir>/conf)")
     group.addoption("--no-progress", action="store_true", default=False, help="no live progress line during loads")
+    group.addoption("--replay", default=None, metavar="RUN_DIR",
+                    help="re-run the recorded config of a past run (key=value overrides apply on top) and print the drift")
 
 
 def is_override(token: str, previous: str | None, value_options: set[str]) -> bool:
@@ -79,8 +84,13 @@ def conf_dir(config: pytest.Config) -> Path:
 
 def pytest_configure(config: pytest.Config) -> None:
     overrides = config.stash.get(OVERRIDES, [])
+    replay_dir, notes = config.getoption("replay"), []
     try:
-        experiment = compose(overrides, conf_dir(config))
+        if replay_dir:
+            experiment, notes = replay_experiment(Path(replay_dir), overrides, conf_dir(config))
+        else:
+            experiment = compose(overrides, conf_dir(config))
+        baseline = load_baseline(experiment)
     except ConfigError as exc:
         raise pytest.UsageError(f"specgate: {exc}") from None
     require_gpu_if_needed(experiment)
@@ -90,8 +100,35 @@ def pytest_configure(config: pytest.Config) -> None:
         except DrafterMismatch as exc:
             raise pytest.UsageError(f"specgate: arm '{arm.name}': {exc}") from None
     progress = None if config.getoption("no_progress") else terminal_progress(config)
-    config.stash[RUNNER] = Runner(experiment, progress=progress)
+    runner = Runner(experiment, progress=progress, notes=notes, baseline=baseline)
+    if replay_dir:
+        runner.replay_of = Path(replay_dir).resolve()
+    config.stash[RUNNER] = runner
     install_sigterm_as_interrupt()
+
+
+def load_baseline(experiment: Experiment) -> dict | None:
+    """gate.baseline, read and its comparisons parsed before anything starts."""
+    path = experiment.base.gate.baseline
+    if not path:
+        return None
+    try:
+        results = load_results(Path(path))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"gate.baseline: cannot read {path} as a run record or results.json ({exc})") from None
+    try:
+        comparisons(experiment.base.gate)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    return results
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    runner = config.stash.get(RUNNER, None)
+    if runner is None:
+        return []
+    lines = [f"specgate: experiment {runner.experiment.name}, arms {', '.join(runner.experiment.arm_names)}"]
+    return lines + [f"specgate: {note}" for note in runner.notes]
 
 
 def require_gpu_if_needed(experiment: Experiment) -> None:
@@ -183,11 +220,16 @@ class GateChecker:
     """Records verdicts in the run record, then passes, fails or skips the test with
     the verdicts in words. Every verdict is kept, so the summary shows them all."""
 
-    def __init__(self, runner: Runner):
+    def __init__(self, runner: Runner, node: pytest.Item):
         self.runner = runner
+        self.node = node
 
     def check(self, verdicts: list[gate.Verdict]) -> None:
         self.runner.add_verdicts(verdicts)
+        for v in verdicts:  # JUnit XML properties: CI tools show the numbers, not only pass/fail
+            prefix = f"{v.name}[{v.arm}]"
+            self.node.user_properties += [(f"{prefix}.status", v.status), (f"{prefix}.value", v.value),
+                                          (f"{prefix}.threshold", v.threshold), (f"{prefix}.baseline", v.baseline)]
         failed = [v for v in verdicts if v.passed is False]
         if failed:
             pytest.fail("\n".join(v.detail for v in failed), pytrace=False)
@@ -196,8 +238,8 @@ class GateChecker:
 
 
 @pytest.fixture
-def gates(runner: Runner) -> GateChecker:
-    return GateChecker(runner)
+def gates(runner: Runner, request: pytest.FixtureRequest) -> GateChecker:
+    return GateChecker(runner, request.node)
 
 
 # --- end of session: stop everything, write the record, say what happened --------------

@@ -22,9 +22,10 @@ from typing import Any
 
 import yaml
 
-# A secret-named key has TOKEN, KEY, SECRET, ... as a whole word of its name (HF_TOKEN,
-# --api-key, AWS_SECRET_ACCESS_KEY), so that max_tokens or completion_tokens are not.
-SECRET_NAME = re.compile(r"(^|[_.-])(TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIALS?|AUTH)($|[_.-])", re.IGNORECASE)
+# A secret-named key ENDS in TOKEN, KEY, SECRET, ... as a whole word (HF_TOKEN, --api-key,
+# AWS_SECRET_ACCESS_KEY, DB_PASSWORD), so max_tokens, verify_per_token_ms or
+# completion_tokens are not. Only string values are hidden: counts and times are not secrets.
+SECRET_NAME = re.compile(r"(^|[_.-])(TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIALS?|AUTH)$", re.IGNORECASE)
 MIN_SECRET_LENGTH = 6  # shorter values would scrub ordinary words and numbers from logs
 REDACTED = "***"
 
@@ -61,7 +62,7 @@ class Redactor:
 
     def data(self, data: Any) -> Any:
         if isinstance(data, dict):
-            return {k: (REDACTED if SECRET_NAME.search(str(k)) and v not in (None, "", {}) and not isinstance(v, dict)
+            return {k: (REDACTED if SECRET_NAME.search(str(k)) and isinstance(v, str) and v
                         else self.data(v)) for k, v in data.items()}
         if isinstance(data, list):
             out, hide_next = [], False

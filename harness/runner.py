@@ -4,8 +4,12 @@
 
 from __future__ import annotations
 
+import functools
+import os
 import socket
+import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -18,11 +22,39 @@ from harness.client import ClientError, ServerClient
 from harness.config import Arm, Experiment
 from harness.gate import Verdict
 from harness.load import run_load
-from harness.metrics import ArmResult, break_even_accept_length, summarize
-from harness.record import Redactor, RunRecord
+from harness.metrics import ArmResult, break_even_accept_length, combine_repeats, summarize
+from harness.record import Redactor, RunRecord, load_results
+from harness.replay import drift_rows, drift_table
 from harness.images import ImageError
 from harness.servers import Server, ServerError, Session, make_server, prepare_backend
 from harness.summary import format_summary
+from harness.telemetry.base import TelemetryUnavailable, make_source, resolve_uuids
+from harness.telemetry.sampler import Sampler
+from harness.telemetry.summary import plot_png, summarize as summarize_telemetry, write_csv
+
+
+@functools.lru_cache(maxsize=1)
+def harness_version() -> dict[str, Any]:
+    """The package version and, from a git checkout, the commit and whether it was dirty."""
+    root = Path(__file__).resolve().parent.parent
+    info: dict[str, Any] = {"version": __version__, "git_commit": None, "git_dirty": None}
+    try:
+        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
+        status = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                                capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return info
+    if commit.returncode == 0:
+        info.update(git_commit=commit.stdout.strip(), git_dirty=bool(status.stdout.strip()))
+    return info
+
+
+def append_step_summary(text: str) -> None:
+    """In GitHub Actions, the summary goes to the job's page too."""
+    path = os.environ.get("GITHUB_STEP_SUMMARY")
+    if path:
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(text + "\n")
 
 
 class ArmFailed(Exception):
@@ -57,6 +89,10 @@ class Runner:
     arm_status: dict[str, dict[str, Any]] = field(default_factory=dict)
     verdicts: list[Verdict] = field(default_factory=list)
     servers: dict[str, Server] = field(default_factory=dict)
+    gpu: dict[str, dict[str, Any]] = field(default_factory=dict)  # arm -> the `gpu` block of results.json
+    notes: list[str] = field(default_factory=list)  # said at the start and in the summary (e.g. replay drift of conf/)
+    baseline: dict | None = None  # gate.baseline's results.json
+    replay_of: Path | None = None  # the record a replay re-runs
     session: Session = field(default_factory=Session)
     prepared_engines: set = field(default_factory=set)
     started_utc: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
@@ -100,10 +136,20 @@ class Runner:
         except ClientError as exc:
             self.fail_arm(name, "server_failed", f"arm '{name}': the server is healthy but its info routes fail: {exc}")
         progress = (lambda snapshot: self.progress(name, snapshot)) if self.progress else None
-        load = run_load(arm.cfg.workload, server.base_url, model, progress=progress)
-        self.record.add_requests(name, [r.to_json() for r in load.records])
-        server_accept = self.server_accept_length(client, arm)
-        result = summarize(name, load, server_accept)
+        sampler = self.start_telemetry(arm, server)
+        repeats = []
+        try:
+            for repeat in range(max(1, arm.cfg.gate.repeats)):
+                load = run_load(arm.cfg.workload, server.base_url, model, progress=progress,
+                                on_tokens_flowing=sampler.mark_load_start if sampler and not repeat else None)
+                self.record.add_requests(name, [{**r.to_json(), "repeat": repeat} for r in load.records])
+                repeats.append(summarize(name, load, self.server_accept_length(client, arm)))
+                if not server.is_alive():
+                    break
+        finally:
+            if sampler is not None:
+                self.finish_telemetry(arm, sampler)
+        result = combine_repeats(name, repeats)
         self.results[name] = result
         if not server.is_alive():
             self.fail_arm(name, "server_died", server.failure(
@@ -112,6 +158,41 @@ class Runner:
         self.arm_status[name]["status"] = "measured"
         self.save()
         return ArmRun(arm=arm, server=server, client=client, result=result, model=model)
+
+    def start_telemetry(self, arm: Arm, server: Server) -> Sampler | None:
+        """Sample the server's GPUs from before the load; None when telemetry is off or
+        cannot run here (the reason goes into the arm's `gpu` block, and the GPU suite
+        skips with it)."""
+        settings = arm.cfg.telemetry
+        if settings.source == "off":
+            return None
+        try:
+            source = make_source(settings.source, base_url=server.base_url)
+            wanted = list(settings.gpus) if settings.gpus else server.gpu_ids()
+            uuids = resolve_uuids(source, wanted) if wanted else None
+            source.open(uuids, None)
+        except TelemetryUnavailable as exc:
+            self.gpu[arm.name] = {"source": settings.source, "unavailable": str(exc)}
+            return None
+        sampler = Sampler(source, interval_s=settings.interval_s, ramp_in_s=settings.ramp_in_s)
+        sampler.start()
+        return sampler
+
+    def finish_telemetry(self, arm: Arm, sampler: Sampler) -> None:
+        """Close the load window, sample a little longer, then summarize, plot, record."""
+        sampler.mark_load_end()
+        try:
+            time.sleep(arm.cfg.telemetry.after_s)
+        finally:
+            telemetry = sampler.stop()
+            sampler.source.close()
+        block = summarize_telemetry(telemetry)
+        block["ramp_in_s"] = telemetry.ramp_in_s
+        self.gpu[arm.name] = block
+        folder = self.record.arm_dir(arm.name)
+        write_csv(folder / "telemetry.csv", telemetry)
+        if telemetry.samples:
+            plot_png(folder / "telemetry.png", telemetry)
 
     def prepare(self, arm: Arm) -> None:
         engine = (arm.cfg.backend.kind, arm.cfg.backend.docker_host)
@@ -170,6 +251,8 @@ class Runner:
             block: dict[str, Any] = dict(self.arm_status.get(arm.name, {"status": "not_run"}))
             if arm.name in self.results:
                 block.update(self.results[arm.name].to_json())
+            if arm.name in self.gpu:
+                block["gpu"] = self.gpu[arm.name]
                 block.update({f"{k}_vs_{self.experiment.plain_arm}": v for k, v in self.comparison(arm.name).items()})
             arms[arm.name] = block
         return {
@@ -181,6 +264,10 @@ class Runner:
             "started_utc": self.started_utc,
             "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds") if finished else None,
             "interrupted": interrupted,
+            "harness": harness_version(),
+            "replay_of": str(self.replay_of) if self.replay_of else None,
+            "baseline": self.experiment.base.gate.baseline,
+            "notes": self.notes,
             "plain_arm": self.experiment.plain_arm,
             "arms": arms,
             "gates": [v.to_json() for v in self.verdicts],
@@ -189,9 +276,24 @@ class Runner:
     def save(self, finished: bool = False, interrupted: bool = False) -> None:
         self.record.write_json("results.json", self.results_json(finished, interrupted))
 
+    def baseline_arm(self, name: str) -> dict | None:
+        return (self.baseline or {}).get("arms", {}).get(name)
+
+    @property
+    def baseline_label(self) -> str:
+        return str(self.experiment.base.gate.baseline)
+
+    def drift(self) -> list[dict[str, Any]]:
+        if self.replay_of is None:
+            return []
+        return drift_rows(load_results(self.replay_of), self.results_json(), self.experiment.base.gate)
+
     def summary(self) -> str:
-        return format_summary(self.experiment, self.results, self.arm_status, self.verdicts,
-                              {name: self.comparison(name) for name in self.results})
+        text = format_summary(self.experiment, self.results, self.arm_status, self.verdicts,
+                              {name: self.comparison(name) for name in self.results}, self.gpu, self.notes)
+        if self.replay_of is not None:
+            text += "\n" + drift_table(self.drift(), self.replay_of.name)
+        return text
 
     def finish(self, interrupted: bool = False) -> Path | None:
         """Stop every server; write results.json and summary.md if anything was recorded."""
@@ -203,5 +305,7 @@ class Runner:
             if interrupted and status.get("status") in ("starting", "measuring"):
                 status["status"] = "interrupted"
         self.save(finished=True, interrupted=interrupted)
-        self.record.write_text("summary.md", self.summary())
+        summary = self.summary()
+        self.record.write_text("summary.md", summary)
+        append_step_summary(self.record.redactor.text(summary))
         return self.record.path

@@ -52,6 +52,9 @@ class SimModelConfig:
     startup_s: float = 1.0
     seed: int = 0
     scrub_worker_env: bool = False
+    gpu_boost_mhz: float = 2600.0  # the simulated GPUs' boost clock under load (idle ~2330-2360 MHz)
+    gpu_ramp_s: float = 1.5  # time constant of the ramp from idle to boost
+    gpu_throttle: str = "none"  # none | thermal | power: a fault that caps clocks under load
 
 
 @dataclass
@@ -105,9 +108,11 @@ class WorkloadConfig:
 
 @dataclass
 class TelemetryConfig:
-    source: str = "off"  # off (nvml | smi | sim: not built yet)
-    interval_s: float = 0.1
-    ramp_in_s: float = 2.0
+    source: str = "off"  # off | nvml | smi | sim (the simulator's GPU model)
+    interval_s: float = 0.1  # sampling period (10 Hz)
+    ramp_in_s: float = 2.0  # excluded after the first token arrives: clocks need time to boost
+    after_s: float = 1.0  # keep sampling this long after the load, to see clocks fall back
+    gpus: Optional[List[str]] = None  # indices or UUIDs to sample; null = the GPUs the server uses
 
 
 @dataclass
@@ -135,7 +140,16 @@ class GateConfig:
     min_speedup: Dict[str, SpeedupGate] = field(default_factory=dict)  # arm -> {over, ratio}
     accept_length_at_least_break_even: List[str] = field(default_factory=list)  # arms
     max_failed_requests: int = 0  # per arm
-    min_clock_ratio_under_load: Optional[float] = None  # telemetry (not built yet)
+    repeats: int = 1  # run each arm's workload this many times on the same server; metrics become medians
+    max_cv: float = 0.05  # a gated metric whose coefficient of variation over the repeats exceeds this is unreliable
+    baseline: Optional[str] = None  # a run dir or results.json to compare with (regression gating)
+    tolerance: float = 0.05  # allowed regression vs the baseline when a comparison gives none
+    latency_noise_floor_ms: float = 1.0  # latency moves smaller than this are scheduling jitter, not drift
+    compare: Dict[str, str] = field(default_factory=dict)  # metric -> allowed change, e.g. output_tok_s: "-3%"
+    min_clock_ratio_under_load: Optional[float] = None  # SM clock under load >= ratio x max SM clock, every GPU
+    fail_on_throttle_reasons: List[str] = field(default_factory=lambda: [
+        "HwSlowdown", "HwThermalSlowdown", "SwThermalSlowdown", "HwPowerBrakeSlowdown"])  # any under load fails
+    min_gpu_util_under_load_pct: Optional[float] = 50.0  # below: the load did not really reach the GPU
 
 
 @dataclass

@@ -35,8 +35,10 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def format_summary(experiment, results: dict[str, ArmResult], arm_status: dict[str, dict],
-                   verdicts: list, comparisons: dict[str, dict]) -> str:
+                   verdicts: list, comparisons: dict[str, dict], gpu: dict[str, dict] | None = None,
+                   notes: list[str] | None = None) -> str:
     lines = [f"# specgate: {experiment.name}", "", experiment.description, ""]
+    lines += [f"> {note}" for note in notes or []] + ([""] if notes else [])
     header = ["arm", *(name for name, _, _ in COLUMNS)]
     rows = []
     for arm in experiment.arm_names:
@@ -58,13 +60,55 @@ def format_summary(experiment, results: dict[str, ArmResult], arm_status: dict[s
         error = arm_status.get(arm, {}).get("error")
         if error:
             lines.append(f"\n{arm}: {error.splitlines()[0]}")
+    lines += noise_section(experiment, results) + gpu_section(experiment, gpu or {})
     lines += ["", "## Gates", ""]
     if not verdicts:
         lines.append("No gate was evaluated.")
     for v in verdicts:
-        lines.append(f"- {v.status.upper():7} {v.name} [{v.arm}]: {v.detail}")
+        lines.append(f"- {v.status.upper():10} {v.name} [{v.arm}]: {v.detail}")
     failed = sum(v.passed is False for v in verdicts)
     passed = sum(v.passed is True for v in verdicts)
-    skipped = sum(v.passed is None for v in verdicts)
-    lines += ["", f"{passed} gate(s) passed, {failed} failed, {skipped} skipped."]
+    unreliable = sum(v.unreliable for v in verdicts)
+    skipped = sum(v.passed is None for v in verdicts) - unreliable
+    lines += ["", f"{passed} gate(s) passed, {failed} failed, {skipped} skipped"
+              + (f", {unreliable} unreliable (too noisy to decide)." if unreliable else ".")]
     return "\n".join(lines) + "\n"
+
+
+def noise_section(experiment, results: dict[str, ArmResult]) -> list[str]:
+    """Median, min/max, MAD and CV of each metric over the repeats (gate.repeats > 1)."""
+    rows = [[arm, path, cell(s["median"], "{:.2f}"), f"{cell(s['min'], '{:.2f}')}–{cell(s['max'], '{:.2f}')}",
+             cell(s["mad"], "{:.3f}"), cell(s["cv"], "{:.1%}")]
+            for arm in experiment.arm_names if arm in results and results[arm].repeats > 1
+            for path, s in results[arm].noise.items()]
+    if not rows:
+        return []
+    repeats = max(r.repeats for r in results.values())
+    return ["", f"## Noise over {repeats} repeats", ""] + markdown_table(
+        ["arm", "metric", "median", "min–max", "MAD", "CV"], rows)
+
+
+def gpu_section(experiment, gpu: dict[str, dict]) -> list[str]:
+    """Per arm and GPU: idle vs under-load clocks, power, utilization, slowdown reasons."""
+    rows = []
+    for arm in experiment.arm_names:
+        block = gpu.get(arm)
+        if not block:
+            continue
+        if block.get("unavailable"):
+            rows.append([arm, "-", block["unavailable"], *("-" for _ in range(7))])
+            continue
+        for uuid, g in block.get("gpus", {}).items():
+            idle, load = g.get("idle", {}), g.get("load", {})
+            get = lambda phase, key: (phase.get(key) or {}).get("median")
+            reasons = ", ".join(f"{r} {f:.0%}" for r, f in sorted(g.get("throttle_fraction_under_load", {}).items()) if f > 0)
+            rows.append([arm, str(g.get("index", "?")), cell(get(idle, "sm_clock_mhz"), "{:.0f}"),
+                         cell(get(load, "sm_clock_mhz"), "{:.0f}"), cell(g.get("sm_clock_ratio_under_load"), "{:.2f}"),
+                         cell(get(idle, "power_w"), "{:.0f}"), cell(get(load, "power_w"), "{:.0f}"),
+                         cell(get(load, "gpu_util_pct"), "{:.0f}"), cell(get(load, "temperature_c"), "{:.0f}"),
+                         reasons or "none"])
+    if not rows:
+        return []
+    header = ["arm", "GPU", "SM MHz idle", "SM MHz load", "ratio to max", "W idle", "W load", "util % load",
+              "°C load", "reasons under load"]
+    return ["", "## GPUs (median; load = tokens streaming, after the ramp-in)", ""] + markdown_table(header, rows)

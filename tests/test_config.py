@@ -68,7 +68,7 @@ def test_merge_overrides_keeps_arm_overrides_the_user_did_not_touch():
         (["backend=attach"], ["backend.url"]),
         (["backend=attach", "backend.url=localhost:1"], ["not an http"]),
         (["backend=kubernetes"], ["backend=kubernetes", "attach", "docker", "process"]),
-        (["telemetry=nvml"], ["telemetry=nvml", "off"]),
+        (["telemetry=perf"], ["telemetry=perf", "nvml", "off", "sim", "smi"]),
         (["+exp=sim_smoke", "plain_arm=nobody"], ["plain_arm", "nobody", "baseline"]),
         (["+exp=sim_smoke", "+gate.min_output_tok_s.ghost=1"], ["ghost", "not an arm"]),
         (["+exp=sim_smoke", "gate.min_speedup.eagle3.ratio=fast"], ["ratio", "fast"]),

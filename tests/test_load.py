@@ -222,3 +222,19 @@ def test_ctrl_c_propagates_and_closes_cleanly(fake, tmp_path):
     assert b"KeyboardInterrupt caught" in out
     for bad in (b"Unclosed client session", b"Unclosed connector", b"Task was destroyed", b"never awaited"):
         assert bad not in err, err.decode()
+
+
+def test_tokens_flowing_is_signalled_once_at_the_first_measured_token(fake):
+    seen: list[float] = []
+    res = run_load(wl(num_prompts=4, warmup_requests=1), fake.url, "m", on_tokens_flowing=seen.append)
+    assert len(seen) == 1
+    first_measured = min(r.chunk_times[0] for r in res.measured)
+    assert seen[0] == first_measured
+    assert all(seen[0] > t for r in res.records if r.warmup for t in r.chunk_times)  # warm-up is not the load
+
+
+def test_tokens_flowing_is_never_signalled_when_nothing_streams():
+    seen: list[float] = []
+    res = run_load(wl(num_prompts=2, warmup_requests=0, timeout_s=2.0), "http://127.0.0.1:9", "m",
+                   on_tokens_flowing=seen.append)
+    assert seen == [] and all(not r.ok for r in res.measured)

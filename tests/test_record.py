@@ -47,7 +47,8 @@ def test_secrets_are_redacted_in_data_args_and_text(monkeypatch):
 def test_ordinary_token_counts_are_not_secrets():
     redactor = Redactor()
     data = {"workload": {"max_tokens": 500}, "completion_tokens": 3, "arm": "eagle3", "keep_requests": True,
-            "drafter": {"num_draft_tokens": 3, "eagle_topk": 1}, "server": {"tokenizer_path": "/m"}}
+            "drafter": {"num_draft_tokens": 3, "eagle_topk": 1}, "server": {"tokenizer_path": "/m"},
+            "sim": {"verify_per_token_ms": 3.9, "prefill_ms_per_token": 0.05}, "key_count": 3}
     redactor.learn(data)
     assert redactor.data(data) == data
     assert redactor.text("eagle3 0.5.23") == "eagle3 0.5.23"

@@ -44,6 +44,11 @@ class Server(ABC):
         """What the run record should know about this server (backend-specific)."""
         return {"base_url": self.base_url}
 
+    def gpu_ids(self) -> list[str] | None:
+        """The GPUs this server was given (indices or UUIDs, as docker device requests and
+        CUDA_VISIBLE_DEVICES name them); None: all of them, or unknown."""
+        return None
+
     def processes(self) -> list["ServerProcess"]:
         """Every process of the server, with its command line and environment."""
         raise ServerError(f"the {type(self).__name__} backend cannot see the server's processes")

@@ -128,6 +128,9 @@ class DockerServer(Server):
             info["container"] = self.container.name
         return info
 
+    def gpu_ids(self) -> list[str] | None:
+        return [str(g) for g in self.cfg.server.gpus] if self.cfg.server.gpus is not None else None
+
     def host_port(self) -> int:
         self.container.reload()
         bindings = self.container.attrs["NetworkSettings"]["Ports"].get(f"{CONTAINER_PORT}/tcp") or []

@@ -81,6 +81,12 @@ class ProcessServer(Server):
         return {"base_url": self.base_url, "command": self.command(),
                 "pid": self.proc.pid if self.proc is not None else None}
 
+    def gpu_ids(self) -> list[str] | None:
+        visible = self.environment().get("CUDA_VISIBLE_DEVICES")
+        if visible is not None:
+            return [d.strip() for d in visible.split(",") if d.strip()]
+        return [str(g) for g in self.cfg.server.gpus] if self.cfg.server.gpus is not None else None
+
     def processes(self) -> list[ServerProcess]:
         return local_group(self.proc.pid)
 

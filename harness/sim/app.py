@@ -213,6 +213,11 @@ class SimServer:
             )
         return web.Response(text="Flush cache failed.\n", status=400)
 
+    async def sim_gpu(self, request: web.Request) -> web.Response:
+        """Simulator-only (not SGLang): one reading per TP rank's simulated GPU."""
+        gpu = self.engine.gpu
+        return json_response({"gpus": gpu.read(), **gpu.describe()})
+
     async def chat(self, request: web.Request) -> web.StreamResponse:
         body = await self.read_json(request)
         if isinstance(body, web.Response):
@@ -258,6 +263,7 @@ def build_app(server: SimServer) -> web.Application:
     r.add_get("/metrics", s.metrics, allow_head=False)
     r.add_get("/flush_cache", s.flush_cache, allow_head=False)
     r.add_post("/flush_cache", s.flush_cache)
+    r.add_get("/sim/gpu", s.sim_gpu, allow_head=False)  # simulator-only
     r.add_post("/v1/chat/completions", s.chat)
     r.add_post("/v1/completions", s.completions)
     r.add_post("/generate", s.generate)

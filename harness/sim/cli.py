@@ -55,6 +55,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sim-startup-s", type=float, default=1.0)
     p.add_argument("--sim-seed", type=int, default=0)
     _bool_flag(p, "--sim-scrub-worker-env", "start worker processes with a minimal environment")
+    # --- simulated GPUs (GET /sim/gpu; see harness/sim/gpu.py) -----------------
+    p.add_argument("--sim-gpu-ramp-s", type=float, default=1.5, help="time constant of the idle->boost clock ramp")
+    p.add_argument("--sim-gpu-boost-mhz", type=float, default=2600.0, help="SM clock under load")
+    p.add_argument("--sim-gpu-throttle", choices=("none", "thermal", "power"), default="none",
+                   help="fault switch: cap the clock under load and report why")
+    p.add_argument("--sim-gpu-throttle-mhz", type=float, default=1800.0, help="the capped SM clock")
     return p
 
 

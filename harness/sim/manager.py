@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncIterator
 
 from harness.sim.detokenizer import detokenizer_main
+from harness.sim.gpu import SimGpuModel
 from harness.sim.metrics import SimMetrics
 from harness.sim.model import SimModel
 from harness.sim.procs import scrubbed_environ, spawn, stop_all
@@ -85,6 +86,7 @@ class EngineClient:
         self._send_lock = threading.Lock()
         self._last_tp_check = (time.time(), 0)
         self.last_gen_throughput = 0.0
+        self.gpu = SimGpuModel.from_args(ns)  # GET /sim/gpu; follows num_running
 
     # ------------------------------------------------------------- processes
     def start_processes(self) -> None:
@@ -145,6 +147,7 @@ class EngineClient:
             self.scheduler_pid = msg[1]
             return
         _, t_end, self.num_running, self.num_queue, vct, vtok, items = msg
+        self.gpu.set_running(self.num_running)
         now = time.perf_counter()
         m = self.metrics
         new_tokens = 0

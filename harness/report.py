@@ -1,0 +1,306 @@
+"""`specgate report RUN`: one self-contained HTML page for a run record.
+
+The page has no external reference at all (inline CSS, charts and telemetry plots as
+base64 PNG data URIs, no scripts), so it can be attached to a CI run, mailed or opened
+offline. Charts are drawn with matplotlib's Agg canvas (no pyplot state), the page with a
+jinja2 template (harness/templates/report.html.j2, autoescaped). Every key of the record
+is optional: a run whose servers failed still gets a page that says so.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import shlex
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Optional
+
+import jinja2
+import numpy as np
+from matplotlib.figure import Figure
+
+from harness.compare import METRICS, Metric, Run, load_run, lookup, noise_cv, number
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+ARM_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
+
+
+class ReportError(Exception):
+    """The record cannot be rendered (not a record, unwritable output): one sentence."""
+
+
+def write_report(run_dir: Path, out: Optional[Path] = None) -> Path:
+    """Render `run_dir`'s record to one HTML file (default `<run>/report.html`); return its path.
+    Raises harness.compare.CompareError when run_dir is not a run record."""
+    run = load_run(Path(run_dir))
+    record_dir = run.path.parent
+    out = Path(out) if out is not None else record_dir / "report.html"
+    html = render_report(run, read_requests(record_dir / "requests.jsonl"))
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(f".{out.name}.tmp")
+        tmp.write_text(html, encoding="utf-8")
+        tmp.replace(out)
+    except OSError as exc:
+        raise ReportError(f"cannot write the report to {out} ({exc.strerror or exc}).") from None
+    return out
+
+
+def render_report(run: Run, requests: list[dict[str, Any]]) -> str:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    return env.get_template("report.html.j2").render(**report_context(run, requests))
+
+
+# --- the record as the template sees it --------------------------------------------------
+
+def report_context(run: Run, requests: list[dict[str, Any]]) -> dict[str, Any]:
+    data, arms = run.data, list(run.arms)
+    columns = table_metrics(data.get("plain_arm"))
+    gates = [gate_row(g) for g in data.get("gates") or [] if isinstance(g, dict)]
+    samples = {arm: latency_samples(requests, arm) for arm in arms}
+    return {
+        "label": run.label,
+        "experiment": str(data.get("experiment") or run.label),
+        "description": text(data.get("description")),
+        "facts": facts(data),
+        "verdict": verdict(data, gates),
+        "columns": [m.label for m in columns],
+        "arm_rows": [arm_row(arm, run.arms.get(arm), columns) for arm in arms],
+        "gates": gates,
+        "gate_counts": {s: sum(g["status"] == s for g in gates) for s in ("passed", "failed", "skipped")},
+        "latency_chart": latency_chart(samples, arms),
+        "throughput_chart": throughput_chart(run.arms, arms),
+        "arms": [arm_card(run.path.parent, arm, run.arms.get(arm)) for arm in arms],
+        "generated_utc": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
+    }
+
+
+def table_metrics(plain_arm: Any) -> list[Metric]:
+    extra = []
+    if plain_arm:
+        extra = [Metric(f"speedup_vs_{plain_arm}", f"speedup vs {plain_arm}", "{:.2f}x"),
+                 Metric(f"break_even_accept_length_vs_{plain_arm}", "break-even accept length", "{:.2f}")]
+    return [*METRICS[:10], *extra, *METRICS[10:]]
+
+
+def text(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+def facts(data: dict[str, Any]) -> list[tuple[str, str]]:
+    command = data.get("command")
+    if isinstance(command, list):
+        command = shlex.join(str(c) for c in command)
+    rows = [("command", command), ("host", data.get("host")), ("started", data.get("started_utc")),
+            ("finished", data.get("finished_utc")), ("plain arm", data.get("plain_arm")),
+            ("harness version", data.get("harness_version"))]
+    if data.get("interrupted"):
+        rows.append(("interrupted", "yes: the run was stopped before it finished"))
+    return [(k, text(v)) for k, v in rows if v not in (None, "")]
+
+
+def verdict(data: dict[str, Any], gates: list[dict[str, Any]]) -> dict[str, str]:
+    failed = [g for g in gates if g["status"] == "failed"]
+    unmeasured = [a for a, v in (data.get("arms") or {}).items()
+                  if isinstance(v, dict) and v.get("status") not in (None, "measured")]
+    if data.get("interrupted"):
+        return {"status": "failed", "text": "INTERRUPTED"}
+    if failed or unmeasured:
+        parts = [f"{len(failed)} gate(s) failed"] if failed else []
+        parts += [f"arm {a} not measured" for a in unmeasured]
+        return {"status": "failed", "text": "FAILED: " + "; ".join(parts)}
+    if not gates:
+        return {"status": "skipped", "text": "NO GATES evaluated"}
+    return {"status": "passed", "text": "PASSED"}
+
+
+def arm_row(arm: str, result: Any, columns: list[Metric]) -> dict[str, Any]:
+    result = result if isinstance(result, dict) else {}
+    cells = []
+    for metric in columns:
+        value = number(lookup(result, metric.key))
+        cv = noise_cv(result, metric.key)
+        cells.append({"value": "-" if value is None else metric.pattern.format(int(value) if metric.count else value),
+                      "cv": None if cv is None else f"±{cv * 100:.1f}%",
+                      "bad": metric.key == "requests.failed" and bool(value)})
+    status = text(result.get("status")) or "unknown"
+    return {"arm": arm, "status": status, "status_class": status_class(status), "cells": cells}
+
+
+def status_class(status: str) -> str:
+    return "passed" if status == "measured" else "failed"
+
+
+def gate_row(gate: dict[str, Any]) -> dict[str, str]:
+    passed = gate.get("passed")
+    status = "passed" if passed is True else "failed" if passed is False else "skipped"
+    return {"status": status, "name": text(gate.get("name")), "arm": text(gate.get("arm")),
+            "value": show(gate.get("value")), "threshold": show(gate.get("threshold")),
+            "baseline": show(gate.get("baseline")), "detail": text(gate.get("detail"))}
+
+
+def show(value: Any) -> str:
+    """A gate value or threshold: numbers to 4 significant digits, structures as compact JSON."""
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, separators=(", ", ": "), default=str)
+    return str(value)
+
+
+def arm_card(record_dir: Path, arm: str, result: Any) -> dict[str, Any]:
+    result = result if isinstance(result, dict) else {}
+    status = text(result.get("status")) or "unknown"
+    errors = result.get("errors") if isinstance(result.get("errors"), dict) else {}
+    return {"name": arm, "status": status, "status_class": status_class(status),
+            "error": text(result.get("error")), "errors": [(text(m), text(c)) for m, c in errors.items()],
+            "server": server_facts(result), "gpus": gpu_facts(result.get("gpu")),
+            "telemetry_png": png_file_uri(record_dir / "arms" / arm / "telemetry.png")}
+
+
+def server_facts(result: dict[str, Any]) -> list[tuple[str, str]]:
+    server = result.get("server") if isinstance(result.get("server"), dict) else {}
+    image = server.get("image") if isinstance(server.get("image"), dict) else {}
+    command = server.get("command")
+    if isinstance(command, list):
+        command = shlex.join(str(c) for c in command)
+    rows = [("backend", result.get("backend")), ("server version", result.get("server_version")),
+            ("image", image.get("tag")), ("image id", image.get("id")), ("digest", image.get("digest")),
+            ("container", server.get("container")), ("url", server.get("base_url")), ("command", command),
+            ("accept length source", result.get("accept_length_source")), ("repeats", result.get("repeats"))]
+    return [(k, text(v)) for k, v in rows if v not in (None, "")]
+
+
+def gpu_facts(gpu: Any) -> list[str]:
+    """One line per GPU from the telemetry summary (clocks, power, utilisation under load)."""
+    if not isinstance(gpu, dict) or not isinstance(gpu.get("gpus"), dict):
+        return []
+    lines = []
+    for uuid, g in gpu["gpus"].items():
+        if not isinstance(g, dict):
+            continue
+        parts = [f"GPU {g.get('index', '?')} {g.get('name') or uuid}"]
+        clock, ratio = number(lookup(g, "load.sm_clock_mhz.median")), number(g.get("sm_clock_ratio_under_load"))
+        if clock is not None:
+            parts.append(f"SM clock under load {clock:.0f} MHz" + (f" ({ratio:.2f} of max)" if ratio else ""))
+        for key, label, unit in (("load.power_w.median", "power", "W"), ("load.gpu_util_pct.median", "util", "%")):
+            if (v := number(lookup(g, key))) is not None:
+                parts.append(f"{label} {v:.0f} {unit}")
+        lines.append(", ".join(parts))
+    return lines
+
+
+# --- requests.jsonl -----------------------------------------------------------------------
+
+def read_requests(path: Path) -> list[dict[str, Any]]:
+    """Every parseable line of requests.jsonl (none when the file is missing)."""
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a torn line must not cost the whole report
+        if isinstance(item, dict):
+            out.append(item)
+    return out
+
+
+def latency_samples(requests: list[dict[str, Any]], arm: str) -> dict[str, np.ndarray]:
+    """TTFT per request and ITL per chunk gap (ms), from the arm's measured, successful requests."""
+    measured = [r for r in requests if r.get("arm") == arm and not r.get("warmup") and r.get("ok", True)]
+    ttft = [v for r in measured if (v := number(r.get("ttft_ms"))) is not None]
+    gaps = [np.diff(np.asarray(chunks, dtype=float)) for r in measured
+            if isinstance(chunks := r.get("chunk_ms"), list) and len(chunks) > 1
+            and all(number(c) is not None for c in chunks)]
+    return {"ttft": np.asarray(ttft, dtype=float), "itl": np.concatenate(gaps) if gaps else np.empty(0)}
+
+
+# --- charts --------------------------------------------------------------------------------
+
+def arm_color(arms: list[str], arm: str) -> str:
+    return ARM_COLORS[arms.index(arm) % len(ARM_COLORS)]
+
+
+def figure_uri(fig: Figure) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, metadata={"Software": None})
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def png_file_uri(path: Path) -> Optional[str]:
+    try:
+        raw = path.read_bytes()
+    except OSError:
+        return None
+    return "data:image/png;base64," + base64.b64encode(raw).decode("ascii") if raw.startswith(b"\x89PNG") else None
+
+
+def latency_chart(samples: dict[str, dict[str, np.ndarray]], arms: list[str]) -> Optional[str]:
+    """ECDFs of TTFT (per request) and ITL (per chunk gap), one line per arm."""
+    if not any(s[k].size for s in samples.values() for k in ("ttft", "itl")):
+        return None
+    fig = Figure(figsize=(12, 4), layout="constrained")
+    for ax, key, title in zip(fig.subplots(1, 2), ("ttft", "itl"),
+                              ("Time to first token (per request)", "Inter-token latency (per chunk gap)")):
+        ecdf_axes(ax, {arm: samples[arm][key] for arm in arms}, arms, title)
+    return figure_uri(fig)
+
+
+def ecdf_axes(ax, values: dict[str, np.ndarray], arms: list[str], title: str) -> None:
+    drawn = [arm for arm, v in values.items() if v.size]
+    for arm in drawn:
+        v = values[arm]
+        x = np.sort(v)
+        y = np.arange(1, x.size + 1) / x.size
+        p50, p99 = np.percentile(v, [50, 99])
+        ax.step(x, y, where="post", color=arm_color(arms, arm), lw=1.8,
+                label=f"{arm}: p50 {p50:.1f}, p99 {p99:.1f} ms (n={x.size})")
+    for q in (0.5, 0.99):
+        ax.axhline(q, color="#999999", lw=0.8, ls=":")
+    ax.set(title=title, xlabel="ms", ylabel="fraction ≤ x", ylim=(0, 1.02))
+    ax.grid(alpha=0.3)
+    if drawn:
+        ax.legend(loc="lower right", fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no measured requests", ha="center", va="center", transform=ax.transAxes, color="#666666")
+
+
+def throughput_chart(results: dict[str, Any], arms: list[str]) -> Optional[str]:
+    """Output tok/s per arm (min-max over repeats as an error bar when the record has it)."""
+    values = {arm: number(lookup(results.get(arm), "output_tok_s")) for arm in arms}
+    shown = [arm for arm in arms if values[arm] is not None]
+    if not shown:
+        return None
+    fig = Figure(figsize=(6, 0.6 + 0.55 * max(len(arms), 2)), layout="constrained")
+    ax = fig.subplots()
+    ys = np.arange(len(arms))[::-1]
+    for y, arm in zip(ys, arms):
+        value = values[arm]
+        if value is None:
+            ax.text(0, y, f"  {arm}: not measured", va="center", color="#b00020", fontsize=9)
+            continue
+        ax.barh(y, value, color=arm_color(arms, arm), height=0.6, xerr=spread_err(results.get(arm), value))
+        ax.text(value, y, f" {value:.1f}", va="center", fontsize=9)
+    ax.set_yticks(ys, arms)
+    ax.set(xlabel="output tokens/s", title="Throughput")
+    ax.set_xlim(0, max(values[a] for a in shown) * 1.18)
+    ax.grid(axis="x", alpha=0.3)
+    return figure_uri(fig)
+
+
+def spread_err(result: Any, value: float) -> Optional[list[list[float]]]:
+    noise = result.get("noise") if isinstance(result, dict) else None
+    spread = noise.get("output_tok_s") if isinstance(noise, dict) else None
+    lo, hi = (number(spread.get(k)) for k in ("min", "max")) if isinstance(spread, dict) else (None, None)
+    if lo is None or hi is None:
+        return None
+    return [[max(value - lo, 0.0)], [max(hi - value, 0.0)]]

@@ -1,0 +1,234 @@
+"""The simulator's GPUs: one per TP rank, with clocks that ramp from idle to boost under load.
+
+Not part of SGLang's surface: the simulator serves these readings at ``GET /sim/gpu`` so
+that the telemetry source ``sim`` (``harness.telemetry.sim``) has something to sample.
+
+The model is driven by one number, the scheduler's running-request count as the main
+process sees it (``EngineClient._dispatch`` reports every change).  Each quantity
+relaxes exponentially toward its target for the current state (busy = at least one
+running request):
+
+=================  ==========================  =====================================  ==========
+quantity           idle                        busy                                   time const.
+=================  ==========================  =====================================  ==========
+SM/graphics clock  2330-2360 MHz (per GPU)     ``--sim-gpu-boost-mhz`` (2600)         ``--sim-gpu-ramp-s`` (1.5 s)
+power              ~85 W                       250-300 W (per GPU)                    0.3 s
+utilization        0 %                         ~95 % GPU, ~55 % memory                0.15 s
+temperature        ~33 C                       ~62 C                                  30 s
+=================  ==========================  =====================================  ==========
+
+What an H200 does: its idle SM clock reads ~2.3 GHz (the session's idle readings were
+2325-2362 MHz at 84-86 W), the reported max is 2617 MHz.  The energy counter (mJ)
+integrates the power curve exactly.  Reasons: ``GpuIdle`` while idle, none while busy.
+
+``--sim-gpu-throttle thermal|power`` is a fault switch: under load the clock is held at
+``--sim-gpu-throttle-mhz`` (1800) and the reasons say why (``SwThermalSlowdown`` +
+``HwThermalSlowdown`` with the temperature heading for ~88 C, or ``SwPowerCap`` with the
+enforced limit at 250 W and the draw pinned to it), so the GPU gates can be seen failing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+IDLE_MHZ = (2333.0, 2357.0)  # read noise of ±3 MHz keeps readings within 2330-2360
+MAX_MHZ = 2617.0
+MEM_MHZ = 3201.0
+IDLE_W = 85.0
+LOAD_W = (250.0, 300.0)
+POWER_LIMIT_W = 700.0
+POWER_CAP_W = 250.0  # the enforced limit under --sim-gpu-throttle power
+IDLE_C = 33.0
+LOAD_C = 62.0
+THERMAL_C = 88.0
+BUSY_UTIL, BUSY_MEM_UTIL = 95.0, 55.0
+TAU_POWER_S, TAU_UTIL_S, TAU_TEMP_S = 0.3, 0.15, 30.0
+THROTTLE_MODES = ("none", "thermal", "power")
+REASONS = {
+    "none": (),
+    "thermal": ("SwThermalSlowdown", "HwThermalSlowdown"),
+    "power": ("SwPowerCap",),
+}
+GPU_NAME = "NVIDIA H200 (simulated)"
+
+
+def sim_uuid(rank: int) -> str:
+    """A UUID per TP rank, stable across runs and seeds."""
+    return f"GPU-sim-{rank:04d}-0000-0000-{rank:012d}"
+
+
+def _relax(x: float, target: float, dt: float, tau: float) -> float:
+    if tau <= 0:
+        return target
+    return target + (x - target) * math.exp(-dt / tau)
+
+
+def _integral(x: float, target: float, dt: float, tau: float) -> float:
+    """Integral over ``dt`` of the curve that ``_relax`` follows."""
+    if tau <= 0:
+        return target * dt
+    return target * dt + (x - target) * tau * (1.0 - math.exp(-dt / tau))
+
+
+@dataclass
+class _Gpu:
+    rank: int
+    idle_mhz: float
+    idle_w: float
+    load_w: float
+    idle_c: float
+    clock: float
+    power: float
+    temp: float
+    util: float = 0.0
+    mem_util: float = 0.0
+    energy_mj: float = 0.0
+    rng: random.Random | None = None
+
+
+class SimGpuModel:
+    def __init__(
+        self,
+        tp_size: int = 1,
+        seed: int = 0,
+        ramp_s: float = 1.5,
+        boost_mhz: float = 2600.0,
+        throttle: str = "none",
+        throttle_mhz: float = 1800.0,
+        clock: Callable[[], float] = time.perf_counter,
+    ):
+        if throttle not in THROTTLE_MODES:
+            raise ValueError(f"--sim-gpu-throttle must be one of {', '.join(THROTTLE_MODES)}, not {throttle!r}")
+        self.ramp_s = ramp_s
+        self.boost_mhz = boost_mhz
+        self.max_mhz = max(MAX_MHZ, boost_mhz)
+        self.throttle = throttle
+        self.throttle_mhz = throttle_mhz
+        self._clock = clock
+        self._lock = threading.Lock()
+        self.running = 0
+        self.t = clock()
+        self.gpus: list[_Gpu] = []
+        for rank in range(max(1, tp_size)):
+            rng = random.Random(f"sim-gpu:{seed}:{rank}")
+            idle_mhz = rng.uniform(*IDLE_MHZ)
+            idle_w = IDLE_W + rng.uniform(-1.5, 1.5)
+            idle_c = IDLE_C + rng.uniform(-1.0, 1.0)
+            self.gpus.append(
+                _Gpu(
+                    rank=rank,
+                    idle_mhz=idle_mhz,
+                    idle_w=idle_w,
+                    load_w=rng.uniform(*LOAD_W),
+                    idle_c=idle_c,
+                    clock=idle_mhz,
+                    power=idle_w,
+                    temp=idle_c,
+                    # The counter counts since "driver load": start somewhere plausible.
+                    energy_mj=rng.uniform(1e8, 1e9),
+                    rng=rng,
+                )
+            )
+
+    @classmethod
+    def from_args(cls, ns: argparse.Namespace) -> "SimGpuModel":
+        return cls(
+            tp_size=ns.tp_size,
+            seed=ns.sim_seed,
+            ramp_s=ns.sim_gpu_ramp_s,
+            boost_mhz=ns.sim_gpu_boost_mhz,
+            throttle=ns.sim_gpu_throttle,
+            throttle_mhz=ns.sim_gpu_throttle_mhz,
+        )
+
+    # ------------------------------------------------------------------ state
+    @property
+    def busy(self) -> bool:
+        return self.running > 0
+
+    def power_limit_w(self) -> float:
+        return POWER_CAP_W if self.throttle == "power" else POWER_LIMIT_W
+
+    def _targets(self, g: _Gpu) -> tuple[float, float, float, float, float]:
+        """(clock, power, temperature, util, mem util) the GPU heads for right now."""
+        if not self.busy:
+            return g.idle_mhz, g.idle_w, g.idle_c, 0.0, 0.0
+        clock = self.throttle_mhz if self.throttle != "none" else self.boost_mhz
+        power = self.power_limit_w() if self.throttle == "power" else g.load_w
+        temp = THERMAL_C if self.throttle == "thermal" else LOAD_C
+        return clock, power, temp, BUSY_UTIL, BUSY_MEM_UTIL
+
+    def _advance(self, t: float) -> None:
+        dt = t - self.t
+        if dt <= 0:
+            return
+        for g in self.gpus:
+            clock, power, temp, util, mem_util = self._targets(g)
+            g.energy_mj += 1000.0 * _integral(g.power, power, dt, TAU_POWER_S)
+            g.clock = _relax(g.clock, clock, dt, self.ramp_s)
+            g.power = _relax(g.power, power, dt, TAU_POWER_S)
+            g.temp = _relax(g.temp, temp, dt, TAU_TEMP_S)
+            g.util = _relax(g.util, util, dt, TAU_UTIL_S)
+            g.mem_util = _relax(g.mem_util, mem_util, dt, TAU_UTIL_S)
+        self.t = t
+
+    def set_running(self, n: int, t: float | None = None) -> None:
+        """The scheduler's running-request count changed (cheap when busy-ness did not)."""
+        with self._lock:
+            if (n > 0) == self.busy:
+                self.running = n
+                return
+            self._advance(self._clock() if t is None else t)
+            self.running = n
+
+    def read(self, t: float | None = None) -> list[dict]:
+        """One reading per GPU, NVML's units and reason names; small read noise as a real
+        GPU shows (clocks to whole MHz, temperature to whole degrees)."""
+        with self._lock:
+            self._advance(self._clock() if t is None else t)
+            reasons = REASONS[self.throttle] if self.busy else ("GpuIdle",)
+            out = []
+            for g in self.gpus:
+                rng = g.rng
+                assert rng is not None
+                clock = round(g.clock + rng.uniform(-3.0, 3.0))
+                util = min(100.0, max(0.0, round(g.util + (rng.uniform(-2.0, 2.0) if self.busy else 0.0))))
+                out.append(
+                    {
+                        "index": g.rank,
+                        "uuid": sim_uuid(g.rank),
+                        "name": GPU_NAME,
+                        "driver": "sim",
+                        "sm_clock_mhz": clock,
+                        "graphics_clock_mhz": clock,
+                        "mem_clock_mhz": MEM_MHZ,
+                        "sm_clock_max_mhz": self.max_mhz,
+                        "power_w": round(g.power + rng.uniform(-1.0, 1.0), 3),
+                        "power_limit_w": self.power_limit_w(),
+                        "energy_mj": round(g.energy_mj),
+                        "temperature_c": round(g.temp),
+                        "gpu_util_pct": util,
+                        "mem_util_pct": round(g.mem_util),
+                        "pcie_tx_kbs": round(2000.0 * g.util / 100.0 + (rng.uniform(0, 50) if self.busy else 0.0)),
+                        "pcie_rx_kbs": round(1000.0 * g.util / 100.0 + (rng.uniform(0, 50) if self.busy else 0.0)),
+                        "throttle_reasons": list(reasons),
+                    }
+                )
+            return out
+
+    def describe(self) -> dict:
+        return {
+            "tp_size": len(self.gpus),
+            "running": self.running,
+            "ramp_s": self.ramp_s,
+            "boost_mhz": self.boost_mhz,
+            "max_mhz": self.max_mhz,
+            "throttle": self.throttle,
+            "throttle_mhz": self.throttle_mhz,
+        }

@@ -1,0 +1,155 @@
+"""Sample an opened source from a background thread, and tag each sample with its phase.
+
+The load runner calls ``mark_load_start`` when the client has *seen tokens stream*
+(not when it sent a request: a request that failed with a 400 never loaded the GPU) and
+``mark_load_end`` when the load is over.  Phases are decided from each sample's own
+read time against the marks, once, in ``stop()``:
+
+    idle     read before the load started (or the load never started)
+    ramp_in  within ``ramp_in_s`` after the start: clocks and power are still ramping
+    load     after the ramp-in, before the end
+    after    read after the end
+
+so a sample read just before a mark is never counted on the wrong side of it, however
+late the thread gets to it.  If ``mark_load_start`` is never called there are no load
+samples at all, and the summary says so.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+from harness.telemetry.base import GpuInfo, GpuSample, Source, now
+
+PHASES = ("idle", "ramp_in", "load", "after")
+
+
+@dataclass
+class Telemetry:
+    source: str
+    gpus: list[GpuInfo]
+    samples: list[GpuSample]
+    interval_s: float
+    ramp_in_s: float
+    load_start: float | None
+    load_end: float | None
+    notes: list[str] = field(default_factory=list)
+    disabled_fields: list[str] = field(default_factory=list)
+    sampler_cpu_s: float = 0.0  # CPU time of the sampler thread (time.thread_time), for the overhead report
+    wall_s: float = 0.0  # how long the sampler ran
+
+
+def phase_of(t: float, load_start: float | None, load_end: float | None, ramp_in_s: float) -> str:
+    if load_end is not None and t >= load_end:
+        return "after"
+    if load_start is None or t < load_start:
+        return "idle"
+    if t < load_start + ramp_in_s:
+        return "ramp_in"
+    return "load"
+
+
+class Sampler:
+    """``start()`` -> marks -> ``stop()`` -> Telemetry.  The source is opened (and later
+    closed) by the caller; the sampler only reads it."""
+
+    def __init__(self, source: Source, interval_s: float = 0.1, ramp_in_s: float = 2.0):
+        if interval_s <= 0:
+            raise ValueError("telemetry interval_s must be > 0")
+        self.source = source
+        self.interval_s = float(interval_s)
+        self.ramp_in_s = float(ramp_in_s)
+        self.load_start: float | None = None
+        self.load_end: float | None = None
+        self._samples: list[GpuSample] = []
+        self._notes: list[str] = []
+        self._errors: dict[str, int] = {}
+        self._late = 0
+        self._reads = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._cpu_s = 0.0
+        self._t_start = 0.0
+        self._t_stop = 0.0
+
+    # ------------------------------------------------------------------ marks
+    def mark_load_start(self, t: float | None = None) -> None:
+        """The client has seen tokens stream (time.perf_counter(); default now)."""
+        if self.load_start is None:
+            self.load_start = now() if t is None else t
+
+    def mark_load_end(self, t: float | None = None) -> None:
+        self.load_end = now() if t is None else t
+
+    # ------------------------------------------------------------------ thread
+    def start(self) -> None:
+        if self._thread is not None:
+            raise RuntimeError("Sampler.start() called twice")
+        self._t_start = now()
+        self._thread = threading.Thread(target=self._run, name="gpu-sampler", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        cpu0 = time.thread_time()
+        next_t = now()
+        try:
+            while True:
+                try:
+                    got = self.source.read()
+                except Exception as exc:  # a source must not raise; if one does, keep sampling
+                    key = f"{type(exc).__name__}: {exc}"
+                    self._errors[key] = self._errors.get(key, 0) + 1
+                    got = []
+                self._samples.extend(got)
+                self._reads += 1
+                next_t += self.interval_s
+                delay = next_t - now()
+                if delay < 0:
+                    # Fell behind (a slow read): count it and start a fresh schedule
+                    # rather than firing a burst of catch-up reads.
+                    self._late += 1
+                    next_t = now()
+                    delay = 0.0
+                if self._stop.wait(delay):
+                    break
+        finally:
+            self._cpu_s = time.thread_time() - cpu0
+
+    def stop(self) -> Telemetry:
+        """Stop the thread (after its current read) and tag every sample."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._t_stop = now()
+        samples = sorted(self._samples, key=lambda s: s.t)
+        for s in samples:
+            s.phase = phase_of(s.t, self.load_start, self.load_end, self.ramp_in_s)
+        notes = list(self.source.repeated_notes())
+        for err, n in self._errors.items():
+            notes.append(f"source read raised {err}" + (f" (x{n})" if n > 1 else ""))
+        if self._late:
+            notes.append(
+                f"{self._late} of {self._reads} reads took longer than the {self.interval_s:g} s interval"
+            )
+        if self.load_start is None:
+            notes.append("no load samples: the load never started (no tokens were seen streaming)")
+        elif self.load_end is not None and self.load_end - self.load_start <= self.ramp_in_s:
+            notes.append(
+                f"no load samples: the load lasted {self.load_end - self.load_start:.2f} s, "
+                f"not longer than the {self.ramp_in_s:g} s ramp-in"
+            )
+        return Telemetry(
+            source=self.source.name,
+            gpus=list(self.source.opened),
+            samples=samples,
+            interval_s=self.interval_s,
+            ramp_in_s=self.ramp_in_s,
+            load_start=self.load_start,
+            load_end=self.load_end,
+            notes=notes,
+            disabled_fields=list(self.source.disabled_fields),
+            sampler_cpu_s=self._cpu_s,
+            wall_s=self._t_stop - self._t_start,
+        )

@@ -1,0 +1,113 @@
+"""GPU readings from the simulator's GPU model (``GET /sim/gpu``, a simulator-only route).
+
+One small ``requests`` GET per read on a kept-alive session (the harness's client module
+is for SGLang's own surface; this route is not part of it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import requests
+
+from harness.telemetry.base import GpuInfo, GpuSample, Source, TelemetryUnavailable, now, select_gpus
+
+_FIELDS = (
+    "sm_clock_mhz",
+    "graphics_clock_mhz",
+    "mem_clock_mhz",
+    "sm_clock_max_mhz",
+    "power_w",
+    "power_limit_w",
+    "energy_mj",
+    "temperature_c",
+    "gpu_util_pct",
+    "mem_util_pct",
+    "pcie_tx_kbs",
+    "pcie_rx_kbs",
+)
+
+
+def _num(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+class SimSource(Source):
+    name = "sim"
+
+    def __init__(self, base_url: str, timeout_s: float = 1.0):
+        super().__init__()
+        self.url = base_url.rstrip("/") + "/sim/gpu"
+        self.timeout_s = timeout_s
+        self._session: requests.Session | None = None
+        self._open: dict[str, GpuInfo] = {}
+
+    def _get(self) -> list[dict]:
+        if self._session is None:
+            self._session = requests.Session()
+        resp = self._session.get(self.url, timeout=self.timeout_s)
+        if resp.status_code == 404:
+            raise TelemetryUnavailable(f"{self.url} not found: this server is not the specgate simulator")
+        resp.raise_for_status()
+        return list(resp.json()["gpus"])
+
+    def enumerate(self) -> list[GpuInfo]:
+        try:
+            gpus = self._get()
+        except TelemetryUnavailable:
+            raise
+        except (requests.RequestException, ValueError, KeyError) as exc:
+            raise TelemetryUnavailable(f"cannot read the simulator's GPUs at {self.url} ({type(exc).__name__}: {exc})") from None
+        return [
+            GpuInfo(
+                index=int(g["index"]),
+                uuid=str(g["uuid"]),
+                name=str(g.get("name", "?")),
+                driver=g.get("driver"),
+                sm_clock_max_mhz=_num(g.get("sm_clock_max_mhz")),
+                power_limit_w=_num(g.get("power_limit_w")),
+            )
+            for g in gpus
+        ]
+
+    def open(self, gpu_uuids: list[str] | None = None, gpu_indices: list[int] | None = None) -> list[GpuInfo]:
+        chosen = select_gpus(self.enumerate(), gpu_uuids, gpu_indices, "sim")
+        self._open = {g.uuid: g for g in chosen}
+        self.opened = list(chosen)
+        return chosen
+
+    def close(self) -> None:
+        self._open = {}
+        if self._session is not None:
+            self._session.close()
+            self._session = None
+
+    def read(self) -> list[GpuSample]:
+        if not self._open:
+            return []
+        t0 = now()
+        try:
+            gpus = self._get()
+        except (requests.RequestException, ValueError, KeyError, TelemetryUnavailable) as exc:
+            self.note(f"sim read failed: {type(exc).__name__}: {exc}")
+            return []
+        t = (t0 + now()) / 2
+        by_uuid = {str(g.get("uuid")): g for g in gpus}
+        out: list[GpuSample] = []
+        for uuid, info in list(self._open.items()):
+            g = by_uuid.get(uuid)
+            if g is None:
+                del self._open[uuid]
+                self.note(f"GPU {info.index} ({uuid}) dropped from sampling: the simulator no longer lists it")
+                continue
+            values = {f: _num(g.get(f)) for f in _FIELDS}
+            out.append(
+                GpuSample(
+                    t=t,
+                    uuid=uuid,
+                    index=int(g.get("index", info.index)),
+                    throttle_reasons=tuple(g.get("throttle_reasons") or ()),
+                    **values,
+                )
+            )
+        return out
