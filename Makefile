@@ -11,6 +11,7 @@ STAMP  := $(VENV)/.specgate-installed
 # the simulator's image, built offline (reused when unchanged: harness/images.py).
 install: $(STAMP)
 	bash scripts/ensure_docker.sh
+	bash scripts/ensure_chromium.sh
 	$(BIN)/python -m harness.images build-sim
 
 # Re-install only when the project's dependencies change.

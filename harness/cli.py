@@ -3,6 +3,9 @@
     specgate list                      experiments and their one-line descriptions
     specgate show +exp=NAME [k=v ...]  the composed config of each arm
     specgate run  +exp=NAME [k=v ...]  the same as `pytest suites/ +exp=NAME ...`
+    specgate replay RUN_DIR [k=v ...]  re-run a recorded run's config; print the drift
+    specgate compare RUN RUN [...]     arms x metrics side by side across runs
+    specgate report RUN_DIR [-o FILE]  one self-contained HTML report
     specgate clean [--images]          remove every container (and image) specgate labelled
 """
 
@@ -12,7 +15,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from harness.compare import CompareError
 from harness.config import DEFAULT_CONF_DIR, ConfigError, compose, list_experiments, to_yaml
+from harness.report import ReportError
 
 SUITES_DIR = Path(__file__).resolve().parent.parent / "suites"
 
@@ -42,6 +47,28 @@ def cmd_run(args: argparse.Namespace) -> int:
     return int(pytest.main(pytest_args))
 
 
+def cmd_replay(args: argparse.Namespace) -> int:
+    import pytest
+
+    pytest_args = [str(SUITES_DIR), "-p", "harness.plugin", "--conf-dir", str(args.conf_dir),
+                   "--replay", str(args.run_dir), *args.overrides]
+    return int(pytest.main(pytest_args))
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from harness.compare import compare_runs
+
+    print(compare_runs(args.runs), end="")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from harness.report import write_report
+
+    print(f"report: {write_report(args.run_dir, args.output)}")
+    return 0
+
+
 def cmd_clean(args: argparse.Namespace) -> int:
     """Remove every container specgate labelled (e.g. after a kill -9), on the local
     engine or --docker-host; with --images also the images it built."""
@@ -68,6 +95,17 @@ def parser() -> argparse.ArgumentParser:
     root.add_argument("--conf-dir", type=Path, default=DEFAULT_CONF_DIR, help="the Hydra config tree")
     commands = root.add_subparsers(dest="command", required=True)
     commands.add_parser("list", help="list experiments").set_defaults(func=cmd_list)
+    replay = commands.add_parser("replay", help="re-run a recorded run's config and print the drift")
+    replay.add_argument("run_dir", type=Path, help="a run record folder (e.g. runs/latest)")
+    replay.add_argument("overrides", nargs="*", help="key=value overrides on the recorded config")
+    replay.set_defaults(func=cmd_replay)
+    compare = commands.add_parser("compare", help="arms x metrics side by side across runs")
+    compare.add_argument("runs", type=Path, nargs="+", help="run record folders or results.json files")
+    compare.set_defaults(func=cmd_compare)
+    report = commands.add_parser("report", help="one self-contained HTML report of a run")
+    report.add_argument("run_dir", type=Path, help="a run record folder")
+    report.add_argument("-o", "--output", type=Path, default=None, help="where to write (default <run>/report.html)")
+    report.set_defaults(func=cmd_report)
     clean = commands.add_parser("clean", help="remove every container specgate labelled")
     clean.add_argument("--docker-host", default=None, help="another engine (ssh://..., tcp://...)")
     clean.add_argument("--images", action="store_true", help="also remove the images specgate built")
@@ -84,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         return args.func(args)
-    except ConfigError as exc:
+    except (ConfigError, CompareError, ReportError) as exc:
         print(f"specgate: {exc}", file=sys.stderr)
         return 2
 

@@ -20,10 +20,12 @@ from typing import Any, Optional
 import jinja2
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter
 
 from harness.compare import METRICS, Metric, Run, load_run, lookup, noise_cv, number
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
+MAX_ECDF_POINTS = 5000
 ARM_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
 
 
@@ -96,10 +98,22 @@ def facts(data: dict[str, Any]) -> list[tuple[str, str]]:
         command = shlex.join(str(c) for c in command)
     rows = [("command", command), ("host", data.get("host")), ("started", data.get("started_utc")),
             ("finished", data.get("finished_utc")), ("plain arm", data.get("plain_arm")),
-            ("harness version", data.get("harness_version"))]
+            ("harness", harness_text(data)), ("baseline", data.get("baseline")), ("replay of", data.get("replay_of"))]
+    notes = data.get("notes")
+    rows += [("note", n) for n in (notes if isinstance(notes, list) else [notes] if notes else [])]
     if data.get("interrupted"):
         rows.append(("interrupted", "yes: the run was stopped before it finished"))
     return [(k, text(v)) for k, v in rows if v not in (None, "")]
+
+
+def harness_text(data: dict[str, Any]) -> Optional[str]:
+    """`0.1.0 (git 1a2b3c4d, dirty)` from `harness: {version, git_commit, git_dirty}`, else harness_version."""
+    info = data.get("harness") if isinstance(data.get("harness"), dict) else {}
+    version = info.get("version") or data.get("harness_version")
+    commit = info.get("git_commit")
+    if commit:
+        return f"{version or '?'} (git {str(commit)[:10]}{', dirty' if info.get('git_dirty') else ''})"
+    return version
 
 
 def verdict(data: dict[str, Any], gates: list[dict[str, Any]]) -> dict[str, str]:
@@ -248,7 +262,7 @@ def latency_chart(samples: dict[str, dict[str, np.ndarray]], arms: list[str]) ->
     """ECDFs of TTFT (per request) and ITL (per chunk gap), one line per arm."""
     if not any(s[k].size for s in samples.values() for k in ("ttft", "itl")):
         return None
-    fig = Figure(figsize=(12, 4), layout="constrained")
+    fig = Figure(figsize=(12, 4.6), layout="constrained")
     for ax, key, title in zip(fig.subplots(1, 2), ("ttft", "itl"),
                               ("Time to first token (per request)", "Inter-token latency (per chunk gap)")):
         ecdf_axes(ax, {arm: samples[arm][key] for arm in arms}, arms, title)
@@ -261,6 +275,9 @@ def ecdf_axes(ax, values: dict[str, np.ndarray], arms: list[str], title: str) ->
         v = values[arm]
         x = np.sort(v)
         y = np.arange(1, x.size + 1) / x.size
+        if x.size > MAX_ECDF_POINTS:  # a long run has millions of chunk gaps; the curve needs a few thousand
+            keep = np.unique(np.linspace(0, x.size - 1, MAX_ECDF_POINTS).astype(int))
+            x, y = x[keep], y[keep]
         p50, p99 = np.percentile(v, [50, 99])
         ax.step(x, y, where="post", color=arm_color(arms, arm), lw=1.8,
                 label=f"{arm}: p50 {p50:.1f}, p99 {p99:.1f} ms (n={x.size})")
@@ -269,7 +286,13 @@ def ecdf_axes(ax, values: dict[str, np.ndarray], arms: list[str], title: str) ->
     ax.set(title=title, xlabel="ms", ylabel="fraction ≤ x", ylim=(0, 1.02))
     ax.grid(alpha=0.3)
     if drawn:
-        ax.legend(loc="lower right", fontsize=8)
+        low = min(values[a][values[a] > 0].min(initial=np.inf) for a in drawn)
+        high = max(values[a].max() for a in drawn)
+        if np.isfinite(low) and high / low > 30:  # a long tail: a log axis keeps the bulk readable
+            ax.set_xscale("log")
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+            ax.set_xlabel("ms (log scale)")
+        ax.legend(loc="upper left", bbox_to_anchor=(0, -0.16), fontsize=9, frameon=False)
     else:
         ax.text(0.5, 0.5, "no measured requests", ha="center", va="center", transform=ax.transAxes, color="#666666")
 
@@ -280,19 +303,23 @@ def throughput_chart(results: dict[str, Any], arms: list[str]) -> Optional[str]:
     shown = [arm for arm in arms if values[arm] is not None]
     if not shown:
         return None
-    fig = Figure(figsize=(6, 0.6 + 0.55 * max(len(arms), 2)), layout="constrained")
+    fig = Figure(figsize=(9, 0.9 + 0.6 * max(len(arms), 2)), layout="constrained")
     ax = fig.subplots()
     ys = np.arange(len(arms))[::-1]
     for y, arm in zip(ys, arms):
         value = values[arm]
         if value is None:
-            ax.text(0, y, f"  {arm}: not measured", va="center", color="#b00020", fontsize=9)
+            ax.text(0, y, f"  {arm}: not measured", va="center", color="#b42318", fontsize=10)
             continue
-        ax.barh(y, value, color=arm_color(arms, arm), height=0.6, xerr=spread_err(results.get(arm), value))
-        ax.text(value, y, f" {value:.1f}", va="center", fontsize=9)
+        err = spread_err(results.get(arm), value)
+        ax.barh(y, value, color=arm_color(arms, arm), height=0.6, xerr=err, capsize=4)
+        speedup = next((number(v) for k, v in (results.get(arm) or {}).items() if k.startswith("speedup_vs_")), None)
+        ax.text(value + (err[1][0] if err else 0.0), y, f"  {value:.1f}" + (f" ({speedup:.2f}x)" if speedup else ""),
+                va="center", fontsize=10)
     ax.set_yticks(ys, arms)
-    ax.set(xlabel="output tokens/s", title="Throughput")
-    ax.set_xlim(0, max(values[a] for a in shown) * 1.18)
+    ax.set_ylim(-0.6, len(arms) - 0.4)
+    ax.set(xlabel="output tokens/s (speedup vs the plain arm in brackets)")
+    ax.set_xlim(0, max(values[a] for a in shown) * 1.25)
     ax.grid(axis="x", alpha=0.3)
     return figure_uri(fig)
 

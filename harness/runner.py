@@ -176,6 +176,8 @@ class Runner:
             return None
         sampler = Sampler(source, interval_s=settings.interval_s, ramp_in_s=settings.ramp_in_s)
         sampler.start()
+        time.sleep(settings.idle_s)  # the idle snapshot, before the warm-up touches the GPUs
+        sampler.mark_idle_end()
         return sampler
 
     def finish_telemetry(self, arm: Arm, sampler: Sampler) -> None:
@@ -251,9 +253,9 @@ class Runner:
             block: dict[str, Any] = dict(self.arm_status.get(arm.name, {"status": "not_run"}))
             if arm.name in self.results:
                 block.update(self.results[arm.name].to_json())
+                block.update({f"{k}_vs_{self.experiment.plain_arm}": v for k, v in self.comparison(arm.name).items()})
             if arm.name in self.gpu:
                 block["gpu"] = self.gpu[arm.name]
-                block.update({f"{k}_vs_{self.experiment.plain_arm}": v for k, v in self.comparison(arm.name).items()})
             arms[arm.name] = block
         return {
             "experiment": self.experiment.name,

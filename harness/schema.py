@@ -110,6 +110,7 @@ class WorkloadConfig:
 class TelemetryConfig:
     source: str = "off"  # off | nvml | smi | sim (the simulator's GPU model)
     interval_s: float = 0.1  # sampling period (10 Hz)
+    idle_s: float = 1.0  # the idle snapshot: sampled before any request is sent
     ramp_in_s: float = 2.0  # excluded after the first token arrives: clocks need time to boost
     after_s: float = 1.0  # keep sampling this long after the load, to see clocks fall back
     gpus: Optional[List[str]] = None  # indices or UUIDs to sample; null = the GPUs the server uses
@@ -144,7 +145,7 @@ class GateConfig:
     max_cv: float = 0.05  # a gated metric whose coefficient of variation over the repeats exceeds this is unreliable
     baseline: Optional[str] = None  # a run dir or results.json to compare with (regression gating)
     tolerance: float = 0.05  # allowed regression vs the baseline when a comparison gives none
-    latency_noise_floor_ms: float = 1.0  # latency moves smaller than this are scheduling jitter, not drift
+    latency_noise_floor_ms: float = 0.5  # latency moves smaller than this are scheduling jitter, not drift
     compare: Dict[str, str] = field(default_factory=dict)  # metric -> allowed change, e.g. output_tok_s: "-3%"
     min_clock_ratio_under_load: Optional[float] = None  # SM clock under load >= ratio x max SM clock, every GPU
     fail_on_throttle_reasons: List[str] = field(default_factory=lambda: [

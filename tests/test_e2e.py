@@ -81,6 +81,8 @@ def test_sim_smoke_passes_and_records_everything(tmp_path, marker):
     assert results["arms"]["eagle3"]["accept_length_source"] == "run"
     assert 2.0 < results["arms"]["eagle3"]["accept_length"] < 2.8  # truth: 2.4
     assert results["arms"]["baseline"]["accept_length"] is None
+    assert results["arms"]["eagle3"]["speedup_vs_baseline"] > 1.1
+    assert results["arms"]["eagle3"]["break_even_accept_length_vs_baseline"] < 2.0
     assert not [g for g in results["gates"] if not g["passed"] and g["passed"] is not None]
     assert {g["name"] for g in results["gates"] if g["passed"]} >= {
         "min_output_tok_s", "min_speedup", "accept_length_at_least_break_even", "min_accept_length"}

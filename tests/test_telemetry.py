@@ -480,7 +480,7 @@ def test_sampler_tags_phases_by_read_time():
     assert tel.source == "scripted" and [g.uuid for g in tel.gpus] == ["GPU-a"]
     assert tel.sampler_cpu_s >= 0.0
     got = summarize(tel)
-    assert got["samples"] == {"idle": 10, "ramp_in": 10, "load": 20, "after": 20}
+    assert got["samples"] == {"idle": 10, "warmup": 0, "ramp_in": 10, "load": 20, "after": 20}
     assert got["load_measured"] is True
     # The ramp-in is excluded: load min is read 20 (t = 2.0 s), not read 10.
     assert got["gpus"]["GPU-a"]["load"]["sm_clock_mhz"] == {"median": 1029.5, "min": 1020.0}
@@ -568,7 +568,7 @@ def _hand_made() -> Telemetry:
 def test_summary_numbers():
     got = summarize(_hand_made())
     assert got["source"] == "sim" and got["interval_s"] == 0.1 and got["load_window_s"] == 6.0
-    assert got["samples"] == {"idle": 3, "ramp_in": 1, "load": 6, "after": 1}
+    assert got["samples"] == {"idle": 3, "warmup": 0, "ramp_in": 1, "load": 6, "after": 1}
     assert got["notes"] == ["a note"] and got["disabled_fields"] == ["power_w"]
     a = got["gpus"]["GPU-aaaa"]
     assert (a["index"], a["name"], a["driver"], a["sm_clock_max_mhz"], a["power_limit_w"]) == (0, "NVIDIA H200", "550.54.15", 2617.0, 700.0)
@@ -628,3 +628,12 @@ def test_gpu_check_without_a_driver_fails_in_one_sentence(tmp_path):
     assert proc.returncode != 0
     lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip()]
     assert len(lines) == 1 and "no NVIDIA driver" in lines[0] and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_warm_up_samples_are_neither_idle_nor_load():
+    from harness.telemetry.sampler import phase_of
+
+    # idle snapshot until 1.0, warm-up until the first measured token at 3.0, ramp-in 1 s, load ends at 9.0
+    phases = [phase_of(t, 3.0, 9.0, 1.0, idle_end=1.0) for t in (0.5, 1.5, 2.9, 3.5, 5.0, 9.5)]
+    assert phases == ["idle", "warmup", "warmup", "ramp_in", "load", "after"]
+    assert phase_of(2.0, None, None, 1.0, idle_end=1.0) == "warmup"  # the load never started

@@ -97,7 +97,7 @@ class GpuSample:
     pcie_tx_kbs: float | None
     pcie_rx_kbs: float | None
     throttle_reasons: tuple[str, ...] = ()
-    phase: str = ""  # set by the Sampler: "idle" | "ramp_in" | "load" | "after"
+    phase: str = ""  # set by the Sampler: "idle" | "warmup" | "ramp_in" | "load" | "after"
 
 
 # The numeric fields of a sample, in CSV / report order.

@@ -23,7 +23,9 @@ from dataclasses import dataclass, field
 
 from harness.telemetry.base import GpuInfo, GpuSample, Source, now
 
-PHASES = ("idle", "ramp_in", "load", "after")
+# idle: before anything was sent; warmup: warm-up requests and the wait for the first
+# measured token (neither idle nor the load); ramp_in: the first ramp_in_s of the load.
+PHASES = ("idle", "warmup", "ramp_in", "load", "after")
 
 
 @dataclass
@@ -41,11 +43,12 @@ class Telemetry:
     wall_s: float = 0.0  # how long the sampler ran
 
 
-def phase_of(t: float, load_start: float | None, load_end: float | None, ramp_in_s: float) -> str:
+def phase_of(t: float, load_start: float | None, load_end: float | None, ramp_in_s: float,
+             idle_end: float | None = None) -> str:
     if load_end is not None and t >= load_end:
         return "after"
     if load_start is None or t < load_start:
-        return "idle"
+        return "warmup" if idle_end is not None and t >= idle_end else "idle"
     if t < load_start + ramp_in_s:
         return "ramp_in"
     return "load"
@@ -61,6 +64,7 @@ class Sampler:
         self.source = source
         self.interval_s = float(interval_s)
         self.ramp_in_s = float(ramp_in_s)
+        self.idle_end: float | None = None
         self.load_start: float | None = None
         self.load_end: float | None = None
         self._samples: list[GpuSample] = []
@@ -75,6 +79,11 @@ class Sampler:
         self._t_stop = 0.0
 
     # ------------------------------------------------------------------ marks
+    def mark_idle_end(self, t: float | None = None) -> None:
+        """Requests are about to be sent: later samples are no longer the idle snapshot."""
+        if self.idle_end is None:
+            self.idle_end = now() if t is None else t
+
     def mark_load_start(self, t: float | None = None) -> None:
         """The client has seen tokens stream (time.perf_counter(); default now)."""
         if self.load_start is None:
@@ -125,7 +134,7 @@ class Sampler:
         self._t_stop = now()
         samples = sorted(self._samples, key=lambda s: s.t)
         for s in samples:
-            s.phase = phase_of(s.t, self.load_start, self.load_end, self.ramp_in_s)
+            s.phase = phase_of(s.t, self.load_start, self.load_end, self.ramp_in_s, self.idle_end)
         notes = list(self.source.repeated_notes())
         for err, n in self._errors.items():
             notes.append(f"source read raised {err}" + (f" (x{n})" if n > 1 else ""))

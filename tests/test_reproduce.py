@@ -1,0 +1,108 @@
+"""Reproduce and gate: repeats with a noise band, replay of the recorded config with a
+drift table, baseline gating that names the regression, JUnit properties and the step
+summary for CI — end to end on the simulator."""
+
+import json
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+CENTRAL = {"output_tok_s", "itl_ms.p50", "e2e_ms.p50", "accept_length", "verify_cycle_ms"}
+
+
+def run_suites(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    import os
+
+    return subprocess.run([sys.executable, "-m", "pytest", "suites/", "-p", "no:cacheprovider", "--no-progress", *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, **(env or {})})
+
+
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("runs")
+    junit, step_summary = root / "junit.xml", root / "step_summary.md"
+    proc = run_suites("+exp=sim_smoke", "gate.repeats=2", f"record.root={root}", f"--junitxml={junit}",
+                      env={"GITHUB_STEP_SUMMARY": str(step_summary)})
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    return root, (root / "latest").resolve(), junit, step_summary, proc
+
+
+def test_repeats_report_median_spread_and_cv(first_run):
+    _, record, _, _, proc = first_run
+    block = json.loads((record / "results.json").read_text())["arms"]["eagle3"]
+    assert block["repeats"] == 2
+    noise = block["noise"]["output_tok_s"]
+    assert set(noise) >= {"median", "min", "max", "mad", "cv"} and noise["min"] <= noise["median"] <= noise["max"]
+    assert block["output_tok_s"] == pytest.approx(noise["median"], rel=1e-3)
+    assert "## Noise over 2 repeats" in proc.stdout
+    lines = (record / "requests.jsonl").read_text().splitlines()
+    assert {json.loads(l)["repeat"] for l in lines} == {0, 1}
+
+
+def test_the_record_says_how_to_reproduce_it(first_run):
+    _, record, _, _, _ = first_run
+    results = json.loads((record / "results.json").read_text())
+    assert results["harness"]["git_commit"] and results["harness"]["git_dirty"] in (True, False)
+    assert results["host"] and "+exp=sim_smoke" in results["command"]
+    assert results["arms"]["eagle3"]["server_version"]
+    assert results["arms"]["eagle3"]["server"]["image"]["id"].startswith("sha256:")
+    assert results["arms"]["eagle3"]["gpu"]["gpus"]  # GPU names/UUIDs/idle clocks at start
+    assert yaml.safe_load((record / "arms" / "eagle3" / "config.yaml").read_text())["workload"]["seed"] == 0
+
+
+def test_junit_xml_carries_each_gates_numbers(first_run):
+    _, _, junit, _, _ = first_run
+    tree = ET.parse(junit)
+    props = {p.get("name"): p.get("value") for p in tree.iter("property")}
+    assert props["min_speedup[eagle3].status"] == "passed"
+    assert float(props["min_speedup[eagle3].threshold"]) == 1.1
+    assert float(props["min_speedup[eagle3].value"]) > 1.1
+
+
+def test_the_summary_goes_to_the_github_step_summary(first_run):
+    _, record, _, step_summary, _ = first_run
+    text = step_summary.read_text()
+    assert "# specgate: sim_smoke" in text and "| arm " in text
+    assert text.strip() == (record / "summary.md").read_text().strip()
+
+
+def test_replay_reruns_the_recorded_config_and_prints_the_drift(first_run, tmp_path):
+    _, record, _, _, _ = first_run
+    proc = run_suites("--replay", str(record), f"record.root={tmp_path}")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert f"replaying {record.name}" in proc.stdout and f"## Drift vs {record.name}" in proc.stdout
+    new = json.loads((tmp_path / "latest" / "results.json").read_text())
+    assert new["replay_of"] == str(record)
+    drift = [line for line in proc.stdout.splitlines() if line.startswith("| eagle3 |") or line.startswith("| baseline |")]
+    central = [line for line in drift if line.split("|")[2].strip() in CENTRAL]
+    assert central and not [line for line in central if "outside the band" in line], "\n".join(central)
+
+
+def test_a_slower_server_fails_the_baseline_gate_naming_the_regression(first_run, tmp_path):
+    _, record, _, _, _ = first_run
+    proc = run_suites("--replay", str(record), "server.sim.decode_step_ms=4.4", f"gate.baseline={record}",
+                      f"record.root={tmp_path}", "-k", "baseline and not eagle3")
+    assert proc.returncode == 1, proc.stdout[-3000:]
+    assert "baseline: output_tok_s regressed by" in proc.stdout
+    verdicts = json.loads((tmp_path / "latest" / "results.json").read_text())["gates"]
+    [tok] = [v for v in verdicts if v["name"] == "baseline.output_tok_s" and v["arm"] == "baseline"]
+    assert tok["passed"] is False and 0.07 < (tok["baseline"] - tok["value"]) / tok["baseline"] < 0.12
+
+
+def test_replay_says_when_todays_conf_differs_and_refuses_group_switches(first_run, tmp_path):
+    _, record, _, _, _ = first_run
+    copy = tmp_path / "record"
+    subprocess.run(["cp", "-r", str(record), str(copy)], check=True)
+    arm_cfg = copy / "arms" / "baseline" / "config.yaml"
+    cfg = yaml.safe_load(arm_cfg.read_text())
+    cfg["server"]["sim"]["decode_step_ms"] = 5.0
+    arm_cfg.write_text(yaml.safe_dump(cfg))
+    proc = run_suites("--replay", str(copy), "--collect-only")
+    assert "conf/ has changed since the recording for arm 'baseline': server.sim.decode_step_ms: 5.0 recorded, 4.0 today" in proc.stdout
+    bad = run_suites("--replay", str(copy), "workload=chat_short")
+    assert bad.returncode == 4 and "replay cannot switch the group 'workload'" in bad.stderr
