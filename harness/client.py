@@ -197,6 +197,17 @@ class ServerClient:
     def get_model_info(self) -> dict:
         return self._json("GET", "/get_model_info")
 
+    def server_version(self) -> str | None:
+        """SGLang: /get_server_info's version; vLLM: /version. None when neither answers."""
+        for path in ("/get_server_info", "/version"):
+            try:
+                version = self._json("GET", path).get("version")
+            except ClientError:
+                continue
+            if version:
+                return str(version)
+        return None
+
     def get_server_info(self) -> dict:
         return self._json("GET", "/get_server_info")
 
@@ -305,8 +316,9 @@ class ServerClient:
         deadline_s: float,
         is_alive: Callable[[], bool] | None = None,
         poll_s: float = 0.5,
+        paths: tuple[str, ...] = ("/health", "/health_generate"),
     ) -> float:
-        """Poll /health, then /health_generate, until both answer 200.
+        """Poll /health, then /health_generate (the engine's health routes), until all answer 200.
 
         ``deadline_s`` is how long to wait from now.  ``is_alive`` (e.g. "the server
         process has not exited") is checked every poll; when it says False the wait stops
@@ -324,12 +336,12 @@ class ServerClient:
             remaining = end - time.monotonic()
             if remaining <= 0:
                 break
-            per_check = max(0.5, min(self.timeout_s, remaining))
-            ok, last = self._ok("/health", per_check)
-            if ok:
-                ok, last = self._ok("/health_generate", max(0.5, min(self.timeout_s, end - time.monotonic())))
-                if ok:
-                    return time.monotonic() - start
+            for path in paths:
+                ok, last = self._ok(path, max(0.5, min(self.timeout_s, end - time.monotonic())))
+                if not ok:
+                    break
+            else:
+                return time.monotonic() - start
             time.sleep(max(0.0, min(poll_s, end - time.monotonic())))
         raise ServerUnhealthy(
             f"{self.base_url} was not healthy within {deadline_s:g}s (last check: {last})."

@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from harness.schema import SpecgateConfig
+from harness.servers.engines import ENGINES
 
 DEFAULT_CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 DEFAULT_ARM = "default"
@@ -29,11 +30,15 @@ DEFAULT_ARM = "default"
 NOT_BUILT_YET: dict[tuple[str, str], str] = {}
 KNOWN_KINDS = {
     "backend": {"docker", "process", "attach"},
-    "build": {"sim", "sglang_release", "sglang_patched"},
+    "build": {"sim", "sglang_release", "sglang_patched", "vllm_cpu", "vllm_release"},
     "telemetry": {"off", "nvml", "smi", "sim"},
 }
 
 ConfigStore.instance().store(name="specgate_schema", node=SpecgateConfig)
+# `${project_root:}` in a config: this checkout's folder, for paths to things the set-up
+# builds here (the vLLM venv, the tiny models). Records keep the resolved absolute path.
+if not OmegaConf.has_resolver("project_root"):
+    OmegaConf.register_new_resolver("project_root", lambda: str(DEFAULT_CONF_DIR.parent))
 
 
 class ConfigError(Exception):
@@ -133,6 +138,7 @@ def validate(experiment: Experiment) -> None:
         "gate.max_ttft_ms": list(gate.max_ttft_ms),
         "gate.max_itl_ms": list(gate.max_itl_ms),
         "gate.min_accept_length": list(gate.min_accept_length),
+        "gate.max_accept_length": list(gate.max_accept_length),
         "gate.min_speedup": list(gate.min_speedup) + [g.over for g in gate.min_speedup.values()],
         "gate.accept_length_at_least_break_even": list(gate.accept_length_at_least_break_even),
     }
@@ -162,9 +168,16 @@ def validate_arm(arm: Arm) -> None:
         raise ConfigError(f"arm '{arm.name}': build=sim needs a server with a `sim:` timing model (e.g. server=sim)")
     if cfg.telemetry.source == "sim" and cfg.build.kind != "sim" and cfg.backend.kind != "attach":
         raise ConfigError(f"arm '{arm.name}': telemetry=sim reads the simulator's GPU model; it needs build=sim")
+    if cfg.server.engine not in ENGINES:
+        raise ConfigError(f"server.engine '{cfg.server.engine}' is unknown; valid: {', '.join(sorted(ENGINES))}")
+    engine = ENGINES[cfg.server.engine]
+    if cfg.workload.api not in engine.apis and cfg.workload.api in ("chat", "completions", "generate"):
+        raise ConfigError(f"arm '{arm.name}': workload.api={cfg.workload.api} is not served by {engine.name}; "
+                          f"valid: {', '.join(engine.apis)}")
     drafter = cfg.drafter
+    needed = ("num_steps", "eagle_topk", "num_draft_tokens") if engine.name == "sglang" else ("num_steps",)
     if drafter.algorithm is not None:
-        missing = [k for k in ("num_steps", "eagle_topk", "num_draft_tokens") if drafter[k] is None]
+        missing = [k for k in needed if drafter[k] is None]
         if missing:
             raise ConfigError(f"drafter '{drafter.name}' sets algorithm {drafter.algorithm} but not {', '.join(missing)}")
     workload = cfg.workload

@@ -54,8 +54,9 @@ def check_drafter_fit(cfg: DictConfig) -> None:
     if algorithm == "EAGLE3" and "eagle3" not in architectures.lower():
         raise DrafterMismatch(f"drafter '{name}' is for EAGLE3 but its architecture is "
                               f"'{architectures or 'unspecified'}' (expected an *Eagle3* architecture)")
-    pairs = [("hidden size", target_hidden_size(drafter), target.get("hidden_size")),
-             ("vocab size", drafter.get("vocab_size"), target.get("vocab_size"))]
+    pairs = [("vocab size", drafter.get("vocab_size"), target.get("vocab_size"))]
+    if algorithm.startswith("EAGLE"):  # an EAGLE drafter reads the target's hidden states
+        pairs.insert(0, ("hidden size", target_hidden_size(drafter), target.get("hidden_size")))
     for what, drafter_value, target_value in pairs:
         if drafter_value is None or target_value is None:
             missing = "drafter" if drafter_value is None else "target"

@@ -125,6 +125,13 @@ def min_accept_length(arm: str, result: ArmResult, gate) -> list[Verdict]:
     return guard_noise([verdict], result, ["accept_length"], gate)
 
 
+def max_accept_length(arm: str, result: ArmResult, gate) -> list[Verdict]:
+    if arm not in gate.max_accept_length:
+        return [not_configured("max_accept_length", arm)]
+    verdict = at_most("max_accept_length", arm, result.accept_length, gate.max_accept_length[arm], "accept length")
+    return guard_noise([verdict], result, ["accept_length"], gate)
+
+
 def min_speedup(arm: str, result: ArmResult, gate, results: dict[str, ArmResult]) -> list[Verdict]:
     spec = gate.min_speedup.get(arm)
     if spec is None:

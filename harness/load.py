@@ -192,20 +192,25 @@ def run_load(
     progress: Callable[[ProgressSnapshot], None] | None = None,
     stop_event: Any = None,
     on_tokens_flowing: Callable[[float], None] | None = None,
+    on_measured_start: Callable[[], None] | None = None,
 ) -> LoadResult:
     """Run one workload against ``base_url``; see the module docstring.
 
     ``on_tokens_flowing(t)`` is called once, when the client has seen the first token of a
     measured request arrive (``t`` is that arrival's perf_counter time): GPU telemetry opens
     its load window then, not on a timer, so a load that never generates is never sampled
-    as one."""
-    return asyncio.run(_run_load(workload, base_url, model, progress, stop_event, on_tokens_flowing))
+    as one. ``on_measured_start()`` is called after the warm-up, before the first measured
+    request is sent (e.g. to snapshot the server's counters)."""
+    return asyncio.run(_run_load(workload, base_url, model, progress, stop_event, on_tokens_flowing,
+                                 on_measured_start))
 
 
 class _Runner:
-    def __init__(self, workload: Any, base_url: str, model: str, progress, stop_event, on_tokens_flowing=None):
+    def __init__(self, workload: Any, base_url: str, model: str, progress, stop_event, on_tokens_flowing=None,
+                 on_measured_start=None):
         self.w = workload
         self.on_tokens_flowing = on_tokens_flowing
+        self.on_measured_start = on_measured_start
         self.base_url = base_url
         self.model = model
         self.api = str(workload.api)
@@ -358,6 +363,8 @@ class _Runner:
                         break
                     await self.one(session, k, True)
                 self.in_warmup = False
+                if self.on_measured_start is not None:
+                    await asyncio.to_thread(self.on_measured_start)
                 if self.rate is None:
                     await self.closed_loop(session)
                 else:
@@ -389,5 +396,7 @@ class _Runner:
         )
 
 
-async def _run_load(workload, base_url, model, progress, stop_event, on_tokens_flowing=None) -> LoadResult:
-    return await _Runner(workload, base_url, model, progress, stop_event, on_tokens_flowing).run()
+async def _run_load(workload, base_url, model, progress, stop_event, on_tokens_flowing=None,
+                    on_measured_start=None) -> LoadResult:
+    return await _Runner(workload, base_url, model, progress, stop_event, on_tokens_flowing,
+                         on_measured_start).run()

@@ -154,6 +154,19 @@ def summarize(arm: str, load: LoadResult, server_accept_length: Optional[float] 
     return res
 
 
+def apply_server_window(result: ArmResult, load: LoadResult, server: dict) -> ArmResult:
+    """Engines that report speculation only as server counters (vLLM): the accept length
+    of this run's measured window, and the cycle time from the client's decode spans."""
+    drafts = server.get("spec_drafts")
+    if result.accept_length_source == "run" or not drafts:
+        return result
+    result.accept_length = server["accept_length"]
+    result.accept_length_source = "server_metrics_window"
+    ok = [r for r in load.measured if r.ok and r.decode_s is not None]
+    result.verify_cycle_ms = sum(r.decode_s for r in ok) * 1000.0 / drafts if ok else None
+    return result
+
+
 # Metrics whose spread over repeats is reported, and which baseline gates compare.
 NOISE_METRICS = ("output_tok_s", "request_per_s", "ttft_ms.p50", "ttft_ms.p99", "itl_ms.p50", "itl_ms.p99",
                  "tpot_ms.p50", "e2e_ms.p50", "accept_length", "verify_cycle_ms", "decode_step_ms")

@@ -99,6 +99,10 @@ def pytest_configure(config: pytest.Config) -> None:
             check_drafter_fit(arm.cfg)
         except DrafterMismatch as exc:
             raise pytest.UsageError(f"specgate: arm '{arm.name}': {exc}") from None
+        python = arm.cfg.build.python
+        if arm.cfg.backend.kind == "process" and python and not os.path.exists(python):
+            raise pytest.UsageError(f"specgate: arm '{arm.name}': build.python {python} does not exist; "
+                                    f"`make install` sets it up (scripts/ensure_vllm_cpu.sh for vLLM)")
     progress = None if config.getoption("no_progress") else terminal_progress(config)
     runner = Runner(experiment, progress=progress, notes=notes, baseline=baseline)
     if replay_dir:

@@ -22,7 +22,8 @@ from harness.client import ClientError, ServerClient
 from harness.config import Arm, Experiment
 from harness.gate import Verdict
 from harness.load import run_load
-from harness.metrics import ArmResult, break_even_accept_length, combine_repeats, summarize
+from harness.metrics import ArmResult, apply_server_window, break_even_accept_length, combine_repeats, summarize
+from harness.server_metrics import Snapshot, parse as parse_metrics, window as metrics_window
 from harness.record import Redactor, RunRecord, load_results
 from harness.replay import drift_rows, drift_table
 from harness.images import ImageError
@@ -132,7 +133,7 @@ class Runner:
         client = ServerClient(server.base_url)
         try:
             model = client.served_model()
-            self.arm_status[name]["server_version"] = client.get_server_info().get("version")
+            self.arm_status[name]["server_version"] = client.server_version()
         except ClientError as exc:
             self.fail_arm(name, "server_failed", f"arm '{name}': the server is healthy but its info routes fail: {exc}")
         progress = (lambda snapshot: self.progress(name, snapshot)) if self.progress else None
@@ -140,10 +141,15 @@ class Runner:
         repeats = []
         try:
             for repeat in range(max(1, arm.cfg.gate.repeats)):
+                before: list[Snapshot] = []
                 load = run_load(arm.cfg.workload, server.base_url, model, progress=progress,
-                                on_tokens_flowing=sampler.mark_load_start if sampler and not repeat else None)
+                                on_tokens_flowing=sampler.mark_load_start if sampler and not repeat else None,
+                                on_measured_start=lambda: before.append(self.metrics_snapshot(client)))
                 self.record.add_requests(name, [{**r.to_json(), "repeat": repeat} for r in load.records])
-                repeats.append(summarize(name, load, self.server_accept_length(client, arm)))
+                result = summarize(name, load, self.server_accept_length(client, arm))
+                server_side = self.server_window(arm, before, client)
+                self.arm_status[name].setdefault("server_metrics", []).append(server_side)
+                repeats.append(apply_server_window(result, load, server_side))
                 if not server.is_alive():
                     break
         finally:
@@ -201,6 +207,19 @@ class Runner:
         if engine not in self.prepared_engines:
             self.prepared_engines.add(engine)
             prepare_backend(arm.cfg, self.session)
+
+    def metrics_snapshot(self, client: ServerClient) -> Snapshot | None:
+        try:
+            return parse_metrics(client.metrics_text())
+        except (ClientError, ValueError):
+            return None  # a server without /metrics: the window stays empty
+
+    def server_window(self, arm: Arm, before: list, client: ServerClient) -> dict[str, Any]:
+        """The server's own TTFT/ITL means and (vLLM) speculation counters over this load."""
+        after = self.metrics_snapshot(client)
+        if not before or before[0] is None or after is None:
+            return {}
+        return metrics_window(arm.cfg.server.engine, before[0], after)
 
     def server_accept_length(self, client: ServerClient, arm: Arm) -> float | None:
         """The server-cumulative accept length: only a labelled fallback (it includes warm-up)."""

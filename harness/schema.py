@@ -26,7 +26,7 @@ class BackendConfig:
 
 @dataclass
 class BuildConfig:
-    kind: str = "sim"  # sim | sglang_release | sglang_patched
+    kind: str = "sim"  # sim | sglang_release | sglang_patched | vllm_cpu | vllm_release
     image: Optional[str] = None  # release image tag; for sglang_patched the base it builds FROM
     python: Optional[str] = None  # interpreter for the process backend; null = the harness's own
     module: str = "harness.sim"  # python -m <module> starts the server (process backend)
@@ -60,12 +60,16 @@ class SimModelConfig:
 @dataclass
 class ServerConfig:
     name: str = "sim"
+    engine: str = "sglang"  # sglang | vllm: launch flags, health routes, where spec stats come from
     model_path: str = "sim/model"
     served_model_name: Optional[str] = None
     tp_size: int = 1
     host: str = "127.0.0.1"
     port: int = 0  # 0: pick a free loopback port per arm
     requires_gpu: bool = False  # fail fast with one sentence when no NVIDIA driver is present
+    dtype: Optional[str] = None  # vLLM: --dtype (e.g. float32 on CPU)
+    max_model_len: Optional[int] = None  # vLLM: --max-model-len
+    max_num_seqs: Optional[int] = None  # vLLM: --max-num-seqs
     gpus: Optional[List[int]] = None  # docker: GPU indices to pass; null = all when requires_gpu
     extra_args: List[str] = field(default_factory=list)  # passed to the launcher verbatim
     env: Dict[str, str] = field(default_factory=dict)
@@ -138,6 +142,7 @@ class GateConfig:
     max_ttft_ms: Dict[str, PercentileLimits] = field(default_factory=dict)  # arm -> {p50: ms, p99: ms}
     max_itl_ms: Dict[str, PercentileLimits] = field(default_factory=dict)  # arm -> {p50: ms, ...}
     min_accept_length: Dict[str, float] = field(default_factory=dict)  # arm -> floor
+    max_accept_length: Dict[str, float] = field(default_factory=dict)  # arm -> ceiling (e.g. a draft that must not be accepted)
     min_speedup: Dict[str, SpeedupGate] = field(default_factory=dict)  # arm -> {over, ratio}
     accept_length_at_least_break_even: List[str] = field(default_factory=list)  # arms
     max_failed_requests: int = 0  # per arm

@@ -60,7 +60,8 @@ def format_summary(experiment, results: dict[str, ArmResult], arm_status: dict[s
         error = arm_status.get(arm, {}).get("error")
         if error:
             lines.append(f"\n{arm}: {error.splitlines()[0]}")
-    lines += noise_section(experiment, results) + gpu_section(experiment, gpu or {})
+    lines += noise_section(experiment, results) + server_section(experiment, results, arm_status)
+    lines += gpu_section(experiment, gpu or {})
     lines += ["", "## Gates", ""]
     if not verdicts:
         lines.append("No gate was evaluated.")
@@ -112,3 +113,23 @@ def gpu_section(experiment, gpu: dict[str, dict]) -> list[str]:
     header = ["arm", "GPU", "SM MHz idle", "SM MHz load", "ratio to max", "W idle", "W load", "util % load",
               "°C load", "reasons under load"]
     return ["", "## GPUs (median; load = tokens streaming, after the ramp-in)", ""] + markdown_table(header, rows)
+
+
+def server_section(experiment, results: dict[str, ArmResult], arm_status: dict[str, dict]) -> list[str]:
+    """What the client measured beside what the server's own /metrics histograms say over
+    the same window (per-token latency: the client's TPOT vs the server's inter-token)."""
+    rows = []
+    for arm in experiment.arm_names:
+        windows = [w for w in arm_status.get(arm, {}).get("server_metrics", []) if w]
+        if arm not in results or not windows:
+            continue
+        server, r = windows[0], results[arm]
+        rows.append([arm, cell(r.ttft_ms.mean, "{:.1f}"), cell(server.get("ttft_mean_ms"), "{:.1f}"),
+                     cell(r.tpot_ms.mean, "{:.2f}"), cell(server.get("itl_mean_ms"), "{:.2f}"),
+                     cell(server.get("accept_length"), "{:.2f}"),
+                     " ".join(f"{p:.2f}" for p in server.get("acceptance_per_position", [])) or "-"])
+    if not rows:
+        return []
+    header = ["arm", "TTFT mean client", "TTFT mean server", "TPOT mean client", "ITL mean server",
+              "accept len (server counters)", "acceptance per position"]
+    return ["", "## Client vs server /metrics (same window, first repeat)", ""] + markdown_table(header, rows)

@@ -3,9 +3,12 @@
 responses and stream chunks (checked with the `openai` package's own types), the official
 client can stream, and SGLang's native /generate reports meta_info."""
 
+import pytest
 from openai import OpenAI
 from openai.types import Completion
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
+
+from harness.servers.engines import engine_of
 
 CONTENT_TYPE_MESSAGE = "Unsupported Media Type: Only 'application/json' is allowed"
 PROMPT = "Count from 1 to 10"
@@ -55,6 +58,9 @@ def test_official_openai_client_streams(arm_run):
 
 
 def test_native_generate_reports_meta_info(arm_run):
+    engine = engine_of(arm_run.cfg)
+    if not engine.native_generate:
+        pytest.skip(f"{engine.name} has no native /generate (SGLang's API)")
     body = {"text": PROMPT, "sampling_params": {"max_new_tokens": 24, "temperature": 0}}
     response = arm_run.client.post_json("/generate", body)
     assert response.status_code == 200, response.text

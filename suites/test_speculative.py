@@ -9,6 +9,10 @@ def test_min_accept_length(arm_run, gates):
     gates.check(gate.min_accept_length(arm_run.name, arm_run.result, arm_run.cfg.gate))
 
 
+def test_max_accept_length(arm_run, gates):
+    gates.check(gate.max_accept_length(arm_run.name, arm_run.result, arm_run.cfg.gate))
+
+
 def test_min_speedup(arm_run, gates, runner):
     gates.check(gate.min_speedup(arm_run.name, arm_run.result, arm_run.cfg.gate, runner.results))
 

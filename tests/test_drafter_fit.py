@@ -44,6 +44,15 @@ def test_a_mismatch_names_both_values(tmp_path, change, fragments):
         assert fragment in str(info.value)
 
 
+def test_a_draft_model_needs_only_the_vocabulary_to_match(tmp_path):
+    small = write(tmp_path / "d", {"architectures": ["LlamaForCausalLM"], "hidden_size": 64, "vocab_size": 163840})
+    config = cfg(write(tmp_path / "t", K25_TARGET), small)
+    check_drafter_fit(OmegaConf.merge(config, {"drafter": {"algorithm": "draft_model"}}))
+    other_vocab = write(tmp_path / "d2", {"hidden_size": 64, "vocab_size": 1000})
+    with pytest.raises(DrafterMismatch, match="vocab size 1000"):
+        check_drafter_fit(OmegaConf.merge(cfg(str(tmp_path / "t"), other_vocab), {"drafter": {"algorithm": "draft_model"}}))
+
+
 def test_a_missing_path_is_named(tmp_path):
     with pytest.raises(DrafterMismatch, match=r"drafter \(eagle3_k2\) path .*/nowhere does not exist"):
         check_drafter_fit(cfg(write(tmp_path / "t", K25_TARGET), str(tmp_path / "nowhere")))

@@ -9,11 +9,13 @@ from omegaconf import DictConfig
 
 from harness.client import ClientError, ServerClient
 from harness.servers.base import Server
+from harness.servers.engines import engine_of
 
 
 class AttachedServer(Server):
     def __init__(self, name: str, cfg: DictConfig, log_path: Path):
         super().__init__(name, log_path)
+        self.cfg = cfg
         self.base_url = cfg.backend.url.rstrip("/")
         self.timeout_s = cfg.backend.startup_timeout_s
         self.healthy = False
@@ -22,7 +24,7 @@ class AttachedServer(Server):
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.log_path.write_text(f"attached to {self.base_url}; its log is kept by whoever started it\n")
         try:
-            ServerClient(self.base_url).wait_healthy(self.timeout_s)
+            ServerClient(self.base_url).wait_healthy(self.timeout_s, paths=engine_of(self.cfg).health_paths)
         except ClientError as exc:
             raise self.failure(f"arm '{self.name}': no healthy server at {self.base_url} within {self.timeout_s:g} s ({exc})") from None
         self.healthy = True

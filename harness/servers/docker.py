@@ -24,7 +24,7 @@ from harness.images import ImageError, ImageInfo, docker_client, ensure_image
 from harness.servers.base import Server, ServerError
 from harness.servers.labels import Session, container_labels
 from harness.servers.processes import INSPECT_SCRIPT, ServerProcess, parse_inspection
-from harness.servers.sglang import launch_args
+from harness.servers.engines import engine_of
 
 CONTAINER_PORT = 30000  # inside the container; the host side is picked by the engine
 
@@ -79,7 +79,7 @@ class DockerServer(Server):
         kwargs = dict(
             image=self.image.tag,
             entrypoint=["python3", "-m", self.cfg.build.module],
-            command=launch_args(self.cfg, CONTAINER_PORT, host="0.0.0.0"),
+            command=engine_of(self.cfg).launch_args(self.cfg, CONTAINER_PORT, host="0.0.0.0"),
             detach=True,
             init=True,  # a real init as PID 1: forwards docker stop's SIGTERM and reaps orphaned workers
             environment=self.environment(),
@@ -113,7 +113,8 @@ class DockerServer(Server):
         self.base_url = f"http://{client_host(self.cfg.backend.docker_host, self.cfg.backend.publish_host)}:{self.host_port()}"
         deadline = self.cfg.backend.startup_timeout_s
         try:
-            ServerClient(self.base_url).wait_healthy(deadline, is_alive=self.is_alive)
+            ServerClient(self.base_url).wait_healthy(deadline, is_alive=self.is_alive,
+                                                     paths=engine_of(self.cfg).health_paths)
         except ClientError as exc:
             if not self.is_alive():
                 raise self.failure(f"arm '{self.name}': the server {self.exit_description()} before it became healthy") from None

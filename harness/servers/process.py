@@ -19,7 +19,7 @@ from omegaconf import DictConfig
 from harness.client import ClientError, ServerClient
 from harness.servers.base import Server
 from harness.servers.processes import ServerProcess, local_group
-from harness.servers.sglang import launch_args
+from harness.servers.engines import engine_of
 
 PR_SET_PDEATHSIG = 1
 
@@ -49,7 +49,7 @@ class ProcessServer(Server):
 
     def command(self) -> list[str]:
         python = self.cfg.build.python or sys.executable
-        return [python, "-m", self.cfg.build.module, *launch_args(self.cfg, self.port)]
+        return [python, "-m", self.cfg.build.module, *engine_of(self.cfg).launch_args(self.cfg, self.port)]
 
     def environment(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -71,7 +71,8 @@ class ProcessServer(Server):
                 raise self.failure(f"arm '{self.name}': cannot start the server ({exc})") from None
         deadline = self.cfg.backend.startup_timeout_s
         try:
-            ServerClient(self.base_url).wait_healthy(deadline, is_alive=self.is_alive)
+            ServerClient(self.base_url).wait_healthy(deadline, is_alive=self.is_alive,
+                                                     paths=engine_of(self.cfg).health_paths)
         except ClientError as exc:
             if not self.is_alive():
                 raise self.failure(f"arm '{self.name}': the server {self.exit_description()} before it became healthy") from None

@@ -1,0 +1,74 @@
+"""The server's own Prometheus counters, differenced over the measured window.
+
+vLLM reports speculative decoding only as cumulative /metrics counters (drafts, draft
+tokens, accepted tokens, accepted per position); both engines keep TTFT and inter-token
+latency histograms. A snapshot before the first measured request and one after the load
+give this run's numbers, warm-up and earlier traffic excluded, to set beside what the
+client measured.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+# (engine prefix, histogram base name) of TTFT and inter-token latency, in seconds
+TTFT = {"vllm": "vllm:time_to_first_token_seconds", "sglang": "sglang:time_to_first_token_seconds"}
+ITL = {"vllm": "vllm:inter_token_latency_seconds", "sglang": "sglang:inter_token_latency_seconds"}
+SPEC = "vllm:spec_decode_"
+
+
+@dataclass
+class Snapshot:
+    """Summed counter values by sample name, and per-position accepted counts."""
+
+    values: dict[str, float] = field(default_factory=dict)
+    per_position: dict[int, float] = field(default_factory=dict)
+
+
+def parse(text: str) -> Snapshot:
+    snapshot = Snapshot(values=defaultdict(float))
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if "position" in sample.labels and sample.name.startswith(SPEC + "num_accepted_tokens_per_pos"):
+                position = int(sample.labels["position"])
+                snapshot.per_position[position] = snapshot.per_position.get(position, 0.0) + sample.value
+            elif not sample.name.endswith("_bucket"):
+                snapshot.values[sample.name] += sample.value  # summed over labels (model, engine index)
+    snapshot.values = dict(snapshot.values)
+    return snapshot
+
+
+def delta(before: Snapshot, after: Snapshot, name: str) -> float | None:
+    if name not in after.values:
+        return None
+    return after.values[name] - before.values.get(name, 0.0)
+
+
+def histogram_mean_ms(before: Snapshot, after: Snapshot, base: str) -> float | None:
+    total, count = delta(before, after, base + "_sum"), delta(before, after, base + "_count")
+    return total / count * 1000.0 if total is not None and count else None
+
+
+def window(engine: str, before: Snapshot, after: Snapshot) -> dict[str, Any]:
+    """This run's server-side numbers (None where the server doesn't report them)."""
+    block: dict[str, Any] = {
+        "ttft_mean_ms": histogram_mean_ms(before, after, TTFT.get(engine, "")),
+        "itl_mean_ms": histogram_mean_ms(before, after, ITL.get(engine, "")),
+    }
+    drafts = delta(before, after, SPEC + "num_drafts_total")
+    accepted = delta(before, after, SPEC + "num_accepted_tokens_total")
+    proposed = delta(before, after, SPEC + "num_draft_tokens_total")
+    if drafts:
+        block.update(
+            spec_drafts=drafts, spec_draft_tokens=proposed, spec_accepted_tokens=accepted,
+            # each draft step yields its accepted tokens plus the one the target samples itself
+            accept_length=1.0 + (accepted or 0.0) / drafts,
+            acceptance_rate=(accepted / proposed) if proposed else None,
+            acceptance_per_position=[(after.per_position.get(p, 0.0) - before.per_position.get(p, 0.0)) / drafts
+                                     for p in sorted(after.per_position)],
+        )
+    return block
