@@ -6,7 +6,7 @@
 #
 # Idempotent: when the venv's stamp and the models' MANIFEST.json are current, it takes about
 # a second. The first run takes about 4 minutes (about 3.5 GB in the venv) and the models
-# about a minute. Works as root with no TTY (CI).
+# about 10 seconds. Works as root with no TTY (CI).
 #
 # Usage: scripts/ensure_vllm_cpu.sh [--venv-only | --models-only]
 #
@@ -86,7 +86,7 @@ ensure_models() {
     return 0
   fi
   local t0; t0=$(now)
-  say "building the tiny models into $MODELS (about a minute)"
+  say "building the tiny models into $MODELS (about 10 seconds)"
   local log; log=$(mktemp /tmp/specgate-tiny-models.XXXXXX.log)
   "$VENV/bin/python" "$script" "$MODELS" >"$log" 2>&1 \
     || die "make_tiny_models.py failed (last line: $(tail -n 1 "$log")); full log: $log"

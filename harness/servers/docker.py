@@ -19,7 +19,6 @@ import docker.errors
 from docker.types import DeviceRequest, Ulimit
 from omegaconf import DictConfig
 
-from harness.client import ClientError, ServerClient
 from harness.images import ImageError, ImageInfo, docker_client, ensure_image
 from harness.servers.base import Server, ServerError
 from harness.servers.labels import Session, container_labels
@@ -111,14 +110,7 @@ class DockerServer(Server):
                               f"{exc.explanation or exc}") from None
         self.follow_logs()
         self.base_url = f"http://{client_host(self.cfg.backend.docker_host, self.cfg.backend.publish_host)}:{self.host_port()}"
-        deadline = self.cfg.backend.startup_timeout_s
-        try:
-            ServerClient(self.base_url).wait_healthy(deadline, is_alive=self.is_alive,
-                                                     paths=engine_of(self.cfg).health_paths)
-        except ClientError as exc:
-            if not self.is_alive():
-                raise self.failure(f"arm '{self.name}': the server {self.exit_description()} before it became healthy") from None
-            raise self.failure(f"arm '{self.name}': the server at {self.base_url} did not become healthy within {deadline:g} s ({exc})") from None
+        self.wait_healthy(self.cfg.backend.startup_timeout_s, engine_of(self.cfg).health_paths)
 
     def describe(self) -> dict:
         info = {"base_url": self.base_url, "docker_host": self.cfg.backend.docker_host}

@@ -16,7 +16,6 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from harness.client import ClientError, ServerClient
 from harness.servers.base import Server
 from harness.servers.processes import ServerProcess, local_group
 from harness.servers.engines import engine_of
@@ -69,14 +68,7 @@ class ProcessServer(Server):
                 )
             except OSError as exc:
                 raise self.failure(f"arm '{self.name}': cannot start the server ({exc})") from None
-        deadline = self.cfg.backend.startup_timeout_s
-        try:
-            ServerClient(self.base_url).wait_healthy(deadline, is_alive=self.is_alive,
-                                                     paths=engine_of(self.cfg).health_paths)
-        except ClientError as exc:
-            if not self.is_alive():
-                raise self.failure(f"arm '{self.name}': the server {self.exit_description()} before it became healthy") from None
-            raise self.failure(f"arm '{self.name}': the server at {self.base_url} did not become healthy within {deadline:g} s ({exc})") from None
+        self.wait_healthy(self.cfg.backend.startup_timeout_s, engine_of(self.cfg).health_paths)
 
     def describe(self) -> dict:
         return {"base_url": self.base_url, "command": self.command(),
