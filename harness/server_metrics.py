@@ -55,9 +55,14 @@ def histogram_mean_ms(before: Snapshot, after: Snapshot, base: str) -> float | N
 
 def window(engine: str, before: Snapshot, after: Snapshot) -> dict[str, Any]:
     """This run's server-side numbers (None where the server doesn't report them)."""
+    itl = ITL.get(engine, "")
     block: dict[str, Any] = {
         "ttft_mean_ms": histogram_mean_ms(before, after, TTFT.get(engine, "")),
-        "itl_mean_ms": histogram_mean_ms(before, after, ITL.get(engine, "")),
+        "itl_mean_ms": histogram_mean_ms(before, after, itl),
+        # Inter-token latency is observed per engine step (vLLM: once per speculative step,
+        # not per token), but its sum over a request is the request's decode time either way.
+        "itl_sum_s": delta(before, after, itl + "_sum"),
+        "itl_count": delta(before, after, itl + "_count"),
     }
     drafts = delta(before, after, SPEC + "num_drafts_total")
     accepted = delta(before, after, SPEC + "num_accepted_tokens_total")

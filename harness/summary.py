@@ -117,7 +117,8 @@ def gpu_section(experiment, gpu: dict[str, dict]) -> list[str]:
 
 def server_section(experiment, results: dict[str, ArmResult], arm_status: dict[str, dict]) -> list[str]:
     """What the client measured beside what the server's own /metrics histograms say over
-    the same window (per-token latency: the client's TPOT vs the server's inter-token)."""
+    the same window. Decode time per token: the client's (first to last chunk) vs the sum
+    of the server's inter-token latencies, both over the same tokens."""
     rows = []
     for arm in experiment.arm_names:
         windows = [w for w in arm_status.get(arm, {}).get("server_metrics", []) if w]
@@ -125,11 +126,18 @@ def server_section(experiment, results: dict[str, ArmResult], arm_status: dict[s
             continue
         server, r = windows[0], results[arm]
         rows.append([arm, cell(r.ttft_ms.mean, "{:.1f}"), cell(server.get("ttft_mean_ms"), "{:.1f}"),
-                     cell(r.tpot_ms.mean, "{:.2f}"), cell(server.get("itl_mean_ms"), "{:.2f}"),
+                     cell(r.decode_step_ms, "{:.2f}"), cell(server_decode_ms_per_token(server, r), "{:.2f}"),
                      cell(server.get("accept_length"), "{:.2f}"),
                      " ".join(f"{p:.2f}" for p in server.get("acceptance_per_position", [])) or "-"])
     if not rows:
         return []
-    header = ["arm", "TTFT mean client", "TTFT mean server", "TPOT mean client", "ITL mean server",
+    header = ["arm", "TTFT mean client", "TTFT mean server", "decode ms/token client", "decode ms/token server",
               "accept len (server counters)", "acceptance per position"]
     return ["", "## Client vs server /metrics (same window, first repeat)", ""] + markdown_table(header, rows)
+
+
+def server_decode_ms_per_token(server: dict, result: ArmResult) -> float | None:
+    decoded = result.completion_tokens - result.requests_ok  # the first token of each came from prefill
+    if not server.get("itl_sum_s") or decoded <= 0 or result.repeats > 1:
+        return None
+    return server["itl_sum_s"] * 1000.0 / decoded

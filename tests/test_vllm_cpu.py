@@ -1,0 +1,54 @@
+"""A real engine in the loop: vLLM's CPU build serving a tiny local model, plain and with
+draft_model speculation at both bounds, through every suite. Takes minutes; deselect
+locally with `-m "not real_engine"` (CI always runs it; `make install` sets it up)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.real_engine
+
+
+@pytest.fixture(scope="module")
+def vllm_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("vllm-runs")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "suites/", "-p", "no:cacheprovider", "--no-progress",
+                           "+exp=vllm_cpu_smoke", f"record.root={root}", "-v", "-rs"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=1500)
+    results = json.loads((root / "latest" / "results.json").read_text()) if (root / "latest").exists() else {}
+    return proc, results
+
+
+def test_every_suite_passes_against_vllm(vllm_run):
+    proc, _ = vllm_run
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
+    assert "test_native_generate_reports_meta_info[plain] SKIPPED" in proc.stdout  # vLLM has no /generate
+
+
+def test_speculation_bounds_are_measured(vllm_run):
+    _, results = vllm_run
+    arms = results["arms"]
+    k = 3  # num_speculative_tokens
+    assert arms["draft_self"]["accept_length"] >= 0.9 * (k + 1), arms["draft_self"]
+    assert arms["draft_self"]["accept_length_source"] == "server_metrics_window"
+    assert 0.95 <= arms["draft_random"]["accept_length"] <= 1.3, arms["draft_random"]
+    assert arms["plain"]["accept_length"] is None
+
+
+def test_client_numbers_agree_with_vllms_own_histograms(vllm_run):
+    _, results = vllm_run
+    for name, arm in results["arms"].items():
+        [server] = arm["server_metrics"]
+        assert arm["output_tok_s"] > 0
+        # The client's TTFT includes the HTTP round trip the server does not see: a little more, same order.
+        assert server["ttft_mean_ms"] <= arm["ttft_ms"]["mean"] * 1.05 + 1, (name, server, arm["ttft_ms"])
+        assert arm["ttft_ms"]["mean"] <= server["ttft_mean_ms"] * 3 + 50, (name, server, arm["ttft_ms"])
+        # Decode time per token: the client's first-to-last-chunk span vs the sum of the server's
+        # inter-token latencies over the same requests (vLLM observes those per engine step).
+        decoded = arm["completion_tokens"] - arm["requests"]["ok"]
+        server_ms = server["itl_sum_s"] * 1000 / decoded
+        assert 0.8 <= arm["decode_step_ms"] / server_ms <= 1.25, (name, arm["decode_step_ms"], server_ms)
