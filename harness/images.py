@@ -55,7 +55,31 @@ SIM_BASE_SUITE = "trixie"
 SIM_BASE_REPO = "specgate/sim-base"
 SIM_REPO = "specgate/sim"
 PATCHED_REPO = "specgate/sglang-patched"
-DEBIAN_MIRROR = os.environ.get("SPECGATE_DEBIAN_MIRROR", "http://deb.debian.org/debian")
+APT_SOURCES = (Path("/etc/apt/sources.list"), Path("/etc/apt/sources.list.d"))
+
+
+def debian_mirror() -> str | None:
+    """SPECGATE_DEBIAN_MIRROR, else the Debian archive this machine's apt already uses."""
+    if os.environ.get("SPECGATE_DEBIAN_MIRROR"):
+        return os.environ["SPECGATE_DEBIAN_MIRROR"]
+    files = [APT_SOURCES[0]] + sorted(APT_SOURCES[1].glob("*.list")) + sorted(APT_SOURCES[1].glob("*.sources"))
+    for path in files:
+        try:
+            text = path.read_text()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            words = line.split()
+            if words[:1] == ["URIs:"]:  # deb822 .sources
+                uris = words[1:]
+            elif words[:1] == ["deb"]:  # one-line format: deb [options] URI suite ...
+                uris = [w for w in words[1:] if not w.startswith("[") and not w.endswith("]")][:1]
+            else:
+                continue
+            for uri in uris:
+                if uri.rstrip("/").endswith("/debian"):
+                    return uri.rstrip("/")
+    return None
 
 PULL_TIMEOUT_S = 20.0  # no answer from the engine for this long while pulling: give up
 BUILD_TIMEOUT_S = 1800  # one build (the engine streams its log while it works)
@@ -162,19 +186,23 @@ def ensure_sim_base(client: docker.DockerClient, say: Progress) -> ImageInfo:
     if os.geteuid() != 0:
         raise ImageError(f"building {tag} needs root (debootstrap); run `make install` as root once, or load the image (docker load -i ...)")
     packages = _read_list(CONTAINERS / "sim" / "base-packages.txt")
-    say(f"{tag}: building (debootstrap {SIM_BASE_SUITE} from {DEBIAN_MIRROR}, about a minute)")
+    mirror = debian_mirror()
+    if mirror is None:
+        raise ImageError("no Debian archive found in this machine's apt sources to build the simulator's base image "
+                         "from; set SPECGATE_DEBIAN_MIRROR to one")
+    say(f"{tag}: building (debootstrap {SIM_BASE_SUITE} from {mirror}, about a minute)")
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="specgate-sim-base-", dir=os.environ.get("SPECGATE_BUILD_TMP")) as tmp:
         out = Path(tmp) / "rootfs.tar"
         proc = subprocess.run(
-            ["bash", str(CONTAINERS / "sim" / "build-base.sh"), SIM_BASE_SUITE, DEBIAN_MIRROR, str(out), *packages],
+            ["bash", str(CONTAINERS / "sim" / "build-base.sh"), SIM_BASE_SUITE, mirror, str(out), *packages],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )
         for line in proc.stdout.splitlines():
             say(f"{tag}: {line}")
         if proc.returncode != 0:
             tail = proc.stdout.strip().splitlines()[-1:] or ["no output"]
-            raise ImageError(f"building {tag} failed in containers/sim/build-base.sh ({tail[0]}); is the Debian mirror {DEBIAN_MIRROR} reachable?")
+            raise ImageError(f"building {tag} failed in containers/sim/build-base.sh ({tail[0]}); is the Debian mirror {mirror} reachable?")
         repository, version = _split_ref(tag)
         changes = [
             "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",

@@ -136,26 +136,7 @@ class Runner:
             self.arm_status[name]["server_version"] = client.server_version()
         except ClientError as exc:
             self.fail_arm(name, "server_failed", f"arm '{name}': the server is healthy but its info routes fail: {exc}")
-        progress = (lambda snapshot: self.progress(name, snapshot)) if self.progress else None
-        sampler = self.start_telemetry(arm, server)
-        repeats = []
-        try:
-            for repeat in range(max(1, arm.cfg.gate.repeats)):
-                before: list[Snapshot] = []
-                load = run_load(arm.cfg.workload, server.base_url, model, progress=progress,
-                                on_tokens_flowing=sampler.mark_load_start if sampler and not repeat else None,
-                                on_measured_start=lambda: before.append(self.metrics_snapshot(client)))
-                self.record.add_requests(name, [{**r.to_json(), "repeat": repeat} for r in load.records])
-                result = summarize(name, load, self.server_accept_length(client, arm))
-                server_side = self.server_window(arm, before, client)
-                self.arm_status[name].setdefault("server_metrics", []).append(server_side)
-                repeats.append(apply_server_window(result, load, server_side))
-                if not server.is_alive():
-                    break
-        finally:
-            if sampler is not None:
-                self.finish_telemetry(arm, sampler)
-        result = combine_repeats(name, repeats)
+        result = self.measure(arm, server, client, model)
         self.results[name] = result
         if not server.is_alive():
             self.fail_arm(name, "server_died", server.failure(
@@ -164,6 +145,29 @@ class Runner:
         self.arm_status[name]["status"] = "measured"
         self.save()
         return ArmRun(arm=arm, server=server, client=client, result=result, model=model)
+
+    def measure(self, arm: Arm, server: Server, client: ServerClient, model: str) -> ArmResult:
+        """The workload `gate.repeats` times on one server, GPUs sampled across all of them."""
+        progress = (lambda snapshot: self.progress(arm.name, snapshot)) if self.progress else None
+        sampler = self.start_telemetry(arm, server)
+        repeats = []
+        try:
+            for repeat in range(max(1, arm.cfg.gate.repeats)):
+                before: list[Snapshot] = []  # the server's counters once the warm-up is done
+                load = run_load(arm.cfg.workload, server.base_url, model, progress=progress,
+                                on_tokens_flowing=sampler.mark_load_start if sampler and not repeat else None,
+                                on_measured_start=lambda: before.append(self.metrics_snapshot(client)))
+                self.record.add_requests(arm.name, [{**r.to_json(), "repeat": repeat} for r in load.records])
+                result = summarize(arm.name, load, self.server_accept_length(client, arm))
+                server_side = self.server_window(arm, before, client)
+                self.arm_status[arm.name].setdefault("server_metrics", []).append(server_side)
+                repeats.append(apply_server_window(result, load, server_side))
+                if not server.is_alive():
+                    break
+        finally:
+            if sampler is not None:
+                self.finish_telemetry(arm, sampler)
+        return combine_repeats(arm.name, repeats)
 
     def start_telemetry(self, arm: Arm, server: Server) -> Sampler | None:
         """Sample the server's GPUs from before the load; None when telemetry is off or

@@ -270,3 +270,19 @@ def test_prune_removes_only_sim_images_of_other_code(client: docker.DockerClient
     finally:
         if other.tag in [t for i in client.images.list(images.SIM_REPO) for t in i.tags]:
             client.images.remove(other.tag, force=True)
+
+
+def test_the_debian_mirror_comes_from_this_machines_apt_sources(tmp_path, monkeypatch):
+    from harness import images
+
+    listing, folder = tmp_path / "sources.list", tmp_path / "sources.list.d"
+    folder.mkdir()
+    (folder / "other.sources").write_text("Types: deb\nURIs: http://mirror.example/ubuntu\nSuites: x\n")
+    (folder / "debian.sources").write_text("Types: deb\nURIs: http://mirror.example/debian/\nSuites: trixie\n")
+    monkeypatch.setattr(images, "APT_SOURCES", (listing, folder))
+    monkeypatch.delenv("SPECGATE_DEBIAN_MIRROR", raising=False)
+    assert images.debian_mirror() == "http://mirror.example/debian"
+    listing.write_text("deb [arch=amd64 signed-by=/k.gpg] http://one.example/debian bookworm main\n")
+    assert images.debian_mirror() == "http://one.example/debian"
+    monkeypatch.setenv("SPECGATE_DEBIAN_MIRROR", "http://set.example/debian")
+    assert images.debian_mirror() == "http://set.example/debian"
