@@ -10,22 +10,7 @@ from typing import Any
 
 import requests
 
-from harness.telemetry.base import GpuInfo, GpuSample, Source, TelemetryUnavailable, now, select_gpus
-
-_FIELDS = (
-    "sm_clock_mhz",
-    "graphics_clock_mhz",
-    "mem_clock_mhz",
-    "sm_clock_max_mhz",
-    "power_w",
-    "power_limit_w",
-    "energy_mj",
-    "temperature_c",
-    "gpu_util_pct",
-    "mem_util_pct",
-    "pcie_tx_kbs",
-    "pcie_rx_kbs",
-)
+from harness.telemetry.base import SAMPLE_FIELDS, GpuInfo, GpuSample, Source, TelemetryUnavailable, now, select_gpus
 
 
 def _num(value: Any) -> float | None:
@@ -100,7 +85,7 @@ class SimSource(Source):
                 del self._open[uuid]
                 self.note(f"GPU {info.index} ({uuid}) dropped from sampling: the simulator no longer lists it")
                 continue
-            values = {f: _num(g.get(f)) for f in _FIELDS}
+            values = {f: _num(g.get(f)) for f in SAMPLE_FIELDS}
             out.append(
                 GpuSample(
                     t=t,
