@@ -273,54 +273,47 @@ def no_load_samples(name: str, arm: str, gpu: dict, threshold: float | None) -> 
                     f"long enough past the {gpu.get('ramp_in_s', 0):g} s ramp-in (did the requests fail?)")]
 
 
+def per_gpu(name: str, arm: str, gpu: dict, threshold: Any, judge) -> list[Verdict]:
+    """The shared frame of the GPU gates: skipped without a threshold, failed without load
+    samples, otherwise `judge(label, gpu_block)` for every sampled GPU."""
+    if threshold is None or threshold == []:
+        return [not_configured(name, arm)]
+    return no_load_samples(name, arm, gpu, threshold if isinstance(threshold, float) else 0.0) or [
+        judge(f"GPU {g.get('index')} ({uuid})", g) for uuid, g in gpu["gpus"].items()]
+
+
 def min_clock_ratio_under_load(arm: str, gpu: dict, gate) -> list[Verdict]:
     name, floor = "min_clock_ratio_under_load", gate.min_clock_ratio_under_load
-    if floor is None:
-        return [not_configured(name, arm)]
-    verdicts = no_load_samples(name, arm, gpu, floor)
-    if verdicts:
-        return verdicts
-    out = []
-    for uuid, g in gpu["gpus"].items():
+
+    def judge(label: str, g: dict) -> Verdict:
         ratio = g.get("sm_clock_ratio_under_load")
-        label = f"GPU {g.get('index')} ({uuid})"
         if ratio is None:
-            out.append(Verdict(name, arm, False, None, floor, f"{arm}: {label}: SM clock or its maximum was not measured"))
-            continue
+            return Verdict(name, arm, False, None, floor, f"{arm}: {label}: SM clock or its maximum was not measured")
         median = g["load"]["sm_clock_mhz"]["median"]
-        out.append(Verdict(name, arm, ratio >= floor, ratio, floor,
-                           f"{arm}: {label}: SM clock under load {median:.0f} MHz is {ratio:.2f} of its max "
-                           f"{g.get('sm_clock_max_mhz'):.0f} MHz ({'meets' if ratio >= floor else 'is below'} {floor:.2f})"))
-    return out
+        return Verdict(name, arm, ratio >= floor, ratio, floor,
+                       f"{arm}: {label}: SM clock under load {median:.0f} MHz is {ratio:.2f} of its max "
+                       f"{g.get('sm_clock_max_mhz'):.0f} MHz ({'meets' if ratio >= floor else 'is below'} {floor:.2f})")
+
+    return per_gpu(name, arm, gpu, floor, judge)
 
 
 def no_throttle_reasons_under_load(arm: str, gpu: dict, gate) -> list[Verdict]:
     name, reasons = "throttle_reasons_under_load", list(gate.fail_on_throttle_reasons)
-    if not reasons:
-        return [not_configured(name, arm)]
-    verdicts = no_load_samples(name, arm, gpu, 0.0)
-    if verdicts:
-        return verdicts
-    out = []
-    for uuid, g in gpu["gpus"].items():
+
+    def judge(label: str, g: dict) -> Verdict:
         seen = {r: f for r, f in g.get("throttle_fraction_under_load", {}).items() if r in reasons and f > 0}
-        label = f"GPU {g.get('index')} ({uuid})"
-        worst = max(seen.values(), default=0.0)
         detail = (f"{arm}: {label}: " + ", ".join(f"{r} in {f:.0%} of load samples" for r, f in sorted(seen.items()))
                   if seen else f"{arm}: {label}: none of {', '.join(reasons)} under load")
-        out.append(Verdict(name, arm, not seen, worst, 0.0, detail))
-    return out
+        return Verdict(name, arm, not seen, max(seen.values(), default=0.0), 0.0, detail)
+
+    return per_gpu(name, arm, gpu, reasons, judge)
 
 
 def min_gpu_util_under_load(arm: str, gpu: dict, gate) -> list[Verdict]:
     name, floor = "min_gpu_util_under_load_pct", gate.min_gpu_util_under_load_pct
-    if floor is None:
-        return [not_configured(name, arm)]
-    verdicts = no_load_samples(name, arm, gpu, floor)
-    if verdicts:
-        return verdicts
-    out = []
-    for uuid, g in gpu["gpus"].items():
+
+    def judge(label: str, g: dict) -> Verdict:
         util = (g["load"].get("gpu_util_pct") or {}).get("median")
-        out.append(at_least(name, arm, util, floor, f"GPU {g.get('index')} utilization under load (median)", " %"))
-    return out
+        return at_least(name, arm, util, floor, f"{label} utilization under load (median)", " %")
+
+    return per_gpu(name, arm, gpu, floor, judge)
