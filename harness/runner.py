@@ -147,16 +147,21 @@ class Runner:
         return ArmRun(arm=arm, server=server, client=client, result=result, model=model)
 
     def measure(self, arm: Arm, server: Server, client: ServerClient, model: str) -> ArmResult:
-        """The workload `gate.repeats` times on one server, GPUs sampled across all of them."""
+        """The workload `gate.repeats` times on one server; the GPUs are sampled throughout,
+        with one load window per repeat."""
         progress = (lambda snapshot: self.progress(arm.name, snapshot)) if self.progress else None
         sampler = self.start_telemetry(arm, server)
         repeats = []
         try:
             for repeat in range(max(1, arm.cfg.gate.repeats)):
                 before: list[Snapshot] = []  # the server's counters once the warm-up is done
-                load = run_load(arm.cfg.workload, server.base_url, model, progress=progress,
-                                on_tokens_flowing=sampler.mark_load_start if sampler and not repeat else None,
-                                on_measured_start=lambda: before.append(self.metrics_snapshot(client)))
+                try:  # each repeat's load is its own GPU window; its warm-up is not load
+                    load = run_load(arm.cfg.workload, server.base_url, model, progress=progress,
+                                    on_tokens_flowing=sampler.mark_load_start if sampler else None,
+                                    on_measured_start=lambda: before.append(self.metrics_snapshot(client)))
+                finally:
+                    if sampler is not None:
+                        sampler.mark_load_end()
                 self.record.add_requests(arm.name, [{**r.to_json(), "repeat": repeat} for r in load.records])
                 result = summarize(arm.name, load, self.server_accept_length(client, arm))
                 server_side = self.server_window(arm, before, client)
@@ -191,8 +196,7 @@ class Runner:
         return sampler
 
     def finish_telemetry(self, arm: Arm, sampler: Sampler) -> None:
-        """Close the load window, sample a little longer, then summarize, plot, record."""
-        sampler.mark_load_end()
+        """Sample a little past the last load window, then summarize, plot, record."""
         try:
             time.sleep(arm.cfg.telemetry.after_s)
         finally:

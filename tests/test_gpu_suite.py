@@ -58,3 +58,19 @@ def test_without_a_driver_nvml_gpu_tests_are_skipped_not_passed(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert "no NVIDIA driver" in proc.stdout and "3 skipped" in proc.stdout
     assert "no NVIDIA driver" in results(tmp_path)["arms"]["baseline"]["gpu"]["unavailable"]
+
+
+def test_each_repeat_is_its_own_gpu_load_window(tmp_path):
+    """With gate.repeats=2 the second repeat's warm-up (and its wait for a first token)
+    happens between two load windows: it is tagged warmup, not counted as load."""
+    proc = run_suites("+exp=sim_smoke", f"record.root={tmp_path}", "gate.repeats=2", "telemetry.ramp_in_s=0.2",
+                      "-k", "gpu and baseline")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    gpu = results(tmp_path)["arms"]["baseline"]["gpu"]
+    assert gpu["load_windows"] == 2
+    rows = (tmp_path / "latest" / "arms" / "baseline" / "telemetry.csv").read_text().splitlines()[1:]
+    phases = [row.split(",")[1] for row in rows]
+    runs = [p for i, p in enumerate(phases) if i == 0 or phases[i - 1] != p]  # phases in time order, collapsed
+    assert runs.count("ramp_in") == 2, runs
+    first_load_end = runs.index("load") + 1
+    assert runs[first_load_end] == "warmup", runs  # repeat 2's warm-up comes after repeat 1's load

@@ -463,12 +463,40 @@ def _run_scripted(src: ScriptedSource, marks) -> Telemetry:
 
 
 def test_phase_of():
-    assert phase_of(0.5, None, None, 2.0) == "idle"
-    assert phase_of(0.5, 1.0, 5.0, 2.0) == "idle"
-    assert phase_of(1.0, 1.0, 5.0, 2.0) == "ramp_in"
-    assert phase_of(3.0, 1.0, 5.0, 2.0) == "load"
-    assert phase_of(5.0, 1.0, 5.0, 2.0) == "after"
-    assert phase_of(9.0, None, 5.0, 2.0) == "after"
+    assert phase_of(0.5, [], None, 2.0) == "idle"
+    assert phase_of(0.5, [(1.0, 5.0)], 5.0, 2.0) == "idle"
+    assert phase_of(0.5, [(1.0, 5.0)], 5.0, 2.0, idle_end=0.2) == "warmup"
+    assert phase_of(1.0, [(1.0, 5.0)], 5.0, 2.0) == "ramp_in"
+    assert phase_of(3.0, [(1.0, 5.0)], 5.0, 2.0) == "load"
+    assert phase_of(5.0, [(1.0, 5.0)], 5.0, 2.0) == "after"
+    assert phase_of(9.0, [], 5.0, 2.0) == "after"
+
+
+def test_each_repeat_is_its_own_load_window():
+    """Two repeats on one server: the second repeat's warm-up and its wait for the first
+    token (between the windows) are not load, and each window has its own ramp-in."""
+    windows = [(1.0, 5.0), (6.0, 10.0)]
+    assert [phase_of(t, windows, 10.0, 2.0, idle_end=0.5) for t in (0.2, 0.7, 1.5, 4.0, 5.5, 6.5, 8.5, 10.5)] == \
+        ["idle", "warmup", "ramp_in", "load", "warmup", "ramp_in", "load", "after"]
+
+
+def test_sampler_marks_open_one_window_per_repeat():
+    src = ScriptedSource(120)
+
+    def two_repeats(s: Sampler) -> None:
+        s.mark_idle_end(0.5)
+        s.mark_load_start(1.0)
+        s.mark_load_start(1.2)  # the first call of a window wins
+        s.mark_load_end(4.0)
+        s.mark_load_start(6.0)  # repeat 2: its warm-up ran 4.0-6.0
+        s.mark_load_end(9.0)
+
+    tel = _run_scripted(src, two_repeats)
+    assert tel.windows == [(1.0, 4.0), (6.0, 9.0)]
+    got = summarize(tel)
+    assert got["load_windows"] == 2 and got["load_window_s"] == 6.0
+    # 0.1 s reads: ramp-in 1.0 s per window -> 10 + 10; load 2.0 s per window -> 20 + 20
+    assert got["samples"] == {"idle": 5, "warmup": 25, "ramp_in": 20, "load": 40, "after": 30}
 
 
 def test_sampler_tags_phases_by_read_time():
@@ -562,7 +590,7 @@ def _hand_made() -> Telemetry:
         s(10.0, b, "load", 2500, None),
         s(11.0, b, "load", 2520, None),
     ]
-    return Telemetry("sim", gpus, samples, 0.1, 2.0, 8.0, 14.0, ["a note"], ["power_w"], 0.01)
+    return Telemetry("sim", gpus, samples, 0.1, 2.0, 8.0, 14.0, ["a note"], ["power_w"], 0.01, windows=[(8.0, 14.0)])
 
 
 def test_summary_numbers():
@@ -634,6 +662,6 @@ def test_warm_up_samples_are_neither_idle_nor_load():
     from harness.telemetry.sampler import phase_of
 
     # idle snapshot until 1.0, warm-up until the first measured token at 3.0, ramp-in 1 s, load ends at 9.0
-    phases = [phase_of(t, 3.0, 9.0, 1.0, idle_end=1.0) for t in (0.5, 1.5, 2.9, 3.5, 5.0, 9.5)]
+    phases = [phase_of(t, [(3.0, 9.0)], 9.0, 1.0, idle_end=1.0) for t in (0.5, 1.5, 2.9, 3.5, 5.0, 9.5)]
     assert phases == ["idle", "warmup", "warmup", "ramp_in", "load", "after"]
-    assert phase_of(2.0, None, None, 1.0, idle_end=1.0) == "warmup"  # the load never started
+    assert phase_of(2.0, [], None, 1.0, idle_end=1.0) == "warmup"  # the load never started

@@ -2,13 +2,17 @@
 
 The load runner calls ``mark_load_start`` when the client has *seen tokens stream*
 (not when it sent a request: a request that failed with a 400 never loaded the GPU) and
-``mark_load_end`` when the load is over.  Phases are decided from each sample's own
-read time against the marks, once, in ``stop()``:
+``mark_load_end`` when the load is over.  Each start/end pair is one **load window**: a
+workload repeated N times on one server gives N windows, and what happens between them
+(the next repeat's warm-up, the wait for its first token) is not load.  Phases are decided
+from each sample's own read time against the marks, once, in ``stop()``:
 
-    idle     read before the load started (or the load never started)
-    ramp_in  within ``ramp_in_s`` after the start: clocks and power are still ramping
-    load     after the ramp-in, before the end
-    after    read after the end
+    idle     read before anything was sent (the idle snapshot)
+    warmup   after the idle snapshot but outside every load window (warm-up requests,
+             the wait for the first token, the gap between two repeats)
+    ramp_in  within ``ramp_in_s`` after a window's start: clocks and power still ramping
+    load     after the ramp-in, before the window's end
+    after    read after the last end mark
 
 so a sample read just before a mark is never counted on the wrong side of it, however
 late the thread gets to it.  If ``mark_load_start`` is never called there are no load
@@ -35,23 +39,33 @@ class Telemetry:
     samples: list[GpuSample]
     interval_s: float
     ramp_in_s: float
-    load_start: float | None
-    load_end: float | None
+    load_start: float | None  # the first window's start
+    load_end: float | None  # the last end mark: later samples are "after"
     notes: list[str] = field(default_factory=list)
     disabled_fields: list[str] = field(default_factory=list)
     sampler_cpu_s: float = 0.0  # CPU time of the sampler thread (time.thread_time), for the overhead report
     wall_s: float = 0.0  # how long the sampler ran
+    windows: list[tuple[float, float | None]] = field(default_factory=list)  # (start, end) per load
 
 
-def phase_of(t: float, load_start: float | None, load_end: float | None, ramp_in_s: float,
+def window_of(t: float, windows: list[tuple[float, float | None]]) -> int | None:
+    """The index of the load window holding ``t`` (None: outside every window)."""
+    for i, (start, end) in enumerate(windows):
+        if start <= t and (end is None or t < end):
+            return i
+    return None
+
+
+def phase_of(t: float, windows: list[tuple[float, float | None]], load_end: float | None, ramp_in_s: float,
              idle_end: float | None = None) -> str:
     if load_end is not None and t >= load_end:
         return "after"
-    if load_start is None or t < load_start:
-        return "warmup" if idle_end is not None and t >= idle_end else "idle"
-    if t < load_start + ramp_in_s:
-        return "ramp_in"
-    return "load"
+    i = window_of(t, windows)
+    if i is not None:
+        return "ramp_in" if t < windows[i][0] + ramp_in_s else "load"
+    if idle_end is not None and t >= idle_end or windows and t >= windows[0][0]:
+        return "warmup"
+    return "idle"
 
 
 class Sampler:
@@ -65,7 +79,7 @@ class Sampler:
         self.interval_s = float(interval_s)
         self.ramp_in_s = float(ramp_in_s)
         self.idle_end: float | None = None
-        self.load_start: float | None = None
+        self.windows: list[tuple[float, float | None]] = []
         self.load_end: float | None = None
         self._samples: list[GpuSample] = []
         self._notes: list[str] = []
@@ -84,13 +98,25 @@ class Sampler:
         if self.idle_end is None:
             self.idle_end = now() if t is None else t
 
+    @property
+    def load_start(self) -> float | None:
+        return self.windows[0][0] if self.windows else None
+
+    def window_open(self) -> bool:
+        return bool(self.windows) and self.windows[-1][1] is None
+
     def mark_load_start(self, t: float | None = None) -> None:
-        """The client has seen tokens stream (time.perf_counter(); default now)."""
-        if self.load_start is None:
-            self.load_start = now() if t is None else t
+        """The client has seen tokens stream (time.perf_counter(); default now): a load
+        window opens, unless one is open already (the first call wins)."""
+        if not self.window_open():
+            self.windows.append((now() if t is None else t, None))
 
     def mark_load_end(self, t: float | None = None) -> None:
-        self.load_end = now() if t is None else t
+        """This load is over: its window closes. Samples after the last end mark are "after"."""
+        t = now() if t is None else t
+        if self.window_open():
+            self.windows[-1] = (self.windows[-1][0], t)
+        self.load_end = t
 
     # ------------------------------------------------------------------ thread
     def start(self) -> None:
@@ -134,7 +160,7 @@ class Sampler:
         self._t_stop = now()
         samples = sorted(self._samples, key=lambda s: s.t)
         for s in samples:
-            s.phase = phase_of(s.t, self.load_start, self.load_end, self.ramp_in_s, self.idle_end)
+            s.phase = phase_of(s.t, self.windows, self.load_end, self.ramp_in_s, self.idle_end)
         notes = list(self.source.repeated_notes())
         for err, n in self._errors.items():
             notes.append(f"source read raised {err}" + (f" (x{n})" if n > 1 else ""))
@@ -142,11 +168,12 @@ class Sampler:
             notes.append(
                 f"{self._late} of {self._reads} reads took longer than the {self.interval_s:g} s interval"
             )
-        if self.load_start is None:
+        lengths = [end - start for start, end in self.windows if end is not None]
+        if not self.windows:
             notes.append("no load samples: the load never started (no tokens were seen streaming)")
-        elif self.load_end is not None and self.load_end - self.load_start <= self.ramp_in_s:
+        elif lengths and len(lengths) == len(self.windows) and max(lengths) <= self.ramp_in_s:
             notes.append(
-                f"no load samples: the load lasted {self.load_end - self.load_start:.2f} s, "
+                f"no load samples: the load lasted {max(lengths):.2f} s, "
                 f"not longer than the {self.ramp_in_s:g} s ramp-in"
             )
         return Telemetry(
@@ -161,4 +188,5 @@ class Sampler:
             disabled_fields=list(self.source.disabled_fields),
             sampler_cpu_s=self._cpu_s,
             wall_s=self._t_stop - self._t_start,
+            windows=list(self.windows),
         )

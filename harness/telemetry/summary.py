@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from harness.telemetry.base import SAMPLE_FIELDS, THROTTLE_REASONS, GpuSample
-from harness.telemetry.sampler import PHASES, Telemetry
+from harness.telemetry.sampler import PHASES, Telemetry, window_of
 
 SUMMARY_FIELDS = (
     "sm_clock_mhz",
@@ -36,28 +36,33 @@ def _stats(samples: list[GpuSample], name: str) -> dict[str, float | None]:
     return {"median": float(np.median(values)), "min": float(np.min(values))}
 
 
-def mean_power_from_energy(samples: list[GpuSample]) -> float | None:
-    """Mean power (W) over the samples' span from the energy counter: Δ mJ / Δ t.  Unlike
-    the instantaneous readings, this counts every joule between the first and last sample."""
-    with_energy = [s for s in samples if s.energy_mj is not None]
-    if len(with_energy) < 2:
-        return None
-    first, last = with_energy[0], with_energy[-1]
-    dt = last.t - first.t
-    de = last.energy_mj - first.energy_mj  # type: ignore[operator]
-    if dt <= 0 or de < 0:  # a counter reset (driver reload) says nothing
-        return None
-    return de / 1000.0 / dt
+def mean_power_from_energy(samples: list[GpuSample], windows: list[tuple[float, float | None]] | None = None) -> float | None:
+    """Mean power (W) from the energy counter: Σ Δ mJ / Σ Δ t over each load window's
+    samples (the gaps between windows are not load).  Unlike the instantaneous readings,
+    this counts every joule between a window's first and last sample."""
+    groups: dict[int | None, list[GpuSample]] = {}
+    for s in samples:
+        if s.energy_mj is not None:
+            groups.setdefault(window_of(s.t, windows) if windows else None, []).append(s)
+    energy_mj = seconds = 0.0
+    for group in groups.values():
+        if len(group) < 2:
+            continue
+        dt, de = group[-1].t - group[0].t, group[-1].energy_mj - group[0].energy_mj  # type: ignore[operator]
+        if dt <= 0 or de < 0:  # a counter reset (driver reload) says nothing
+            return None
+        energy_mj, seconds = energy_mj + de, seconds + dt
+    return energy_mj / 1000.0 / seconds if seconds > 0 else None
 
 
-def _gpu_block(info: Any, mine: list[GpuSample]) -> dict:
+def _gpu_block(info: Any, mine: list[GpuSample], windows: list[tuple[float, float | None]]) -> dict:
     by_phase = {p: [s for s in mine if s.phase == p] for p in PHASES}
     idle, load = by_phase["idle"], by_phase["load"]
     sm_max = info.sm_clock_max_mhz if info is not None else None
     if sm_max is None:
         sm_max = next((s.sm_clock_max_mhz for s in mine if s.sm_clock_max_mhz), None)
     load_block: dict[str, Any] = {f: _stats(load, f) for f in SUMMARY_FIELDS}
-    load_block["mean_power_w_from_energy"] = mean_power_from_energy(load)
+    load_block["mean_power_w_from_energy"] = mean_power_from_energy(load, windows)
     fractions: dict[str, float] = {}
     if load:
         names = list(THROTTLE_REASONS.values())
@@ -92,14 +97,21 @@ def summarize(tel: Telemetry) -> dict:
         "source": tel.source,
         "interval_s": tel.interval_s,
         "ramp_in_s": tel.ramp_in_s,
-        "load_window_s": (tel.load_end - tel.load_start) if (tel.load_start is not None and tel.load_end is not None) else None,
+        "load_window_s": load_window_s(tel),
+        "load_windows": len(tel.windows),
         "load_measured": counts["load"] > 0,
         "samples": counts,
         "notes": notes,
         "disabled_fields": list(tel.disabled_fields),
         "sampler_cpu_s": tel.sampler_cpu_s,
-        "gpus": {u: _gpu_block(infos.get(u), [s for s in tel.samples if s.uuid == u]) for u in order},
+        "gpus": {u: _gpu_block(infos.get(u), [s for s in tel.samples if s.uuid == u], tel.windows) for u in order},
     }
+
+
+def load_window_s(tel: Telemetry) -> float | None:
+    """Seconds under load, summed over the windows (one per repeat of the workload)."""
+    closed = [end - start for start, end in tel.windows if end is not None]
+    return sum(closed) if closed else None
 
 
 def _t0(tel: Telemetry) -> float:
@@ -147,13 +159,14 @@ def plot_png(path: str | os.PathLike, tel: Telemetry) -> None:
     uuids = [g.uuid for g in tel.gpus] + sorted({s.uuid for s in tel.samples} - set(infos))
     end_t = max((s.t for s in tel.samples), default=t0) - t0
     for ax in (ax_clk, ax_pow):
-        if tel.load_start is not None:
-            ls = tel.load_start - t0
-            le = (tel.load_end - t0) if tel.load_end is not None else end_t
+        for i, (start, end) in enumerate(tel.windows):
+            ls = start - t0
+            le = (end - t0) if end is not None else end_t
             ramp_end = min(ls + tel.ramp_in_s, le)
-            ax.axvspan(ls, ramp_end, color="tab:orange", alpha=0.10, lw=0, label="ramp-in (excluded)")
+            first = i == 0  # one legend entry for all windows
+            ax.axvspan(ls, ramp_end, color="tab:orange", alpha=0.10, lw=0, label="ramp-in (excluded)" if first else None)
             if le > ramp_end:
-                ax.axvspan(ramp_end, le, color="tab:orange", alpha=0.25, lw=0, label="load window")
+                ax.axvspan(ramp_end, le, color="tab:orange", alpha=0.25, lw=0, label="load window" if first else None)
         ax.grid(True, alpha=0.3)
     max_clocks = set()
     for u in uuids:
