@@ -119,12 +119,26 @@ def compose(overrides: list[str], conf_dir: Path = DEFAULT_CONF_DIR) -> Experime
             cfg, choices = compose_config(merged, conf_dir)
         except ConfigError as exc:
             raise ConfigError(f"arm '{name}': {exc}") from None
-        arms.append(Arm(name=name, cfg=cfg, overrides=list(arm_overrides), choices=choices))
+        arms.append(Arm(name=name, cfg=resolve_auto_telemetry(cfg), overrides=list(arm_overrides), choices=choices))
     experiment = Experiment(
-        name=base.name, description=base.description, base=base, arms=arms, overrides=list(overrides)
+        name=base.name, description=base.description, base=resolve_auto_telemetry(base), arms=arms,
+        overrides=list(overrides),
     )
     validate(experiment)
     return experiment
+
+
+def resolve_auto_telemetry(cfg: DictConfig) -> DictConfig:
+    """`telemetry.source: auto` (the default) samples NVML when the server needs a GPU and
+    nothing otherwise, so a GPU experiment never skips its clock gates for want of a
+    setting. Resolved here, so records and `specgate show` say what actually ran."""
+    if cfg.telemetry.source != "auto":
+        return cfg
+    cfg = cfg.copy()
+    OmegaConf.set_readonly(cfg, False)
+    cfg.telemetry.source = "nvml" if cfg.server.requires_gpu else "off"
+    OmegaConf.set_readonly(cfg, True)
+    return cfg
 
 
 def validate(experiment: Experiment) -> None:

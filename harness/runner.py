@@ -162,7 +162,8 @@ class Runner:
                 finally:
                     if sampler is not None:
                         sampler.mark_load_end()
-                self.record.add_requests(arm.name, [{**r.to_json(), "repeat": repeat} for r in load.records])
+                if arm.cfg.record.keep_requests:
+                    self.record.add_requests(arm.name, [{**r.to_json(), "repeat": repeat} for r in load.records])
                 result = summarize(arm.name, load, self.server_accept_length(client, arm))
                 server_side = self.server_window(arm, before, client)
                 self.arm_status[arm.name].setdefault("server_metrics", []).append(server_side)

@@ -112,7 +112,7 @@ class WorkloadConfig:
 
 @dataclass
 class TelemetryConfig:
-    source: str = "off"  # off | nvml | smi | sim (the simulator's GPU model)
+    source: str = "auto"  # auto (nvml when server.requires_gpu, else off) | off | nvml | smi | sim (the simulator's GPUs)
     interval_s: float = 0.1  # sampling period (10 Hz)
     idle_s: float = 1.0  # the idle snapshot: sampled before any request is sent
     ramp_in_s: float = 2.0  # excluded after the first token arrives: clocks need time to boost
