@@ -15,12 +15,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from harness.atomic import atomic_write
 
 # A secret-named key ENDS in TOKEN, KEY, SECRET, ... as a whole word (HF_TOKEN, --api-key,
 # AWS_SECRET_ACCESS_KEY, DB_PASSWORD), so max_tokens, verify_per_token_ms or
@@ -28,21 +29,6 @@ import yaml
 SECRET_NAME = re.compile(r"(^|[_.-])(TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIALS?|AUTH)$", re.IGNORECASE)
 MIN_SECRET_LENGTH = 6  # shorter values would scrub ordinary words and numbers from logs
 REDACTED = "***"
-
-
-def atomic_write(path: Path, text: str) -> None:
-    """Write via a temp file + rename, so a crash never leaves half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 class Redactor:

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import csv
 import os
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from harness.atomic import atomic_file
 
 from harness.telemetry.base import SAMPLE_FIELDS, THROTTLE_REASONS, GpuSample
 from harness.telemetry.sampler import PHASES, Telemetry, window_of
@@ -118,31 +118,17 @@ def _t0(tel: Telemetry) -> float:
     return min((s.t for s in tel.samples), default=tel.load_start or 0.0)
 
 
-def _atomic_target(path: str | os.PathLike) -> tuple[Path, str]:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    return path, tmp
-
-
 def write_csv(path: str | os.PathLike, tel: Telemetry) -> None:
     """One row per sample; ``t_s`` from the first sample; empty cell = not read."""
-    path, tmp = _atomic_target(path)
     t0 = _t0(tel)
-    try:
-        with open(tmp, "w", newline="") as fh:
-            w = csv.writer(fh)
-            w.writerow(CSV_COLUMNS)
-            for s in sorted(tel.samples, key=lambda s: (s.t, s.index)):
-                row: list[Any] = [f"{s.t - t0:.4f}", s.phase, s.uuid, s.index]
-                row += ["" if getattr(s, f) is None else getattr(s, f) for f in SAMPLE_FIELDS]
-                row.append("|".join(s.throttle_reasons))
-                w.writerow(row)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_file(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(CSV_COLUMNS)
+        for s in sorted(tel.samples, key=lambda s: (s.t, s.index)):
+            row: list[Any] = [f"{s.t - t0:.4f}", s.phase, s.uuid, s.index]
+            row += ["" if getattr(s, f) is None else getattr(s, f) for f in SAMPLE_FIELDS]
+            row.append("|".join(s.throttle_reasons))
+            w.writerow(row)
 
 
 def plot_png(path: str | os.PathLike, tel: Telemetry) -> None:
@@ -202,10 +188,5 @@ def plot_png(path: str | os.PathLike, tel: Telemetry) -> None:
             ax.legend(handles, labels, loc="best", fontsize=8, ncol=2 if len(handles) > 5 else 1)
     if not tel.samples:
         ax_clk.text(0.5, 0.5, "no samples", transform=ax_clk.transAxes, ha="center", va="center")
-    path, tmp = _atomic_target(path)
-    try:
-        fig.savefig(tmp, format="png")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_file(path, "wb") as fh:
+        fig.savefig(fh, format="png")
