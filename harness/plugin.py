@@ -95,7 +95,7 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"specgate: {exc}") from None
     preflight(experiment)
     progress = None if config.getoption("no_progress") else terminal_progress(config)
-    runner = Runner(experiment, progress=progress, notes=notes, baseline=baseline)
+    runner = Runner(experiment, progress=progress, notes=notes, reference=baseline)
     if replay_dir:
         runner.replay_of = Path(replay_dir).resolve()
     config.stash[RUNNER] = runner
@@ -264,14 +264,14 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     runner = config.stash.get(RUNNER, None)
-    if runner is not None and runner.servers:  # a backstop: nothing may outlive the run
+    if runner is not None and runner.open_sessions:  # a backstop: nothing may outlive the run
         runner.finish(interrupted=True)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     runner = config.stash.get(RUNNER, None)
-    if runner is None or runner._record is None:  # noqa: SLF001 - nothing was measured
+    if runner is None or not runner.recorder.started:  # nothing was measured
         return
     terminalreporter.section("specgate summary")
     terminalreporter.write(runner.summary())
-    terminalreporter.write_line(f"run record: {runner.record.path}")
+    terminalreporter.write_line(f"run record: {runner.recorder.path}")

@@ -6,6 +6,6 @@ measured over the repeats, whichever is larger. Improvements beyond the band are
 from harness import gate
 
 
-def test_no_regression_against_baseline(arm_run, gates, runner):
-    gates.check(gate.against_baseline(arm_run.name, arm_run.result, runner.baseline_arm(arm_run.name),
-                                      arm_run.cfg.gate, runner.baseline_label))
+def test_no_regression_against_baseline(arm_run, gates):
+    gates.check(gate.against_baseline(arm_run.name, arm_run.result, arm_run.reference,
+                                      arm_run.cfg.gate, arm_run.reference_label))

@@ -9,11 +9,11 @@ from harness import gate
 
 
 @pytest.fixture
-def gpu(arm_run, runner) -> dict:
+def gpu(arm_run) -> dict:
     source = arm_run.cfg.telemetry.source
     if source == "off":
         pytest.skip("telemetry is off for this arm (telemetry=nvml, smi or sim samples the GPUs)")
-    block = runner.gpu.get(arm_run.name)
+    block = arm_run.outcome.gpu
     if block is None:
         pytest.fail(f"telemetry={source} was configured but recorded nothing for arm '{arm_run.name}'")
     if block.get("unavailable"):

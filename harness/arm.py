@@ -1,0 +1,185 @@
+"""One arm on its own server: start it, measure its workload, keep it up for the API
+checks, stop it. What comes out is the arm's `ArmOutcome`; what a suite gets is an
+`ArmRun` (the outcome, the live server and client, the plain arm's result and this arm's
+block in the reference run).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from harness.client import ClientError, ServerClient
+from harness.config import Arm
+from harness.images import ImageError
+from harness.load import run_load
+from harness.metrics import ArmResult, apply_server_window, combine_repeats, summarize
+from harness.outcome import ArmOutcome
+from harness.recorder import Recorder
+from harness.server_metrics import Snapshot, parse as parse_metrics, window as metrics_window
+from harness.servers import Server, ServerError, Session, make_server
+from harness.telemetry.base import TelemetryUnavailable, make_source, resolve_uuids
+from harness.telemetry.sampler import Sampler
+from harness.telemetry.summary import summarize as summarize_telemetry
+
+
+class ArmFailed(Exception):
+    """An arm could not be measured (server failed to start, died, or answered nothing)."""
+
+
+@dataclass
+class ArmRun:
+    """A measured arm whose server is still up: what the suites receive."""
+
+    arm: Arm
+    server: Server
+    client: ServerClient
+    model: str
+    outcome: ArmOutcome
+    plain: ArmResult | None = None  # the plain-decoding arm's result in this run (None for that arm itself)
+    reference: dict[str, Any] | None = None  # this arm's block in the reference run (gate.baseline)
+    reference_label: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.arm.name
+
+    @property
+    def cfg(self):
+        return self.arm.cfg
+
+    @property
+    def result(self) -> ArmResult:
+        return self.outcome.result
+
+
+class ArmSession:
+    """The lifecycle of one arm's server and its measurement; failures end in ArmFailed
+    with the outcome's status and error set."""
+
+    def __init__(self, arm: Arm, outcome: ArmOutcome, recorder: Recorder, session: Session,
+                 progress: Callable[[Any], None] | None = None):
+        self.arm, self.outcome, self.recorder, self.progress = arm, outcome, recorder, progress
+        self.server: Server = make_server(arm.name, arm.cfg, recorder.server_log(arm.name), session)
+        self.client: ServerClient | None = None
+        self.model = ""
+
+    # --- the server --------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the server and learn what it serves; ArmFailed when it can't."""
+        self.outcome.status = "starting"
+        try:
+            self.server.start()
+        except (ServerError, ImageError) as exc:
+            self.outcome.server = self.server.describe()
+            self.fail("server_failed", str(exc))
+        self.outcome.status, self.outcome.server = "measuring", self.server.describe()
+        self.client = ServerClient(self.server.base_url)
+        try:
+            self.model = self.client.served_model()
+            self.outcome.server_version = self.client.server_version()
+        except ClientError as exc:
+            self.fail("server_failed", f"arm '{self.arm.name}': the server is healthy but its info routes fail: {exc}")
+
+    def stop(self) -> None:
+        self.server.stop()
+        self.recorder.scrub_server_log(self.arm.name)
+
+    def fail(self, status: str, message: str) -> None:
+        self.outcome.status, self.outcome.error = status, message
+        raise ArmFailed(message)
+
+    # --- the measurement ---------------------------------------------------------------
+    def measure(self) -> None:
+        """The workload `gate.repeats` times on one server; the GPUs are sampled throughout,
+        with one load window per repeat."""
+        cfg, name = self.arm.cfg, self.arm.name
+        progress = (lambda snapshot: self.progress(name, snapshot)) if self.progress else None
+        sampler = self.start_telemetry()
+        repeats = []
+        try:
+            for repeat in range(max(1, cfg.gate.repeats)):
+                repeats.append(self.measure_once(repeat, sampler, progress))
+                if not self.server.is_alive():
+                    break
+        finally:
+            if sampler is not None:
+                self.finish_telemetry(sampler)
+        self.outcome.result = result = combine_repeats(name, repeats)
+        if not self.server.is_alive():
+            self.fail("server_died", self.server.failure(
+                f"arm '{name}': the server {self.server.exit_description()} during the load "
+                f"({result.requests_failed} requests failed)").args[0])
+        self.outcome.status = "measured"
+
+    def measure_once(self, repeat: int, sampler: Sampler | None, progress) -> ArmResult:
+        cfg = self.arm.cfg
+        before: list[Snapshot | None] = []  # the server's counters once the warm-up is done
+        try:  # each repeat's load is its own GPU window; its warm-up is not load
+            load = run_load(cfg.workload, self.server.base_url, self.model, progress=progress,
+                            on_tokens_flowing=sampler.mark_load_start if sampler else None,
+                            on_measured_start=lambda: before.append(self.metrics_snapshot()))
+        finally:
+            if sampler is not None:
+                sampler.mark_load_end()
+        if cfg.record.keep_requests:
+            self.recorder.add_requests(self.arm.name, [{**r.to_json(), "repeat": repeat} for r in load.records])
+        result = summarize(self.arm.name, load, self.server_accept_length())
+        server_side = self.server_window(before)
+        self.outcome.server_windows.append(server_side)
+        return apply_server_window(result, load, server_side)
+
+    # --- GPUs --------------------------------------------------------------------------
+    def start_telemetry(self) -> Sampler | None:
+        """Sample the server's GPUs from before the load; None when telemetry is off or
+        cannot run here (the reason goes into the arm's `gpu` block, and the GPU suite
+        skips with it)."""
+        settings = self.arm.cfg.telemetry
+        if settings.source == "off":
+            return None
+        try:
+            source = make_source(settings.source, base_url=self.server.base_url)
+            wanted = list(settings.gpus) if settings.gpus else self.server.gpu_ids()
+            source.open(resolve_uuids(source, wanted) if wanted else None, None)
+        except TelemetryUnavailable as exc:
+            self.outcome.gpu = {"source": settings.source, "unavailable": str(exc)}
+            return None
+        sampler = Sampler(source, interval_s=settings.interval_s, ramp_in_s=settings.ramp_in_s)
+        sampler.start()
+        time.sleep(settings.idle_s)  # the idle snapshot, before the warm-up touches the GPUs
+        sampler.mark_idle_end()
+        return sampler
+
+    def finish_telemetry(self, sampler: Sampler) -> None:
+        """Sample a little past the last load window, then summarize, plot, record."""
+        try:
+            time.sleep(self.arm.cfg.telemetry.after_s)
+        finally:
+            telemetry = sampler.stop()
+            sampler.source.close()
+        self.outcome.gpu = {**summarize_telemetry(telemetry), "ramp_in_s": telemetry.ramp_in_s}
+        self.recorder.write_telemetry(self.arm.name, telemetry)
+
+    # --- the server's own view ---------------------------------------------------------
+    def metrics_snapshot(self) -> Snapshot | None:
+        try:
+            return parse_metrics(self.client.metrics_text())
+        except (ClientError, ValueError):
+            return None  # a server without /metrics: the window stays empty
+
+    def server_window(self, before: list[Snapshot | None]) -> dict[str, Any]:
+        """The server's own TTFT/ITL means and speculation counters over this load."""
+        after = self.metrics_snapshot()
+        if not before or before[0] is None or after is None:
+            return {}
+        return metrics_window(self.arm.cfg.server.engine, before[0], after)
+
+    def server_accept_length(self) -> float | None:
+        """The server-cumulative accept length: only a labelled fallback (it includes warm-up)."""
+        if not self.arm.cfg.drafter.algorithm:
+            return None
+        try:
+            return self.client.server_accept_length()
+        except ClientError:
+            return None
