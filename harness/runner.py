@@ -22,6 +22,7 @@ from harness.client import ClientError, ServerClient
 from harness.config import Arm, Experiment
 from harness.gate import Verdict
 from harness.load import run_load
+from harness.load.requests import sglang_request_extras, sglang_spec_details
 from harness.metrics import ArmResult, apply_server_window, break_even_accept_length, combine_repeats, summarize
 from harness.server_metrics import Snapshot, parse as parse_metrics, window as metrics_window
 from harness.record import Redactor, RunRecord, load_results
@@ -156,7 +157,8 @@ class Runner:
                 before: list[Snapshot] = []  # the server's counters once the warm-up is done
                 load = run_load(arm.cfg.workload, server.base_url, model, progress=progress,
                                 on_tokens_flowing=sampler.mark_load_start if sampler and not repeat else None,
-                                on_measured_start=lambda: before.append(self.metrics_snapshot(client)))
+                                on_measured_start=lambda: before.append(self.metrics_snapshot(client)),
+                                request_extras=sglang_request_extras, spec_details=sglang_spec_details)
                 self.record.add_requests(arm.name, [{**r.to_json(), "repeat": repeat} for r in load.records])
                 result = summarize(arm.name, load, self.server_accept_length(client, arm))
                 server_side = self.server_window(arm, before, client)
