@@ -14,6 +14,7 @@ from harness.client import ClientError, ServerClient
 from harness.config import Arm
 from harness.images import ImageError
 from harness.load import run_load
+from harness.load.requests import sglang_request_extras, sglang_spec_details
 from harness.metrics import ArmResult, apply_server_window, combine_repeats, summarize
 from harness.outcome import ArmOutcome
 from harness.recorder import Recorder
@@ -119,7 +120,8 @@ class ArmSession:
         try:  # each repeat's load is its own GPU window; its warm-up is not load
             load = run_load(cfg.workload, self.server.base_url, self.model, progress=progress,
                             on_tokens_flowing=sampler.mark_load_start if sampler else None,
-                            on_measured_start=lambda: before.append(self.metrics_snapshot()))
+                            on_measured_start=lambda: before.append(self.metrics_snapshot()),
+                            request_extras=sglang_request_extras, spec_details=sglang_spec_details)
         finally:
             if sampler is not None:
                 sampler.mark_load_end()

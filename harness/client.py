@@ -1,6 +1,5 @@
-"""The one HTTP client of specgate: nothing else in the harness speaks HTTP.
-
-Two planes:
+"""specgate's HTTP client: this module and :mod:`harness.load.requests` are the only
+code in the harness that speaks HTTP.
 
 * Control plane (``requests``, synchronous): :class:`ServerClient` -- health checks,
   model / server info, ``/metrics`` text, cache flush, waiting for a server to come up.
@@ -9,52 +8,22 @@ Two planes:
   server's own error text.  Every POST sends ``Content-Type: application/json``, except
   :meth:`ServerClient.post_form`, a deliberate probe that the server refuses non-JSON.
 
-* Data plane (``aiohttp``, async): :func:`build_request` makes the request body for
-  ``api`` = ``chat`` | ``completions`` | ``generate`` and :func:`stream_request` sends it
-  with ``stream: true`` and fills a :class:`harness.load.RequestRecord` while the SSE
-  stream arrives.  Failures never raise out of :func:`stream_request`; they land in
-  ``record.error`` (and ``record.status``), so a run never reports a silent zero.
-
-Token counting per chunk (what the record's ``chunk_tokens`` mean):
-
-* ``generate``: SGLang's ``meta_info.completion_tokens`` is cumulative, so a chunk's
-  token count is the difference from the previous chunk's.  Exact.
-* ``chat`` / ``completions``: we ask for ``stream_options.continuous_usage_stats``
-  (SGLang >= 0.4 honours it: every content chunk then carries a cumulative ``usage``),
-  so a chunk's count is again the cumulative difference.  Exact.  If a server ignores
-  that option (no per-chunk usage), each chunk with text counts as 1 token and, once the
-  final ``include_usage`` chunk arrives, the last chunk absorbs the remainder so that
-  ``sum(chunk_tokens) == completion_tokens``.  Either way ``completion_tokens`` is the
-  server's own count from the usage chunk; a stream without one is an error (counting
-  chunks would under-count speculative decoding by the accept length).
-
-Speculative details: ``spec_verify_ct`` / ``spec_accept_length`` come from
-``sglext.spec_tokens_details`` (chat / completions, requested with
-``return_spec_tokens_details: true``) or ``meta_info`` (generate).
+* Data plane: the streamed requests of a load live in :mod:`harness.load.requests`;
+  they share this module's JSON header, SSE parsing and error-message helpers.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import Any, Callable, Optional
 
-import aiohttp
 import requests
-
-if TYPE_CHECKING:  # pragma: no cover
-    from harness.load import RequestRecord
 
 log = logging.getLogger(__name__)
 
 JSON_HEADERS = {"Content-Type": "application/json"}
-API_PATHS = {
-    "chat": "/v1/chat/completions",
-    "completions": "/v1/completions",
-    "generate": "/generate",
-}
 _MSG_LIMIT = 500
 
 
@@ -357,55 +326,11 @@ def _short(e: BaseException) -> str:
     return text[:300]
 
 
-# --------------------------------------------------------------------------- data plane
-
-
-def build_request(
-    api: str,
-    model: str,
-    prompt: str,
-    max_tokens: int,
-    temperature: float = 0.0,
-    ignore_eos: bool = False,
-) -> tuple[str, dict]:
-    """(path, JSON body) of one streaming request for ``api``."""
-    if api == "generate":
-        sampling = {"max_new_tokens": int(max_tokens), "temperature": float(temperature)}
-        if ignore_eos:
-            sampling["ignore_eos"] = True
-        return API_PATHS[api], {"text": prompt, "sampling_params": sampling, "stream": True}
-    if api not in ("chat", "completions"):
-        raise ValueError(f"unknown api {api!r}: expected one of chat, completions, generate")
-    body: dict[str, Any] = {"model": model}
-    if api == "chat":
-        body["messages"] = [{"role": "user", "content": prompt}]
-    else:
-        body["prompt"] = prompt
-    body.update(
-        max_tokens=int(max_tokens),
-        temperature=float(temperature),
-        stream=True,
-        stream_options={"include_usage": True, "continuous_usage_stats": True},
-        return_spec_tokens_details=True,
-    )
-    if ignore_eos:
-        body["ignore_eos"] = True
-    return API_PATHS[api], body
-
-
-def make_session(concurrency: int, read_bufsize: int = 16 * 1024**2) -> aiohttp.ClientSession:
-    """One session for a whole load: connector limit >= concurrency, no total timeout
-    (per-request timeouts are applied by :func:`stream_request`)."""
-    connector = aiohttp.TCPConnector(limit=max(1, int(concurrency)) + 8, limit_per_host=0)
-    return aiohttp.ClientSession(
-        connector=connector,
-        timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
-        read_bufsize=read_bufsize,  # /generate streams cumulative text: long lines
-    )
+# --------------------------------------------------------------------------- SSE parsing (both planes)
 
 
 class _StreamFailure(Exception):
-    pass
+    """An SSE stream that is not what it promises; str() is one sentence."""
 
 
 def _sse_payload(line: bytes) -> Optional[bytes]:
@@ -426,169 +351,3 @@ def _loads(payload: bytes) -> dict:
     if not isinstance(data, dict):
         raise _StreamFailure(f"malformed SSE line: data is not a JSON object: {payload[:200].decode('utf-8', 'replace')!r}")
     return data
-
-
-async def _read_openai(content: aiohttp.StreamReader, rec: "RequestRecord", chat: bool) -> None:
-    times, toks = rec.chunk_times, rec.chunk_tokens
-    clock = time.perf_counter
-    last_ct = 0
-    by_usage = False
-    saw_done = False
-    final_usage = None
-    sglext = None
-    async for line in content:
-        t = clock()
-        payload = _sse_payload(line)
-        if payload is None:
-            continue
-        if payload == b"[DONE]":
-            saw_done = True
-            continue
-        data = _loads(payload)
-        if "error" in data:
-            raise _StreamFailure(f"server error mid-stream: {_message_of(data['error'])}")
-        choices = data.get("choices")
-        usage = data.get("usage")
-        if choices:
-            ch = choices[0]
-            if chat:
-                d = ch.get("delta")
-                text = (d.get("content") or d.get("reasoning_content")) if d else None
-            else:
-                text = ch.get("text")
-            if usage and usage.get("completion_tokens") is not None:
-                n = usage["completion_tokens"] - last_ct
-                if n > 0:
-                    times.append(t)
-                    toks.append(n)
-                    last_ct += n
-                    by_usage = True
-            elif text:
-                times.append(t)
-                toks.append(1)
-            fr = ch.get("finish_reason")
-            if fr:
-                rec.finish_reason = fr
-        elif usage:
-            final_usage = usage
-        sx = data.get("sglext")
-        if sx:
-            sglext = sx
-    if not saw_done:
-        raise _StreamFailure(
-            f"connection dropped mid-stream: the stream ended without [DONE] after {len(times)} token chunks"
-        )
-    if final_usage is not None:
-        rec.prompt_tokens = final_usage.get("prompt_tokens")
-        rec.completion_tokens = final_usage.get("completion_tokens")
-    elif by_usage:
-        rec.completion_tokens = last_ct
-    else:
-        raise _StreamFailure(
-            "the server sent no usage chunk (stream_options.include_usage), so the completion token count is unknown"
-        )
-    if sglext:
-        std = sglext.get("spec_tokens_details")
-        if isinstance(std, list):
-            std = std[0] if std else None
-        if isinstance(std, dict):
-            rec.spec_verify_ct = std.get("spec_verify_ct")
-            rec.spec_accept_length = std.get("spec_accept_length")
-    if toks and rec.completion_tokens:
-        missing = rec.completion_tokens - sum(toks)
-        if missing > 0:  # fallback counting (1 per chunk): the last chunk absorbs the rest
-            toks[-1] += missing
-
-
-async def _read_generate(content: aiohttp.StreamReader, rec: "RequestRecord") -> None:
-    times, toks = rec.chunk_times, rec.chunk_tokens
-    clock = time.perf_counter
-    last_ct = 0
-    saw_done = False
-    meta: dict = {}
-    async for line in content:
-        t = clock()
-        payload = _sse_payload(line)
-        if payload is None:
-            continue
-        if payload == b"[DONE]":
-            saw_done = True
-            continue
-        data = _loads(payload)
-        if "error" in data:
-            raise _StreamFailure(f"server error mid-stream: {_message_of(data['error'])}")
-        m = data.get("meta_info")
-        if m:
-            meta = m
-            ct = m.get("completion_tokens")
-            if ct is not None and ct > last_ct:
-                times.append(t)
-                toks.append(ct - last_ct)
-                last_ct = ct
-    if not saw_done:
-        raise _StreamFailure(
-            f"connection dropped mid-stream: the stream ended without [DONE] after {len(times)} token chunks"
-        )
-    fr = meta.get("finish_reason")
-    if isinstance(fr, dict):
-        if fr.get("type") == "abort" and fr.get("message"):
-            rec.finish_reason = "abort"
-            raise _StreamFailure(f"request aborted by the server: {fr['message']}")
-        rec.finish_reason = fr.get("type")
-    elif fr:
-        rec.finish_reason = str(fr)
-    rec.prompt_tokens = meta.get("prompt_tokens")
-    rec.completion_tokens = meta.get("completion_tokens")
-    if rec.completion_tokens is None:
-        raise _StreamFailure("the server's meta_info carried no completion_tokens")
-    if meta.get("spec_verify_ct") is not None:
-        rec.spec_verify_ct = meta.get("spec_verify_ct")
-        rec.spec_accept_length = meta.get("spec_accept_length")
-
-
-async def stream_request(
-    session: aiohttp.ClientSession,
-    base_url: str,
-    api: str,
-    body: dict,
-    rec: "RequestRecord",
-    timeout_s: float,
-) -> "RequestRecord":
-    """Send one streaming request and fill ``rec`` (send_time, chunks, usage, status,
-    error, end_time).  Never raises for server/network trouble -- that becomes
-    ``rec.error``; cancellation (Ctrl-C) does propagate."""
-    url = base_url.rstrip("/") + API_PATHS[api]
-    rec.send_time = time.perf_counter()
-    try:
-        async with asyncio.timeout(timeout_s):
-            async with session.post(url, json=body, headers=JSON_HEADERS) as resp:
-                rec.status = resp.status
-                if resp.status != 200:
-                    text = await resp.read()
-                    rec.error = f"HTTP {resp.status}: {server_error_message(text)}"
-                    return rec
-                if api == "generate":
-                    await _read_generate(resp.content, rec)
-                else:
-                    await _read_openai(resp.content, rec, api == "chat")
-        if rec.finish_reason == "abort":
-            rec.error = "request aborted by the server (finish_reason=abort)"
-        elif not rec.chunk_times:
-            rec.error = "the stream finished without any tokens"
-        elif not rec.completion_tokens:
-            rec.error = f"the server reported {rec.completion_tokens} completion tokens for a stream that carried text"
-    except _StreamFailure as e:
-        rec.error = str(e)
-    except TimeoutError:
-        rec.error = f"timed out after {timeout_s:g}s"
-    except aiohttp.ClientConnectorError as e:
-        rec.error = f"cannot connect to {url}: {e.os_error or e}"
-    except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, ConnectionResetError) as e:
-        rec.error = f"connection dropped mid-stream after {len(rec.chunk_times)} token chunks: {type(e).__name__}: {e}"
-    except aiohttp.ClientError as e:
-        rec.error = f"{type(e).__name__}: {e}"
-    except ValueError as e:  # aiohttp: line longer than read_bufsize ("Chunk too big")
-        rec.error = f"bad stream from server: {e}"
-    finally:
-        rec.end_time = time.perf_counter()
-    return rec

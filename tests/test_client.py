@@ -1,4 +1,5 @@
-"""harness.client against a fake SGLang over real loopback HTTP (no mocks of aiohttp).
+"""harness.client and the load's request functions (harness.load.requests) against a fake
+SGLang over real loopback HTTP (no mocks of aiohttp).
 
 The fake server (FakeSGLang) reproduces the SSE shapes of SGLang 0.5.x:
 chat:        role chunk, content chunks (+ cumulative usage when continuous_usage_stats),
@@ -31,6 +32,14 @@ from harness.client import (
     ServerUnreachable,
 )
 from harness.load import RequestRecord
+from harness.load.requests import (
+    ChatRequest,
+    Sampling,
+    make_session,
+    request_func,
+    sglang_request_extras,
+    sglang_spec_details,
+)
 
 
 # --------------------------------------------------------------------------- fake server
@@ -282,12 +291,19 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def sglang_request(api: str, max_tokens: int = 10, model: str = "fake-model", temperature: float = 0.0,
+                   ignore_eos: bool = True):
+    return request_func(api, model, Sampling(max_tokens, temperature, ignore_eos), sglang_request_extras(api),
+                        sglang_spec_details)
+
+
 def stream_one(url: str, api: str, prompt: str, max_tokens: int = 10, timeout_s: float = 5.0) -> RequestRecord:
+    request = sglang_request(api, max_tokens)
+
     async def go():
-        async with client.make_session(4) as session:
-            _, body = client.build_request(api, "fake-model", prompt, max_tokens, 0.0, True)
+        async with make_session(4) as session:
             rec = RequestRecord(index=0, warmup=False)
-            return await client.stream_request(session, url, api, body, rec, timeout_s)
+            return await request.stream(session, url, request.body(prompt), rec, timeout_s)
 
     return asyncio.run(go())
 
@@ -296,23 +312,31 @@ def stream_one(url: str, api: str, prompt: str, max_tokens: int = 10, timeout_s:
 
 
 def test_build_request_bodies():
-    path, body = client.build_request("chat", "m", "hi", 7, 0.5, True)
-    assert path == "/v1/chat/completions"
+    chat = sglang_request("chat", 7, "m", 0.5, True)
+    body = chat.body("hi")
+    assert chat.path == "/v1/chat/completions" and body["model"] == "m"
     assert body["messages"] == [{"role": "user", "content": "hi"}]
     assert body["stream"] is True and body["stream_options"]["include_usage"] is True
+    assert body["stream_options"]["continuous_usage_stats"] is True
     assert body["return_spec_tokens_details"] is True
     assert body["max_tokens"] == 7 and body["temperature"] == 0.5 and body["ignore_eos"] is True
 
-    path, body = client.build_request("completions", "m", "hi", 7, 0.0, False)
-    assert path == "/v1/completions" and body["prompt"] == "hi" and "ignore_eos" not in body
+    completions = sglang_request("completions", 7, "m", 0.0, False)
+    body = completions.body("hi")
+    assert completions.path == "/v1/completions" and body["prompt"] == "hi" and "ignore_eos" not in body
     assert body["return_spec_tokens_details"] is True and body["stream"] is True
 
-    path, body = client.build_request("generate", "m", "hi", 7, 0.0, True)
-    assert path == "/generate"
-    assert body == {"text": "hi", "sampling_params": {"max_new_tokens": 7, "temperature": 0.0, "ignore_eos": True},
-                    "stream": True}
-    with pytest.raises(ValueError):
-        client.build_request("embeddings", "m", "hi", 1)
+    generate = sglang_request("generate", 7, "m", 0.0, True)
+    assert generate.path == "/generate"
+    assert generate.body("hi") == {"text": "hi", "stream": True,
+                                   "sampling_params": {"max_new_tokens": 7, "temperature": 0.0, "ignore_eos": True}}
+
+    # without an engine's extras the bodies carry only generic OpenAI fields
+    generic = request_func("chat", "m", Sampling(7)).body("hi")
+    assert "return_spec_tokens_details" not in generic and "ignore_eos" not in generic
+    assert chat.body("a") is not chat.body("a")  # a fresh body per request
+    with pytest.raises(ValueError, match="unknown api 'embeddings': expected one of chat, completions, generate"):
+        request_func("embeddings", "m", Sampling(1))
 
 
 # --------------------------------------------------------------------------- streaming
@@ -457,7 +481,7 @@ def test_post_form_probe_and_unchecked_post_json(fake):
 
 def test_stream_events(fake):
     c = ServerClient(fake.url)
-    _, body = client.build_request("chat", "fake-model", "count", 10)
+    body = ChatRequest("fake-model", Sampling(10), sglang_request_extras("chat")).body("count")
     events = c.stream_events("/v1/chat/completions", body)
     assert events[0]["choices"][0]["delta"]["role"] == "assistant"
     assert events[-1]["choices"] == [] and events[-1]["usage"]["completion_tokens"] == 10

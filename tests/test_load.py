@@ -2,24 +2,35 @@
 
 from __future__ import annotations
 
+import ast
+import asyncio
 import dataclasses
 import io
 import os
+import random
 import subprocess
 import sys
 import textwrap
-import threading
 import time
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from harness.load import LoadResult, ProgressSnapshot, RequestRecord, make_prompt, print_progress, run_load
+from harness.load import LoadResult, ProgressSnapshot, RequestRecord, print_progress, run_load
+from harness.load.arrivals import ClosedLoop, GammaArrivals, PoissonArrivals, arrival_process
+from harness.load.prompts import FixedPrompt, RandomWords, prompt_source
+from harness.load.requests import sglang_request_extras, sglang_spec_details
+from harness.load.runner import RequestBudget
 from harness.schema import WorkloadConfig
 
 try:
     from tests.test_client import FakeSGLang
 except ImportError:  # tests/ is not a package: pytest put it on sys.path
     from test_client import FakeSGLang
+
+
+PINNED_PROMPT = "for of did last me know"  # RandomWords(6, seed 3), request 0
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +72,8 @@ def test_works_with_omegaconf_and_other_apis(fake):
 
     for api in ("completions", "generate"):
         cfg = OmegaConf.structured(wl(api=api, num_prompts=3, warmup_requests=0))
-        res = run_load(cfg, fake.url, "fake-model")
+        res = run_load(cfg, fake.url, "fake-model", request_extras=sglang_request_extras,
+                       spec_details=sglang_spec_details)
         assert len(res.records) == 3 and all(r.ok for r in res.records), [r.error for r in res.records]
         assert all(r.spec_verify_ct == 4 for r in res.records)
 
@@ -74,8 +86,6 @@ def test_poisson_open_loop_rate_and_cap(fake):
     assert fake.max_active <= 2
 
     # Modest rate, no cap in practice: the span of sends follows the seeded schedule
-    import random
-
     rate, n = 40.0, 16
     rng = random.Random(7)
     expected_span = sum(rng.expovariate(rate) for _ in range(n - 1))
@@ -95,15 +105,36 @@ def test_duration_mode(fake):
     assert all(r.ok for r in m)
 
 
+def prompt(w: WorkloadConfig, index: int) -> str:
+    return prompt_source(w).prompt(index)
+
+
 def test_random_prompts_are_seeded():
     w = wl(prompt=None, input_len=20, seed=3)
-    p0, p1 = make_prompt(w, 0), make_prompt(w, 1)
+    p0, p1 = prompt(w, 0), prompt(w, 1)
     assert len(p0.split()) == 20 and p0 != p1
-    assert make_prompt(wl(prompt=None, input_len=20, seed=3), 0) == p0
-    assert make_prompt(wl(prompt=None, input_len=20, seed=4), 0) != p0
-    assert make_prompt(wl(prompt="fixed"), 5) == "fixed"
+    assert prompt(wl(prompt=None, input_len=20, seed=3), 0) == p0
+    assert prompt(wl(prompt=None, input_len=20, seed=4), 0) != p0
+    assert prompt(wl(prompt="fixed"), 5) == "fixed"
     with pytest.raises(ValueError, match="input_len"):
-        make_prompt(wl(prompt=None, input_len=None), 0)
+        prompt_source(wl(prompt=None, input_len=None))
+
+
+def test_prompt_sources_are_picked_by_config_and_stable():
+    assert prompt_source(wl(prompt="fixed", input_len=20)) == FixedPrompt("fixed")
+    assert prompt_source(wl(prompt=None, input_len=20, seed=3)) == RandomWords(20, 3)
+    # pinned: the same seed and index give the same text in every version of the harness
+    assert RandomWords(6, 3).prompt(0) == PINNED_PROMPT
+    assert RandomWords(6, 3).prompt(-1) != RandomWords(6, 3).prompt(0)  # a warm-up differs from request 0
+
+
+def test_sent_prompts_come_from_the_source(fake):
+    w = wl(prompt=None, input_len=8, seed=5, num_prompts=3, warmup_requests=1, concurrency=1)
+    fake.bodies.clear()
+    run_load(w, fake.url, "m")
+    source = prompt_source(w)
+    sent = [b["messages"][0]["content"] for b in fake.bodies]
+    assert sent == [source.prompt(-1), source.prompt(0), source.prompt(1), source.prompt(2)]
 
 
 def test_failures_are_recorded_not_raised(fake):
@@ -142,17 +173,6 @@ def test_progress_is_throttled_and_final(fake):
     assert log.getvalue() == log.getvalue().lstrip("\r") and log.getvalue().startswith("[arm] 10/10 done")
 
 
-def test_stop_event_stops_sending(fake):
-    ev = threading.Event()
-    threading.Timer(0.3, ev.set).start()
-    t = time.perf_counter()
-    res = run_load(wl(num_prompts=None, duration_s=60, concurrency=2, warmup_requests=0), fake.url, "m",
-                   stop_event=ev)
-    assert time.perf_counter() - t < 3
-    assert res.interrupted
-    assert res.measured and all(r.ok for r in res.measured)  # in-flight ones finished
-
-
 def test_hundreds_of_concurrent_streams():
     srv = FakeSGLang(step_s=0.02)
     try:
@@ -167,7 +187,7 @@ def test_hundreds_of_concurrent_streams():
 
 def test_request_lines_are_relative_ms(fake):
     res = run_load(wl(num_prompts=2, warmup_requests=1, concurrency=1), fake.url, "m")
-    lines = res.request_lines()
+    lines = [r.to_json(res.run_start) for r in res.records]
     assert lines == [r.to_json() for r in res.records]  # the runner stamps the run start on each record
     assert lines[1]["send_ms"] > lines[0]["send_ms"] > 0
     assert len(lines) == 3 and lines[0]["warmup"] is True
@@ -238,3 +258,108 @@ def test_tokens_flowing_is_never_signalled_when_nothing_streams():
     res = run_load(wl(num_prompts=2, warmup_requests=0, timeout_s=2.0), "http://127.0.0.1:9", "m",
                    on_tokens_flowing=seen.append)
     assert seen == [] and all(not r.ok for r in res.measured)
+
+
+# --------------------------------------------------------------------------- the pieces
+
+
+def test_engine_hooks_shape_bodies_and_read_spec_fields(fake):
+    w = wl(num_prompts=2, warmup_requests=0, concurrency=1)
+    fake.bodies.clear()
+    plain = run_load(w, fake.url, "m")  # no hooks: a generic OpenAI request, nothing engine-specific read
+    assert all("return_spec_tokens_details" not in b for b in fake.bodies)
+    assert all(r.ok and r.spec_verify_ct is None and r.spec_accept_length is None for r in plain.records)
+
+    unread = run_load(w, fake.url, "m", request_extras=sglang_request_extras)  # fields sent, nobody reads them
+    assert all(r.ok and r.spec_verify_ct is None for r in unread.records)
+
+    fake.bodies.clear()
+    seen: list[dict] = []
+
+    def spec_details(event: dict) -> dict | None:
+        seen.append(event)
+        return sglang_spec_details(event)
+
+    res = run_load(w, fake.url, "m", request_extras=lambda api: {"return_spec_tokens_details": True, "x_api": api},
+                   spec_details=spec_details)
+    assert all(b["return_spec_tokens_details"] is True and b["x_api"] == "chat" for b in fake.bodies)
+    assert all(r.spec_verify_ct == 4 and r.spec_accept_length == pytest.approx(2.5) for r in res.records)
+    assert any("sglext" in e for e in seen) and any(e.get("choices") for e in seen)  # every event is offered
+
+
+def test_sglang_hooks():
+    assert sglang_request_extras("chat") == sglang_request_extras("completions") == {"return_spec_tokens_details": True}
+    assert sglang_request_extras("generate") == {}
+    details = {"spec_verify_ct": 3, "spec_accept_length": 2.0, "spec_accept_rate": 0.5}
+    want = {"spec_verify_ct": 3, "spec_accept_length": 2.0}
+    assert sglang_spec_details({"sglext": {"spec_tokens_details": details}}) == want
+    assert sglang_spec_details({"sglext": {"spec_tokens_details": [details]}}) == want  # one per choice
+    for event in ({"choices": []}, {"sglext": None}, {"sglext": {"spec_tokens_details": []}},
+                  {"sglext": {"spec_tokens_details": "n/a"}}):
+        assert sglang_spec_details(event) is None
+
+
+def test_arrival_process_is_picked_by_config():
+    assert arrival_process(wl(concurrency=3)) == ClosedLoop(3)
+    assert arrival_process(wl(concurrency=None)) == ClosedLoop(1)
+    assert arrival_process(wl(request_rate=5.0, concurrency=2, seed=9)) == PoissonArrivals(5.0, 2, 9)
+    bursty = SimpleNamespace(concurrency=2, request_rate=5.0, seed=9, burstiness=0.5)
+    assert arrival_process(bursty) == GammaArrivals(5.0, 2, 9, 0.5)
+    assert arrival_process(SimpleNamespace(**{**vars(bursty), "burstiness": 1.0})) == PoissonArrivals(5.0, 2, 9)
+    with pytest.raises(ValueError, match="request_rate must be > 0"):
+        arrival_process(wl(request_rate=0.0))
+    with pytest.raises(ValueError, match="burstiness must be > 0"):
+        GammaArrivals(5.0, 2, 9, 0.0)
+
+
+def test_open_loop_gaps_are_seeded_with_the_rate_as_mean():
+    rate = 20.0
+    poisson, a, b = PoissonArrivals(rate, 1, 7), random.Random(7), random.Random(7)
+    assert [poisson.gap(a) for _ in range(5)] == [b.expovariate(rate) for _ in range(5)]  # as before the split
+    for burstiness in (0.25, 1.0, 4.0):
+        gamma = GammaArrivals(rate, 1, 7, burstiness)
+        a, b = random.Random(7), random.Random(7)
+        gaps = [gamma.gap(a) for _ in range(20000)]
+        assert gaps[:5] == [gamma.gap(b) for _ in range(5)]  # the seed fixes the schedule
+        mean = sum(gaps) / len(gaps)
+        cv2 = sum((g - mean) ** 2 for g in gaps) / len(gaps) / mean**2
+        assert mean == pytest.approx(1 / rate, rel=0.05)
+        assert cv2 == pytest.approx(1 / burstiness, rel=0.15)  # gamma: squared CV = 1 / shape
+
+
+def test_gamma_arrivals_drive_sends_capped_by_concurrency():
+    arrivals = GammaArrivals(1000.0, 2, 1, 0.5)
+    budget = RequestBudget(8, None)
+    sent: list[int] = []
+    active = [0, 0]  # now, most
+
+    async def send(i: int) -> None:
+        sent.append(i)
+        active[0] += 1
+        active[1] = max(active)
+        await asyncio.sleep(0.005)
+        active[0] -= 1
+
+    asyncio.run(arrivals.drive(lambda: budget.claim(None), send))
+    assert sorted(sent) == list(range(8)) and active == [0, 2]
+
+
+def test_request_budget():
+    with pytest.raises(ValueError, match="num_prompts or duration_s"):
+        RequestBudget.of(wl(num_prompts=None))
+    assert RequestBudget.of(wl(num_prompts=5, duration_s=2.0)) == RequestBudget(None, 2.0)  # a duration wins
+    count = RequestBudget.of(wl(num_prompts=2))
+    assert [count.claim(None) for _ in range(3)] == [0, 1, None]
+    timed = RequestBudget(None, 0.5)
+    assert timed.claim(None) == 0  # the clock starts at the first measured send
+    assert timed.claim(time.perf_counter()) == 1
+    assert timed.claim(time.perf_counter() - 0.6) is None
+
+
+def test_records_import_nothing_from_the_harness():
+    """records.py is shared by the request functions, the load runner and metrics: a
+    harness import there would bring back the client <-> load cycle."""
+    tree = ast.parse((Path(__file__).resolve().parents[1] / "harness" / "load" / "records.py").read_text())
+    imported = [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+    imported += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+    assert not [m for m in imported if m.startswith("harness")], imported

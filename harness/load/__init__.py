@@ -1,0 +1,10 @@
+"""The load: prompts (:mod:`.prompts`) x arrivals (:mod:`.arrivals`) x a request function
+per API (:mod:`.requests`), wired by :func:`run_load` (:mod:`.runner`) into a
+:class:`LoadResult` of :class:`RequestRecord` s (:mod:`.records`), with a live progress
+line (:mod:`.progress`)."""
+
+from harness.load.progress import ProgressSnapshot, print_progress
+from harness.load.records import LoadResult, RequestRecord
+from harness.load.runner import run_load
+
+__all__ = ["LoadResult", "ProgressSnapshot", "RequestRecord", "print_progress", "run_load"]

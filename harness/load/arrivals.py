@@ -1,0 +1,128 @@
+"""Arrival processes: when the next measured request is sent.
+
+An arrival process drives ``send(index)`` for each index that ``claim()`` hands out
+(``claim()`` returns None once the load is complete) and returns when every request it
+sent has ended.  ``concurrency`` always caps how many are in flight.
+
+* :class:`ClosedLoop` (``request_rate`` null): ``concurrency`` workers, each sends its
+  next request as soon as its previous one ends.
+* :class:`PoissonArrivals` (``request_rate`` set): exponential gaps at that rate from
+  ``random.Random(seed)``; an arrival waits for a free slot.
+* :class:`GammaArrivals`: gamma-distributed gaps with the same mean; ``burstiness`` < 1
+  makes arrivals burstier than Poisson, > 1 more regular (1 is Poisson's distribution).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable
+
+Claim = Callable[[], "int | None"]
+Send = Callable[[int], Awaitable[Any]]
+
+
+class ArrivalProcess(ABC):
+    @abstractmethod
+    async def drive(self, claim: Claim, send: Send) -> None:
+        """Send every claimed index; return when all sent requests have ended."""
+
+
+@dataclass(frozen=True)
+class ClosedLoop(ArrivalProcess):
+    concurrency: int
+
+    async def drive(self, claim: Claim, send: Send) -> None:
+        async def worker() -> None:
+            while (i := claim()) is not None:
+                await send(i)
+
+        await asyncio.gather(*(worker() for _ in range(self.concurrency)))
+
+
+@dataclass(frozen=True)
+class OpenLoop(ArrivalProcess):
+    """Arrivals on a seeded schedule of gaps, independent of when requests end."""
+
+    rate: float  # requests per second, on average
+    concurrency: int
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.rate <= 0:
+            raise ValueError(f"workload.request_rate must be > 0 (got {self.rate})")
+
+    @abstractmethod
+    def gap(self, rng: random.Random) -> float:
+        """Seconds from one arrival to the next."""
+
+    async def drive(self, claim: Claim, send: Send) -> None:
+        rng = random.Random(self.seed)
+        slots = asyncio.Semaphore(self.concurrency)
+        tasks: set[asyncio.Task] = set()
+
+        async def send_in_slot(i: int) -> None:
+            try:
+                await send(i)
+            finally:
+                slots.release()
+
+        t_next = time.perf_counter()
+        try:
+            while True:
+                delay = t_next - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                await slots.acquire()
+                i = claim()
+                if i is None:
+                    slots.release()
+                    break
+                task = asyncio.create_task(send_in_slot(i))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+                t_next += self.gap(rng)
+            if tasks:
+                await asyncio.gather(*tasks)
+        finally:  # Ctrl-C or an error: no request task outlives the load
+            pending = [t for t in tasks if not t.done()]
+            for t in pending:
+                t.cancel()
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
+
+
+@dataclass(frozen=True)
+class PoissonArrivals(OpenLoop):
+    def gap(self, rng: random.Random) -> float:
+        return rng.expovariate(self.rate)
+
+
+@dataclass(frozen=True)
+class GammaArrivals(OpenLoop):
+    burstiness: float = 1.0  # the gamma shape; the scale keeps the mean gap at 1/rate
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.burstiness <= 0:
+            raise ValueError(f"workload.burstiness must be > 0 (got {self.burstiness})")
+
+    def gap(self, rng: random.Random) -> float:
+        return rng.gammavariate(self.burstiness, 1.0 / (self.rate * self.burstiness))
+
+
+def arrival_process(workload: Any) -> ArrivalProcess:
+    """The process ``workload`` asks for: closed loop without a ``request_rate``, else
+    Poisson, or gamma when a ``burstiness`` other than 1 is set."""
+    concurrency = max(1, int(workload.concurrency or 1))
+    if workload.request_rate is None:
+        return ClosedLoop(concurrency)
+    rate = float(workload.request_rate)
+    seed = int(getattr(workload, "seed", 0) or 0)
+    burstiness = getattr(workload, "burstiness", None)
+    if burstiness is not None and float(burstiness) != 1.0:
+        return GammaArrivals(rate, concurrency, seed, float(burstiness))
+    return PoissonArrivals(rate, concurrency, seed)

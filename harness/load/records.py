@@ -1,0 +1,92 @@
+"""What one load leaves behind: a record per request, and the load's span around them.
+
+Plain data with no imports from the rest of the harness, so the request functions,
+the load runner, metrics and the recorder can all share it without a cycle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class RequestRecord:
+    index: int
+    warmup: bool
+    send_time: float = 0.0  # perf_counter seconds
+    chunk_times: list[float] = field(default_factory=list)  # arrival of each chunk that carried tokens
+    chunk_tokens: list[int] = field(default_factory=list)  # tokens in that chunk
+    status: int | None = None  # HTTP status
+    error: str | None = None  # server's message or what went wrong; None = ok
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    spec_verify_ct: int | None = None
+    spec_accept_length: float | None = None
+    finish_reason: str | None = None
+    end_time: float | None = None
+    run_start: float | None = field(default=None, repr=False)  # t0 of to_json(); set by the load runner
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.status == 200 and self.end_time is not None
+
+    @property
+    def ttft_s(self) -> float | None:
+        return self.chunk_times[0] - self.send_time if self.chunk_times else None
+
+    @property
+    def e2e_s(self) -> float | None:
+        return self.end_time - self.send_time if self.end_time is not None else None
+
+    @property
+    def decode_s(self) -> float | None:
+        """Last token chunk minus first token chunk (0.0 for a single chunk)."""
+        return self.chunk_times[-1] - self.chunk_times[0] if self.chunk_times else None
+
+    def to_json(self, t0: float | None = None) -> dict:
+        """One line of requests.jsonl.  Times in ms; absolute ones (send, end, chunks)
+        relative to ``t0``, by default the run start that the load runner stamped on the
+        record (else this request's own send time)."""
+        if t0 is None:
+            t0 = self.run_start if self.run_start is not None else self.send_time
+
+        def ms(x: float | None) -> float | None:
+            return None if x is None else round(x * 1000.0, 3)
+
+        return {
+            "index": self.index,
+            "warmup": self.warmup,
+            "ok": self.ok,
+            "status": self.status,
+            "error": self.error,
+            "send_ms": ms(self.send_time - t0),
+            "end_ms": ms(None if self.end_time is None else self.end_time - t0),
+            "ttft_ms": ms(self.ttft_s),
+            "e2e_ms": ms(self.e2e_s),
+            "decode_ms": ms(self.decode_s),
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "spec_verify_ct": self.spec_verify_ct,
+            "spec_accept_length": self.spec_accept_length,
+            "finish_reason": self.finish_reason,
+            "chunk_ms": [round((t - t0) * 1000.0, 3) for t in self.chunk_times],
+            "chunk_tokens": list(self.chunk_tokens),
+        }
+
+
+@dataclass
+class LoadResult:
+    records: list[RequestRecord]  # warm-up ones included, flagged
+    start_time: float  # first measured send (perf_counter s)
+    end_time: float  # last measured end
+    api: str
+    model: str
+    run_start: float = 0.0  # before the first warm-up request: t0 of requests.jsonl
+
+    @property
+    def measured(self) -> list[RequestRecord]:
+        return [r for r in self.records if not r.warmup]
+
+    @property
+    def duration_s(self) -> float:
+        return max(0.0, self.end_time - self.start_time)

@@ -1,0 +1,339 @@
+"""Request functions: one per API, each builds its streaming body and reads its stream.
+
+``chat`` (``/v1/chat/completions``), ``completions`` (``/v1/completions``) and the
+native ``generate`` (``/generate``) sit behind one interface, :class:`RequestFunc`:
+:meth:`~RequestFunc.body` makes the JSON body of one request (with ``stream: true``)
+and :meth:`~RequestFunc.stream` sends it and fills a :class:`RequestRecord` while the
+SSE stream arrives.  Failures never raise out of ``stream``; they land in
+``record.error`` (and ``record.status``), so a run never reports a silent zero.
+
+Token counting per chunk (what the record's ``chunk_tokens`` mean):
+
+* ``generate``: ``meta_info.completion_tokens`` is cumulative, so a chunk's token count
+  is the difference from the previous chunk's.  Exact.
+* ``chat`` / ``completions``: we ask for ``stream_options.continuous_usage_stats``
+  (every content chunk then carries a cumulative ``usage``), so a chunk's count is again
+  the cumulative difference.  Exact.  If a server ignores that option (no per-chunk
+  usage), each chunk with text counts as 1 token and, once the final ``include_usage``
+  chunk arrives, the last chunk absorbs the remainder so that
+  ``sum(chunk_tokens) == completion_tokens``.  Either way ``completion_tokens`` is the
+  server's own count from the usage chunk; a stream without one is an error (counting
+  chunks would under-count speculative decoding by the accept length).
+
+Speculative details: ``generate`` reads ``spec_verify_ct`` / ``spec_accept_length`` from
+``meta_info``.  OpenAI streams carry them in engine-specific fields, so the engine passes
+``spec_details(event)``, which picks them out of one parsed event; the last event that
+has them wins.  Engine-specific body fields come in as ``extras``.
+
+The read loops are the measurement's hot path: one clock read per SSE line, no work per
+chunk beyond parsing it and appending its time and token count.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar
+
+import aiohttp
+
+from harness.client import JSON_HEADERS, _StreamFailure, _loads, _message_of, _sse_payload, server_error_message
+from harness.load.records import RequestRecord
+
+SpecDetails = Callable[[dict], "dict | None"]
+RequestExtras = Callable[[str], dict]
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """The sampling settings every request of a load shares."""
+
+    max_tokens: int
+    temperature: float = 0.0
+    ignore_eos: bool = False
+
+
+class RequestFunc(ABC):
+    """One API's request: its path, its body, and how its stream is read."""
+
+    api: ClassVar[str]
+    path: ClassVar[str]
+
+    def __init__(self, model: str, sampling: Sampling, extras: dict | None = None,
+                 spec_details: SpecDetails | None = None):
+        self.model = model
+        self.sampling = sampling
+        self.extras = dict(extras or {})
+        self.spec_details = spec_details
+
+    @abstractmethod
+    def body(self, prompt: str) -> dict:
+        """The JSON body of one streaming request for ``prompt``."""
+
+    @abstractmethod
+    async def read(self, content: aiohttp.StreamReader, rec: RequestRecord) -> None:
+        """Read the SSE stream into ``rec``; raise :class:`_StreamFailure` on a bad stream."""
+
+    async def stream(self, session: aiohttp.ClientSession, base_url: str, body: dict, rec: RequestRecord,
+                     timeout_s: float) -> RequestRecord:
+        """Send one streaming request and fill ``rec`` (send_time, chunks, usage, status,
+        error, end_time).  Never raises for server/network trouble -- that becomes
+        ``rec.error``; cancellation (Ctrl-C) does propagate."""
+        url = base_url.rstrip("/") + self.path
+        rec.send_time = time.perf_counter()
+        try:
+            async with asyncio.timeout(timeout_s):
+                async with session.post(url, json=body, headers=JSON_HEADERS) as resp:
+                    rec.status = resp.status
+                    if resp.status != 200:
+                        text = await resp.read()
+                        rec.error = f"HTTP {resp.status}: {server_error_message(text)}"
+                        return rec
+                    await self.read(resp.content, rec)
+            rec.error = _completion_error(rec)
+        except _StreamFailure as e:
+            rec.error = str(e)
+        except TimeoutError:
+            rec.error = f"timed out after {timeout_s:g}s"
+        except aiohttp.ClientConnectorError as e:
+            rec.error = f"cannot connect to {url}: {e.os_error or e}"
+        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, ConnectionResetError) as e:
+            rec.error = f"connection dropped mid-stream after {len(rec.chunk_times)} token chunks: {type(e).__name__}: {e}"
+        except aiohttp.ClientError as e:
+            rec.error = f"{type(e).__name__}: {e}"
+        except ValueError as e:  # aiohttp: line longer than read_bufsize ("Chunk too big")
+            rec.error = f"bad stream from server: {e}"
+        finally:
+            rec.end_time = time.perf_counter()
+        return rec
+
+
+def _completion_error(rec: RequestRecord) -> str | None:
+    """What is wrong with a stream that ended cleanly, or None."""
+    if rec.finish_reason == "abort":
+        return "request aborted by the server (finish_reason=abort)"
+    if not rec.chunk_times:
+        return "the stream finished without any tokens"
+    if not rec.completion_tokens:
+        return f"the server reported {rec.completion_tokens} completion tokens for a stream that carried text"
+    return None
+
+
+class _OpenAIStream(RequestFunc):
+    """The OpenAI-compatible routes: usage-based token counting, ``[DONE]`` at the end."""
+
+    chat: ClassVar[bool]
+
+    def body(self, prompt: str) -> dict:
+        body: dict[str, Any] = {"model": self.model}
+        if self.chat:
+            body["messages"] = [{"role": "user", "content": prompt}]
+        else:
+            body["prompt"] = prompt
+        s = self.sampling
+        body.update(
+            max_tokens=int(s.max_tokens),
+            temperature=float(s.temperature),
+            stream=True,
+            stream_options={"include_usage": True, "continuous_usage_stats": True},
+        )
+        if s.ignore_eos:
+            body["ignore_eos"] = True
+        body.update(self.extras)
+        return body
+
+    async def read(self, content: aiohttp.StreamReader, rec: RequestRecord) -> None:
+        await _read_openai(content, rec, self.chat, self.spec_details)
+
+
+class ChatRequest(_OpenAIStream):
+    api = "chat"
+    path = "/v1/chat/completions"
+    chat = True
+
+
+class CompletionsRequest(_OpenAIStream):
+    api = "completions"
+    path = "/v1/completions"
+    chat = False
+
+
+class GenerateRequest(RequestFunc):
+    """The native ``/generate`` route: cumulative ``meta_info`` per chunk."""
+
+    api = "generate"
+    path = "/generate"
+
+    def body(self, prompt: str) -> dict:
+        s = self.sampling
+        sampling: dict[str, Any] = {"max_new_tokens": int(s.max_tokens), "temperature": float(s.temperature)}
+        if s.ignore_eos:
+            sampling["ignore_eos"] = True
+        return {"text": prompt, "sampling_params": sampling, "stream": True, **self.extras}
+
+    async def read(self, content: aiohttp.StreamReader, rec: RequestRecord) -> None:
+        await _read_generate(content, rec)
+
+
+REQUEST_FUNCS: dict[str, type[RequestFunc]] = {f.api: f for f in (ChatRequest, CompletionsRequest, GenerateRequest)}
+
+
+def request_func(api: str, model: str, sampling: Sampling, extras: dict | None = None,
+                 spec_details: SpecDetails | None = None) -> RequestFunc:
+    """The request function of ``api`` (a ``workload.api`` value)."""
+    try:
+        cls = REQUEST_FUNCS[api]
+    except KeyError:
+        raise ValueError(f"unknown api {api!r}: expected one of {', '.join(REQUEST_FUNCS)}") from None
+    return cls(model, sampling, extras, spec_details)
+
+
+def make_session(concurrency: int, read_bufsize: int = 16 * 1024**2) -> aiohttp.ClientSession:
+    """One session for a whole load: connector limit >= concurrency, no total timeout
+    (per-request timeouts are applied by :meth:`RequestFunc.stream`)."""
+    connector = aiohttp.TCPConnector(limit=max(1, int(concurrency)) + 8, limit_per_host=0)
+    return aiohttp.ClientSession(
+        connector=connector,
+        timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
+        read_bufsize=read_bufsize,  # /generate streams cumulative text: long lines
+    )
+
+
+async def _read_openai(content: aiohttp.StreamReader, rec: RequestRecord, chat: bool,
+                       spec_details: SpecDetails | None) -> None:
+    times, toks = rec.chunk_times, rec.chunk_tokens
+    clock = time.perf_counter
+    last_ct = 0
+    by_usage = False
+    saw_done = False
+    final_usage = None
+    spec = None
+    async for line in content:
+        t = clock()
+        payload = _sse_payload(line)
+        if payload is None:
+            continue
+        if payload == b"[DONE]":
+            saw_done = True
+            continue
+        data = _loads(payload)
+        if "error" in data:
+            raise _StreamFailure(f"server error mid-stream: {_message_of(data['error'])}")
+        choices = data.get("choices")
+        usage = data.get("usage")
+        if choices:
+            ch = choices[0]
+            if chat:
+                d = ch.get("delta")
+                text = (d.get("content") or d.get("reasoning_content")) if d else None
+            else:
+                text = ch.get("text")
+            if usage and usage.get("completion_tokens") is not None:
+                n = usage["completion_tokens"] - last_ct
+                if n > 0:
+                    times.append(t)
+                    toks.append(n)
+                    last_ct += n
+                    by_usage = True
+            elif text:
+                times.append(t)
+                toks.append(1)
+            fr = ch.get("finish_reason")
+            if fr:
+                rec.finish_reason = fr
+        elif usage:
+            final_usage = usage
+        if spec_details is not None:
+            found = spec_details(data)
+            if found is not None:
+                spec = found
+    if not saw_done:
+        raise _StreamFailure(
+            f"connection dropped mid-stream: the stream ended without [DONE] after {len(times)} token chunks"
+        )
+    if final_usage is not None:
+        rec.prompt_tokens = final_usage.get("prompt_tokens")
+        rec.completion_tokens = final_usage.get("completion_tokens")
+    elif by_usage:
+        rec.completion_tokens = last_ct
+    else:
+        raise _StreamFailure(
+            "the server sent no usage chunk (stream_options.include_usage), so the completion token count is unknown"
+        )
+    if spec is not None:
+        rec.spec_verify_ct = spec.get("spec_verify_ct")
+        rec.spec_accept_length = spec.get("spec_accept_length")
+    if toks and rec.completion_tokens:
+        missing = rec.completion_tokens - sum(toks)
+        if missing > 0:  # fallback counting (1 per chunk): the last chunk absorbs the rest
+            toks[-1] += missing
+
+
+async def _read_generate(content: aiohttp.StreamReader, rec: RequestRecord) -> None:
+    times, toks = rec.chunk_times, rec.chunk_tokens
+    clock = time.perf_counter
+    last_ct = 0
+    saw_done = False
+    meta: dict = {}
+    async for line in content:
+        t = clock()
+        payload = _sse_payload(line)
+        if payload is None:
+            continue
+        if payload == b"[DONE]":
+            saw_done = True
+            continue
+        data = _loads(payload)
+        if "error" in data:
+            raise _StreamFailure(f"server error mid-stream: {_message_of(data['error'])}")
+        m = data.get("meta_info")
+        if m:
+            meta = m
+            ct = m.get("completion_tokens")
+            if ct is not None and ct > last_ct:
+                times.append(t)
+                toks.append(ct - last_ct)
+                last_ct = ct
+    if not saw_done:
+        raise _StreamFailure(
+            f"connection dropped mid-stream: the stream ended without [DONE] after {len(times)} token chunks"
+        )
+    fr = meta.get("finish_reason")
+    if isinstance(fr, dict):
+        if fr.get("type") == "abort" and fr.get("message"):
+            rec.finish_reason = "abort"
+            raise _StreamFailure(f"request aborted by the server: {fr['message']}")
+        rec.finish_reason = fr.get("type")
+    elif fr:
+        rec.finish_reason = str(fr)
+    rec.prompt_tokens = meta.get("prompt_tokens")
+    rec.completion_tokens = meta.get("completion_tokens")
+    if rec.completion_tokens is None:
+        raise _StreamFailure("the server's meta_info carried no completion_tokens")
+    if meta.get("spec_verify_ct") is not None:
+        rec.spec_verify_ct = meta.get("spec_verify_ct")
+        rec.spec_accept_length = meta.get("spec_accept_length")
+
+
+# --------------------------------------------------------------------------- SGLang's fields
+# The one engine's pair of hooks that lives here until the engine classes own it.
+
+
+def sglang_request_extras(api: str) -> dict:
+    """SGLang returns per-request speculative details on OpenAI routes only when asked."""
+    return {"return_spec_tokens_details": True} if api in ("chat", "completions") else {}
+
+
+def sglang_spec_details(event: dict) -> dict | None:
+    """SGLang's ``sglext.spec_tokens_details`` (a dict, or a list with one per choice)."""
+    sglext = event.get("sglext")
+    if not sglext:
+        return None
+    details = sglext.get("spec_tokens_details")
+    if isinstance(details, list):
+        details = details[0] if details else None
+    if not isinstance(details, dict):
+        return None
+    return {"spec_verify_ct": details.get("spec_verify_ct"), "spec_accept_length": details.get("spec_accept_length")}

@@ -1,0 +1,173 @@
+"""One load: prompts x arrivals x a request function, against one server.
+
+A load is ``num_prompts`` measured requests, or -- when ``duration_s`` is set -- as many
+as start within that many seconds (those in flight at the end still finish and count).
+``warmup_requests`` go first, one at a time, flagged ``warmup=True``; then the arrival
+process sends the measured ones.
+
+One ``asyncio.run`` and one ``aiohttp.ClientSession`` per load.  Ctrl-C: asyncio
+cancels the load task; the session is closed on the way out and KeyboardInterrupt
+reaches the caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from harness.load.arrivals import ArrivalProcess, arrival_process
+from harness.load.progress import LoadCounter, ProgressSnapshot
+from harness.load.prompts import PromptSource, prompt_source
+from harness.load.records import LoadResult, RequestRecord
+from harness.load.requests import RequestExtras, RequestFunc, Sampling, SpecDetails, make_session, request_func
+
+
+def run_load(
+    workload: Any,
+    base_url: str,
+    model: str,
+    progress: Callable[[ProgressSnapshot], None] | None = None,
+    on_tokens_flowing: Callable[[float], None] | None = None,
+    on_measured_start: Callable[[], None] | None = None,
+    request_extras: RequestExtras | None = None,
+    spec_details: SpecDetails | None = None,
+) -> LoadResult:
+    """Run one workload against ``base_url``; see the module docstring.
+
+    ``on_tokens_flowing(t)`` is called once, when the client has seen the first token of a
+    measured request arrive (``t`` is that arrival's perf_counter time): GPU telemetry opens
+    its load window then, not on a timer, so a load that never generates is never sampled
+    as one. ``on_measured_start()`` is called after the warm-up, before the first measured
+    request is sent (e.g. to snapshot the server's counters).
+
+    The engine's hooks: ``request_extras(api)`` gives extra JSON fields for every request
+    body, ``spec_details(event)`` picks speculative statistics out of one parsed event of an
+    OpenAI stream (see :mod:`harness.load.requests`)."""
+    api = str(workload.api)
+    request = request_func(
+        api,
+        model,
+        Sampling(int(workload.max_tokens), float(workload.temperature), bool(workload.ignore_eos)),
+        extras=request_extras(api) if request_extras is not None else None,
+        spec_details=spec_details,
+    )
+    load = _Load(workload, base_url, request, progress, on_tokens_flowing, on_measured_start)
+    return asyncio.run(load.run())
+
+
+@dataclass
+class RequestBudget:
+    """How many measured requests a load sends: a count, or all that start in a duration."""
+
+    num_prompts: int | None
+    duration_s: float | None
+    next_index: int = 0
+
+    @classmethod
+    def of(cls, workload: Any) -> "RequestBudget":
+        duration_s = None if workload.duration_s is None else float(workload.duration_s)
+        if duration_s is not None:
+            return cls(None, duration_s)  # a duration replaces the count
+        if workload.num_prompts is None:
+            raise ValueError("workload needs num_prompts or duration_s")
+        return cls(int(workload.num_prompts), None)
+
+    def claim(self, measure_start: float | None) -> int | None:
+        """The next measured index, or None when the load is complete."""
+        if self.num_prompts is not None:
+            if self.next_index >= self.num_prompts:
+                return None
+        elif measure_start is not None and time.perf_counter() - measure_start >= self.duration_s:
+            return None
+        i = self.next_index
+        self.next_index += 1
+        return i
+
+
+class _Load:
+    def __init__(self, workload: Any, base_url: str, request: RequestFunc,
+                 progress: Callable[[ProgressSnapshot], None] | None,
+                 on_tokens_flowing: Callable[[float], None] | None,
+                 on_measured_start: Callable[[], None] | None):
+        self.base_url = base_url
+        self.request = request
+        self.prompts: PromptSource = prompt_source(workload)
+        self.arrivals: ArrivalProcess = arrival_process(workload)
+        self.budget = RequestBudget.of(workload)
+        self.concurrency = max(1, int(workload.concurrency or 1))
+        self.warmup_requests = int(workload.warmup_requests or 0)
+        self.timeout_s = float(workload.timeout_s)
+        self.progress = progress
+        self.on_tokens_flowing = on_tokens_flowing
+        self.on_measured_start = on_measured_start
+        self.counter = LoadCounter(self.budget.num_prompts, self.budget.duration_s)
+        self.records: list[RequestRecord] = []
+        self.run_start: float | None = None
+
+    def claim(self) -> int | None:
+        return self.budget.claim(self.counter.measure_start)
+
+    async def one(self, session, index: int, warmup: bool) -> RequestRecord:
+        rec = RequestRecord(index=index, warmup=warmup, run_start=self.run_start)
+        body = self.request.body(self.prompts.prompt(index if not warmup else -1 - index))
+        self.records.append(rec)
+        self.counter.sent(rec)
+        try:
+            await self.request.stream(session, self.base_url, body, rec, self.timeout_s)
+        finally:
+            self.counter.left(rec)
+        self.counter.finished(rec)
+        return rec
+
+    async def watch_tokens(self) -> None:
+        """Poll (off the hot path) for the first token of a measured request."""
+        while True:
+            first = [r.chunk_times[0] for r in self.records if not r.warmup and r.chunk_times]
+            if first:
+                self.on_tokens_flowing(min(first))
+                return
+            await asyncio.sleep(0.02)
+
+    async def ticker(self) -> None:
+        while True:
+            await asyncio.sleep(0.25)
+            try:
+                self.progress(self.counter.snapshot())
+            except Exception:  # a broken progress callback must not kill the load
+                pass
+
+    async def run(self) -> LoadResult:
+        self.run_start = run_start = time.perf_counter()
+        async with make_session(self.concurrency) as session:
+            background = [asyncio.create_task(self.ticker())] if self.progress else []
+            if self.on_tokens_flowing:
+                background.append(asyncio.create_task(self.watch_tokens()))
+            try:
+                for k in range(self.warmup_requests):
+                    await self.one(session, k, True)
+                self.counter.in_warmup = False
+                if self.on_measured_start is not None:
+                    await asyncio.to_thread(self.on_measured_start)
+                await self.arrivals.drive(self.claim, lambda i: self.one(session, i, False))
+            finally:
+                for task in background:
+                    task.cancel()
+                    try:
+                        await task
+                    except asyncio.CancelledError:
+                        pass
+        if self.progress:
+            self.progress(self.counter.snapshot(final=True))
+        return self.result(run_start)
+
+    def result(self, run_start: float) -> LoadResult:
+        measured = [r for r in self.records if not r.warmup]
+        if measured:
+            start = min(r.send_time for r in measured)
+            end = max(r.end_time if r.end_time is not None else r.send_time for r in measured)
+        else:
+            start = end = time.perf_counter()
+        return LoadResult(records=self.records, start_time=start, end_time=end, api=self.request.api,
+                          model=self.request.model, run_start=run_start)
