@@ -103,6 +103,7 @@ class WorkloadConfig:
     temperature: float = 0.0
     concurrency: int = 1  # closed loop: this many requests in flight
     request_rate: Optional[float] = None  # open loop: Poisson arrivals per second (null = closed loop)
+    burstiness: Optional[float] = None  # open loop: gamma arrivals with this shape (1 or null = Poisson; < 1 burstier)
     num_prompts: Optional[int] = 10  # measured requests (after warm-up)
     duration_s: Optional[float] = None  # or: send for this long instead of num_prompts
     warmup_requests: int = 1  # sent first, excluded from every metric

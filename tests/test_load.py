@@ -363,3 +363,15 @@ def test_records_import_nothing_from_the_harness():
     imported = [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
     imported += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
     assert not [m for m in imported if m.startswith("harness")], imported
+
+
+def test_burstiness_from_config_picks_gamma_arrivals():
+    from pathlib import Path
+
+    from harness.config import compose
+
+    conf = Path(__file__).resolve().parent.parent / "conf"
+    workload = compose(["workload.request_rate=5", "workload.burstiness=0.5"], conf).arms[0].cfg.workload
+    assert isinstance(arrival_process(workload), GammaArrivals)
+    plain = compose(["workload.request_rate=5"], conf).arms[0].cfg.workload
+    assert isinstance(arrival_process(plain), PoissonArrivals)
