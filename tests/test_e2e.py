@@ -44,13 +44,17 @@ def wait_gone(marker: str, timeout_s: float = 10) -> list[int]:
     return left
 
 
-def specgate_containers() -> list[str]:
-    """What `docker ps -a --filter label=specgate.session` lists."""
+def specgate_containers(root: Path) -> list[str]:
+    """What `docker ps -a --filter label=specgate.session` lists for the runs recorded under
+    `root` (a container carries its run's record name as `specgate.run`), so a specgate
+    session running beside this test is not mistaken for a leftover of it."""
     import docker
 
+    runs = {p.name for p in root.iterdir() if p.is_dir() and not p.is_symlink()}
     client = docker.from_env()
     try:
-        return [c.name for c in client.containers.list(all=True, filters={"label": "specgate.session"})]
+        return [c.name for c in client.containers.list(all=True, filters={"label": "specgate.session"})
+                if c.labels.get("specgate.run") in runs]
     finally:
         client.close()
 
@@ -93,7 +97,7 @@ def test_sim_smoke_passes_and_records_everything(tmp_path, marker):
     assert results["arms"]["eagle3"]["server"]["image"]["tag"].startswith("specgate/sim:")
     assert "ready to roll" in (record / "arms/eagle3/server.log").read_text()  # the container's log
     assert wait_gone(marker) == []
-    assert specgate_containers() == []
+    assert specgate_containers(tmp_path) == []
 
 
 def test_eagle_k2_sim_fails_its_gates_for_the_right_reasons(tmp_path, marker):
@@ -113,7 +117,7 @@ def test_eagle_k2_sim_fails_its_gates_for_the_right_reasons(tmp_path, marker):
     assert verdicts[("min_output_tok_s", "baseline")]["passed"] is True
     assert "eagle3 is slower than baseline" in proc.stdout and "below break-even" in proc.stdout
     assert wait_gone(marker) == []
-    assert specgate_containers() == []
+    assert specgate_containers(tmp_path) == []
 
 
 @pytest.mark.parametrize("overrides, fragments", [
@@ -183,7 +187,7 @@ def test_ctrl_c_mid_load_leaves_no_process_and_a_closed_record(tmp_path, marker)
     assert results["interrupted"] is True
     assert results["arms"]["baseline"]["status"] == "interrupted"
     assert not list(tmp_path.rglob("*.tmp")), "a half-written file was left behind"
-    assert specgate_containers() == [], "a container outlived the interrupted run"
+    assert specgate_containers(tmp_path) == [], "a container outlived the interrupted run"
 
 
 def test_a_server_that_dies_mid_load_fails_the_arm_in_words(tmp_path, marker):
@@ -204,7 +208,7 @@ def test_a_server_that_dies_mid_load_fails_the_arm_in_words(tmp_path, marker):
     assert results["arms"]["baseline"]["status"] == "server_died"
     assert results["arms"]["baseline"]["requests"]["failed"] > 0
     assert wait_gone(marker) == []
-    assert specgate_containers() == []
+    assert specgate_containers(tmp_path) == []
 
 
 def test_attach_measures_a_server_someone_else_started(tmp_path, marker):
