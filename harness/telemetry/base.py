@@ -11,6 +11,7 @@ with a note, so one bad counter never costs a measurement.
 
 from __future__ import annotations
 
+import importlib
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -59,14 +60,6 @@ def decode_reasons(mask: int | None) -> tuple[str, ...]:
     if rest:
         names.append(f"0x{rest:x}")
     return tuple(names)
-
-
-def encode_reasons(names: list[str] | tuple[str, ...]) -> int:
-    """Reason names -> bit mask (the simulator's way of speaking NVML)."""
-    mask = 0
-    for name in names:
-        mask |= REASON_BITS[name]
-    return mask
 
 
 @dataclass
@@ -147,6 +140,12 @@ class Source(ABC):
 
     def close(self) -> None:
         """Release what ``open`` took; a closed source can be opened again."""
+
+    @classmethod
+    def for_server(cls, base_url: str | None) -> "Source":
+        """The source that samples the GPUs of the server at ``base_url`` (most sources read
+        the local machine and ignore it; the simulator's are behind its HTTP routes)."""
+        return cls()
 
     # ------------------------------------------------------------------ helpers
     def note(self, text: str) -> None:
@@ -236,26 +235,25 @@ def resolve_uuids(source: Source, indices_or_ids: list[str]) -> list[str]:
     return out
 
 
+# name -> "module:Class". A source's module is imported only when it is chosen (NVML's
+# library may be missing). Adding a source: its module here in harness/telemetry/ + one line.
+SOURCES = {
+    "nvml": "harness.telemetry.nvml:NvmlSource",
+    "smi": "harness.telemetry.smi:SmiSource",
+    "sim": "harness.telemetry.sim:SimSource",
+}
+NOT_SAMPLING = ("off", "auto")  # auto is resolved to nvml or off when the config is composed
+
+
 def make_source(kind: str, *, base_url: str | None = None) -> Source | None:
-    """``"nvml"`` | ``"smi"`` | ``"sim"`` (needs ``base_url``, the simulator's URL); ``"off"`` -> None."""
+    """The source named by ``telemetry.source`` (``"off"`` -> None)."""
     kind = (kind or "off").lower()
     if kind == "off":
         return None
-    if kind == "nvml":
-        from harness.telemetry.nvml import NvmlSource
-
-        return NvmlSource()
-    if kind == "smi":
-        from harness.telemetry.smi import SmiSource
-
-        return SmiSource()
-    if kind == "sim":
-        from harness.telemetry.sim import SimSource
-
-        if not base_url:
-            raise ValueError("telemetry source 'sim' needs the simulator's base_url")
-        return SimSource(base_url)
-    raise ValueError(f"unknown telemetry source {kind!r}; valid: nvml, smi, sim, off")
+    if kind not in SOURCES:
+        raise ValueError(f"unknown telemetry source {kind!r}; valid: {', '.join([*SOURCES, 'off'])}")
+    module, _, name = SOURCES[kind].partition(":")
+    return getattr(importlib.import_module(module), name).for_server(base_url)
 
 
 def now() -> float:

@@ -20,6 +20,12 @@ def _num(value: Any) -> float | None:
 class SimSource(Source):
     name = "sim"
 
+    @classmethod
+    def for_server(cls, base_url: str | None) -> "SimSource":
+        if not base_url:
+            raise ValueError("telemetry source 'sim' needs the simulator's base_url")
+        return cls(base_url)
+
     def __init__(self, base_url: str, timeout_s: float = 1.0):
         super().__init__()
         self.url = base_url.rstrip("/") + "/sim/gpu"
