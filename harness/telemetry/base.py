@@ -48,7 +48,6 @@ def _reason_bits() -> dict[int, str]:
 
 
 THROTTLE_REASONS: dict[int, str] = _reason_bits()
-REASON_BITS: dict[str, int] = {name: bit for bit, name in THROTTLE_REASONS.items()}
 
 
 def decode_reasons(mask: int | None) -> tuple[str, ...]:
