@@ -22,7 +22,8 @@ from harness.client import ClientError, ServerClient
 from harness.config import Arm, Experiment
 from harness.gate import Verdict
 from harness.load import run_load
-from harness.metrics import ArmResult, apply_server_window, break_even_accept_length, combine_repeats, summarize
+from harness.metric_registry import cross_arm
+from harness.metrics import ArmResult, apply_server_window, combine_repeats, summarize
 from harness.server_metrics import Snapshot, parse as parse_metrics, window as metrics_window
 from harness.record import Redactor, RunRecord, load_results
 from harness.replay import drift_rows, drift_table
@@ -260,15 +261,11 @@ class Runner:
 
     # --- derived, cross-arm numbers --------------------------------------------------
     def comparison(self, name: str) -> dict[str, float | None]:
+        """The registry's cross-arm metrics of an arm against the plain arm (none for the plain arm)."""
         plain = self.results.get(self.experiment.plain_arm or "")
-        result = self.results[name]
         if plain is None or name == self.experiment.plain_arm:
             return {}
-        speedup = (result.output_tok_s / plain.output_tok_s
-                   if result.output_tok_s is not None and plain.output_tok_s else None)
-        even = (break_even_accept_length(result.verify_cycle_ms, plain.decode_step_ms)
-                if result.verify_cycle_ms is not None and plain.decode_step_ms else None)
-        return {"speedup": speedup, "break_even_accept_length": even}
+        return cross_arm(self.results[name], plain)
 
     def results_json(self, finished: bool = False, interrupted: bool = False) -> dict[str, Any]:
         arms = {}

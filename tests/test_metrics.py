@@ -7,7 +7,8 @@ import json
 import pytest
 
 from harness.load import LoadResult, RequestRecord
-from harness.metrics import ArmResult, Stat, break_even_accept_length, speedup, summarize
+from harness.metric_registry import break_even_accept_length, speedup
+from harness.metrics import ArmResult, Stat, summarize
 
 
 def rec(index, send, chunk_times, chunk_tokens, verify=None, warmup=False, error=None, status=200):
