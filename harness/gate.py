@@ -89,7 +89,7 @@ def guard_noise(verdicts: list[Verdict], result: ArmResult, paths: list[str], ga
 
 # --- the registry ---------------------------------------------------------------------------
 
-Suite = Literal["throughput", "speculative", "gpu", "baseline"]
+Suite = Literal["throughput", "speculative", "gpu", "baseline"]  # suites/test_<suite>.py; "baseline" gates vs a reference run
 
 
 @dataclass
