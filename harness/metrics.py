@@ -175,6 +175,8 @@ def apply_server_window(result: ArmResult, load: LoadResult, server: dict) -> Ar
     return result
 
 
+# ArmResult's fields that repeats combine by their median (its shape; which metrics are
+# reported where is harness.metric_registry's business).
 SCALARS = ("output_tok_s", "request_per_s", "decode_step_ms", "accept_length", "verify_cycle_ms")
 DISTRIBUTIONS = ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")
 

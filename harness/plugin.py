@@ -14,6 +14,7 @@ import re
 import signal
 import sys
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -263,7 +264,7 @@ def gate_context(arm_run: ArmRun, runner: Runner) -> GateContext:
                        telemetry_source=arm_run.cfg.telemetry.source)
 
 
-def gate_tests(suite: str) -> dict[str, object]:
+def gate_tests(suite: str) -> dict[str, Callable[..., None]]:
     """A suite module's tests, one `test_<gate>` per registered gate of the suite:
     `globals().update(gate_tests("throughput"))`."""
     def test_of(registered):
