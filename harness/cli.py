@@ -17,6 +17,7 @@ from pathlib import Path
 
 from harness.compare import CompareError
 from harness.config import DEFAULT_CONF_DIR, ConfigError, compose, list_experiments, to_yaml
+from harness.record import RecordError
 from harness.report import ReportError
 
 SUITES_DIR = Path(__file__).resolve().parent.parent / "suites"
@@ -122,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ConfigError, CompareError, ReportError) as exc:
+    except (ConfigError, RecordError, CompareError, ReportError) as exc:
         print(f"specgate: {exc}", file=sys.stderr)
         return 2
 

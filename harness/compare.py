@@ -9,102 +9,29 @@ harness versions compare.
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from harness.metric_registry import Metric, compare_metrics, metric_value, number
+from harness.record import RunData, read_run
 from harness.summary import markdown_table
 
 
 class CompareError(Exception):
-    """A path that is not a run record, or a record that cannot be read: one sentence."""
+    """A comparison that cannot be made (no record given): one sentence."""
 
 
-@dataclass(frozen=True)
-class Metric:
-    key: str  # dotted path into results.json's arms.<arm>: "ttft_ms.p99", "requests.ok"
-    label: str
-    pattern: str  # how a value is printed
-    count: bool = False  # a count: its change is the signed difference, not a ratio
-
-
-METRICS = (
-    Metric("output_tok_s", "output tok/s", "{:.1f}"),
-    Metric("request_per_s", "requests/s", "{:.3f}"),
-    Metric("ttft_ms.p50", "TTFT p50 ms", "{:.1f}"),
-    Metric("ttft_ms.p99", "TTFT p99 ms", "{:.1f}"),
-    Metric("itl_ms.p50", "ITL p50 ms", "{:.2f}"),
-    Metric("itl_ms.p99", "ITL p99 ms", "{:.2f}"),
-    Metric("tpot_ms.p50", "TPOT p50 ms", "{:.2f}"),
-    Metric("e2e_ms.p50", "E2E p50 ms", "{:.0f}"),
-    Metric("accept_length", "accept length", "{:.2f}"),
-    Metric("verify_cycle_ms", "verify cycle ms", "{:.2f}"),
-    Metric("requests.ok", "requests ok", "{:d}", count=True),
-    Metric("requests.failed", "requests failed", "{:d}", count=True),
-)
-
-
-@dataclass
-class Run:
-    label: str  # the record's folder name
-    path: Path  # the results.json that was read
-    data: dict[str, Any]
-
-    @property
-    def arms(self) -> dict[str, Any]:
-        arms = self.data.get("arms")
-        return arms if isinstance(arms, dict) else {}
-
-
-def results_path(path: Path) -> Path:
-    """The results.json of a record folder, `latest` link or the file itself."""
-    path = Path(path)
-    candidate = path / "results.json" if path.is_dir() else path
-    if not candidate.is_file():
-        why = "has no results.json" if path.is_dir() else "does not exist"
-        raise CompareError(f"{path} is not a run record: it {why} (give a runs/<timestamp>_<exp> folder, "
-                           f"runs/latest or a results.json)")
-    return candidate
-
-
-def load_run(path: Path) -> Run:
-    """Read one record; a file that is not JSON, or JSON that is not a record, is a CompareError."""
-    file = results_path(path)
-    try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CompareError(f"{file} is not a readable run record ({exc}).") from None
-    if not isinstance(data, dict) or not isinstance(data.get("arms", {}), dict):
-        raise CompareError(f"{file} is not a run record: it has no 'arms' mapping.")
-    return Run(label=file.resolve().parent.name, path=file, data=data)
-
-
-def load_runs(paths: list[Path]) -> list[Run]:
+def load_runs(paths: list[Path]) -> list[RunData]:
+    """Every record (harness.record.RecordError for one that is not a record), labels kept apart."""
     if not paths:
         raise CompareError("give at least one run record to compare.")
-    runs = [load_run(p) for p in paths]
+    runs = [read_run(p) for p in paths]
     seen: dict[str, int] = {}
     for run in runs:  # the same record twice (e.g. a folder and runs/latest): keep columns apart
         seen[run.label] = seen.get(run.label, 0) + 1
         if seen[run.label] > 1:
             run.label = f"{run.label} ({seen[run.label]})"
     return runs
-
-
-def lookup(data: Any, dotted: str) -> Any:
-    for part in dotted.split("."):
-        if not isinstance(data, dict):
-            return None
-        data = data.get(part)
-    return data
-
-
-def number(value: Any) -> Optional[float]:
-    """A metric value, or None for anything that is not a finite number (missing, null, text)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if value == value and abs(value) != float("inf") else None
 
 
 def noise_cv(arm: Any, key: str) -> Optional[float]:
@@ -123,7 +50,7 @@ def change(first: Optional[float], later: Optional[float], metric: Metric) -> Op
     return None if first == 0 else (later - first) / abs(first)
 
 
-def arm_names(runs: list[Run]) -> list[str]:
+def arm_names(runs: list[RunData]) -> list[str]:
     """Arms in the order they first appear, over all runs."""
     names: list[str] = []
     for run in runs:
@@ -137,29 +64,40 @@ def compare_data(paths: list[Path]) -> dict[str, Any]:
     runs = load_runs(paths)
     rows = []
     for arm in arm_names(runs):
-        for metric in METRICS:
-            values = [number(lookup(run.arms.get(arm), metric.key)) for run in runs]
-            rows.append({"arm": arm, "metric": metric.key, "values": values,
-                         "cv": [noise_cv(run.arms.get(arm), metric.key) for run in runs],
+        for metric in compare_metrics():
+            values = [number(metric_value(run.arms.get(arm), metric.path)) for run in runs]
+            rows.append({"arm": arm, "metric": metric.path, "values": values,
+                         "cv": [noise_cv(run.arms.get(arm), metric.path) for run in runs],
                          "changes": [change(values[0], v, metric) for v in values[1:]],
                          "change_kind": "difference" if metric.count else "relative"})
-    return {"runs": [run_info(run) for run in runs], "metrics": [m.key for m in METRICS], "rows": rows}
+    return {"runs": [run_info(run) for run in runs], "metrics": [m.path for m in compare_metrics()], "rows": rows}
 
 
-def run_info(run: Run) -> dict[str, Any]:
+def run_info(run: RunData) -> dict[str, Any]:
     gates = run.data.get("gates") if isinstance(run.data.get("gates"), list) else []
-    verdicts = [g.get("passed") for g in gates if isinstance(g, dict)]
+    statuses = [gate_status(g) for g in gates if isinstance(g, dict)]
     return {"label": run.label, "path": str(run.path), "experiment": run.data.get("experiment"),
             "started_utc": run.data.get("started_utc"), "interrupted": run.data.get("interrupted"),
             "arm_status": {arm: (a.get("status") if isinstance(a, dict) else None) for arm, a in run.arms.items()},
-            "gates": {"passed": verdicts.count(True), "failed": verdicts.count(False),
-                      "skipped": sum(v is None for v in verdicts)}}
+            "gates": {s: statuses.count(s) for s in GATE_STATUSES}}
+
+
+GATE_STATUSES = ("passed", "failed", "skipped", "unreliable")
+
+
+def gate_status(verdict: dict[str, Any]) -> str:
+    """A recorded verdict's status; records written before verdicts carried one derive it."""
+    if verdict.get("status") in GATE_STATUSES:
+        return verdict["status"]
+    if verdict.get("unreliable"):
+        return "unreliable"
+    return {True: "passed", False: "failed"}.get(verdict.get("passed"), "skipped")
 
 
 def fmt_value(value: Optional[float], cv: Optional[float], metric: Metric) -> str:
     if value is None:
         return "-"
-    text = metric.pattern.format(int(value) if metric.count else value)
+    text = metric.format(value)
     return text if cv is None else f"{text} ±{cv * 100:.1f}%"
 
 
@@ -181,7 +119,8 @@ def compare_runs(paths: list[Path]) -> str:
 
 def runs_table(runs: list[dict[str, Any]]) -> list[str]:
     def gates(g: dict[str, int]) -> str:
-        return f"{g['passed']} passed, {g['failed']} failed, {g['skipped']} skipped"
+        noisy = f", {g['unreliable']} unreliable" if g["unreliable"] else ""
+        return f"{g['passed']} passed, {g['failed']} failed, {g['skipped']} skipped{noisy}"
 
     def arms(status: dict[str, Any]) -> str:
         return ", ".join(f"{arm}: {s or '?'}" for arm, s in status.items()) or "-"
@@ -194,7 +133,7 @@ def runs_table(runs: list[dict[str, Any]]) -> list[str]:
 def metrics_table(data: dict[str, Any]) -> list[str]:
     labels = [r["label"] for r in data["runs"]]
     header = ["arm", "metric", *labels, *(f"Δ {label}" for label in labels[1:])]
-    by_key: dict[str, Metric] = {m.key: m for m in METRICS}
+    by_key: dict[str, Metric] = {m.path: m for m in compare_metrics()}
     rows = []
     for row in data["rows"]:
         metric = by_key[row["metric"]]

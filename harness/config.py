@@ -20,6 +20,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from harness.gate import GATES
 from harness.schema import SpecgateConfig
 from harness.servers.engines import ENGINES
 
@@ -147,21 +148,13 @@ def validate(experiment: Experiment) -> None:
     gate = experiment.base.gate
     if experiment.plain_arm is not None and experiment.plain_arm not in names:
         raise ConfigError(f"plain_arm '{experiment.plain_arm}' is not an arm; arms: {', '.join(sorted(names))}")
-    referenced = {
-        "gate.min_output_tok_s": list(gate.min_output_tok_s),
-        "gate.max_ttft_ms": list(gate.max_ttft_ms),
-        "gate.max_itl_ms": list(gate.max_itl_ms),
-        "gate.min_accept_length": list(gate.min_accept_length),
-        "gate.max_accept_length": list(gate.max_accept_length),
-        "gate.min_speedup": list(gate.min_speedup) + [g.over for g in gate.min_speedup.values()],
-        "gate.accept_length_at_least_break_even": list(gate.accept_length_at_least_break_even),
-    }
-    for key, arm_names in referenced.items():
-        for arm_name in arm_names:
+    for registered in GATES.values():
+        for arm_name in registered.arms(gate):
             if arm_name not in names:
-                raise ConfigError(f"{key} names arm '{arm_name}', which is not an arm; arms: {', '.join(sorted(names))}")
-    if gate.accept_length_at_least_break_even and experiment.plain_arm is None:
-        raise ConfigError("gate.accept_length_at_least_break_even needs plain_arm (the plain-decoding arm to compare with)")
+                raise ConfigError(f"{registered.key_names} names arm '{arm_name}', which is not an arm; "
+                                  f"arms: {', '.join(sorted(names))}")
+        if registered.needs_plain_arm and registered.arms(gate) and experiment.plain_arm is None:
+            raise ConfigError(f"{registered.key_names} needs plain_arm (the plain-decoding arm to compare with)")
     for arm in experiment.arms:
         validate_arm(arm)
 

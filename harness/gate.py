@@ -1,8 +1,13 @@
-"""Gates: thresholds turned into verdicts that are data.
+"""Gates: thresholds turned into verdicts that are data, in one registry.
 
-Each function takes an arm's measured result and the experiment's `gate` config and
-returns `Verdict`s. A gate with no threshold for the arm is a *skipped* verdict with that
-reason, never a silent pass; a threshold on something that was not measured is a failure.
+Every gate is a function ``check(ctx: GateContext) -> list[Verdict]`` registered with
+:func:`register`: its name (the suite's test is ``test_<name>``), the suite it belongs to,
+the ``gate.*`` config keys it reads and the arm names its config refers to. Config
+validation and the suites are generated from :data:`GATES`, so a new gate is one
+registered function here plus its field in ``harness.schema.GateConfig``.
+
+A gate with no threshold for the arm is a *skipped* verdict with that reason, never a
+silent pass; a threshold on something that was not measured is a failure.
 """
 
 from __future__ import annotations
@@ -10,11 +15,12 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Callable, Literal
 
-from harness.metrics import ArmResult, break_even_accept_length, metric_value
+from harness.metric_registry import break_even_accept_length, compared_by_default, metric_value, speedup
+from harness.metrics import ArmResult
 
-STATS = ("mean", "p50", "p90", "p99")
+STATS = ("mean", "p50", "p90", "p99")  # the statistics a latency limit (PercentileLimits) may set
 
 
 @dataclass
@@ -25,7 +31,7 @@ class Verdict:
     value: float | None
     threshold: float | None
     detail: str  # the verdict in words
-    baseline: float | None = None  # the baseline's value, for comparisons with a past run
+    baseline: float | None = None  # the reference run's value (gate.baseline); the key records keep
     unreliable: bool = False  # too noisy over the repeats to decide (then passed is None)
 
     @property
@@ -35,7 +41,7 @@ class Verdict:
         return {True: "passed", False: "failed", None: "skipped"}[self.passed]
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "status": self.status}
 
 
 def skipped(name: str, arm: str, why: str) -> Verdict:
@@ -81,82 +87,204 @@ def guard_noise(verdicts: list[Verdict], result: ArmResult, paths: list[str], ga
     return verdicts
 
 
-def min_output_tok_s(arm: str, result: ArmResult, gate) -> list[Verdict]:
-    if arm not in gate.min_output_tok_s:
-        return [not_configured("min_output_tok_s", arm)]
-    verdicts = [at_least("min_output_tok_s", arm, result.output_tok_s, gate.min_output_tok_s[arm], "output throughput", " tok/s")]
-    return guard_noise(verdicts, result, ["output_tok_s"], gate)
+# --- the registry ---------------------------------------------------------------------------
+
+Suite = Literal["throughput", "speculative", "gpu", "baseline"]  # suites/test_<suite>.py; "baseline" gates vs a reference run
 
 
-def max_latency(metric: str, arm: str, result: ArmResult, gate) -> list[Verdict]:
-    """`metric` is "ttft_ms" or "itl_ms"; one verdict per configured statistic."""
-    limits = gate[f"max_{metric}"].get(arm)
-    stats = [s for s in STATS if limits is not None and limits[s] is not None]
-    if not stats:
-        return [not_configured(f"max_{metric}", arm)]
-    distribution = getattr(result, metric)
-    label = metric.removesuffix("_ms").upper()
-    return [guard_noise([at_most(f"max_{metric}.{s}", arm, getattr(distribution, s), limits[s], f"{label} {s}", " ms")],
-                        result, [f"{metric}.{s}"], gate)[0] for s in stats]
+@dataclass
+class GateContext:
+    """What a gate may look at for one arm of this run."""
+
+    arm: str
+    gate: Any  # the arm's cfg.gate (a GateConfig DictConfig)
+    result: ArmResult | None  # the arm's measured result; None when it was not measured
+    gpu: dict | None  # the arm's telemetry block (harness/telemetry/summary.py); None when none was recorded
+    plain_arm: str | None  # the experiment's plain-decoding arm
+    results: dict[str, ArmResult]  # every arm measured so far in this run
+    reference: dict | None  # this arm's block in the reference run (gate.baseline), if any
+    reference_label: str  # how verdicts name the reference run
+    telemetry_source: str  # the arm's telemetry.source: "off" means no GPU gate can decide
 
 
-def max_failed_requests(arm: str, result: ArmResult, gate) -> list[Verdict]:
-    allowed = gate.max_failed_requests
+@dataclass(frozen=True)
+class Gate:
+    name: str  # the suite's test is test_<name>
+    suite: Suite
+    check: Callable[[GateContext], list[Verdict]]
+    keys: tuple[str, ...]  # the gate.* config keys it reads
+    arms: Callable[[Any], list[str]]  # the arm names its config (cfg.gate) refers to
+    needs_plain_arm: bool = False  # configured for any arm, the experiment must name its plain arm
+
+    @property
+    def key_names(self) -> str:
+        return ", ".join(f"gate.{k}" for k in self.keys)
+
+
+GATES: dict[str, Gate] = {}
+
+
+def no_arms(gate: Any) -> list[str]:
+    return []
+
+
+def register(name: str, suite: Suite, keys: tuple[str, ...], arms: Callable[[Any], list[str]] = no_arms,
+             needs_plain_arm: bool = False) -> Callable:
+    """Add a gate to the registry (a decorator); names are unique."""
+    def add(check: Callable[[GateContext], list[Verdict]]) -> Callable[[GateContext], list[Verdict]]:
+        if name in GATES:
+            raise ValueError(f"gate '{name}' is registered twice")
+        GATES[name] = Gate(name, suite, check, keys, arms, needs_plain_arm)
+        return check
+    return add
+
+
+def gates_of(suite: Suite) -> list[Gate]:
+    return [g for g in GATES.values() if g.suite == suite]
+
+
+def keyed_arms(key: str) -> Callable[[Any], list[str]]:
+    """The arms of a per-arm gate key (`gate.<key>: {arm: ...}` or `[arm, ...]`)."""
+    return lambda gate: [str(a) for a in gate[key]]
+
+
+def unmeasured(name: str, ctx: GateContext) -> list[Verdict] | None:
+    """A gate on the arm's numbers cannot decide for an arm without any."""
+    if ctx.result is not None:
+        return None
+    return [Verdict(name, ctx.arm, False, None, None, f"{ctx.arm}: the arm was not measured")]
+
+
+# --- throughput and latency ------------------------------------------------------------------
+
+
+@register("requests_succeed", "throughput", ("max_failed_requests",))
+def requests_succeed(ctx: GateContext) -> list[Verdict]:
+    """At most gate.max_failed_requests measured requests failed, and some were measured."""
+    name, arm, result = "max_failed_requests", ctx.arm, ctx.result
+    if (missing := unmeasured(name, ctx)) is not None:
+        return missing
+    allowed = ctx.gate.max_failed_requests
     failed = result.requests_failed
     if result.requests_ok + failed == 0:
-        return [Verdict("max_failed_requests", arm, False, 0, allowed, f"{arm}: no measured request completed or failed: nothing was measured")]
+        return [Verdict(name, arm, False, 0, allowed, f"{arm}: no measured request completed or failed: nothing was measured")]
     if failed <= allowed:
-        return [Verdict("max_failed_requests", arm, True, failed, allowed, f"{arm}: {failed} of {result.requests_ok + failed} requests failed (allowed {allowed})")]
+        return [Verdict(name, arm, True, failed, allowed, f"{arm}: {failed} of {result.requests_ok + failed} requests failed (allowed {allowed})")]
     worst = max(result.errors.items(), key=lambda kv: kv[1], default=("unknown error", failed))
     return [
         Verdict(
-            "max_failed_requests", arm, False, failed, allowed,
+            name, arm, False, failed, allowed,
             f"{arm}: {failed} of {result.requests_ok + failed} requests failed (allowed {allowed}); most common error ({worst[1]}x): {worst[0]}",
         )
     ]
 
 
-def min_accept_length(arm: str, result: ArmResult, gate) -> list[Verdict]:
+@register("min_output_tok_s", "throughput", ("min_output_tok_s",), keyed_arms("min_output_tok_s"))
+def min_output_tok_s(ctx: GateContext) -> list[Verdict]:
+    """Output tokens per second at least gate.min_output_tok_s[arm]."""
+    name, arm, gate = "min_output_tok_s", ctx.arm, ctx.gate
+    if arm not in gate.min_output_tok_s:
+        return [not_configured(name, arm)]
+    if (missing := unmeasured(name, ctx)) is not None:
+        return missing
+    verdicts = [at_least(name, arm, ctx.result.output_tok_s, gate.min_output_tok_s[arm], "output throughput", " tok/s")]
+    return guard_noise(verdicts, ctx.result, ["output_tok_s"], gate)
+
+
+def max_latency(metric: str) -> Callable[[GateContext], list[Verdict]]:
+    """`metric` is "ttft_ms" or "itl_ms"; one verdict per statistic gate.max_<metric>[arm] sets."""
+    name = f"max_{metric}"
+
+    def check(ctx: GateContext) -> list[Verdict]:
+        arm, gate = ctx.arm, ctx.gate
+        limits = gate[name].get(arm)
+        stats = [s for s in STATS if limits is not None and limits[s] is not None]
+        if not stats:
+            return [not_configured(name, arm)]
+        if (missing := unmeasured(name, ctx)) is not None:
+            return missing
+        distribution = getattr(ctx.result, metric)
+        label = metric.removesuffix("_ms").upper()
+        return [guard_noise([at_most(f"{name}.{s}", arm, getattr(distribution, s), limits[s], f"{label} {s}", " ms")],
+                            ctx.result, [f"{metric}.{s}"], gate)[0] for s in stats]
+
+    check.__doc__ = f"Each configured statistic of {metric.removesuffix('_ms').upper()} within gate.{name}[arm] (ms)."
+    return check
+
+
+max_ttft_ms = register("max_ttft_ms", "throughput", ("max_ttft_ms",), keyed_arms("max_ttft_ms"))(max_latency("ttft_ms"))
+max_itl_ms = register("max_itl_ms", "throughput", ("max_itl_ms",), keyed_arms("max_itl_ms"))(max_latency("itl_ms"))
+
+
+# --- speculative decoding -----------------------------------------------------------------------
+
+
+@register("min_accept_length", "speculative", ("min_accept_length",), keyed_arms("min_accept_length"))
+def min_accept_length(ctx: GateContext) -> list[Verdict]:
+    """Accept length (run-scoped, token-weighted) at least gate.min_accept_length[arm]."""
+    name, arm, gate = "min_accept_length", ctx.arm, ctx.gate
     if arm not in gate.min_accept_length:
-        return [not_configured("min_accept_length", arm)]
-    verdict = at_least("min_accept_length", arm, result.accept_length, gate.min_accept_length[arm], "accept length")
-    if result.accept_length_source == "server_cumulative":
+        return [not_configured(name, arm)]
+    if (missing := unmeasured(name, ctx)) is not None:
+        return missing
+    verdict = at_least(name, arm, ctx.result.accept_length, gate.min_accept_length[arm], "accept length")
+    if ctx.result.accept_length_source == "server_cumulative":
         verdict.detail += " (server-cumulative fallback: includes warm-up and other traffic)"
-    return guard_noise([verdict], result, ["accept_length"], gate)
+    return guard_noise([verdict], ctx.result, ["accept_length"], gate)
 
 
-def max_accept_length(arm: str, result: ArmResult, gate) -> list[Verdict]:
+@register("max_accept_length", "speculative", ("max_accept_length",), keyed_arms("max_accept_length"))
+def max_accept_length(ctx: GateContext) -> list[Verdict]:
+    """Accept length at most gate.max_accept_length[arm] (a draft that must not be accepted)."""
+    name, arm, gate = "max_accept_length", ctx.arm, ctx.gate
     if arm not in gate.max_accept_length:
-        return [not_configured("max_accept_length", arm)]
-    verdict = at_most("max_accept_length", arm, result.accept_length, gate.max_accept_length[arm], "accept length")
-    return guard_noise([verdict], result, ["accept_length"], gate)
+        return [not_configured(name, arm)]
+    if (missing := unmeasured(name, ctx)) is not None:
+        return missing
+    verdict = at_most(name, arm, ctx.result.accept_length, gate.max_accept_length[arm], "accept length")
+    return guard_noise([verdict], ctx.result, ["accept_length"], gate)
 
 
-def min_speedup(arm: str, result: ArmResult, gate, results: dict[str, ArmResult]) -> list[Verdict]:
+def speedup_arms(gate: Any) -> list[str]:
+    return [str(a) for a in gate.min_speedup] + [str(g.over) for g in gate.min_speedup.values()]
+
+
+@register("min_speedup", "speculative", ("min_speedup",), speedup_arms)
+def min_speedup(ctx: GateContext) -> list[Verdict]:
+    """Output tok/s at least gate.min_speedup[arm].ratio times the `over` arm's, in this run."""
+    name, arm, gate = "min_speedup", ctx.arm, ctx.gate
     spec = gate.min_speedup.get(arm)
     if spec is None:
-        return [not_configured("min_speedup", arm)]
-    plain = results.get(spec.over)
+        return [not_configured(name, arm)]
+    if (missing := unmeasured(name, ctx)) is not None:
+        return missing
+    result, plain = ctx.result, ctx.results.get(spec.over)
     if plain is None:
-        return [skipped("min_speedup", arm, f"arm '{spec.over}' was not measured in this run, so there is nothing to compare with")]
-    if result.output_tok_s is None or not plain.output_tok_s:
-        return [Verdict("min_speedup", arm, False, None, spec.ratio, f"{arm}: speedup over {spec.over} not measurable (output tok/s {fmt(result.output_tok_s)} vs {fmt(plain.output_tok_s)})")]
-    ratio = result.output_tok_s / plain.output_tok_s
+        return [skipped(name, arm, f"arm '{spec.over}' was not measured in this run, so there is nothing to compare with")]
+    ratio = speedup(result, plain)
+    if ratio is None:
+        return [Verdict(name, arm, False, None, spec.ratio, f"{arm}: speedup over {spec.over} not measurable (output tok/s {fmt(result.output_tok_s)} vs {fmt(plain.output_tok_s)})")]
     passed = ratio >= spec.ratio
     words = "faster than" if ratio > 1 else "slower than" if ratio < 1 else "as fast as"
     detail = (
         f"{arm} is {words} {spec.over}: {result.output_tok_s:.1f} tok/s is {ratio:.2f}x of "
         f"{spec.over}'s {plain.output_tok_s:.1f} tok/s (gate: ≥ {spec.ratio:.2f}x)"
     )
-    verdicts = guard_noise([Verdict("min_speedup", arm, passed, ratio, spec.ratio, detail)], result, ["output_tok_s"], gate)
+    verdicts = guard_noise([Verdict(name, arm, passed, ratio, spec.ratio, detail)], result, ["output_tok_s"], gate)
     return guard_noise(verdicts, plain, ["output_tok_s"], gate)
 
 
-def accept_length_at_least_break_even(arm: str, result: ArmResult, gate, plain_arm: str | None, results: dict[str, ArmResult]) -> list[Verdict]:
-    name = "accept_length_at_least_break_even"
+@register("accept_length_at_least_break_even", "speculative", ("accept_length_at_least_break_even",),
+          keyed_arms("accept_length_at_least_break_even"), needs_plain_arm=True)
+def accept_length_at_least_break_even(ctx: GateContext) -> list[Verdict]:
+    """Accept length at least break-even: this arm's verify cycle ÷ the plain arm's decode step."""
+    name, arm, gate, plain_arm = "accept_length_at_least_break_even", ctx.arm, ctx.gate, ctx.plain_arm
     if arm not in gate.accept_length_at_least_break_even:
         return [not_configured(name, arm)]
-    plain = results.get(plain_arm) if plain_arm else None
+    if (missing := unmeasured(name, ctx)) is not None:
+        return missing
+    result = ctx.result
+    plain = ctx.results.get(plain_arm) if plain_arm else None
     if plain is None:
         return [skipped(name, arm, f"plain arm '{plain_arm}' was not measured in this run, so break-even is unknown")]
     if result.verify_cycle_ms is None or plain.decode_step_ms is None or result.accept_length is None:
@@ -176,16 +304,15 @@ def accept_length_at_least_break_even(arm: str, result: ArmResult, gate, plain_a
     return guard_noise(verdicts, plain, ["decode_step_ms"], gate)
 
 
-# --- comparison with a baseline run ------------------------------------------------------
+# --- comparison with a reference run (gate.baseline) -------------------------------------------
 
 CHANGE = re.compile(r"^\s*([+-])\s*(\d+(?:\.\d+)?)\s*%\s*$")
-DEFAULT_COMPARED = {"output_tok_s": -1, "ttft_ms.p50": +1, "ttft_ms.p99": +1, "itl_ms.p50": +1, "itl_ms.p99": +1}
 NOISE_SIGMAS = 3.0  # the noise band is this many robust standard deviations (1.4826 x MAD)
 
 
 @dataclass(frozen=True)
 class Comparison:
-    """A typed baseline gate parsed from config: `output_tok_s: "-3%"` may drop by 3 %
+    """A typed reference-run gate parsed from config: `output_tok_s: "-3%"` may drop by 3 %
     (higher is better); `ttft_ms.p99: "+10%"` may rise by 10 % (lower is better)."""
 
     metric: str
@@ -205,17 +332,12 @@ class Comparison:
 
 
 def comparisons(gate) -> list[Comparison]:
-    """The configured comparisons; with a baseline and none listed, tok/s and TTFT/ITL p50
-    and p99 at gate.tolerance, so pointing at a baseline is enough to gate a merge."""
+    """The configured comparisons; with a reference run and none listed, the registry's
+    default-compared metrics at gate.tolerance, so pointing at a reference run is enough
+    to gate a merge."""
     if gate.compare:
         return [Comparison.parse(metric, text) for metric, text in gate.compare.items()]
-    return [Comparison(metric, gate.tolerance, sign < 0) for metric, sign in DEFAULT_COMPARED.items()]
-
-
-def baseline_value(arm_block: dict, path: str) -> float | None:
-    head, _, stat = path.partition(".")
-    value = arm_block.get(head)
-    return value.get(stat) if stat and isinstance(value, dict) else value
+    return [Comparison(m.path, gate.tolerance, m.better == "higher") for m in compared_by_default()]
 
 
 def noise_band(*spreads: dict | None) -> float:
@@ -232,36 +354,56 @@ def allowed_change(metric: str, old: float, allowed: float, band: float, gate) -
     return max(allowed, band, floor)
 
 
-def against_baseline(arm: str, result: ArmResult, baseline_arm: dict | None, gate, label: str) -> list[Verdict]:
+@register("no_regression_against_baseline", "baseline", ("baseline", "compare", "tolerance", "latency_noise_floor_ms"))
+def no_regression_against_reference(ctx: GateContext) -> list[Verdict]:
+    """Each compared metric within its allowed change of the reference run (gate.baseline)."""
+    arm, gate, label = ctx.arm, ctx.gate, ctx.reference_label
     if not gate.baseline:
-        return [skipped("baseline", arm, "no baseline configured (gate.baseline=<run dir | results.json>)")]
-    if baseline_arm is None or not baseline_arm.get("requests"):
-        return [skipped("baseline", arm, f"the baseline {label} has no measured arm '{arm}'")]
-    return [compare_metric(arm, result, baseline_arm, c, label, gate) for c in comparisons(gate)]
+        return [skipped("baseline", arm, "no reference run configured (gate.baseline=<run dir | results.json>)")]
+    if ctx.reference is None or not ctx.reference.get("requests"):
+        return [skipped("baseline", arm, f"the reference run {label} has no measured arm '{arm}'")]
+    if (missing := unmeasured("baseline", ctx)) is not None:
+        return missing
+    return [compare_metric(arm, ctx.result, ctx.reference, c, label, gate) for c in comparisons(gate)]
 
 
-def compare_metric(arm: str, result: ArmResult, baseline_arm: dict, c: Comparison, label: str, gate) -> Verdict:
+def compare_metric(arm: str, result: ArmResult, reference: dict, c: Comparison, label: str, gate) -> Verdict:
     name = f"baseline.{c.metric}"
-    new, old = metric_value(result, c.metric), baseline_value(baseline_arm, c.metric)
+    new, old = metric_value(result, c.metric), metric_value(reference, c.metric)
     if old is None or not old:
-        return skipped(name, arm, f"the baseline {label} has no {c.metric} for arm '{arm}'")
+        return skipped(name, arm, f"the reference run {label} has no {c.metric} for arm '{arm}'")
     if new is None:
-        return Verdict(name, arm, False, None, None, f"{arm}: {c.metric} was not measured (baseline {old:.2f})", old)
+        return Verdict(name, arm, False, None, None, f"{arm}: {c.metric} was not measured (reference run {old:.2f})", old)
     change = (new - old) / old
     worse = -change if c.higher_is_better else change  # > 0: a regression
-    band = noise_band(result.noise.get(c.metric), (baseline_arm.get("noise") or {}).get(c.metric))
+    band = noise_band(result.noise.get(c.metric), (reference.get("noise") or {}).get(c.metric))
     limit = allowed_change(c.metric, old, c.allowed, band, gate)
     kind = "regression" if worse > 0 else "improvement"
-    detail = (f"{arm}: {c.metric} {new:.2f} vs baseline {old:.2f} ({change:+.1%}, a {kind}); allowed "
+    detail = (f"{arm}: {c.metric} {new:.2f} vs reference run {old:.2f} ({change:+.1%}, a {kind}); allowed "
               f"{limit:.1%} = max(tolerance {c.allowed:.1%}, noise band {band:.1%})")
     if worse > limit:
-        detail = f"{arm}: {c.metric} regressed by {worse:.1%} vs baseline {label} ({old:.2f} -> {new:.2f}), more than the allowed {limit:.1%} (max of tolerance {c.allowed:.1%} and noise band {band:.1%})"
+        detail = (f"{arm}: {c.metric} regressed by {worse:.1%} vs the reference run {label} ({old:.2f} -> {new:.2f}), "
+                  f"more than the allowed {limit:.1%} (max of tolerance {c.allowed:.1%} and noise band {band:.1%})")
     elif -worse > limit:
         detail += ": improved beyond the band"
     return Verdict(name, arm, worse <= limit, new, limit, detail, baseline=old)
 
 
-# --- GPU telemetry (the `gpu` block of an arm, see harness/telemetry/summary.py) ----------
+# --- GPU telemetry (the `gpu` block of an arm, see harness/telemetry/summary.py) ----------------
+
+
+def telemetry_missing(name: str, ctx: GateContext, threshold: Any) -> list[Verdict] | None:
+    """Telemetry off or unavailable here (no NVIDIA driver) decides nothing: skipped. Telemetry
+    that was configured but recorded nothing is a failed measurement."""
+    source = ctx.telemetry_source
+    if source == "off":
+        return [skipped(name, ctx.arm, "telemetry is off for this arm (telemetry=nvml, smi or sim samples the GPUs)")]
+    if ctx.gpu is None:
+        return [Verdict(name, ctx.arm, False, None, threshold,
+                        f"telemetry={source} was configured but recorded nothing for arm '{ctx.arm}'")]
+    if ctx.gpu.get("unavailable"):
+        return [skipped(name, ctx.arm, str(ctx.gpu["unavailable"]))]
+    return None
 
 
 def no_load_samples(name: str, arm: str, gpu: dict, threshold: float | None) -> list[Verdict] | None:
@@ -273,17 +415,23 @@ def no_load_samples(name: str, arm: str, gpu: dict, threshold: float | None) -> 
                     f"long enough past the {gpu.get('ramp_in_s', 0):g} s ramp-in (did the requests fail?)")]
 
 
-def per_gpu(name: str, arm: str, gpu: dict, threshold: Any, judge) -> list[Verdict]:
-    """The shared frame of the GPU gates: skipped without a threshold, failed without load
-    samples, otherwise `judge(label, gpu_block)` for every sampled GPU."""
+def per_gpu(name: str, ctx: GateContext, threshold: Any, judge) -> list[Verdict]:
+    """The shared frame of the GPU gates: skipped without telemetry or a threshold, failed
+    without load samples, otherwise `judge(label, gpu_block)` for every sampled GPU."""
+    number = threshold if isinstance(threshold, float) else None
+    if (missing := telemetry_missing(name, ctx, number)) is not None:
+        return missing
     if threshold is None or threshold == []:
-        return [not_configured(name, arm)]
-    return no_load_samples(name, arm, gpu, threshold if isinstance(threshold, float) else 0.0) or [
+        return [not_configured(name, ctx.arm)]
+    gpu = ctx.gpu
+    return no_load_samples(name, ctx.arm, gpu, number if number is not None else 0.0) or [
         judge(f"GPU {g.get('index')} ({uuid})", g) for uuid, g in gpu["gpus"].items()]
 
 
-def min_clock_ratio_under_load(arm: str, gpu: dict, gate) -> list[Verdict]:
-    name, floor = "min_clock_ratio_under_load", gate.min_clock_ratio_under_load
+@register("sm_clock_under_load", "gpu", ("min_clock_ratio_under_load",))
+def min_clock_ratio_under_load(ctx: GateContext) -> list[Verdict]:
+    """Every GPU's SM clock under load at least gate.min_clock_ratio_under_load of its maximum."""
+    name, arm, floor = "min_clock_ratio_under_load", ctx.arm, ctx.gate.min_clock_ratio_under_load
 
     def judge(label: str, g: dict) -> Verdict:
         ratio = g.get("sm_clock_ratio_under_load")
@@ -294,11 +442,13 @@ def min_clock_ratio_under_load(arm: str, gpu: dict, gate) -> list[Verdict]:
                        f"{arm}: {label}: SM clock under load {median:.0f} MHz is {ratio:.2f} of its max "
                        f"{g.get('sm_clock_max_mhz'):.0f} MHz ({'meets' if ratio >= floor else 'is below'} {floor:.2f})")
 
-    return per_gpu(name, arm, gpu, floor, judge)
+    return per_gpu(name, ctx, floor, judge)
 
 
-def no_throttle_reasons_under_load(arm: str, gpu: dict, gate) -> list[Verdict]:
-    name, reasons = "throttle_reasons_under_load", list(gate.fail_on_throttle_reasons)
+@register("no_slowdown_reasons_under_load", "gpu", ("fail_on_throttle_reasons",))
+def no_throttle_reasons_under_load(ctx: GateContext) -> list[Verdict]:
+    """No GPU reports any of gate.fail_on_throttle_reasons while under load."""
+    name, arm, reasons = "throttle_reasons_under_load", ctx.arm, list(ctx.gate.fail_on_throttle_reasons)
 
     def judge(label: str, g: dict) -> Verdict:
         seen = {r: f for r, f in g.get("throttle_fraction_under_load", {}).items() if r in reasons and f > 0}
@@ -306,14 +456,16 @@ def no_throttle_reasons_under_load(arm: str, gpu: dict, gate) -> list[Verdict]:
                   if seen else f"{arm}: {label}: none of {', '.join(reasons)} under load")
         return Verdict(name, arm, not seen, max(seen.values(), default=0.0), 0.0, detail)
 
-    return per_gpu(name, arm, gpu, reasons, judge)
+    return per_gpu(name, ctx, reasons, judge)
 
 
-def min_gpu_util_under_load(arm: str, gpu: dict, gate) -> list[Verdict]:
-    name, floor = "min_gpu_util_under_load_pct", gate.min_gpu_util_under_load_pct
+@register("gpu_utilization_under_load", "gpu", ("min_gpu_util_under_load_pct",))
+def min_gpu_util_under_load(ctx: GateContext) -> list[Verdict]:
+    """Every GPU's median utilization under load at least gate.min_gpu_util_under_load_pct."""
+    name, arm, floor = "min_gpu_util_under_load_pct", ctx.arm, ctx.gate.min_gpu_util_under_load_pct
 
     def judge(label: str, g: dict) -> Verdict:
         util = (g["load"].get("gpu_util_pct") or {}).get("median")
         return at_least(name, arm, util, floor, f"{label} utilization under load (median)", " %")
 
-    return per_gpu(name, arm, gpu, floor, judge)
+    return per_gpu(name, ctx, floor, judge)

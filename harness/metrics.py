@@ -24,7 +24,9 @@ Definitions (all over this run's ok measured requests):
   decode span from first to last chunk holds exactly the verify cycles).
 
 Break-even: speculative decoding wins when accept_length > verify_cycle / plain_step
-(:func:`break_even_accept_length`).  No data gives None, never 0.
+(:func:`harness.metric_registry.break_even_accept_length`).  No data gives None, never 0.
+Which of these numbers are reported where is the metric registry's business
+(:mod:`harness.metric_registry`).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from typing import Iterable, Optional
 import numpy as np
 
 from harness.load import LoadResult, RequestRecord
+from harness.metric_registry import metric_value, noise_metrics
 
 
 def _r(x: Optional[float], nd: int = 4) -> Optional[float]:
@@ -82,6 +85,11 @@ class ArmResult:
     duration_s: float = 0.0
     repeats: int = 1  # workload runs combined into this result (medians, see combine_repeats)
     noise: dict[str, dict] = field(default_factory=dict)  # metric path -> spread over the repeats
+
+    @property
+    def requests(self) -> dict[str, int]:
+        """The request counts under the path results.json gives them (`requests.ok`)."""
+        return {"ok": self.requests_ok, "failed": self.requests_failed}
 
     def to_json(self) -> dict:
         return {
@@ -167,18 +175,10 @@ def apply_server_window(result: ArmResult, load: LoadResult, server: dict) -> Ar
     return result
 
 
-# Metrics whose spread over repeats is reported, and which baseline gates compare.
-NOISE_METRICS = ("output_tok_s", "request_per_s", "ttft_ms.p50", "ttft_ms.p99", "itl_ms.p50", "itl_ms.p99",
-                 "tpot_ms.p50", "e2e_ms.p50", "accept_length", "verify_cycle_ms", "decode_step_ms")
+# ArmResult's fields that repeats combine by their median (its shape; which metrics are
+# reported where is harness.metric_registry's business).
 SCALARS = ("output_tok_s", "request_per_s", "decode_step_ms", "accept_length", "verify_cycle_ms")
 DISTRIBUTIONS = ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")
-
-
-def metric_value(result: ArmResult, path: str) -> Optional[float]:
-    """`ttft_ms.p99` -> result.ttft_ms.p99; `output_tok_s` -> result.output_tok_s."""
-    head, _, stat = path.partition(".")
-    value = getattr(result, head, None)
-    return getattr(value, stat, None) if stat else value
 
 
 def spread(values: list[Optional[float]]) -> Optional[dict]:
@@ -216,20 +216,6 @@ def combine_repeats(arm: str, results: list[ArmResult]) -> ArmResult:
     combined.errors = dict(sum((Counter(r.errors) for r in results), Counter()))
     combined.completion_tokens = sum(r.completion_tokens for r in results)
     combined.duration_s = sum(r.duration_s for r in results)
-    combined.noise = {path: s for path in NOISE_METRICS
+    combined.noise = {path: s for path in noise_metrics()
                       if (s := spread([metric_value(r, path) for r in results])) is not None}
     return combined
-
-
-def break_even_accept_length(verify_cycle_ms: float, plain_step_ms: float) -> float:
-    """Accept length at which a draft+verify cycle pays for itself: cycle / plain step."""
-    if not plain_step_ms or plain_step_ms <= 0:
-        raise ValueError(f"plain decode step must be > 0 ms (got {plain_step_ms})")
-    return verify_cycle_ms / plain_step_ms
-
-
-def speedup(arm: ArmResult, plain: ArmResult) -> Optional[float]:
-    """Output tok/s of ``arm`` over ``plain``; None when either is missing."""
-    if arm.output_tok_s is None or not plain.output_tok_s:
-        return None
-    return arm.output_tok_s / plain.output_tok_s

@@ -14,13 +14,14 @@ import re
 import signal
 import sys
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
 from harness import gate
 from harness.config import DEFAULT_CONF_DIR, ConfigError, Experiment, compose
-from harness.gate import comparisons
-from harness.record import load_results
+from harness.gate import GateContext, comparisons, gates_of
+from harness.record import RecordError, read_run
 from harness.replay import replay_experiment
 from harness.drafter_fit import DrafterMismatch, check_drafter_fit
 from harness.load import print_progress
@@ -103,19 +104,19 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def load_baseline(experiment: Experiment) -> dict | None:
-    """gate.baseline, read and its comparisons parsed before anything starts."""
+    """The reference run (gate.baseline), read and its comparisons parsed before anything starts."""
     path = experiment.base.gate.baseline
     if not path:
         return None
     try:
-        results = load_results(Path(path))
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"gate.baseline: cannot read {path} as a run record or results.json ({exc})") from None
+        reference = read_run(Path(path))
+    except RecordError as exc:
+        raise ConfigError(f"gate.baseline: {exc}") from None
     try:
         comparisons(experiment.base.gate)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    return results
+    return reference.data
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -251,6 +252,29 @@ class GateChecker:
 @pytest.fixture
 def gates(runner: Runner, request: pytest.FixtureRequest) -> GateChecker:
     return GateChecker(runner, request.node)
+
+
+@pytest.fixture
+def gate_context(arm_run: ArmRun, runner: Runner) -> GateContext:
+    """What every registered gate reads for the arm under test."""
+    return GateContext(arm=arm_run.name, gate=arm_run.cfg.gate, result=arm_run.result, gpu=arm_run.outcome.gpu,
+                       plain_arm=runner.experiment.plain_arm, results=runner.results,
+                       reference=arm_run.reference, reference_label=arm_run.reference_label,
+                       telemetry_source=arm_run.cfg.telemetry.source)
+
+
+def gate_tests(suite: str) -> dict[str, Callable[..., None]]:
+    """A suite module's tests, one `test_<gate>` per registered gate of the suite:
+    `globals().update(gate_tests("throughput"))`."""
+    def test_of(registered):
+        def test(gate_context: GateContext, gates: GateChecker) -> None:
+            gates.check(registered.check(gate_context))
+
+        test.__name__ = test.__qualname__ = f"test_{registered.name}"
+        test.__doc__ = registered.check.__doc__
+        return test
+
+    return {f"test_{g.name}": test_of(g) for g in gates_of(suite)}
 
 
 # --- end of session: stop everything, write the record, say what happened --------------

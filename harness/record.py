@@ -15,6 +15,11 @@ from __future__ import annotations
 import json
 import os
 import re
+<<<<<<< HEAD
+=======
+import tempfile
+from dataclasses import dataclass
+>>>>>>> metrics
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -137,9 +142,51 @@ def safe_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name) or "run"
 
 
-def load_results(path: Path) -> dict[str, Any]:
-    """Read a record's results.json (given the record folder or the file itself)."""
+# --- reading a record back -------------------------------------------------------------------
+
+
+class RecordError(Exception):
+    """A path that is not a run record, or a record that cannot be read: one sentence."""
+
+
+@dataclass
+class RunData:
+    """A run record as read back: compare, report, replay and reference-run gates use it."""
+
+    label: str  # the record's folder name
+    path: Path  # the results.json that was read
+    data: dict[str, Any]
+
+    @property
+    def arms(self) -> dict[str, Any]:
+        arms = self.data.get("arms")
+        return arms if isinstance(arms, dict) else {}
+
+
+def results_path(path: Path) -> Path:
+    """The results.json of a record folder, a `latest` link or the file itself."""
     path = Path(path)
-    if path.is_dir():
-        path = path / "results.json"
-    return json.loads(path.read_text())
+    candidate = path / "results.json" if path.is_dir() else path
+    if not candidate.is_file():
+        why = "has no results.json" if path.is_dir() else "does not exist"
+        raise RecordError(f"{path} is not a run record: it {why} (give a runs/<timestamp>_<exp> folder, "
+                          f"runs/latest or a results.json)")
+    return candidate
+
+
+def read_run(path: Path) -> RunData:
+    """Read one record's results.json; a file that is not JSON, or JSON that is not a
+    record, is a RecordError. Keys are not checked further: older and newer records read."""
+    file = results_path(path)
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise RecordError(f"{file} is not a readable run record ({exc}).") from None
+    if not isinstance(data, dict) or not isinstance(data.get("arms", {}), dict):
+        raise RecordError(f"{file} is not a run record: it has no 'arms' mapping.")
+    return RunData(label=file.resolve().parent.name, path=file, data=data)
+
+
+def load_results(path: Path) -> dict[str, Any]:
+    """A record's results.json as data (given the record folder or the file itself)."""
+    return read_run(path).data

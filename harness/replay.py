@@ -15,9 +15,9 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from harness.config import Arm, ConfigError, Experiment, compose, explain, override_key, validate
-from harness.metrics import NOISE_METRICS
-from harness.gate import allowed_change, baseline_value, noise_band
-from harness.record import REDACTED, load_results
+from harness.gate import allowed_change, noise_band
+from harness.metric_registry import metric_value, noise_metrics
+from harness.record import REDACTED
 from harness.schema import SpecgateConfig
 
 
@@ -118,8 +118,8 @@ def drift_rows(old: dict, new: dict, gate) -> list[dict[str, Any]]:
         old_block = old.get("arms", {}).get(arm)
         if not old_block or not new_block.get("requests"):
             continue
-        for metric in NOISE_METRICS:
-            before, after = baseline_value(old_block, metric), baseline_value(new_block, metric)
+        for metric in noise_metrics():
+            before, after = metric_value(old_block, metric), metric_value(new_block, metric)
             if before is None or after is None or not before:
                 continue
             change = (after - before) / before
@@ -143,6 +143,3 @@ def drift_table(rows: list[dict[str, Any]], old_label: str) -> str:
     lines += ["", f"{flagged} of {len(rows)} metric(s) moved outside the noise band."]
     return "\n".join(lines) + "\n"
 
-
-def load_old_results(run_dir: Path) -> dict:
-    return load_results(Path(run_dir))

@@ -22,7 +22,9 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
-from harness.compare import METRICS, Metric, Run, load_run, lookup, noise_cv, number
+from harness.compare import GATE_STATUSES, gate_status, noise_cv
+from harness.metric_registry import Metric, metric_value, number, report_metrics
+from harness.record import RunData, atomic_write, read_run
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 MAX_ECDF_POINTS = 5000
@@ -35,22 +37,19 @@ class ReportError(Exception):
 
 def write_report(run_dir: Path, out: Optional[Path] = None) -> Path:
     """Render `run_dir`'s record to one HTML file (default `<run>/report.html`); return its path.
-    Raises harness.compare.CompareError when run_dir is not a run record."""
-    run = load_run(Path(run_dir))
+    Raises harness.record.RecordError when run_dir is not a run record."""
+    run = read_run(Path(run_dir))
     record_dir = run.path.parent
     out = Path(out) if out is not None else record_dir / "report.html"
     html = render_report(run, read_requests(record_dir / "requests.jsonl"))
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(f".{out.name}.tmp")
-        tmp.write_text(html, encoding="utf-8")
-        tmp.replace(out)
+        atomic_write(out, html)
     except OSError as exc:
         raise ReportError(f"cannot write the report to {out} ({exc.strerror or exc}).") from None
     return out
 
 
-def render_report(run: Run, requests: list[dict[str, Any]]) -> str:
+def render_report(run: RunData, requests: list[dict[str, Any]]) -> str:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     return env.get_template("report.html.j2").render(**report_context(run, requests))
@@ -58,9 +57,10 @@ def render_report(run: Run, requests: list[dict[str, Any]]) -> str:
 
 # --- the record as the template sees it --------------------------------------------------
 
-def report_context(run: Run, requests: list[dict[str, Any]]) -> dict[str, Any]:
+def report_context(run: RunData, requests: list[dict[str, Any]]) -> dict[str, Any]:
     data, arms = run.data, list(run.arms)
-    columns = table_metrics(data.get("plain_arm"))
+    plain_arm = data.get("plain_arm") or None
+    columns = report_metrics(plain_arm)
     gates = [gate_row(g) for g in data.get("gates") or [] if isinstance(g, dict)]
     samples = {arm: latency_samples(requests, arm) for arm in arms}
     return {
@@ -69,23 +69,15 @@ def report_context(run: Run, requests: list[dict[str, Any]]) -> dict[str, Any]:
         "description": text(data.get("description")),
         "facts": facts(data),
         "verdict": verdict(data, gates),
-        "columns": [m.label for m in columns],
-        "arm_rows": [arm_row(arm, run.arms.get(arm), columns) for arm in arms],
+        "columns": [m.shown_label(plain_arm) for m in columns],
+        "arm_rows": [arm_row(arm, run.arms.get(arm), columns, plain_arm) for arm in arms],
         "gates": gates,
-        "gate_counts": {s: sum(g["status"] == s for g in gates) for s in ("passed", "failed", "skipped")},
+        "gate_counts": {s: sum(g["status"] == s for g in gates) for s in GATE_STATUSES},
         "latency_chart": latency_chart(samples, arms),
         "throughput_chart": throughput_chart(run.arms, arms),
         "arms": [arm_card(run.path.parent, arm, run.arms.get(arm)) for arm in arms],
         "generated_utc": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
     }
-
-
-def table_metrics(plain_arm: Any) -> list[Metric]:
-    extra = []
-    if plain_arm:
-        extra = [Metric(f"speedup_vs_{plain_arm}", f"speedup vs {plain_arm}", "{:.2f}x"),
-                 Metric(f"break_even_accept_length_vs_{plain_arm}", "break-even accept length", "{:.2f}")]
-    return [*METRICS[:10], *extra, *METRICS[10:]]
 
 
 def text(value: Any) -> str:
@@ -98,7 +90,7 @@ def facts(data: dict[str, Any]) -> list[tuple[str, str]]:
         command = shlex.join(str(c) for c in command)
     rows = [("command", command), ("host", data.get("host")), ("started", data.get("started_utc")),
             ("finished", data.get("finished_utc")), ("plain arm", data.get("plain_arm")),
-            ("harness", harness_text(data)), ("baseline", data.get("baseline")), ("replay of", data.get("replay_of"))]
+            ("harness", harness_text(data)), ("reference run", data.get("baseline")), ("replay of", data.get("replay_of"))]
     notes = data.get("notes")
     rows += [("note", n) for n in (notes if isinstance(notes, list) else [notes] if notes else [])]
     if data.get("interrupted"):
@@ -131,15 +123,15 @@ def verdict(data: dict[str, Any], gates: list[dict[str, Any]]) -> dict[str, str]
     return {"status": "passed", "text": "PASSED"}
 
 
-def arm_row(arm: str, result: Any, columns: list[Metric]) -> dict[str, Any]:
+def arm_row(arm: str, result: Any, columns: list[Metric], plain_arm: Optional[str]) -> dict[str, Any]:
     result = result if isinstance(result, dict) else {}
     cells = []
     for metric in columns:
-        value = number(lookup(result, metric.key))
-        cv = noise_cv(result, metric.key)
-        cells.append({"value": "-" if value is None else metric.pattern.format(int(value) if metric.count else value),
-                      "cv": None if cv is None else f"±{cv * 100:.1f}%",
-                      "bad": metric.key == "requests.failed" and bool(value)})
+        key = metric.key(plain_arm)
+        value = number(result.get(key) if metric.between_arms else metric_value(result, key))
+        cv = noise_cv(result, key)
+        cells.append({"value": metric.format(value), "cv": None if cv is None else f"±{cv * 100:.1f}%",
+                      "bad": metric.count and metric.better == "lower" and bool(value)})
     status = text(result.get("status")) or "unknown"
     return {"arm": arm, "status": status, "status_class": status_class(status), "cells": cells}
 
@@ -149,11 +141,9 @@ def status_class(status: str) -> str:
 
 
 def gate_row(gate: dict[str, Any]) -> dict[str, str]:
-    passed = gate.get("passed")
-    status = "passed" if passed is True else "failed" if passed is False else "skipped"
-    return {"status": status, "name": text(gate.get("name")), "arm": text(gate.get("arm")),
+    return {"status": gate_status(gate), "name": text(gate.get("name")), "arm": text(gate.get("arm")),
             "value": show(gate.get("value")), "threshold": show(gate.get("threshold")),
-            "baseline": show(gate.get("baseline")), "detail": text(gate.get("detail"))}
+            "reference": show(gate.get("baseline")), "detail": text(gate.get("detail"))}
 
 
 def show(value: Any) -> str:
@@ -199,11 +189,11 @@ def gpu_facts(gpu: Any) -> list[str]:
         if not isinstance(g, dict):
             continue
         parts = [f"GPU {g.get('index', '?')} {g.get('name') or uuid}"]
-        clock, ratio = number(lookup(g, "load.sm_clock_mhz.median")), number(g.get("sm_clock_ratio_under_load"))
+        clock, ratio = number(metric_value(g, "load.sm_clock_mhz.median")), number(g.get("sm_clock_ratio_under_load"))
         if clock is not None:
             parts.append(f"SM clock under load {clock:.0f} MHz" + (f" ({ratio:.2f} of max)" if ratio else ""))
         for key, label, unit in (("load.power_w.median", "power", "W"), ("load.gpu_util_pct.median", "util", "%")):
-            if (v := number(lookup(g, key))) is not None:
+            if (v := number(metric_value(g, key))) is not None:
                 parts.append(f"{label} {v:.0f} {unit}")
         lines.append(", ".join(parts))
     return lines
@@ -299,7 +289,7 @@ def ecdf_axes(ax, values: dict[str, np.ndarray], arms: list[str], title: str) ->
 
 def throughput_chart(results: dict[str, Any], arms: list[str]) -> Optional[str]:
     """Output tok/s per arm (min-max over repeats as an error bar when the record has it)."""
-    values = {arm: number(lookup(results.get(arm), "output_tok_s")) for arm in arms}
+    values = {arm: number(metric_value(results.get(arm), "output_tok_s")) for arm in arms}
     shown = [arm for arm in arms if values[arm] is not None]
     if not shown:
         return None

@@ -18,10 +18,11 @@ from harness import __version__
 from harness.arm import ArmFailed, ArmRun, ArmSession
 from harness.config import Arm, Experiment
 from harness.gate import Verdict
-from harness.metrics import ArmResult, break_even_accept_length
+from harness.metric_registry import cross_arm
+from harness.metrics import ArmResult
 from harness.outcome import ArmOutcome
 from harness.recorder import Recorder
-from harness.record import load_results
+from harness.record import read_run
 from harness.replay import drift_rows, drift_table
 from harness.servers import Session, prepare_backend
 from harness.summary import format_summary
@@ -129,14 +130,9 @@ class Runner:
         return str(self.experiment.base.gate.baseline)
 
     def comparison(self, name: str) -> dict[str, float | None]:
-        plain, result = self.plain_result(name), self.results[name]
-        if plain is None:
-            return {}
-        speedup = (result.output_tok_s / plain.output_tok_s
-                   if result.output_tok_s is not None and plain.output_tok_s else None)
-        even = (break_even_accept_length(result.verify_cycle_ms, plain.decode_step_ms)
-                if result.verify_cycle_ms is not None and plain.decode_step_ms else None)
-        return {"speedup": speedup, "break_even_accept_length": even}
+        """The registry's cross-arm metrics of an arm against the plain arm (none for the plain arm)."""
+        plain = self.plain_result(name)
+        return cross_arm(self.results[name], plain) if plain is not None else {}
 
     # --- the record ----------------------------------------------------------------------
     def results_json(self, finished: bool = False, interrupted: bool = False) -> dict[str, Any]:
@@ -171,7 +167,7 @@ class Runner:
     def drift(self) -> list[dict[str, Any]]:
         if self.replay_of is None:
             return []
-        return drift_rows(load_results(self.replay_of), self.results_json(), self.experiment.base.gate)
+        return drift_rows(read_run(self.replay_of).data, self.results_json(), self.experiment.base.gate)
 
     def summary(self) -> str:
         status = {name: o.to_json() for name, o in self.outcomes.items()}

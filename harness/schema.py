@@ -139,6 +139,9 @@ class SpeedupGate:
 
 @dataclass
 class GateConfig:
+    """Thresholds. Each field is read by a gate of harness/gate.py's registry (its `keys`),
+    except repeats and max_cv, which shape every measurement and its noise guard."""
+
     min_output_tok_s: Dict[str, float] = field(default_factory=dict)  # arm -> floor
     max_ttft_ms: Dict[str, PercentileLimits] = field(default_factory=dict)  # arm -> {p50: ms, p99: ms}
     max_itl_ms: Dict[str, PercentileLimits] = field(default_factory=dict)  # arm -> {p50: ms, ...}
@@ -149,8 +152,8 @@ class GateConfig:
     max_failed_requests: int = 0  # per arm
     repeats: int = 1  # run each arm's workload this many times on the same server; metrics become medians
     max_cv: float = 0.05  # a gated metric whose coefficient of variation over the repeats exceeds this is unreliable
-    baseline: Optional[str] = None  # a run dir or results.json to compare with (regression gating)
-    tolerance: float = 0.05  # allowed regression vs the baseline when a comparison gives none
+    baseline: Optional[str] = None  # the reference run: a run dir or results.json to compare with (regression gating)
+    tolerance: float = 0.05  # allowed regression vs the reference run when a comparison gives none
     latency_noise_floor_ms: float = 0.5  # latency moves smaller than this are scheduling jitter, not drift
     compare: Dict[str, str] = field(default_factory=dict)  # metric -> allowed change, e.g. output_tok_s: "-3%"
     min_clock_ratio_under_load: Optional[float] = None  # SM clock under load >= ratio x max SM clock, every GPU

@@ -5,23 +5,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.metric_registry import metric_value, summary_columns
 from harness.metrics import ArmResult
 
-COLUMNS = [
-    ("tok/s", lambda r, c: r.output_tok_s, "{:.1f}"),
-    ("req/s", lambda r, c: r.request_per_s, "{:.2f}"),
-    ("TTFT p50", lambda r, c: r.ttft_ms.p50, "{:.1f}"),
-    ("TTFT p99", lambda r, c: r.ttft_ms.p99, "{:.1f}"),
-    ("ITL p50", lambda r, c: r.itl_ms.p50, "{:.2f}"),
-    ("ITL p99", lambda r, c: r.itl_ms.p99, "{:.2f}"),
-    ("TPOT p50", lambda r, c: r.tpot_ms.p50, "{:.2f}"),
-    ("E2E p50", lambda r, c: r.e2e_ms.p50, "{:.0f}"),
-    ("accept len", lambda r, c: r.accept_length, "{:.2f}"),
-    ("cycle ms", lambda r, c: r.verify_cycle_ms, "{:.1f}"),
-    ("speedup", lambda r, c: c.get("speedup"), "{:.2f}x"),
-    ("break-even", lambda r, c: c.get("break_even_accept_length"), "{:.2f}"),
-    ("ok/failed", lambda r, c: f"{r.requests_ok}/{r.requests_failed}", "{}"),
-]
+def arm_cells(result: ArmResult, comparison: dict[str, float | None]) -> list[str]:
+    """One arm's row: the registry's summary columns, then requests ok/failed in one cell.
+    Cross-arm metrics (speedup, break-even) come from `comparison`, keyed by metric path."""
+    cells = [m.format_column(comparison.get(m.path) if m.between_arms else metric_value(result, m.path))
+             for m in summary_columns()]
+    return cells + [f"{result.requests_ok}/{result.requests_failed}"]
+
+
+def column_names() -> list[str]:
+    return [m.column for m in summary_columns()] + ["ok/failed"]
 
 
 def cell(value: Any, pattern: str) -> str:
@@ -39,15 +35,14 @@ def format_summary(experiment, results: dict[str, ArmResult], arm_status: dict[s
                    notes: list[str] | None = None) -> str:
     lines = [f"# specgate: {experiment.name}", "", experiment.description, ""]
     lines += [f"> {note}" for note in notes or []] + ([""] if notes else [])
-    header = ["arm", *(name for name, _, _ in COLUMNS)]
+    header = ["arm", *column_names()]
     rows = []
     for arm in experiment.arm_names:
         if arm in results:
-            r, c = results[arm], comparisons.get(arm, {})
-            rows.append([arm, *(cell(get(r, c), pattern) for _, get, pattern in COLUMNS)])
+            rows.append([arm, *arm_cells(results[arm], comparisons.get(arm, {}))])
         else:
             status = arm_status.get(arm, {}).get("status", "not run")
-            rows.append([arm, status, *("-" for _ in COLUMNS[1:])])
+            rows.append([arm, status, *("-" for _ in header[2:])])
     lines += ["Latencies in ms; accept length is run-scoped and token-weighted "
               "(Σ completion tokens ÷ Σ verify cycles over measured requests).", ""]
     lines += markdown_table(header, rows)

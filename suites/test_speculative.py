@@ -1,22 +1,8 @@
 """Is speculative decoding worth it on this server? Accept length (run-scoped, token-
 weighted), speedup over the plain-decoding arm, and accept length against break-even
-(verify-cycle time ÷ plain decode step), all from the same run."""
+(verify-cycle time ÷ plain decode step), all from the same run.
+The tests are the speculative gates of harness/gate.py's registry, one test per gate."""
 
-from harness import gate
+from harness.plugin import gate_tests
 
-
-def test_min_accept_length(arm_run, gates):
-    gates.check(gate.min_accept_length(arm_run.name, arm_run.result, arm_run.cfg.gate))
-
-
-def test_max_accept_length(arm_run, gates):
-    gates.check(gate.max_accept_length(arm_run.name, arm_run.result, arm_run.cfg.gate))
-
-
-def test_min_speedup(arm_run, gates, runner):
-    gates.check(gate.min_speedup(arm_run.name, arm_run.result, arm_run.cfg.gate, runner.results))
-
-
-def test_accept_length_at_least_break_even(arm_run, gates, runner):
-    gates.check(gate.accept_length_at_least_break_even(
-        arm_run.name, arm_run.result, arm_run.cfg.gate, runner.experiment.plain_arm, runner.results))
+globals().update(gate_tests("speculative"))

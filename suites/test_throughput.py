@@ -1,20 +1,7 @@
 """Throughput and latency of each arm's workload, against the experiment's gates.
-A gate without a threshold for an arm is skipped with that reason, never passed."""
+A gate without a threshold for an arm is skipped with that reason, never passed.
+The tests are the throughput gates of harness/gate.py's registry, one test per gate."""
 
-from harness import gate
+from harness.plugin import gate_tests
 
-
-def test_requests_succeed(arm_run, gates):
-    gates.check(gate.max_failed_requests(arm_run.name, arm_run.result, arm_run.cfg.gate))
-
-
-def test_min_output_tok_s(arm_run, gates):
-    gates.check(gate.min_output_tok_s(arm_run.name, arm_run.result, arm_run.cfg.gate))
-
-
-def test_max_ttft_ms(arm_run, gates):
-    gates.check(gate.max_latency("ttft_ms", arm_run.name, arm_run.result, arm_run.cfg.gate))
-
-
-def test_max_itl_ms(arm_run, gates):
-    gates.check(gate.max_latency("itl_ms", arm_run.name, arm_run.result, arm_run.cfg.gate))
+globals().update(gate_tests("throughput"))

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from harness.compare import CompareError, compare_data, compare_runs
+from harness.record import RecordError
 
 
 def arm(tok_s, ttft_p99, ok=8, failed=0, accept=None, **extra):
@@ -102,7 +103,7 @@ def test_the_same_record_twice_keeps_two_columns(two_runs):
     lambda tmp: (tmp / "y.json").write_text("[1, 2]") and tmp / "y.json",     # JSON, not a record
 ])
 def test_a_path_that_is_not_a_record_is_one_sentence(tmp_path, make):
-    with pytest.raises(CompareError) as info:
+    with pytest.raises(RecordError) as info:
         compare_runs([make(tmp_path)])
     message = str(info.value)
     assert "\n" not in message and str(tmp_path) in message and "not" in message

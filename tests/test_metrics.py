@@ -7,7 +7,8 @@ import json
 import pytest
 
 from harness.load import LoadResult, RequestRecord
-from harness.metrics import ArmResult, Stat, break_even_accept_length, speedup, summarize
+from harness.metric_registry import break_even_accept_length, speedup
+from harness.metrics import ArmResult, Stat, combine_repeats, summarize
 
 
 def rec(index, send, chunk_times, chunk_tokens, verify=None, warmup=False, error=None, status=200):
@@ -125,3 +126,59 @@ def test_to_json_block():
     assert j["accept_length"] == pytest.approx(2.1667, abs=1e-4)
     assert j["accept_length_source"] == "run"
     assert j["verify_cycle_ms"] == pytest.approx(30.0)
+
+
+# --- the metric registry ----------------------------------------------------------------------
+
+from harness import metric_registry  # noqa: E402
+from harness.metric_registry import Metric, cross_arm, metric_value  # noqa: E402
+
+
+def test_one_lookup_reads_a_result_and_its_record_alike():
+    result = summarize("eagle3", spec_load())
+    block = result.to_json()
+    for m in metric_registry.METRICS:
+        if m.between_arms:
+            continue
+        live, recorded = metric_value(result, m.path), metric_value(block, m.path)
+        assert (live is None) == (recorded is None), m.path
+        if live is not None:
+            assert recorded == pytest.approx(live, abs=1e-3), m.path
+    assert metric_value(block, "requests.ok") == 2 and metric_value(result, "requests.failed") == 3
+    assert metric_value({"ttft_ms": None}, "ttft_ms.p99") is None and metric_value({}, "nope.p50") is None
+
+
+def test_cross_arm_metrics_and_their_record_keys():
+    fast = ArmResult(arm="eagle3", output_tok_s=150.0, verify_cycle_ms=30.0)
+    plain = ArmResult(arm="baseline", output_tok_s=100.0, decode_step_ms=12.2)
+    values = cross_arm(fast, plain)
+    assert values["speedup"] == pytest.approx(1.5)
+    assert values["break_even_accept_length"] == pytest.approx(30.0 / 12.2)
+    assert cross_arm(fast, ArmResult(arm="b")) == {"speedup": None, "break_even_accept_length": None}
+    assert [m.key("baseline") for m in metric_registry.METRICS if m.between_arms] == [
+        "speedup_vs_baseline", "break_even_accept_length_vs_baseline"]
+
+
+def test_every_metric_says_which_direction_is_better():
+    for m in metric_registry.METRICS:
+        assert m.better in ("higher", "lower", "neither") and m.unit and m.label
+    assert metric_registry.metric("output_tok_s").better == "higher"
+    assert metric_registry.metric("ttft_ms.p99").better == "lower"
+    with pytest.raises(KeyError, match="not a registered metric"):
+        metric_registry.metric("tok_per_s")
+
+
+def test_a_new_metric_is_one_registry_entry(monkeypatch, tmp_path):
+    from harness.compare import compare_data
+    from harness.summary import column_names
+
+    e2e_p99 = Metric("e2e_ms.p99", "E2E p99 ms", "ms", "{:.0f}", "lower", noise=True, column="E2E p99")
+    monkeypatch.setattr(metric_registry, "METRICS", (*metric_registry.METRICS, e2e_p99))
+    combined = combine_repeats("eagle3", [summarize("eagle3", spec_load()), summarize("eagle3", spec_load())])
+    assert "e2e_ms.p99" in combined.noise  # repeats track its spread
+    assert "E2E p99" in column_names()  # a summary column
+    (tmp_path / "results.json").write_text(json.dumps({"arms": {"eagle3": combined.to_json()}}))
+    data = compare_data([tmp_path])
+    assert "e2e_ms.p99" in data["metrics"]  # a compare row
+    [row] = [r for r in data["rows"] if r["metric"] == "e2e_ms.p99"]
+    assert row["values"] == [pytest.approx(combined.e2e_ms.p99, abs=1e-3)]

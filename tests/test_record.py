@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from harness.record import Redactor, RunRecord, atomic_write, load_results
+from harness.record import RecordError, Redactor, RunRecord, atomic_write, load_results, read_run
 
 
 def test_record_layout_and_latest_link(tmp_path):
@@ -65,3 +65,23 @@ def test_requests_jsonl_and_log_scrubbing(tmp_path):
     log.write_text("args: --api-key sk-abcdef123\n")
     record.scrub_file("arms/a/server.log")
     assert "sk-abcdef123" not in log.read_text()
+
+
+def test_one_reader_for_a_record_folder_the_latest_link_and_results_json(tmp_path):
+    record = RunRecord(tmp_path, "sim_smoke")
+    record.write_json("results.json", {"arms": {"a": {"status": "measured"}}, "future_key": 1})
+    for path in (record.path, tmp_path / "latest", record.path / "results.json"):
+        run = read_run(path)
+        assert run.label == record.path.name and run.path.name == "results.json"
+        assert run.arms == {"a": {"status": "measured"}} and run.data["future_key"] == 1
+
+
+@pytest.mark.parametrize("content, why", [(None, "does not exist"), ("{torn", "not a readable run record"),
+                                          ('{"arms": [1]}', "has no 'arms' mapping")])
+def test_a_path_that_is_not_a_record_is_a_record_error_in_one_sentence(tmp_path, content, why):
+    path = tmp_path / "results.json"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(RecordError) as info:
+        read_run(path)
+    assert why in str(info.value) and "\n" not in str(info.value)

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.compare import CompareError
+from harness.record import RecordError
 from harness.report import write_report
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -160,6 +160,19 @@ def test_report_shows_the_run_verdicts_and_the_failed_arm(record):
     assert "conf/ changed since the replayed run" in text
 
 
+def test_an_unreliable_verdict_is_shown_as_unreliable_not_skipped(record):
+    results = json.loads((record / "results.json").read_text())
+    results["gates"].append({"name": "min_output_tok_s", "arm": "eagle3", "passed": None, "value": None,
+                             "threshold": None, "baseline": None, "unreliable": True, "status": "unreliable",
+                             "detail": "unreliable (output_tok_s CV 8.0% over 3 repeats > max_cv 5.0%): eagle3: ok"})
+    (record / "results.json").write_text(json.dumps(results))
+    text = write_report(record).read_text()
+    assert '<span class="badge unreliable">unreliable</span>' in text  # the verdict's own row
+    assert '<span class="badge unreliable">1 unreliable</span>' in text  # its own count
+    assert '<span class="badge skipped">1 skipped</span>' in text  # and not counted as skipped
+    assert ".unreliable {" in text  # its own style
+
+
 def test_a_record_without_requests_or_metrics_still_renders(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
@@ -170,7 +183,7 @@ def test_a_record_without_requests_or_metrics_still_renders(tmp_path):
 
 
 def test_not_a_record_is_one_sentence(tmp_path):
-    with pytest.raises(CompareError) as info:
+    with pytest.raises(RecordError) as info:
         write_report(tmp_path / "missing")
     assert "\n" not in str(info.value) and "not a run record" in str(info.value)
 

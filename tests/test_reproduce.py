@@ -106,3 +106,9 @@ def test_replay_says_when_todays_conf_differs_and_refuses_group_switches(first_r
     assert "conf/ has changed since the recording for arm 'baseline': server.sim.decode_step_ms: 5.0 recorded, 4.0 today" in proc.stdout
     bad = run_suites("--replay", str(copy), "workload=chat_short")
     assert bad.returncode == 4 and "replay cannot switch the group 'workload'" in bad.stderr
+
+
+def test_a_reference_run_that_is_not_a_record_stops_the_run_in_one_sentence(tmp_path):
+    proc = run_suites("+exp=sim_smoke", f"gate.baseline={tmp_path / 'nope'}", f"record.root={tmp_path}", "--collect-only")
+    assert proc.returncode == 4
+    assert f"gate.baseline: {tmp_path / 'nope'} is not a run record: it does not exist" in proc.stderr
