@@ -15,11 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
-<<<<<<< HEAD
-=======
-import tempfile
 from dataclasses import dataclass
->>>>>>> metrics
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any

@@ -24,7 +24,8 @@ from matplotlib.ticker import FuncFormatter
 
 from harness.compare import GATE_STATUSES, gate_status, noise_cv
 from harness.metric_registry import Metric, metric_value, number, report_metrics
-from harness.record import RunData, atomic_write, read_run
+from harness.atomic import atomic_write
+from harness.record import RunData, read_run
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 MAX_ECDF_POINTS = 5000
