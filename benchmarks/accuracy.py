@@ -75,7 +75,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from harness.load import LoadResult, run_load  # noqa: E402
-from harness.load.requests import sglang_request_extras, sglang_spec_details  # noqa: E402
+from harness.engines import ENGINES  # noqa: E402
 from harness.metrics import summarize  # noqa: E402
 from harness.schema import WorkloadConfig  # noqa: E402
 from harness.sim.cli import parse_args as sim_parse_args  # noqa: E402
@@ -292,7 +292,7 @@ def _timed_load(w: WorkloadConfig, sim: SimProcess) -> tuple[LoadResult, float, 
     server's CPU seconds per process over the same load."""
     srv0 = sim.cpu_s()
     cpu0 = time.process_time()
-    load = run_load(w, sim.url, MODEL, request_extras=sglang_request_extras, spec_details=sglang_spec_details)
+    load = run_load(w, sim.url, MODEL, request_extras=ENGINES["sim"].request_extras, spec_details=ENGINES["sim"].spec_details)
     cpu = time.process_time() - cpu0
     srv1 = sim.cpu_s()
     return load, cpu, {k: v - srv0.get(k, 0.0) for k, v in srv1.items()}

@@ -12,9 +12,10 @@ from typing import Any, Callable
 
 from harness.client import ClientError, ServerClient
 from harness.config import Arm
+from harness.engines import Engine, engine_of
+from harness.engines.base import METRICS_WINDOW
 from harness.images import ImageError
 from harness.load import run_load
-from harness.load.requests import sglang_request_extras, sglang_spec_details
 from harness.metrics import ArmResult, apply_server_window, combine_repeats, summarize
 from harness.outcome import ArmOutcome
 from harness.recorder import Recorder
@@ -62,6 +63,7 @@ class ArmSession:
     def __init__(self, arm: Arm, outcome: ArmOutcome, recorder: Recorder, session: Session,
                  progress: Callable[[Any], None] | None = None):
         self.arm, self.outcome, self.recorder, self.progress = arm, outcome, recorder, progress
+        self.engine: Engine = engine_of(arm.cfg)
         self.server: Server = make_server(arm.name, arm.cfg, recorder.server_log(arm.name), session)
         self.client: ServerClient | None = None
         self.model = ""
@@ -78,8 +80,8 @@ class ArmSession:
         self.outcome.status, self.outcome.server = "measuring", self.server.describe()
         self.client = ServerClient(self.server.base_url)
         try:
-            self.model = self.client.served_model()
-            self.outcome.server_version = self.client.server_version()
+            self.model = self.client.served_model(self.engine.served_model_fallback)
+            self.outcome.server_version = self.engine.server_version(self.client)
         except ClientError as exc:
             self.fail("server_failed", f"arm '{self.arm.name}': the server is healthy but its info routes fail: {exc}")
 
@@ -121,7 +123,7 @@ class ArmSession:
             load = run_load(cfg.workload, self.server.base_url, self.model, progress=progress,
                             on_tokens_flowing=sampler.mark_load_start if sampler else None,
                             on_measured_start=lambda: before.append(self.metrics_snapshot()),
-                            request_extras=sglang_request_extras, spec_details=sglang_spec_details)
+                            request_extras=self.engine.request_extras, spec_details=self.engine.spec_details)
         finally:
             if sampler is not None:
                 sampler.mark_load_end()
@@ -130,7 +132,9 @@ class ArmSession:
         result = summarize(self.arm.name, load, self.server_accept_length())
         server_side = self.server_window(before)
         self.outcome.server_windows.append(server_side)
-        return apply_server_window(result, load, server_side)
+        if self.engine.spec_stats == METRICS_WINDOW:  # speculation is in the server's counters only
+            result = apply_server_window(result, load, server_side)
+        return result
 
     # --- GPUs --------------------------------------------------------------------------
     def start_telemetry(self) -> Sampler | None:
@@ -166,7 +170,7 @@ class ArmSession:
     # --- the server's own view ---------------------------------------------------------
     def metrics_snapshot(self) -> Snapshot | None:
         try:
-            return parse_metrics(self.client.metrics_text())
+            return parse_metrics(self.client.metrics_text(), self.engine.prometheus)
         except (ClientError, ValueError):
             return None  # a server without /metrics: the window stays empty
 
@@ -175,13 +179,10 @@ class ArmSession:
         after = self.metrics_snapshot()
         if not before or before[0] is None or after is None:
             return {}
-        return metrics_window(self.arm.cfg.server.engine, before[0], after)
+        return metrics_window(self.engine.prometheus, before[0], after)
 
     def server_accept_length(self) -> float | None:
         """The server-cumulative accept length: only a labelled fallback (it includes warm-up)."""
         if not self.arm.cfg.drafter.algorithm:
             return None
-        try:
-            return self.client.server_accept_length()
-        except ClientError:
-            return None
+        return self.engine.server_accept_length(self.client)

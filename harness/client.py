@@ -2,7 +2,7 @@
 code in the harness that speaks HTTP.
 
 * Control plane (``requests``, synchronous): :class:`ServerClient` -- health checks,
-  model / server info, ``/metrics`` text, cache flush, waiting for a server to come up.
+  model info, ``/metrics`` text, JSON info routes, waiting for a server to come up.
   Every failure a user can cause (connection refused, non-2xx status, a body that is
   not JSON) becomes a :class:`ClientError` carrying one sentence that includes the
   server's own error text.  Every POST sends ``Content-Type: application/json``, except
@@ -56,7 +56,7 @@ class ServerUnhealthy(ClientError):
 
 
 def _message_of(obj: Any) -> str:
-    """The human message inside an error payload of any of SGLang's shapes.
+    """The human message inside an error payload of any of the shapes servers use.
 
     ``{"object": "error", "message": ...}`` (OpenAI routes), ``{"error": {"message": ...}}``
     (/generate stream, /v1/responses), ``{"error": "..."}``, ``{"detail": ...}`` (FastAPI).
@@ -89,7 +89,8 @@ def server_error_message(body: str | bytes) -> str:
 
 
 class ServerClient:
-    """Synchronous control-plane client for one server (SGLang-compatible routes)."""
+    """Synchronous control-plane client for one server: the routes every engine has, and
+    ``get_json`` for an engine's own (harness/engines knows which)."""
 
     def __init__(self, base_url: str, timeout_s: float = 10):
         self.base_url = base_url.rstrip("/")
@@ -156,38 +157,19 @@ class ServerClient:
         except ClientError as e:
             return False, str(e)
 
-    # -- endpoints
+    # -- routes every engine has; engine-specific routes come from harness/engines
     def health(self) -> bool:
         return self._ok("/health")[0]
 
-    def health_generate(self) -> bool:
-        return self._ok("/health_generate")[0]
-
-    def get_model_info(self) -> dict:
-        return self._json("GET", "/get_model_info")
-
-    def server_version(self) -> str | None:
-        """SGLang: /get_server_info's version; vLLM: /version. None when neither answers."""
-        for path in ("/get_server_info", "/version"):
-            try:
-                version = self._json("GET", path).get("version")
-            except ClientError:
-                continue
-            if version:
-                return str(version)
-        return None
-
-    def get_server_info(self) -> dict:
-        return self._json("GET", "/get_server_info")
+    def get_json(self, path: str) -> Any:
+        """GET ``path`` and parse its JSON body (ClientError on failure)."""
+        return self._json("GET", path)
 
     def models(self) -> dict:
         return self._json("GET", "/v1/models")
 
     def metrics_text(self) -> str:
         return self._request("GET", "/metrics").text
-
-    def flush_cache(self) -> None:
-        self._request("POST", "/flush_cache", {})
 
     def post_json(self, path: str, body: Any, check: bool = True) -> requests.Response:
         """POST ``body`` as JSON.  ``check``: raise :class:`ServerHTTPError` on non-2xx
@@ -196,8 +178,7 @@ class ServerClient:
 
     def post_form(self, path: str, body: dict) -> requests.Response:
         """POST ``body`` form-encoded (application/x-www-form-urlencoded) -- the one POST
-        that is not JSON, on purpose: a probe that the server refuses non-JSON bodies as
-        SGLang does.  Returns the response whatever its status."""
+        that is not JSON, on purpose: a probe that the server refuses non-JSON bodies.  Returns the response whatever its status."""
         url = self.base_url + path
         try:
             return self._session.post(url, data=body, timeout=self.timeout_s)
@@ -237,8 +218,9 @@ class ServerClient:
             raise ServerBadResponse(f"POST {url}: the stream ended without [DONE] after {len(events)} events.")
         return events
 
-    def served_model(self) -> str:
-        """The model name to send in requests: first id of /v1/models, else model_path."""
+    def served_model(self, fallback_route: str | None = None) -> str:
+        """The model name to send in requests: the first id of /v1/models, else the
+        ``model_path`` of the engine's own info route (``fallback_route``)."""
         first_error: ClientError | None = None
         try:
             data = self.models().get("data") or []
@@ -246,48 +228,30 @@ class ServerClient:
                 return str(data[0]["id"])
         except (ClientError, AttributeError) as e:
             first_error = e if isinstance(e, ClientError) else None
+        if fallback_route is None:
+            raise ClientError(f"Cannot tell which model {self.base_url} serves: /v1/models listed none"
+                              f"{f' ({first_error})' if first_error else ''}.")
         try:
-            info = self.get_model_info()
-            if info.get("model_path"):
+            info = self.get_json(fallback_route)
+            if isinstance(info, dict) and info.get("model_path"):
                 return str(info["model_path"])
         except ClientError as e:
             raise ClientError(
-                f"Cannot tell which model {self.base_url} serves: /v1/models and /get_model_info both failed ({e})."
+                f"Cannot tell which model {self.base_url} serves: /v1/models and {fallback_route} both failed ({e})."
             ) from None
         raise ClientError(
-            f"Cannot tell which model {self.base_url} serves: /v1/models listed none and /get_model_info "
+            f"Cannot tell which model {self.base_url} serves: /v1/models listed none and {fallback_route} "
             f"has no model_path{f' ({first_error})' if first_error else ''}."
         )
-
-    def server_accept_length(self) -> Optional[float]:
-        """Server-cumulative average accept length (/get_server_info internal_states[0]).
-
-        Cumulative over the server's life, so it mixes in warm-up and earlier runs: only a
-        labelled fallback for when requests carry no per-request verify counts.  None when
-        the server does not report it (plain decoding) or cannot be asked.
-        """
-        try:
-            info = self.get_server_info()
-        except ClientError as e:
-            log.warning("server accept length unavailable: %s", e)
-            return None
-        states = info.get("internal_states") if isinstance(info, dict) else None
-        if not states or not isinstance(states[0], dict):
-            return None
-        value = states[0].get("avg_spec_accept_length")
-        try:
-            return float(value) if value is not None else None
-        except (TypeError, ValueError):
-            return None
 
     def wait_healthy(
         self,
         deadline_s: float,
         is_alive: Callable[[], bool] | None = None,
         poll_s: float = 0.5,
-        paths: tuple[str, ...] = ("/health", "/health_generate"),
+        paths: tuple[str, ...] = ("/health",),
     ) -> float:
-        """Poll /health, then /health_generate (the engine's health routes), until all answer 200.
+        """Poll the engine's health routes (``paths``, in order) until all answer 200.
 
         ``deadline_s`` is how long to wait from now.  ``is_alive`` (e.g. "the server
         process has not exited") is checked every poll; when it says False the wait stops

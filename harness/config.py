@@ -20,24 +20,25 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from harness.engines import ENGINES, EngineConfigError
+from harness.engines.legacy import upgrade_config
 from harness.gate import GATES
-from harness.schema import SpecgateConfig
-from harness.servers.engines import ENGINES
+from harness.load.requests import REQUEST_FUNCS
+from harness.schema import BUILD_KINDS, SpecgateConfig
+from harness.telemetry.base import NOT_SAMPLING, SOURCES
 
 DEFAULT_CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 DEFAULT_ARM = "default"
 
-# Options a later issue builds: choosing one now stops with this sentence instead of a crash.
-NOT_BUILT_YET: dict[tuple[str, str], str] = {}
 KNOWN_KINDS = {
     "backend": {"docker", "process", "attach"},
-    "build": {"sim", "sglang_release", "sglang_patched", "vllm_cpu", "vllm_release"},
-    "telemetry": {"off", "nvml", "smi", "sim"},
+    "build": set(BUILD_KINDS),
+    "telemetry": {*SOURCES, *NOT_SAMPLING},
 }
 
 ConfigStore.instance().store(name="specgate_schema", node=SpecgateConfig)
 # `${project_root:}` in a config: this checkout's folder, for paths to things the set-up
-# builds here (the vLLM venv, the tiny models). Records keep the resolved absolute path.
+# builds here (the engine venvs, the tiny models). Records keep the resolved absolute path.
 if not OmegaConf.has_resolver("project_root"):
     OmegaConf.register_new_resolver("project_root", lambda: str(DEFAULT_CONF_DIR.parent))
 
@@ -105,6 +106,7 @@ def compose_config(overrides: list[str], conf_dir: Path = DEFAULT_CONF_DIR) -> t
     choices = {k: str(v) for k, v in cfg.hydra.runtime.choices.items() if not k.startswith("hydra")}
     with open_dict(cfg):
         del cfg["hydra"]
+        upgrade_config(cfg)  # a conf tree that still names old build kinds
     OmegaConf.set_readonly(cfg, True)
     return cfg, choices
 
@@ -162,34 +164,31 @@ def validate(experiment: Experiment) -> None:
 def validate_arm(arm: Arm) -> None:
     cfg = arm.cfg
     for group, kind in (("backend", cfg.backend.kind), ("build", cfg.build.kind), ("telemetry", cfg.telemetry.source)):
-        if (group, kind) in NOT_BUILT_YET:
-            raise ConfigError(f"arm '{arm.name}': {NOT_BUILT_YET[(group, kind)]}")
         if kind not in KNOWN_KINDS[group]:
             valid = ", ".join(sorted(KNOWN_KINDS[group]))
-            raise ConfigError(f"arm '{arm.name}': {group} '{kind}' is not available yet; valid: {valid}")
-    if cfg.backend.kind == "attach" and not cfg.backend.url:
+            raise ConfigError(f"arm '{arm.name}': {group} '{kind}' is not available; valid: {valid}")
+    attached = cfg.backend.kind == "attach"  # a server someone else started: no build of ours
+    if attached and not cfg.backend.url:
         raise ConfigError("backend=attach needs backend.url=http://HOST:PORT (the running server)")
-    if cfg.backend.kind == "attach" and not re.match(r"^https?://[^/]+", cfg.backend.url):
+    if attached and not re.match(r"^https?://[^/]+", cfg.backend.url):
         raise ConfigError(f"backend.url '{cfg.backend.url}' is not an http(s) URL, e.g. http://127.0.0.1:30000")
-    if cfg.build.kind == "sim" and cfg.server.sim is None and cfg.backend.kind != "attach":
-        raise ConfigError(f"arm '{arm.name}': build=sim needs a server with a `sim:` timing model (e.g. server=sim)")
-    if cfg.telemetry.source == "sim" and cfg.build.kind != "sim" and cfg.backend.kind != "attach":
-        raise ConfigError(f"arm '{arm.name}': telemetry=sim reads the simulator's GPU model; it needs build=sim")
     if cfg.server.engine not in ENGINES:
-        raise ConfigError(f"server.engine '{cfg.server.engine}' is unknown; valid: {', '.join(sorted(ENGINES))}")
+        raise ConfigError(f"arm '{arm.name}': server.engine '{cfg.server.engine}' is unknown; "
+                          f"valid: {', '.join(sorted(ENGINES))}")
     engine = ENGINES[cfg.server.engine]
-    if cfg.workload.api not in engine.apis and cfg.workload.api in ("chat", "completions", "generate"):
-        raise ConfigError(f"arm '{arm.name}': workload.api={cfg.workload.api} is not served by {engine.name}; "
-                          f"valid: {', '.join(engine.apis)}")
-    drafter = cfg.drafter
-    needed = ("num_steps", "eagle_topk", "num_draft_tokens") if engine.name == "sglang" else ("num_steps",)
-    if drafter.algorithm is not None:
-        missing = [k for k in needed if drafter[k] is None]
-        if missing:
-            raise ConfigError(f"drafter '{drafter.name}' sets algorithm {drafter.algorithm} but not {', '.join(missing)}")
+    if not attached and cfg.build.engine and cfg.build.engine != engine.name:
+        raise ConfigError(f"arm '{arm.name}': the build carries engine '{cfg.build.engine}' but server "
+                          f"'{cfg.server.name}' is for engine '{engine.name}'; pick a build and a server of one engine")
+    if cfg.telemetry.source == "sim" and not engine.simulates_gpus and not attached:
+        raise ConfigError(f"arm '{arm.name}': telemetry=sim reads the simulator's GPU model, and engine "
+                          f"'{engine.name}' has none")
     workload = cfg.workload
-    if workload.api not in ("chat", "completions", "generate"):
-        raise ConfigError(f"workload.api '{workload.api}' is unknown; valid: chat, completions, generate")
+    if workload.api not in REQUEST_FUNCS:
+        raise ConfigError(f"workload.api '{workload.api}' is unknown; valid: {', '.join(REQUEST_FUNCS)}")
+    try:
+        engine.check(cfg)
+    except EngineConfigError as exc:
+        raise ConfigError(f"arm '{arm.name}': {exc}") from None
     if workload.prompt is None and workload.input_len is None:
         raise ConfigError(f"workload '{workload.name}' needs a prompt or an input_len")
     if workload.num_prompts is None and workload.duration_s is None:
@@ -197,6 +196,8 @@ def validate_arm(arm: Arm) -> None:
     for key in ("max_tokens", "concurrency"):
         if workload[key] < 1:
             raise ConfigError(f"workload.{key} must be at least 1, got {workload[key]}")
+    if workload.burstiness is not None and workload.burstiness <= 0:
+        raise ConfigError(f"workload.burstiness must be > 0 (the gamma shape; 1 is Poisson), got {workload.burstiness}")
 
 
 def list_experiments(conf_dir: Path = DEFAULT_CONF_DIR) -> dict[str, str]:

@@ -12,6 +12,8 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from harness.engines import engine_of
+
 
 class DrafterMismatch(Exception):
     """The drafter does not fit the target, or a checkpoint path is missing (one sentence)."""
@@ -44,8 +46,8 @@ def target_hidden_size(drafter: dict[str, Any]) -> int | None:
 
 def check_drafter_fit(cfg: DictConfig) -> None:
     """Raise DrafterMismatch naming both values when the drafter cannot serve the target."""
-    if not cfg.drafter.algorithm or not cfg.drafter.model_path or cfg.build.kind == "sim":
-        return  # plain decoding, a drafter inside the target (NEXTN), or the simulator (names only)
+    if not cfg.drafter.algorithm or not cfg.drafter.model_path or not engine_of(cfg).checks_drafter_fit:
+        return  # plain decoding, a drafter inside the target (NEXTN), or an engine whose paths are names
     target = text_config(read_config(cfg.server.model_path, f"target model ({cfg.server.name})"))
     drafter = read_config(cfg.drafter.model_path, f"drafter ({cfg.drafter.name})")
     name = cfg.drafter.name

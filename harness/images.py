@@ -1,18 +1,19 @@
 """Server images for the docker backend: find, pull or build them, and say which one ran.
 
-Four kinds (`build.kind`):
+Four recipes (`build.kind`), none of which knows an engine; the engine is what the image
+carries (`build.engine`) and what `server.engine` starts in it:
 
-- ``sim``: the SGLang simulator, built fully offline. A base image
+- ``simulator``: the simulator, built fully offline. A base image
   ``specgate/sim-base:<hash>`` is a debootstrapped Debian (containers/sim/build-base.sh,
   imported with ``docker import``); ``specgate/sim:<hash>`` adds harness/sim on top
   (containers/sim/Dockerfile).
-- ``sglang_release``: a released image (``lmsysorg/sglang:v0.5.23``): the local one, else
-  a pull; never a hang.
-- ``sglang_patched``: the release plus a layer that applies ``patches``
-  (containers/sglang/Dockerfile), optionally on an SGLang ``git_ref``.
-- ``vllm_cpu``: ``specgate/vllm-cpu-base:<hash>``, a debootstrapped Debian bookworm (python3
-  3.11) with vLLM's C libraries (containers/vllm-cpu/base-packages.txt); vLLM itself is the
-  host's venv, mounted by servers/docker.py (``engine_mounts``).
+- ``release``: an engine's published image (``build.image``): the local one, else a pull;
+  never a hang.
+- ``patched``: the release plus a layer that applies ``patches``, built from the
+  Dockerfile and apply-patches.sh in ``build.context``, optionally on a ``git_ref``.
+- ``host_venv``: ``specgate/<context>-base:<hash>``, a debootstrapped Debian
+  ``build.suite`` with the packages listed in ``<build.context>/base-packages.txt``; the
+  engine itself is the host venv of ``build.python``, mounted by servers/docker.py.
 
 A built image is tagged with a content hash of everything that went into it (its build
 context and build arguments), so an unchanged build is found and reused instead of rebuilt.
@@ -44,6 +45,8 @@ from typing import Any, Callable, Iterable, Mapping
 import docker
 import docker.errors
 
+from harness.schema import BUILD_KINDS
+
 REPO = Path(__file__).resolve().parents[1]
 CONTAINERS = REPO / "containers"
 
@@ -58,11 +61,6 @@ SIM_BASE_SUITE = "trixie"
 SIM_BASE_REPO = "specgate/sim-base"
 SIM_BASE_PACKAGES = CONTAINERS / "sim" / "base-packages.txt"
 SIM_REPO = "specgate/sim"
-PATCHED_REPO = "specgate/sglang-patched"
-# bookworm: its python3 is 3.11, the version .venv-vllm's compiled extensions were built for.
-VLLM_CPU_BASE_SUITE = "bookworm"
-VLLM_CPU_BASE_REPO = "specgate/vllm-cpu-base"
-VLLM_CPU_BASE_PACKAGES = CONTAINERS / "vllm-cpu" / "base-packages.txt"
 BUILD_BASE = CONTAINERS / "sim" / "build-base.sh"  # debootstrap + tar: every base image here
 APT_SOURCES = (Path("/etc/apt/sources.list"), Path("/etc/apt/sources.list.d"))
 
@@ -127,15 +125,15 @@ def ensure_image(build_cfg: Any, client: docker.DockerClient, progress: Progress
     """The image `build_cfg` asks for, on `client`'s engine: reused, pulled or built."""
     say = progress or (lambda _line: None)
     kind = _get(build_cfg, "kind")
-    if kind == "sim":
+    if kind == "simulator":
         return ensure_sim_image(client, say, _build_args(build_cfg))
-    if kind in ("sglang_release", "vllm_release"):  # an engine's own published image: local or pulled
+    if kind == "release":
         return ensure_release_image(_required_image(build_cfg), client, say)
-    if kind == "sglang_patched":
+    if kind == "patched":
         return ensure_patched_image(build_cfg, client, say)
-    if kind == "vllm_cpu":
-        return ensure_vllm_cpu_image(client, say)
-    raise ImageError(f"build.kind={kind!r} has no image; valid kinds: sim, sglang_release, sglang_patched, vllm_cpu, vllm_release")
+    if kind == "host_venv":
+        return ensure_host_venv_image(build_cfg, client, say)
+    raise ImageError(f"build.kind={kind!r} has no image; valid kinds: {', '.join(BUILD_KINDS)}")
 
 
 # ----------------------------------------------------------------------- release
@@ -186,15 +184,38 @@ def ensure_sim_base(client: docker.DockerClient, say: Progress) -> ImageInfo:
     return ensure_rootfs_image(sim_base_tag(), SIM_BASE_SUITE, SIM_BASE_PACKAGES, "sim-base", client, say)
 
 
-# ----------------------------------------------------------------------- vllm_cpu
-def vllm_cpu_base_tag() -> str:
-    return rootfs_tag(VLLM_CPU_BASE_REPO, VLLM_CPU_BASE_SUITE, VLLM_CPU_BASE_PACKAGES)
+# ----------------------------------------------------------------------- host_venv
+def build_context_dir(build_cfg: Any) -> Path:
+    """build.context: a folder of the repository (or an absolute one) with the recipe's files."""
+    name = _get(build_cfg, "context", None)
+    if not name:
+        raise ImageError(f"build.context is not set; build.kind={_get(build_cfg, 'kind')} needs the folder "
+                         f"of its recipe (e.g. containers/<name>)")
+    path = Path(name) if Path(name).is_absolute() else REPO / name
+    if not path.is_dir():
+        raise ImageError(f"build.context {name} is not a folder (paths are relative to the repository root {REPO})")
+    return path
 
 
-def ensure_vllm_cpu_image(client: docker.DockerClient, say: Progress) -> ImageInfo:
-    """Only a Debian with the right python3 and the C libraries: vLLM itself is the host's
-    .venv-vllm site-packages, which servers/docker.py mounts read-only (engine_mounts)."""
-    return ensure_rootfs_image(vllm_cpu_base_tag(), VLLM_CPU_BASE_SUITE, VLLM_CPU_BASE_PACKAGES, "vllm-cpu-base", client, say)
+def host_venv_base_tag(build_cfg: Any) -> str:
+    context = build_context_dir(build_cfg)
+    suite = _get(build_cfg, "suite", None)
+    if not suite:
+        raise ImageError("build.suite is not set; build.kind=host_venv needs the Debian suite whose python3 "
+                         "matches the host venv (e.g. bookworm for python 3.11)")
+    packages = context / "base-packages.txt"
+    if not packages.is_file():
+        raise ImageError(f"build.context {context} has no base-packages.txt (the Debian packages of the base image)")
+    return rootfs_tag(f"specgate/{context.name}-base", str(suite), packages)
+
+
+def ensure_host_venv_image(build_cfg: Any, client: docker.DockerClient, say: Progress) -> ImageInfo:
+    """Only a Debian with the right python3 and the engine's C libraries: the engine itself
+    is the host venv's site-packages, which servers/docker.py mounts read-only."""
+    tag = host_venv_base_tag(build_cfg)
+    context = build_context_dir(build_cfg)
+    return ensure_rootfs_image(tag, str(_get(build_cfg, "suite")), context / "base-packages.txt",
+                               f"{context.name}-base", client, say)
 
 
 # ----------------------------------------------------------------------- debootstrapped bases
@@ -273,10 +294,11 @@ def ensure_sim_image(client: docker.DockerClient, say: Progress, build_args: Map
 
 # ----------------------------------------------------------------------- patched
 def patched_context(build_cfg: Any, base_ref: str, base_id: str | None = None) -> "BuildContext":
-    files: dict[str, Path | bytes] = {
-        "Dockerfile": CONTAINERS / "sglang" / "Dockerfile",
-        "apply-patches.sh": CONTAINERS / "sglang" / "apply-patches.sh",
-    }
+    context = build_context_dir(build_cfg)
+    files: dict[str, Path | bytes] = {"Dockerfile": context / "Dockerfile", "apply-patches.sh": context / "apply-patches.sh"}
+    for name, path in files.items():
+        if not path.is_file():
+            raise ImageError(f"build.context {context} has no {name}")
     patches = list(_get(build_cfg, "patches", None) or [])
     for index, name in enumerate(patches):
         path = (REPO / name) if not Path(name).is_absolute() else Path(name)
@@ -288,7 +310,7 @@ def patched_context(build_cfg: Any, base_ref: str, base_id: str | None = None) -
     args = {"BASE_IMAGE": base_ref, **_build_args(build_cfg)}
     git_ref = _get(build_cfg, "git_ref", None)
     if git_ref:
-        args["SGLANG_GIT_REF"] = str(git_ref)
+        args["GIT_REF"] = str(git_ref)
     # The base's id is part of the hash (not only its tag): a re-pulled or re-loaded
     # release with the same tag gets a fresh patched image.
     return BuildContext(files, args, extra={"base_id": base_id or ""})
@@ -299,8 +321,9 @@ def ensure_patched_image(build_cfg: Any, client: docker.DockerClient, say: Progr
     try:
         base = ensure_release_image(base_ref, client, say)
     except ImageError as exc:
-        raise ImageError(f"cannot build the patched SGLang image: base {exc}") from None
-    return build_image(patched_context(build_cfg, base.tag, base.id), PATCHED_REPO, "sglang-patched", client, say)
+        raise ImageError(f"cannot build the patched image: base {exc}") from None
+    name = build_context_dir(build_cfg).name
+    return build_image(patched_context(build_cfg, base.tag, base.id), f"specgate/{name}-patched", f"{name}-patched", client, say)
 
 
 # ----------------------------------------------------------------------- building
@@ -421,7 +444,7 @@ def _build_args(cfg: Any) -> dict[str, str]:
 def _required_image(cfg: Any) -> str:
     ref = _get(cfg, "image", None)
     if not ref:
-        raise ImageError(f"build.image is not set; build.kind={_get(cfg, 'kind')} needs a release tag such as lmsysorg/sglang:v0.5.23")
+        raise ImageError(f"build.image is not set; build.kind={_get(cfg, 'kind')} needs a release image tag (build.image)")
     return str(ref)
 
 

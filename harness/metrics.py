@@ -163,7 +163,7 @@ def summarize(arm: str, load: LoadResult, server_accept_length: Optional[float] 
 
 
 def apply_server_window(result: ArmResult, load: LoadResult, server: dict) -> ArmResult:
-    """Engines that report speculation only as server counters (vLLM): the accept length
+    """Engines that report speculation only as server counters: the accept length
     of this run's measured window, and the cycle time from the client's decode spans."""
     drafts = server.get("spec_drafts")
     if result.accept_length_source == "run" or not drafts:

@@ -137,10 +137,10 @@ def preflight(experiment: Experiment) -> None:
         except DrafterMismatch as exc:
             raise pytest.UsageError(f"specgate: arm '{arm.name}': {exc}") from None
         python = arm.cfg.build.python
-        needs_python = arm.cfg.backend.kind == "process" or arm.cfg.build.kind == "vllm_cpu"  # docker mounts its venv
+        needs_python = arm.cfg.backend.kind == "process" or arm.cfg.build.kind == "host_venv"  # docker mounts its venv
         if needs_python and python and not os.path.exists(python):
             raise pytest.UsageError(f"specgate: arm '{arm.name}': build.python {python} does not exist; "
-                                    f"`make install` sets it up (scripts/ensure_vllm_cpu.sh for vLLM)")
+                                    f"`make install` sets up the venvs the project's builds use")
 
 
 def require_gpu_if_needed(experiment: Experiment) -> None:

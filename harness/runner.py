@@ -24,7 +24,7 @@ from harness.outcome import ArmOutcome
 from harness.recorder import Recorder
 from harness.record import read_run
 from harness.replay import drift_rows, drift_table
-from harness.servers import Session, prepare_backend
+from harness.servers import Session, remove_dead_sessions_containers
 from harness.summary import format_summary
 
 __all__ = ["ArmFailed", "ArmRun", "Runner", "harness_version"]
@@ -94,7 +94,7 @@ class Runner:
         engine = (arm.cfg.backend.kind, arm.cfg.backend.docker_host)
         if engine not in self.cleaned_engines:
             self.cleaned_engines.add(engine)
-            prepare_backend(arm.cfg, self.session)
+            remove_dead_sessions_containers(arm.cfg, self.session)
 
     def note_environment(self, name: str, processes: list, keys: list[str]) -> None:
         """The configured variables as each server process really has them (record only)."""

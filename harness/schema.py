@@ -19,20 +19,30 @@ class BackendConfig:
     # docker only
     docker_host: Optional[str] = None  # null: the local engine; or ssh://user@host, tcp://host:2376
     publish_host: str = "127.0.0.1"  # the host address the server port is published on
-    shm_size: Optional[str] = None  # e.g. "32g" (SGLang's compose file)
+    shm_size: Optional[str] = None  # e.g. "32g"; null: the engine's default
     ipc_host: bool = False  # ipc_mode=host (NCCL/CUDA IPC between TP workers)
     ulimits: Dict[str, int] = field(default_factory=dict)  # e.g. {memlock: -1, stack: 67108864}
 
 
+BUILD_KINDS = ("simulator", "release", "patched", "host_venv")  # the recipes of harness/images.py
+
+
 @dataclass
 class BuildConfig:
-    kind: str = "sim"  # sim | sglang_release | sglang_patched | vllm_cpu | vllm_release
-    image: Optional[str] = None  # release image tag; for sglang_patched the base it builds FROM
-    python: Optional[str] = None  # interpreter for the process backend; null = the harness's own
-    module: str = "harness.sim"  # python -m <module> starts the server (process backend)
+    """What is started, and from which image. `kind` is the recipe (harness/images.py),
+    `engine` the engine the build carries, which must be the server's."""
+
+    kind: str = "simulator"  # simulator | release | patched | host_venv
+    engine: Optional[str] = None  # the engine this build carries (checked against server.engine)
+    image: Optional[str] = None  # release: the image tag; patched: the release it builds FROM
+    python: Optional[str] = None  # process backend: the interpreter (null = the harness's own); host_venv: the venv's
+    image_python: Optional[str] = None  # the interpreter inside the image (null = python3)
+    module: Optional[str] = None  # python -m <module> (null = the engine's own)
     version: Optional[str] = None  # the release this build stands for (recorded)
-    patches: List[str] = field(default_factory=list)  # sglang_patched: patch files (repo-relative)
-    git_ref: Optional[str] = None  # sglang_patched: or check out this SGLang git ref
+    context: Optional[str] = None  # patched, host_venv: the recipe's folder (repo-relative), e.g. containers/vllm-cpu
+    suite: Optional[str] = None  # host_venv: the Debian suite of the base image (its python3 must be the venv's)
+    patches: List[str] = field(default_factory=list)  # patched: patch files (repo-relative)
+    git_ref: Optional[str] = None  # patched: or check out this git ref of the engine
     build_args: Dict[str, str] = field(default_factory=dict)  # extra docker build args
 
 
@@ -60,20 +70,20 @@ class SimModelConfig:
 @dataclass
 class ServerConfig:
     name: str = "sim"
-    engine: str = "sglang"  # sglang | vllm: launch flags, health routes, where spec stats come from
+    engine: str = "sim"  # a class in harness/engines (launch command, health routes, spec stats, ...)
     model_path: str = "sim/model"
     served_model_name: Optional[str] = None
     tp_size: int = 1
     host: str = "127.0.0.1"
     port: int = 0  # 0: pick a free loopback port per arm
     requires_gpu: bool = False  # fail fast with one sentence when no NVIDIA driver is present
-    dtype: Optional[str] = None  # vLLM: --dtype (e.g. float32 on CPU)
-    max_model_len: Optional[int] = None  # vLLM: --max-model-len
-    max_num_seqs: Optional[int] = None  # vLLM: --max-num-seqs
+    dtype: Optional[str] = None  # engines that take it: --dtype (e.g. float32 on CPU)
+    max_model_len: Optional[int] = None  # engines that take it: --max-model-len
+    max_num_seqs: Optional[int] = None  # engines that take it: --max-num-seqs
     gpus: Optional[List[int]] = None  # docker: GPU indices to pass; null = all when requires_gpu
     extra_args: List[str] = field(default_factory=list)  # passed to the launcher verbatim
     env: Dict[str, str] = field(default_factory=dict)
-    sim: Optional[SimModelConfig] = None  # only for build=sim
+    sim: Optional[SimModelConfig] = None  # only for engine=sim
 
 
 @dataclass

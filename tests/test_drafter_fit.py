@@ -20,9 +20,9 @@ def write(folder, config):
     return str(folder)
 
 
-def cfg(target, drafter, build="sglang_release"):
+def cfg(target, drafter, engine="sglang"):
     base = OmegaConf.structured(SpecgateConfig)
-    return OmegaConf.merge(base, {"build": {"kind": build}, "server": {"name": "kimi", "model_path": target},
+    return OmegaConf.merge(base, {"server": {"name": "kimi", "engine": engine, "model_path": target},
                                   "drafter": {"name": "eagle3_k2", "algorithm": "EAGLE3", "model_path": drafter,
                                               "num_steps": 2, "eagle_topk": 1, "num_draft_tokens": 3}})
 
@@ -59,6 +59,6 @@ def test_a_missing_path_is_named(tmp_path):
 
 
 def test_the_simulator_and_plain_decoding_are_not_checked(tmp_path):
-    check_drafter_fit(cfg("sim/model", "/no/such/drafter", build="sim"))
+    check_drafter_fit(cfg("sim/model", "/no/such/drafter", engine="sim"))
     plain = OmegaConf.merge(cfg("/no/target", "/no/drafter"), {"drafter": {"algorithm": None}})
     check_drafter_fit(plain)

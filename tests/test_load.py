@@ -20,7 +20,10 @@ import pytest
 from harness.load import LoadResult, ProgressSnapshot, RequestRecord, print_progress, run_load
 from harness.load.arrivals import ClosedLoop, GammaArrivals, PoissonArrivals, arrival_process
 from harness.load.prompts import FixedPrompt, RandomWords, prompt_source
-from harness.load.requests import sglang_request_extras, sglang_spec_details
+from harness.engines import ENGINES
+
+SGLANG = ENGINES["sglang"]
+sglang_request_extras, sglang_spec_details = SGLANG.request_extras, SGLANG.spec_details
 from harness.load.runner import RequestBudget
 from harness.schema import WorkloadConfig
 

@@ -1,11 +1,12 @@
 """Reading every server process's environment, and naming the ones that lack a variable."""
 
-import json
+import shutil
 import os
 import subprocess
 import sys
 
-from harness.servers.processes import INSPECT_SCRIPT, ServerProcess, environment_mismatches, local_group, parse_inspection
+from harness.servers.processes import (INSPECT_SCRIPT, ServerProcess, environment_mismatches, local_group,
+                                       parse_inspection, read_proc)
 
 
 def test_mismatches_name_the_process_and_the_variables():
@@ -18,11 +19,24 @@ def test_mismatches_name_the_process_and_the_variables():
 
 
 def test_the_inspection_script_reads_real_processes():
-    output = subprocess.run([sys.executable, "-c", INSPECT_SCRIPT], capture_output=True, text=True, check=True).stdout
-    processes = parse_inspection(output)
-    me = [p for p in processes if p.pid == os.getpid()]
-    assert me and me[0].environ.get("PATH") == os.environ["PATH"]
-    assert all(p.pid != json.loads(output)[0].get("never", -1) for p in processes)
+    """The script runs under a plain POSIX sh (no interpreter of the engine's in the image)
+    and reads what /proc says, even a command line and environment with newlines in them."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "two\nlines", "x y"],
+                             env={**os.environ, "SPECGATE_PROBE": "a\nb=c"})
+    try:
+        output = subprocess.run(["dash" if shutil.which("dash") else "sh", "-c", INSPECT_SCRIPT],
+                                capture_output=True, text=True, check=True).stdout
+        processes = {p.pid: p for p in parse_inspection(output)}
+        for pid in (os.getpid(), child.pid):
+            direct = read_proc(pid)
+            seen = processes[pid]
+            assert (seen.ppid, seen.name, seen.cmdline, seen.environ) == (direct.ppid, direct.name, direct.cmdline, direct.environ)
+        assert processes[child.pid].cmdline[-2:] == ["two\nlines", "x y"]
+        assert processes[child.pid].environ["SPECGATE_PROBE"] == "a\nb=c"
+        assert not [p for p in processes.values() if p.cmdline[:1] in (["od"], ["cat"], ["tr"])]  # not its own helpers
+    finally:
+        child.kill()
+        child.wait()
 
 
 def test_local_group_lists_a_process_group_with_environments():

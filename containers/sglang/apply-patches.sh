@@ -9,7 +9,7 @@
 #     /sgl-workspace/sglang): at the checkout's root, `patch -p1`;
 #   - a wheel in site-packages: in site-packages, `patch -p2` (or -p1 for diffs made
 #     against the package directory itself: a/sglang/srt/...).
-# With SGLANG_GIT_REF set, the checkout is first moved to that ref (git fetch).
+# With GIT_REF set, the checkout is first moved to that ref (git fetch).
 # Any patch that does not apply cleanly fails the build, naming the patch.
 set -eu
 patch_dir=$1
@@ -20,14 +20,14 @@ pkg_dir=$($PY -c 'import os, sglang; print(os.path.dirname(os.path.abspath(sglan
 checkout=$(cd "$pkg_dir/../.." && pwd)
 [ -d "$checkout/python/sglang" ] && [ -e "$checkout/.git" ] || checkout=
 
-if [ -n "${SGLANG_GIT_REF:-}" ]; then
+if [ -n "${GIT_REF:-}" ]; then
   if [ -z "$checkout" ]; then
     checkout=/sgl-workspace/sglang-src
     git clone --filter=blob:none https://github.com/sgl-project/sglang.git "$checkout"
     $PY -m pip install --no-deps -e "$checkout/python"
   fi
-  echo "apply-patches: checking out SGLang $SGLANG_GIT_REF in $checkout"
-  git -C "$checkout" fetch --depth=1 origin "$SGLANG_GIT_REF"
+  echo "apply-patches: checking out SGLang $GIT_REF in $checkout"
+  git -C "$checkout" fetch --depth=1 origin "$GIT_REF"
   git -C "$checkout" checkout --force FETCH_HEAD
   pkg_dir=$checkout/python/sglang
 fi

@@ -315,25 +315,3 @@ async def _read_generate(content: aiohttp.StreamReader, rec: RequestRecord) -> N
     if meta.get("spec_verify_ct") is not None:
         rec.spec_verify_ct = meta.get("spec_verify_ct")
         rec.spec_accept_length = meta.get("spec_accept_length")
-
-
-# --------------------------------------------------------------------------- SGLang's fields
-# The one engine's pair of hooks that lives here until the engine classes own it.
-
-
-def sglang_request_extras(api: str) -> dict:
-    """SGLang returns per-request speculative details on OpenAI routes only when asked."""
-    return {"return_spec_tokens_details": True} if api in ("chat", "completions") else {}
-
-
-def sglang_spec_details(event: dict) -> dict | None:
-    """SGLang's ``sglext.spec_tokens_details`` (a dict, or a list with one per choice)."""
-    sglext = event.get("sglext")
-    if not sglext:
-        return None
-    details = sglext.get("spec_tokens_details")
-    if isinstance(details, list):
-        details = details[0] if details else None
-    if not isinstance(details, dict):
-        return None
-    return {"spec_verify_ct": details.get("spec_verify_ct"), "spec_accept_length": details.get("spec_accept_length")}

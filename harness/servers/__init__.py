@@ -28,9 +28,9 @@ def make_server(arm_name: str, cfg: DictConfig, log_path: Path, session: Session
     raise ServerError(f"backend '{kind}' is not available; valid: docker, process, attach")
 
 
-def prepare_backend(cfg: DictConfig, session: Session) -> list[str]:
-    """Once per engine and session, before the first server: remove the containers that
-    dead specgate sessions left behind. Returns their names (for the log)."""
+def remove_dead_sessions_containers(cfg: DictConfig, session: Session) -> list[str]:
+    """Once per Docker engine and session, before the first server: remove the containers
+    that dead specgate sessions left behind. Returns their names (for the log)."""
     if cfg.backend.kind != "docker":
         return []
     from harness.images import docker_client
@@ -39,4 +39,4 @@ def prepare_backend(cfg: DictConfig, session: Session) -> list[str]:
     return remove_containers(docker_client(cfg.backend.docker_host), only_dead=True, keep_session=session.id)
 
 
-__all__ = ["Server", "ServerError", "Session", "make_server", "prepare_backend"]
+__all__ = ["Server", "ServerError", "Session", "make_server", "remove_dead_sessions_containers"]

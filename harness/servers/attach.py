@@ -8,8 +8,8 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from harness.client import ClientError, ServerClient
+from harness.engines import engine_of
 from harness.servers.base import Server
-from harness.servers.engines import engine_of
 
 
 class AttachedServer(Server):

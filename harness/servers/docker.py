@@ -1,7 +1,7 @@
 """Docker backend: each arm's server runs in a container of the `build` image.
 
-The container gets the launch command from `server/` + `drafter/`, the environment from
-`nccl/` + `server.env`, GPUs through a DeviceRequest, the model and drafter paths mounted
+The container gets the engine's launch command (entrypoint: its executable, cmd: its
+arguments) and environment (`nccl/` + `server.env` + the engine's own), GPUs through a DeviceRequest, the model and drafter paths mounted
 read-only, its port published on `backend.publish_host` only, and specgate's labels
 (session, run, arm) so that cleanup can always find it. Its log streams into the arm's
 server.log; health is polled while the container's state is watched, so a crashed server
@@ -19,15 +19,14 @@ import docker.errors
 from docker.types import DeviceRequest, Ulimit
 from omegaconf import DictConfig
 
+from harness.engines import engine_of
+from harness.engines.base import DEFAULT_IMAGE_PYTHON, Launch
 from harness.images import ImageError, ImageInfo, docker_client, ensure_image
 from harness.servers.base import Server, ServerError
 from harness.servers.labels import Session, container_labels
 from harness.servers.processes import INSPECT_SCRIPT, ServerProcess, parse_inspection
-from harness.servers.engines import engine_of
 
-CONTAINER_PORT = 30000  # inside the container; the host side is picked by the engine
-VLLM_CPU_PYTHON = "python3.11"  # the base image's python3 (bookworm), which .venv-vllm must match
-VLLM_CPU_SHM_SIZE = "1g"  # docker's default /dev/shm is 64 MB; 1 GB is what vLLM's CPU build was seen working with
+CONTAINER_PORT = 30000  # inside the container; docker picks the host side
 
 
 def client_host(docker_host: str | None, publish_host: str) -> str:
@@ -55,27 +54,28 @@ def read_only_mounts(cfg: DictConfig) -> dict[str, dict[str, str]]:
     return {p: {"bind": p, "mode": "ro"} for p in paths if p and Path(p).is_absolute() and Path(p).exists()}
 
 
-def venv_site_packages(python: str) -> Path:
-    """<venv>/lib/python3.11/site-packages of a venv's `bin/python` (symlinks resolved: the
-    real path is what gets mounted). The python itself is not resolved: in a venv it links
-    to the base interpreter, elsewhere."""
-    path = (Path(python).absolute().parent.parent / "lib" / VLLM_CPU_PYTHON / "site-packages").resolve()
+def venv_site_packages(python: str, image_python: str) -> Path:
+    """<venv>/lib/<image_python>/site-packages of a venv's `bin/python` (symlinks resolved:
+    the real path is what gets mounted). The python itself is not resolved: in a venv it
+    links to the base interpreter, elsewhere."""
+    version = Path(image_python).name
+    path = (Path(python).absolute().parent.parent / "lib" / version / "site-packages").resolve()
     if not path.is_dir():
-        raise ServerError(f"build.python {python}: no {path}; the vllm_cpu image runs {VLLM_CPU_PYTHON}, so the venv "
-                          f"must be one (`make install` sets up .venv-vllm, scripts/ensure_vllm_cpu.sh)")
+        raise ServerError(f"build.python {python}: no {path}; the image runs {version}, so the venv "
+                          f"must be one (`make install` sets up the venvs it uses)")
     return path
 
 
-def engine_mounts(cfg: DictConfig) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
+def host_venv_mounts(cfg: DictConfig) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
     """(volumes, environment) that bring the engine in from the host, when the image has none.
 
-    build.kind vllm_cpu: the image is only Debian bookworm with python3 3.11 and the C
-    libraries (images.ensure_vllm_cpu_image); vLLM, torch and the rest are the host venv's
-    site-packages (~3 GB, which an image would copy on every build), mounted read-only at
-    the same path and put on PYTHONPATH. Other kinds carry their engine in the image."""
-    if cfg.build.kind != "vllm_cpu":
+    build.kind host_venv: the image is only Debian with the right python3 and the engine's
+    C libraries (images.ensure_host_venv_image); the engine, torch and the rest are the host
+    venv's site-packages (gigabytes, which an image would copy on every build), mounted
+    read-only at the same path and put on PYTHONPATH. Other kinds carry their engine."""
+    if cfg.build.kind != "host_venv":
         return {}, {}
-    path = str(venv_site_packages(cfg.build.python))
+    path = str(venv_site_packages(cfg.build.python, cfg.build.image_python or DEFAULT_IMAGE_PYTHON))
     return {path: {"bind": path, "mode": "ro"}}, {"PYTHONPATH": path}
 
 
@@ -90,32 +90,29 @@ class DockerServer(Server):
         self.log_thread: threading.Thread | None = None
 
     def environment(self) -> dict[str, str]:
-        env = {k: str(v) for k, v in self.cfg.nccl.env.items()}
-        env.update({k: str(v) for k, v in self.cfg.server.env.items()})
-        # SGLang renames its workers with setproctitle, which by default overwrites the
-        # environ area, so /proc/<pid>/environ reads blank and the environment check
-        # could not see what a worker really has. SPT_NOENV=1 keeps environ intact.
-        env["SPT_NOENV"] = "1"
-        env["PYTHONUNBUFFERED"] = "1"
-        env.update(engine_mounts(self.cfg)[1])
-        return env
+        return {**engine_of(self.cfg).environment(self.cfg), **host_venv_mounts(self.cfg)[1]}
+
+    def launch(self) -> Launch:
+        # inside the container the server listens on all interfaces, behind its published port
+        return engine_of(self.cfg).launch(self.cfg, CONTAINER_PORT, host="0.0.0.0", in_container=True)
 
     def run_kwargs(self) -> dict:
         backend = self.cfg.backend
+        launch = self.launch()
         kwargs = dict(
             image=self.image.tag,
-            entrypoint=["python3", "-m", self.cfg.build.module],
-            command=engine_of(self.cfg).launch_args(self.cfg, CONTAINER_PORT, host="0.0.0.0"),
+            entrypoint=launch.executable,
+            command=launch.args,
             detach=True,
             init=True,  # a real init as PID 1: forwards docker stop's SIGTERM and reaps orphaned workers
             environment=self.environment(),
             labels=container_labels(self.session, self.name),
             ports={f"{CONTAINER_PORT}/tcp": (backend.publish_host, None)},
-            volumes={**read_only_mounts(self.cfg), **engine_mounts(self.cfg)[0]},
+            volumes={**read_only_mounts(self.cfg), **host_venv_mounts(self.cfg)[0]},
             device_requests=device_requests(self.cfg),
             name=f"specgate-{self.session.id}-{self.name}",
         )
-        shm_size = backend.shm_size or (VLLM_CPU_SHM_SIZE if self.cfg.build.kind == "vllm_cpu" else None)
+        shm_size = backend.shm_size or engine_of(self.cfg).shm_size(self.cfg)
         if shm_size:
             kwargs["shm_size"] = shm_size
         if backend.ipc_host:
@@ -141,7 +138,8 @@ class DockerServer(Server):
         self.wait_healthy(self.cfg.backend.startup_timeout_s, engine_of(self.cfg).health_paths)
 
     def describe(self) -> dict:
-        info = {"base_url": self.base_url, "docker_host": self.cfg.backend.docker_host}
+        info = {"base_url": self.base_url, "docker_host": self.cfg.backend.docker_host,
+                "command": self.launch().argv}
         if self.image is not None:
             info["image"] = {"tag": self.image.tag, "id": self.image.id, "digest": self.image.digest,
                              "built_now": self.image.built}
@@ -197,7 +195,7 @@ class DockerServer(Server):
         return f"exited with code {state.get('ExitCode', 'unknown')}"
 
     def processes(self) -> list[ServerProcess]:
-        result = self.container.exec_run(["python3", "-c", INSPECT_SCRIPT], demux=True)
+        result = self.container.exec_run(["sh", "-c", INSPECT_SCRIPT], demux=True)
         stdout, stderr = result.output
         if result.exit_code != 0:
             raise ServerError(f"arm '{self.name}': cannot list the container's processes: "

@@ -1,4 +1,4 @@
-"""Process backend: the server runs as a local child process (the simulator, or an SGLang
+"""Process backend: the server runs as a local child process (the simulator, or an engine
 installed on this host), in its own process group so that it and all its workers are
 stopped together, and so that the terminal's Ctrl-C reaches only the harness, which then
 stops the server itself."""
@@ -10,15 +10,14 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 from omegaconf import DictConfig
 
+from harness.engines import engine_of
 from harness.servers.base import Server
 from harness.servers.processes import ServerProcess, local_group
-from harness.servers.engines import engine_of
 
 PR_SET_PDEATHSIG = 1
 
@@ -47,16 +46,10 @@ class ProcessServer(Server):
         self.proc: subprocess.Popen | None = None
 
     def command(self) -> list[str]:
-        python = self.cfg.build.python or sys.executable
-        return [python, "-m", self.cfg.build.module, *engine_of(self.cfg).launch_args(self.cfg, self.port)]
+        return engine_of(self.cfg).launch(self.cfg, self.port, host=self.cfg.server.host, in_container=False).argv
 
     def environment(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env.update({k: str(v) for k, v in self.cfg.nccl.env.items()})
-        env.update({k: str(v) for k, v in self.cfg.server.env.items()})
-        env["PYTHONUNBUFFERED"] = "1"  # the log shows what the server printed up to a crash
-        env["SPT_NOENV"] = "1"  # keep /proc/<pid>/environ readable after setproctitle (see docker.py)
-        return env
+        return {**os.environ, **engine_of(self.cfg).environment(self.cfg)}
 
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)

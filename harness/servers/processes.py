@@ -8,33 +8,27 @@ and could not tell whether they reached the TP worker processes.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# Run inside the container with its python3: prints every process but itself as JSON.
+# Run inside the container with `sh -c` (POSIX sh, cat, od and tr: no interpreter of the
+# engine's needed, so any server image can be inspected): one block per process, its
+# command line and environment hex-encoded, since both hold NUL bytes and may hold newlines.
 INSPECT_SCRIPT = r"""
-import json, os
-me = os.getpid()
-out = []
-for name in os.listdir('/proc'):
-    if not name.isdigit() or int(name) == me:
-        continue
-    try:
-        cmd = open('/proc/%s/cmdline' % name, 'rb').read().split(b'\0')
-        env = open('/proc/%s/environ' % name, 'rb').read().split(b'\0')
-        stat = open('/proc/%s/stat' % name).read()
-        comm = open('/proc/%s/comm' % name).read().strip()
-    except OSError:
-        continue
-    if not any(cmd):
-        continue
-    ppid = int(stat.rsplit(')', 1)[1].split()[1])
-    out.append({'pid': int(name), 'ppid': ppid, 'name': comm,
-                'cmdline': [c.decode(errors='replace') for c in cmd if c],
-                'environ': dict(e.decode(errors='replace').split('=', 1) for e in env if b'=' in e)})
-print(json.dumps(out))
+me=$$
+for dir in /proc/[0-9]*; do
+  pid=${dir#/proc/}
+  [ "$pid" = "$me" ] && continue
+  stat=$(cat "$dir/stat" 2>/dev/null) || continue
+  ppid=${stat##*) }; ppid=${ppid#* }; ppid=${ppid%% *}
+  [ "$ppid" = "$me" ] && continue
+  cmd=$(od -An -v -tx1 "$dir/cmdline" 2>/dev/null | tr -d ' \n') || continue
+  [ -n "$cmd" ] || continue
+  env=$(od -An -v -tx1 "$dir/environ" 2>/dev/null | tr -d ' \n')
+  comm=$(od -An -v -tx1 "$dir/comm" 2>/dev/null | tr -d ' \n')
+  echo "pid=$pid ppid=$ppid comm=$comm cmdline=$cmd environ=$env"
+done
 """
 
 
@@ -44,7 +38,7 @@ class ServerProcess:
     ppid: int
     cmdline: list[str]
     environ: dict[str, str] = field(default_factory=dict)
-    name: str = ""  # /proc/<pid>/comm: what ps shows (SGLang names its workers, e.g. sglang::scheduler_TP0)
+    name: str = ""  # /proc/<pid>/comm: what ps shows (engines name their workers, e.g. <engine>::scheduler_TP0)
 
     @property
     def command(self) -> str:
@@ -55,7 +49,26 @@ class ServerProcess:
 
 
 def parse_inspection(output: str) -> list[ServerProcess]:
-    return [ServerProcess(**row) for row in json.loads(output)]
+    """INSPECT_SCRIPT's lines -> processes (a process that ended mid-read is left out)."""
+    found = []
+    for line in output.splitlines():
+        fields = dict(part.partition("=")[::2] for part in line.split())
+        try:
+            pid, ppid = int(fields["pid"]), int(fields["ppid"])
+            cmd, env, comm = (bytes.fromhex(fields.get(k, "")) for k in ("cmdline", "environ", "comm"))
+        except (KeyError, ValueError):
+            continue
+        found.append(ServerProcess(pid=pid, ppid=ppid, name=comm.decode(errors="replace").strip(),
+                                   cmdline=split_nul(cmd), environ=environ_of(env)))
+    return found
+
+
+def split_nul(data: bytes) -> list[str]:
+    return [part.decode(errors="replace") for part in data.split(b"\0") if part]
+
+
+def environ_of(data: bytes) -> dict[str, str]:
+    return dict(part.split("=", 1) for part in split_nul(data) if "=" in part)
 
 
 def read_proc(pid: int) -> ServerProcess | None:
@@ -70,8 +83,8 @@ def read_proc(pid: int) -> ServerProcess | None:
     if not any(cmd):
         return None
     ppid = int(stat.rsplit(")", 1)[1].split()[1])
-    return ServerProcess(pid=pid, ppid=ppid, name=name, cmdline=[c.decode(errors="replace") for c in cmd if c],
-                         environ=dict(e.decode(errors="replace").split("=", 1) for e in env if b"=" in e))
+    return ServerProcess(pid=pid, ppid=ppid, name=name, cmdline=split_nul(b"\0".join(cmd)),
+                         environ=environ_of(b"\0".join(env)))
 
 
 def local_group(pgid: int) -> list[ServerProcess]:

@@ -1,7 +1,7 @@
 """GPU readings from the simulator's GPU model (``GET /sim/gpu``, a simulator-only route).
 
 One small ``requests`` GET per read on a kept-alive session (the harness's client module
-is for SGLang's own surface; this route is not part of it).
+is for the engines' own surface; this route is not part of it).
 """
 
 from __future__ import annotations

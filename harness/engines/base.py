@@ -1,0 +1,166 @@
+"""What an inference engine is to specgate: one class per engine owns everything that
+differs between engines, so backends, the load, the suites and the record never ask which
+engine they are talking to.
+
+An engine class provides:
+
+- ``launch(cfg, port, host, in_container)``: the command that starts a server (an
+  executable and its arguments; not necessarily Python), and ``environment(cfg)`` and
+  ``shm_size(cfg)`` it needs;
+- ``health_paths``: the routes that must all answer 200 before a server is healthy;
+- ``min_processes(cfg)``: how many processes a healthy server has at least (the
+  environment suite checks each of them);
+- ``apis``: the ``workload.api`` values it serves; ``request_extras(api)`` (JSON fields
+  added to every request) and ``spec_details(event)`` (per-request speculative counts in
+  a stream event);
+- ``server_version(client)``, ``served_model_fallback`` and
+  ``server_accept_length(client)``: its info routes;
+- ``bad_request_message(body)``: the shape of its 400 (the API suite checks it);
+- ``spec_stats``: where speculative statistics come from: ``per_request`` (fields on each
+  response) or ``metrics_window`` (``/metrics`` counters differenced over the load), and
+  ``prometheus``: its metric names;
+- ``check(cfg)``: config rules of its own (e.g. which drafter keys it needs).
+
+A new engine is one module here with its class, one line in ``ENGINES``
+(harness/engines/__init__.py), a ``conf/server/*.yaml`` with ``engine: <name>``, and a
+``conf/build/*.yaml`` when it runs from an image.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from omegaconf import DictConfig
+
+if TYPE_CHECKING:
+    from harness.client import ServerClient
+
+DEFAULT_IMAGE_PYTHON = "python3"  # a Python engine's interpreter in its image, unless build.image_python
+PER_REQUEST = "per_request"
+METRICS_WINDOW = "metrics_window"
+
+
+class EngineConfigError(ValueError):
+    """A config this engine cannot serve (one sentence)."""
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What starts a server: `executable` (a program, or an interpreter and its module)
+    and its `args`. Backends place it: a child process, a container's entrypoint + cmd."""
+
+    executable: list[str]
+    args: list[str]
+
+    @property
+    def argv(self) -> list[str]:
+        return [*self.executable, *self.args]
+
+
+@dataclass(frozen=True)
+class PrometheusNames:
+    """The engine's /metrics names specgate reads (None: it has no such metric)."""
+
+    ttft_histogram: str | None = None  # seconds; *_sum and *_count are differenced
+    itl_histogram: str | None = None
+    spec_prefix: str | None = None  # <prefix>num_drafts_total, num_draft_tokens_total, ...
+
+
+class Engine:
+    name: ClassVar[str]
+    apis: ClassVar[tuple[str, ...]] = ("chat", "completions")
+    health_paths: ClassVar[tuple[str, ...]] = ("/health",)
+    spec_stats: ClassVar[str] = PER_REQUEST
+    prometheus: ClassVar[PrometheusNames] = PrometheusNames()
+    version_routes: ClassVar[tuple[str, ...]] = ()  # GET routes whose JSON has "version"
+    served_model_fallback: ClassVar[str | None] = None  # a GET route with "model_path", if /v1/models lists none
+    drafter_keys: ClassVar[tuple[str, ...]] = ("num_steps",)  # drafter fields a speculative arm must set
+    checks_drafter_fit: ClassVar[bool] = True  # False: checkpoint paths are only names (the simulator)
+    simulates_gpus: ClassVar[bool] = False  # serves a GPU model that telemetry=sim reads
+
+    # --- starting a server -------------------------------------------------------------
+    def launch(self, cfg: DictConfig, port: int, host: str, in_container: bool) -> Launch:
+        raise NotImplementedError
+
+    def environment(self, cfg: DictConfig) -> dict[str, str]:
+        """The server's environment on top of the backend's: the NCCL preset, server.env."""
+        env = {k: str(v) for k, v in cfg.nccl.env.items()}
+        env.update({k: str(v) for k, v in cfg.server.env.items()})
+        return env
+
+    def shm_size(self, cfg: DictConfig) -> str | None:
+        """/dev/shm a container needs when backend.shm_size is not set (None: docker's default)."""
+        return None
+
+    def min_processes(self, cfg: DictConfig) -> int:
+        """The fewest processes a healthy server of this config has."""
+        return 1
+
+    def check(self, cfg: DictConfig) -> None:
+        """Raise EngineConfigError when this engine cannot serve `cfg`."""
+        if cfg.workload.api not in self.apis:
+            raise EngineConfigError(f"workload.api={cfg.workload.api} is not served by {self.name}; "
+                                    f"valid: {', '.join(self.apis)}")
+        drafter = cfg.drafter
+        if drafter.algorithm is not None:
+            missing = [k for k in self.drafter_keys if drafter[k] is None]
+            if missing:
+                raise EngineConfigError(f"drafter '{drafter.name}' sets algorithm {drafter.algorithm} "
+                                        f"but not {', '.join(missing)}")
+
+    # --- the load ----------------------------------------------------------------------
+    def request_extras(self, api: str) -> dict[str, Any]:
+        """JSON fields added to every request body of `api`."""
+        return {}
+
+    def spec_details(self, event: dict) -> dict | None:
+        """Per-request speculative counts in one parsed stream event (None: none here)."""
+        return None
+
+    # --- info routes -------------------------------------------------------------------
+    def server_version(self, client: "ServerClient") -> str | None:
+        from harness.client import ClientError
+
+        for path in self.version_routes:
+            try:
+                version = client.get_json(path).get("version")
+            except (ClientError, AttributeError):
+                continue
+            if version:
+                return str(version)
+        return None
+
+    def server_accept_length(self, client: "ServerClient") -> float | None:
+        """The server's cumulative accept length (a labelled fallback; None: it has none)."""
+        return None
+
+    # --- errors ------------------------------------------------------------------------
+    def bad_request_message(self, body: Any) -> str:
+        """The message of this engine's 400 body; AssertionError when the shape is not its own."""
+        raise NotImplementedError
+
+
+class PythonEngine(Engine):
+    """An engine started as `python -m <module> <args>`: the interpreter is build.python
+    (or the harness's own) on this host, build.image_python in a container."""
+
+    module: ClassVar[str]
+
+    def launch(self, cfg: DictConfig, port: int, host: str, in_container: bool) -> Launch:
+        python = (cfg.build.image_python if in_container else cfg.build.python) or (
+            DEFAULT_IMAGE_PYTHON if in_container else sys.executable)
+        return Launch([python, "-m", cfg.build.module or self.module], self.args(cfg, port, host))
+
+    def args(self, cfg: DictConfig, port: int, host: str) -> list[str]:
+        raise NotImplementedError
+
+    def environment(self, cfg: DictConfig) -> dict[str, str]:
+        env = super().environment(cfg)
+        env["PYTHONUNBUFFERED"] = "1"  # the log shows what the server printed up to a crash
+        # Python engines rename their workers with setproctitle, which by default
+        # overwrites the environ area: /proc/<pid>/environ would read blank and the
+        # environment check could not see what a worker has. SPT_NOENV=1 keeps it.
+        env["SPT_NOENV"] = "1"
+        return env

@@ -1,0 +1,83 @@
+"""SGLang (`python -m sglang.launch_server`): per-request speculative statistics, the
+native /generate route, an OpenAI error object at the top level of its 400s."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from omegaconf import DictConfig
+
+from harness.engines.base import PER_REQUEST, PrometheusNames, PythonEngine
+
+if TYPE_CHECKING:
+    from harness.client import ServerClient
+
+
+class SGLang(PythonEngine):
+    name = "sglang"
+    module = "sglang.launch_server"
+    apis = ("chat", "completions", "generate")
+    health_paths = ("/health", "/health_generate")
+    spec_stats = PER_REQUEST
+    prometheus = PrometheusNames(ttft_histogram="sglang:time_to_first_token_seconds",
+                                 itl_histogram="sglang:inter_token_latency_seconds")
+    version_routes = ("/get_server_info",)
+    served_model_fallback = "/get_model_info"
+    drafter_keys = ("num_steps", "eagle_topk", "num_draft_tokens")
+
+    def args(self, cfg: DictConfig, port: int, host: str) -> list[str]:
+        server, drafter = cfg.server, cfg.drafter
+        args = ["--model-path", server.model_path, "--tp-size", str(server.tp_size),
+                "--host", host, "--port", str(port)]
+        if server.served_model_name:
+            args += ["--served-model-name", server.served_model_name]
+        if drafter.algorithm:
+            args += ["--speculative-algorithm", drafter.algorithm]
+            if drafter.model_path:
+                args += ["--speculative-draft-model-path", drafter.model_path]
+            args += ["--speculative-num-steps", str(drafter.num_steps),
+                     "--speculative-eagle-topk", str(drafter.eagle_topk),
+                     "--speculative-num-draft-tokens", str(drafter.num_draft_tokens)]
+        return args + [str(a) for a in server.extra_args]
+
+    def min_processes(self, cfg: DictConfig) -> int:
+        return cfg.server.tp_size + 1  # the server, one scheduler per TP rank (and a detokenizer)
+
+    def request_extras(self, api: str) -> dict[str, Any]:
+        """Per-request speculative details come on OpenAI routes only when asked for."""
+        return {"return_spec_tokens_details": True} if api in ("chat", "completions") else {}
+
+    def spec_details(self, event: dict) -> dict | None:
+        """``sglext.spec_tokens_details`` (a dict, or a list with one per choice)."""
+        extension = event.get("sglext")
+        if not extension:
+            return None
+        details = extension.get("spec_tokens_details")
+        if isinstance(details, list):
+            details = details[0] if details else None
+        if not isinstance(details, dict):
+            return None
+        return {"spec_verify_ct": details.get("spec_verify_ct"), "spec_accept_length": details.get("spec_accept_length")}
+
+    def server_accept_length(self, client: "ServerClient") -> float | None:
+        """/get_server_info's internal_states[0].avg_spec_accept_length: cumulative over the
+        server's life (warm-up and earlier runs included), so only a labelled fallback."""
+        from harness.client import ClientError
+
+        try:
+            info = client.get_json("/get_server_info")
+        except ClientError:
+            return None
+        states = info.get("internal_states") if isinstance(info, dict) else None
+        if not states or not isinstance(states[0], dict):
+            return None
+        try:
+            value = states[0].get("avg_spec_accept_length")
+            return float(value) if value is not None else None
+        except (TypeError, ValueError):
+            return None
+
+    def bad_request_message(self, body: Any) -> str:
+        """An OpenAI-style error object at the top level."""
+        assert (body["object"], body["type"], body["code"]) == ("error", "Bad Request", 400), body
+        return body["message"]

@@ -1,0 +1,40 @@
+"""The simulator (harness/sim) as an engine of its own: SGLang's HTTP surface and flags,
+started as `python -m harness.sim`, plus `--sim-*` flags for its timing model and a
+simulated GPU model that telemetry=sim reads."""
+
+from __future__ import annotations
+
+from omegaconf import DictConfig, OmegaConf
+
+from harness.engines.base import EngineConfigError
+from harness.engines.sglang import SGLang
+
+
+def sim_args(sim: DictConfig) -> list[str]:
+    """`decode_step_ms: 4.0` -> `--sim-decode-step-ms 4.0`; lists become comma lists."""
+    args: list[str] = []
+    for key, value in OmegaConf.to_container(sim).items():
+        flag = "--sim-" + key.replace("_", "-")
+        if isinstance(value, bool):
+            args += [flag] if value else []
+        elif isinstance(value, list):
+            args += [flag, ",".join(str(v) for v in value)]
+        elif value is not None:
+            args += [flag, str(value)]
+    return args
+
+
+class Simulator(SGLang):
+    name = "sim"
+    module = "harness.sim"
+    checks_drafter_fit = False  # its model and drafter paths are only names
+    simulates_gpus = True
+
+    def args(self, cfg: DictConfig, port: int, host: str) -> list[str]:
+        return super().args(cfg, port, host) + (sim_args(cfg.server.sim) if cfg.server.sim is not None else [])
+
+    def check(self, cfg: DictConfig) -> None:
+        super().check(cfg)
+        if cfg.server.sim is None and cfg.backend.kind != "attach":
+            raise EngineConfigError(f"server '{cfg.server.name}' has no `sim:` timing model, which the "
+                                    f"simulator needs (e.g. server=sim)")

@@ -1,0 +1,63 @@
+"""vLLM (`python -m vllm.entrypoints.openai.api_server`): speculative decoding configured
+by one JSON `--speculative-config`, reported only as cumulative /metrics counters."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from omegaconf import DictConfig
+
+from harness.engines.base import METRICS_WINDOW, PrometheusNames, PythonEngine
+
+# docker's default /dev/shm is 64 MB; 1 GB is what vLLM's CPU build was seen working with
+DEFAULT_SHM_SIZE = "1g"
+
+
+def speculative_config(drafter: DictConfig) -> dict:
+    """The drafter's num_steps is vLLM's num_speculative_tokens (draft tokens per step)."""
+    config = {"method": drafter.algorithm, "num_speculative_tokens": int(drafter.num_steps)}
+    if drafter.model_path:
+        config["model"] = drafter.model_path
+    return config
+
+
+class VLLM(PythonEngine):
+    name = "vllm"
+    # the `vllm` CLI looks its package up by name, which the CPU build's package is not
+    module = "vllm.entrypoints.openai.api_server"
+    apis = ("chat", "completions")
+    health_paths = ("/health",)
+    spec_stats = METRICS_WINDOW
+    prometheus = PrometheusNames(ttft_histogram="vllm:time_to_first_token_seconds",
+                                 itl_histogram="vllm:inter_token_latency_seconds",
+                                 spec_prefix="vllm:spec_decode_")
+    version_routes = ("/version",)
+
+    def args(self, cfg: DictConfig, port: int, host: str) -> list[str]:
+        server, drafter = cfg.server, cfg.drafter
+        args = ["--model", server.model_path, "--host", host, "--port", str(port),
+                "--tensor-parallel-size", str(server.tp_size)]
+        if server.served_model_name:
+            args += ["--served-model-name", server.served_model_name]
+        for flag, value in (("--dtype", server.dtype), ("--max-model-len", server.max_model_len),
+                            ("--max-num-seqs", server.max_num_seqs)):
+            if value is not None:
+                args += [flag, str(value)]
+        if drafter.algorithm:
+            args += ["--speculative-config", json.dumps(speculative_config(drafter))]
+        return args + [str(a) for a in server.extra_args]
+
+    def shm_size(self, cfg: DictConfig) -> str | None:
+        return DEFAULT_SHM_SIZE
+
+    def min_processes(self, cfg: DictConfig) -> int:
+        # the API server and its engine core; with tp > 1 one worker per rank besides
+        tp = cfg.server.tp_size
+        return 2 + (tp if tp > 1 else 0)
+
+    def bad_request_message(self, body: Any) -> str:
+        """The validation text inside {"error": {...}}."""
+        error = body["error"]
+        assert (error["type"], error["code"]) == ("Bad Request", 400), body
+        return error["message"]
