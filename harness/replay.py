@@ -17,6 +17,7 @@ from omegaconf.errors import OmegaConfBaseException
 from harness.config import Arm, ConfigError, Experiment, compose, explain, override_key, validate
 from harness.gate import allowed_change, noise_band
 from harness.metric_registry import metric_value, noise_metrics
+from harness.engines.legacy import upgrade_config
 from harness.record import REDACTED
 from harness.schema import SpecgateConfig
 
@@ -28,6 +29,7 @@ def read_yaml(path: Path) -> Any:
 
 
 def typed(data: dict, where: str):
+    upgrade_config(data)  # a record from before build kinds were recipes
     try:
         return OmegaConf.merge(OmegaConf.structured(SpecgateConfig), data)
     except OmegaConfBaseException as exc:

@@ -1,4 +1,4 @@
-"""The server speaks the HTTP API specgate measures through: JSON only (the session's curl
+"""The server speaks the HTTP API specgate measures through: JSON only (the debugging session's curl
 without Content-Type got a 400 and measured nothing, in the engine's own error shape),
 OpenAI-shaped responses and stream chunks (checked with the `openai` package's own types),
 the official client can stream, and a native /generate, where the engine has one, reports
@@ -21,7 +21,7 @@ def chat_body(arm_run, **extra) -> dict:
 
 
 def test_form_encoded_post_is_refused_with_400(arm_run):
-    """The session's curl without Content-Type: refused, in the engine's own 400 shape."""
+    """The debugging session's curl without Content-Type: refused, in the engine's own 400 shape."""
     response = arm_run.client.post_form("/v1/chat/completions", chat_body(arm_run))
     assert response.status_code == 400, f"a form-encoded POST got {response.status_code}, not 400"
     message = engine_of(arm_run.cfg).bad_request_message(response.json())

@@ -1,5 +1,5 @@
 """Did the configured environment (the NCCL preset + server.env) reach every server
-process — main, tokenizer, scheduler, each TP worker? The session this tool comes from
+process — main, tokenizer, scheduler, each TP worker? The debugging session this tool comes from
 set NCCL tuning variables and never knew whether the workers had them."""
 
 import pytest

@@ -51,7 +51,8 @@ def arm_cfg(*overrides: str):
 def test_a_container_is_labelled_logged_and_removed(engine, tmp_path):
     session = Session(run="unit")
     server = DockerServer("eagle3", arm_cfg("nccl=pcie_tuned"), tmp_path / "server.log", session)
-    with server:
+    server.start()
+    try:
         [container] = session_containers(engine, session.id)
         assert container.labels[LABEL] == "1" and container.labels["specgate.arm"] == "eagle3"
         assert container.labels["specgate.run"] == "unit"
@@ -63,6 +64,9 @@ def test_a_container_is_labelled_logged_and_removed(engine, tmp_path):
         assert all(p.environ.get("NCCL_ALGO") == "Ring" for p in processes)
         assert all(p.environ.get("SPT_NOENV") == "1" for p in processes)
         assert server.describe()["image"]["tag"].startswith("specgate/sim:")
+        assert server.describe()["command"][:3] == ["python3", "-m", "harness.sim"]
+    finally:
+        server.stop()
     assert session_containers(engine, session.id) == []
     assert "ready to roll" in (tmp_path / "server.log").read_text()
 
@@ -72,8 +76,10 @@ def test_a_server_that_crashes_at_start_fails_at_once_with_exit_code_and_log(eng
     cfg = OmegaConf.merge(arm_cfg(), {"server": {"extra_args": ["--sim-decode-step-ms", "not-a-number"]}})
     server = DockerServer("eagle3", cfg, tmp_path / "server.log", session)
     with pytest.raises(ServerError) as info:
-        with server:
-            pass
+        try:
+            server.start()
+        finally:
+            server.stop()
     message = str(info.value)
     assert "exited with code" in message and "before it became healthy" in message
     assert "last 50 lines" in message and "not-a-number" in message  # the simulator's own complaint

@@ -180,6 +180,30 @@ def test_records_written_before_build_recipes_are_read_as_what_they_were():
     assert not upgrade_config({"build": {"kind": "release"}})
 
 
+def test_an_old_record_replays_as_it_ran(tmp_path):
+    """A record written when build.kind was `sim` and the simulator's engine `sglang`."""
+    import yaml
+
+    from harness.replay import replay_experiment
+
+    experiment = compose(["+exp=sim_smoke"])
+
+    def old(cfg) -> dict:
+        data = OmegaConf.to_container(cfg, resolve=True)
+        data["build"] = {k: v for k, v in data["build"].items() if k not in ("engine", "context", "suite", "image_python")}
+        data["build"]["kind"], data["server"]["engine"] = "sim", "sglang"
+        return data
+
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(old(experiment.base)))
+    (tmp_path / "overrides.yaml").write_text(yaml.safe_dump({"command_line": ["+exp=sim_smoke"], "arms": {}}))
+    for arm in experiment.arms:
+        (tmp_path / "arms" / arm.name).mkdir(parents=True)
+        (tmp_path / "arms" / arm.name / "config.yaml").write_text(yaml.safe_dump(old(arm.cfg)))
+    replayed, _ = replay_experiment(tmp_path, [], ROOT / "conf")
+    for arm in replayed.arms:
+        assert (arm.cfg.build.kind, arm.cfg.build.engine, arm.cfg.server.engine) == ("simulator", "sim", "sim")
+
+
 # --------------------------------------------------------------------------- a new engine
 class ShellWrapped(Engine):
     """An engine that is not a Python module: a shell script starts the server (the

@@ -4,6 +4,7 @@ import shutil
 import os
 import subprocess
 import sys
+import time
 
 from harness.servers.processes import (INSPECT_SCRIPT, ServerProcess, environment_mismatches, local_group,
                                        parse_inspection, read_proc)
@@ -24,6 +25,9 @@ def test_the_inspection_script_reads_real_processes():
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "two\nlines", "x y"],
                              env={**os.environ, "SPECGATE_PROBE": "a\nb=c"})
     try:
+        deadline = time.monotonic() + 10
+        while read_proc(child.pid) is None and time.monotonic() < deadline:
+            time.sleep(0.01)  # Popen returns once exec began; the new command line appears a moment later
         output = subprocess.run(["dash" if shutil.which("dash") else "sh", "-c", INSPECT_SCRIPT],
                                 capture_output=True, text=True, check=True).stdout
         processes = {p.pid: p for p in parse_inspection(output)}
@@ -43,6 +47,10 @@ def test_local_group_lists_a_process_group_with_environments():
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], start_new_session=True,
                              env={**os.environ, "SPECGATE_PROBE": "yes"})
     try:
+        # Popen returns once exec began; the new command line appears a moment later
+        deadline = time.monotonic() + 10
+        while read_proc(child.pid) is None and time.monotonic() < deadline:
+            time.sleep(0.01)
         group = local_group(child.pid)
         assert [p.pid for p in group] == [child.pid]
         assert group[0].environ["SPECGATE_PROBE"] == "yes"

@@ -78,14 +78,3 @@ class Server(ABC):
 
     def failure(self, sentence: str) -> ServerError:
         return ServerError(f"{sentence}\n--- last {LOG_TAIL_LINES} lines of {self.log_path} ---\n{self.log_tail()}")
-
-    def __enter__(self) -> "Server":
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self.stop()

@@ -2,7 +2,7 @@
 /proc: locally for the process backend, through `docker exec` for the docker backend
 (`container.top()` would give host PIDs, whose /proc we may not be able to map back).
 
-Why the environment matters: the session this tool comes from set NCCL tuning variables
+Why the environment matters: the debugging session this tool comes from set NCCL tuning variables
 and could not tell whether they reached the TP worker processes.
 """
 
