@@ -127,8 +127,10 @@ class ArmSession:
         finally:
             if sampler is not None:
                 sampler.mark_load_end()
+        lines = [{**r.to_json(), "repeat": repeat} for r in load.records]
+        self.outcome.request_lines += lines  # the samples behind reference-run verdicts
         if cfg.record.keep_requests:
-            self.recorder.add_requests(self.arm.name, [{**r.to_json(), "repeat": repeat} for r in load.records])
+            self.recorder.add_requests(self.arm.name, lines)
         result = summarize(self.arm.name, load, self.server_accept_length())
         server_side = self.server_window(before)
         self.outcome.server_windows.append(server_side)

@@ -82,7 +82,7 @@ def run_info(run: RunData) -> dict[str, Any]:
             "gates": {s: statuses.count(s) for s in GATE_STATUSES}}
 
 
-GATE_STATUSES = ("passed", "failed", "skipped", "unreliable")
+GATE_STATUSES = ("passed", "failed", "skipped", "unreliable", "inconclusive")
 
 
 def gate_status(verdict: dict[str, Any]) -> str:

@@ -22,7 +22,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from harness.engines import ENGINES, EngineConfigError
 from harness.engines.legacy import upgrade_config
-from harness.gate import GATES
+from harness.gate import GATES, INCONCLUSIVE
 from harness.load.requests import REQUEST_FUNCS
 from harness.schema import BUILD_KINDS, SpecgateConfig
 from harness.telemetry.base import NOT_SAMPLING, SOURCES
@@ -157,6 +157,10 @@ def validate(experiment: Experiment) -> None:
                                   f"arms: {', '.join(sorted(names))}")
         if registered.needs_plain_arm and registered.arms(gate) and experiment.plain_arm is None:
             raise ConfigError(f"{registered.key_names} needs plain_arm (the plain-decoding arm to compare with)")
+    if gate.inconclusive not in INCONCLUSIVE:
+        raise ConfigError(f"gate.inconclusive '{gate.inconclusive}' is unknown; valid: {', '.join(INCONCLUSIVE)}")
+    if not 0.5 < gate.confidence < 1.0:
+        raise ConfigError(f"gate.confidence must be between 0.5 and 1 (e.g. 0.95), got {gate.confidence}")
     for arm in experiment.arms:
         validate_arm(arm)
 

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Literal
 
-from harness.metric_registry import break_even_accept_length, compared_by_default, metric_value, speedup
+from harness.change import evidence, judge
+from harness.metric_registry import METRICS, break_even_accept_length, compared_by_default, metric, metric_value, speedup
 from harness.metrics import ArmResult
 
 STATS = ("mean", "p50", "p90", "p99")  # the statistics a latency limit (PercentileLimits) may set
@@ -33,11 +34,15 @@ class Verdict:
     detail: str  # the verdict in words
     baseline: float | None = None  # the reference run's value (gate.baseline); the key records keep
     unreliable: bool = False  # too noisy over the repeats to decide (then passed is None)
+    inconclusive: bool = False  # the data cannot tell (passed follows gate.inconclusive: fail, warn, pass)
+    interval: list[float] | None = None  # the relative change's interval, where one was computed
 
     @property
     def status(self) -> str:
         if self.unreliable:
             return "unreliable"
+        if self.inconclusive:
+            return "inconclusive"
         return {True: "passed", False: "failed", None: "skipped"}[self.passed]
 
     def to_json(self) -> dict[str, Any]:
@@ -105,6 +110,8 @@ class GateContext:
     reference: dict | None  # this arm's block in the reference run (gate.baseline), if any
     reference_label: str  # how verdicts name the reference run
     telemetry_source: str  # the arm's telemetry.source: "off" means no GPU gate can decide
+    requests: list = field(default_factory=list)  # this arm's requests.jsonl lines (the samples behind verdicts)
+    reference_requests: list = field(default_factory=list)  # the same arm's lines in the reference run
 
 
 @dataclass(frozen=True)
@@ -306,14 +313,16 @@ def accept_length_at_least_break_even(ctx: GateContext) -> list[Verdict]:
 
 # --- comparison with a reference run (gate.baseline) -------------------------------------------
 
-CHANGE = re.compile(r"^\s*([+-])\s*(\d+(?:\.\d+)?)\s*%\s*$")
+CHANGE = re.compile(r"^\s*[+-]?\s*(\d+(?:\.\d+)?)\s*%\s*$")
 NOISE_SIGMAS = 3.0  # the noise band is this many robust standard deviations (1.4826 x MAD)
+INCONCLUSIVE = ("fail", "warn", "pass")
 
 
 @dataclass(frozen=True)
 class Comparison:
-    """A typed reference-run gate parsed from config: `output_tok_s: "-3%"` may drop by 3 %
-    (higher is better); `ttft_ms.p99: "+10%"` may rise by 10 % (lower is better)."""
+    """A typed reference-run gate parsed from config: `output_tok_s: "3%"` may get 3 % worse.
+    Which way is worse comes from the metric registry (tok/s down, latencies up), never from
+    a sign: "-3%" and "+3%" allow the same 3 % regression."""
 
     metric: str
     allowed: float  # fraction
@@ -323,12 +332,26 @@ class Comparison:
     def parse(cls, metric: str, text: str) -> "Comparison":
         match = CHANGE.match(str(text))
         if not match:
-            raise ValueError(f"gate.compare.{metric}: '{text}' is not a change like \"-3%\" (may drop 3 %) "
-                             f"or \"+10%\" (may rise 10 %)")
-        return cls(metric, float(match.group(2)) / 100.0, match.group(1) == "-")
+            raise ValueError(f"gate.compare.{metric}: '{text}' is not an allowed change like \"3%\" "
+                             f"(how much worse the metric may get)")
+        return cls(metric, float(match.group(1)) / 100.0, better_of(metric) == "higher")
 
     def __str__(self) -> str:
-        return f"{self.metric}: {'-' if self.higher_is_better else '+'}{self.allowed:.1%}"
+        return f"{self.metric}: {self.allowed:.1%} worse at most"
+
+
+def better_of(path: str) -> str:
+    """The registry's better direction of `path`; a statistic the registry does not list
+    (ttft_ms.p90) takes its distribution's (ttft_ms.*). Unknown metrics are a ValueError."""
+    try:
+        return metric(path).better
+    except KeyError:
+        family = [m for m in METRICS if "." in path and m.path.split(".")[0] == path.split(".")[0]]
+        if family and path.split(".")[1] in STATS:
+            return family[0].better
+        valid = ", ".join(m.path for m in METRICS if not m.between_arms and not m.count)
+        raise ValueError(f"gate.compare.{path}: no such metric; valid: {valid} "
+                         f"(and mean/p90 of the latency distributions)") from None
 
 
 def comparisons(gate) -> list[Comparison]:
@@ -348,15 +371,17 @@ def noise_band(*spreads: dict | None) -> float:
 
 
 def allowed_change(metric: str, old: float, allowed: float, band: float, gate) -> float:
-    """The larger of the allowed change and the noise band; for latencies also the
-    scheduling-jitter floor (a 0.4 ms move of a 4 ms TTFT is 10 % and still noise)."""
+    """The larger of the allowed change and the noise band over repeats; for latencies
+    also the scheduling-jitter floor (a 0.4 ms move of a 4 ms TTFT is 10 % and still noise)."""
     floor = gate.latency_noise_floor_ms / abs(old) if metric.split(".")[0].endswith("_ms") and old else 0.0
     return max(allowed, band, floor)
 
 
-@register("no_regression_against_baseline", "baseline", ("baseline", "compare", "tolerance", "latency_noise_floor_ms"))
+@register("no_regression_against_baseline", "baseline",
+          ("baseline", "compare", "tolerance", "latency_noise_floor_ms", "confidence", "inconclusive"))
 def no_regression_against_reference(ctx: GateContext) -> list[Verdict]:
-    """Each compared metric within its allowed change of the reference run (gate.baseline)."""
+    """Each compared metric no worse than its allowed change vs the reference run
+    (gate.baseline), judged from the samples of both runs: passed, failed or inconclusive."""
     arm, gate, label = ctx.arm, ctx.gate, ctx.reference_label
     if not gate.baseline:
         return [skipped("baseline", arm, "no reference run configured (gate.baseline=<run dir | results.json>)")]
@@ -364,29 +389,100 @@ def no_regression_against_reference(ctx: GateContext) -> list[Verdict]:
         return [skipped("baseline", arm, f"the reference run {label} has no measured arm '{arm}'")]
     if (missing := unmeasured("baseline", ctx)) is not None:
         return missing
-    return [compare_metric(arm, ctx.result, ctx.reference, c, label, gate) for c in comparisons(gate)]
+    verdicts = [compare_metric(ctx, c) for c in comparisons(gate)]
+    return [with_gpu_state(v, ctx) for v in verdicts]
 
 
-def compare_metric(arm: str, result: ArmResult, reference: dict, c: Comparison, label: str, gate) -> Verdict:
+def compare_metric(ctx: GateContext, c: Comparison) -> Verdict:
+    arm, gate, label, result, reference = ctx.arm, ctx.gate, ctx.reference_label, ctx.result, ctx.reference
     name = f"baseline.{c.metric}"
     new, old = metric_value(result, c.metric), metric_value(reference, c.metric)
     if old is None or not old:
         return skipped(name, arm, f"the reference run {label} has no {c.metric} for arm '{arm}'")
     if new is None:
         return Verdict(name, arm, False, None, None, f"{arm}: {c.metric} was not measured (reference run {old:.2f})", old)
-    change = (new - old) / old
-    worse = -change if c.higher_is_better else change  # > 0: a regression
     band = noise_band(result.noise.get(c.metric), (reference.get("noise") or {}).get(c.metric))
     limit = allowed_change(c.metric, old, c.allowed, band, gate)
-    kind = "regression" if worse > 0 else "improvement"
-    detail = (f"{arm}: {c.metric} {new:.2f} vs reference run {old:.2f} ({change:+.1%}, a {kind}); allowed "
-              f"{limit:.1%} = max(tolerance {c.allowed:.1%}, noise band {band:.1%})")
-    if worse > limit:
-        detail = (f"{arm}: {c.metric} regressed by {worse:.1%} vs the reference run {label} ({old:.2f} -> {new:.2f}), "
-                  f"more than the allowed {limit:.1%} (max of tolerance {c.allowed:.1%} and noise band {band:.1%})")
-    elif -worse > limit:
-        detail += ": improved beyond the band"
-    return Verdict(name, arm, worse <= limit, new, limit, detail, baseline=old)
+    why_limit = f"allowed {limit:.1%} = max(tolerance {c.allowed:.1%}, noise band {band:.1%}" + (
+        f", {gate.latency_noise_floor_ms:g} ms floor)" if c.metric.split(".")[0].endswith("_ms") else ")")
+    old_ev, new_ev = evidence(c.metric, ctx.reference_requests), evidence(c.metric, ctx.requests)
+    if old_ev is None or new_ev is None or not old_ev.groups or not new_ev.groups:
+        return point_verdict(arm, c, old, new, limit, why_limit, label)
+    change = judge(c.metric, old_ev, new_ev, limit, not c.higher_is_better, gate.confidence)
+    return interval_verdict(arm, c, change, old, new, why_limit, label, gate)
+
+
+def point_verdict(arm: str, c: Comparison, old: float, new: float, limit: float, why_limit: str, label: str) -> Verdict:
+    """Without requests.jsonl in both runs (an older record, record.keep_requests=false):
+    one value against one value, as the verdict says."""
+    name = f"baseline.{c.metric}"
+    change = (new - old) / old
+    worse = -change if c.higher_is_better else change  # > 0: a regression
+    passed = worse <= limit
+    words = f"regressed by {worse:.1%}" if worse > 0 else f"improved by {-worse:.1%}"
+    detail = (f"{arm}: {c.metric} {words} vs the reference run {label} ({old:.2f} -> {new:.2f}); {why_limit}; "
+              f"judged on the two values only (no requests.jsonl to draw an interval from)")
+    return Verdict(name, arm, passed, new, limit, detail, baseline=old)
+
+
+def interval_verdict(arm: str, c: Comparison, change, old: float, new: float, why_limit: str, label: str,
+                     gate) -> Verdict:
+    name = f"baseline.{c.metric}"
+    verdict = Verdict(name, arm, None, new, change.allowed, "", baseline=old)
+    if change.worse is None:
+        verdict.inconclusive, verdict.passed = True, inconclusive_passes(gate)
+        verdict.detail = f"{arm}: {c.metric} inconclusive vs the reference run {label}: {change.why}"
+        return verdict
+    words = f"{change.worse:+.1%} worse" if change.worse > 0 else f"{-change.worse:.1%} better"
+    interval = "" if change.low is None else f", {gate.confidence:.0%} interval {change.low:+.1%} to {change.high:+.1%} worse"
+    if change.low is not None:
+        verdict.interval = [round(change.low, 5), round(change.high, 5)]
+    facts = f"{c.metric} {old:.2f} -> {new:.2f} ({words}{interval}) vs the reference run {label}; {why_limit}"
+    if change.outcome == "failed":
+        verdict.passed = False
+        verdict.detail = f"{arm}: {c.metric} regressed: {facts}"
+    elif change.outcome == "passed":
+        verdict.passed = True
+        verdict.detail = f"{arm}: {facts}"
+    else:
+        verdict.inconclusive, verdict.passed = True, inconclusive_passes(gate)
+        needed = f"; {change.needed} would decide it" if change.needed else ""
+        verdict.detail = (f"{arm}: {c.metric} inconclusive ({change.why}{needed}; gate.inconclusive={gate.inconclusive}): "
+                          f"{facts}")
+    return verdict
+
+
+def inconclusive_passes(gate) -> bool | None:
+    """gate.inconclusive: fail -> a failed test; warn -> a passing test with a warning; pass -> passing."""
+    return {"fail": False, "warn": True, "pass": True}[gate.inconclusive]
+
+
+def with_gpu_state(verdict: Verdict, ctx: GateContext) -> Verdict:
+    """A failed or inconclusive speed verdict says in the same sentence when the arm's GPUs
+    were throttled or below the clock gate under load: a hot GPU, not a code regression."""
+    if verdict.status not in ("failed", "inconclusive") or not ctx.gpu:
+        return verdict
+    state = gpu_trouble(ctx.gpu, ctx.gate)
+    if state:
+        verdict.detail += f", while {state}"
+    return verdict
+
+
+def gpu_trouble(gpu: dict, gate) -> str:
+    """The GPUs' trouble under load in words ("" when none was seen)."""
+    troubles = []
+    for uuid, block in (gpu.get("gpus") or {}).items():
+        index = block.get("index", uuid)
+        reasons = {r: share for r, share in (block.get("throttle_fraction_under_load") or {}).items()
+                   if share and r in set(gate.fail_on_throttle_reasons)}
+        if reasons:
+            named = ", ".join(f"{r} in {share:.0%} of load samples" for r, share in sorted(reasons.items()))
+            troubles.append(f"GPU {index} was throttled ({named})")
+            continue
+        ratio = block.get("sm_clock_ratio_under_load")
+        if gate.min_clock_ratio_under_load is not None and ratio is not None and ratio < gate.min_clock_ratio_under_load:
+            troubles.append(f"GPU {index} ran at {ratio:.0%} of its max SM clock under load")
+    return "; ".join(troubles)
 
 
 # --- GPU telemetry (the `gpu` block of an arm, see harness/telemetry/summary.py) ----------------

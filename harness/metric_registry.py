@@ -80,7 +80,7 @@ METRICS: tuple[Metric, ...] = (
     Metric("ttft_ms.p99", "TTFT p99 ms", "ms", "{:.1f}", "lower", noise=True, compared=True, column="TTFT p99"),
     Metric("itl_ms.p50", "ITL p50 ms", "ms", "{:.2f}", "lower", noise=True, compared=True, column="ITL p50"),
     Metric("itl_ms.p99", "ITL p99 ms", "ms", "{:.2f}", "lower", noise=True, compared=True, column="ITL p99"),
-    Metric("tpot_ms.p50", "TPOT p50 ms", "ms", "{:.2f}", "lower", noise=True, column="TPOT p50"),
+    Metric("tpot_ms.p50", "TPOT p50 ms", "ms", "{:.2f}", "lower", noise=True, compared=True, column="TPOT p50"),
     Metric("e2e_ms.p50", "E2E p50 ms", "ms", "{:.0f}", "lower", noise=True, column="E2E p50"),
     Metric("accept_length", "accept length", "tokens/cycle", "{:.2f}", "higher", noise=True, column="accept len"),
     Metric("verify_cycle_ms", "verify cycle ms", "ms", "{:.2f}", "lower", noise=True, column="cycle ms",

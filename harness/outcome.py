@@ -29,6 +29,7 @@ class ArmOutcome:
     gpu: dict[str, Any] | None = None  # the telemetry block (or why telemetry could not run)
     server_windows: list[dict[str, Any]] = field(default_factory=list)  # /metrics differenced, one per repeat
     environment: list[dict[str, Any]] | None = None  # configured variables as each server process has them
+    request_lines: list[dict[str, Any]] = field(default_factory=list)  # requests.jsonl lines (kept in memory for verdicts)
 
     @property
     def measured(self) -> bool:

@@ -13,6 +13,7 @@ import os
 import re
 import signal
 import sys
+import warnings
 from pathlib import Path
 from typing import Callable
 
@@ -21,7 +22,7 @@ import pytest
 from harness import gate
 from harness.config import DEFAULT_CONF_DIR, ConfigError, Experiment, compose
 from harness.gate import GateContext, comparisons, gates_of
-from harness.record import RecordError, read_run
+from harness.record import RecordError, RunData, read_run
 from harness.replay import replay_experiment
 from harness.drafter_fit import DrafterMismatch, check_drafter_fit
 from harness.load import print_progress
@@ -103,7 +104,7 @@ def pytest_configure(config: pytest.Config) -> None:
     install_sigterm_as_interrupt()
 
 
-def load_baseline(experiment: Experiment) -> dict | None:
+def load_baseline(experiment: Experiment) -> RunData | None:
     """The reference run (gate.baseline), read and its comparisons parsed before anything starts."""
     path = experiment.base.gate.baseline
     if not path:
@@ -116,7 +117,7 @@ def load_baseline(experiment: Experiment) -> dict | None:
         comparisons(experiment.base.gate)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    return reference.data
+    return reference
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -228,6 +229,10 @@ def arm_run(request: pytest.FixtureRequest, runner: Runner):
         runner.close_arm(name)
 
 
+class InconclusiveVerdict(UserWarning):
+    """A comparison the data could not decide (gate.inconclusive=warn)."""
+
+
 class GateChecker:
     """Records verdicts in the run record, then passes, fails or skips the test with
     the verdicts in words. Every verdict is kept, so the summary shows them all."""
@@ -245,6 +250,9 @@ class GateChecker:
         failed = [v for v in verdicts if v.passed is False]
         if failed:
             pytest.fail("\n".join(v.detail for v in failed), pytrace=False)
+        for v in verdicts:  # gate.inconclusive=warn: the test passes, and pytest's summary says why
+            if v.inconclusive and v.passed and "gate.inconclusive=warn" in v.detail:
+                warnings.warn(InconclusiveVerdict(v.detail))
         if all(v.passed is None for v in verdicts):
             pytest.skip("; ".join(v.detail for v in verdicts))
 
@@ -260,6 +268,7 @@ def gate_context(arm_run: ArmRun, runner: Runner) -> GateContext:
     return GateContext(arm=arm_run.name, gate=arm_run.cfg.gate, result=arm_run.result, gpu=arm_run.outcome.gpu,
                        plain_arm=runner.experiment.plain_arm, results=runner.results,
                        reference=arm_run.reference, reference_label=arm_run.reference_label,
+                       requests=arm_run.outcome.request_lines, reference_requests=runner.reference_requests(arm_run.name),
                        telemetry_source=arm_run.cfg.telemetry.source)
 
 

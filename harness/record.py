@@ -158,6 +158,22 @@ class RunData:
         arms = self.data.get("arms")
         return arms if isinstance(arms, dict) else {}
 
+    def request_lines(self, arm: str) -> list[dict[str, Any]]:
+        """The arm's lines of requests.jsonl beside results.json ([] when the record kept
+        none, or a line is not JSON: verdicts then fall back to the point values)."""
+        file = self.path.parent / "requests.jsonl"
+        if not file.is_file():
+            return []
+        lines = []
+        try:
+            for text in file.read_text(encoding="utf-8").splitlines():
+                line = json.loads(text)
+                if isinstance(line, dict) and line.get("arm") == arm:
+                    lines.append(line)
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            return []
+        return lines
+
 
 def results_path(path: Path) -> Path:
     """The results.json of a record folder, a `latest` link or the file itself."""

@@ -22,7 +22,7 @@ from harness.metric_registry import cross_arm
 from harness.metrics import ArmResult
 from harness.outcome import ArmOutcome
 from harness.recorder import Recorder
-from harness.record import read_run
+from harness.record import RunData, read_run
 from harness.replay import drift_rows, drift_table
 from harness.servers import Session, remove_dead_sessions_containers
 from harness.summary import format_summary
@@ -52,7 +52,7 @@ class Runner:
     command: list[str] = field(default_factory=lambda: list(sys.argv))
     progress: Callable[[str, Any], None] | None = None  # (arm, ProgressSnapshot)
     notes: list[str] = field(default_factory=list)  # said at the start and in the summary (e.g. replay drift of conf/)
-    reference: dict | None = None  # the reference run's results.json (gate.baseline), to compare with
+    reference: RunData | None = None  # the reference run (gate.baseline), to compare with
     replay_of: Path | None = None  # the record a replay re-runs
     outcomes: dict[str, ArmOutcome] = field(default_factory=dict)
     verdicts: list[Verdict] = field(default_factory=list)
@@ -123,7 +123,10 @@ class Runner:
         return self.results.get(plain) if plain and plain != name else None
 
     def reference_arm(self, name: str) -> dict | None:
-        return (self.reference or {}).get("arms", {}).get(name)
+        return self.reference.arms.get(name) if self.reference is not None else None
+
+    def reference_requests(self, name: str) -> list[dict]:
+        return self.reference.request_lines(name) if self.reference is not None else []
 
     @property
     def reference_label(self) -> str:

@@ -165,7 +165,9 @@ class GateConfig:
     baseline: Optional[str] = None  # the reference run: a run dir or results.json to compare with (regression gating)
     tolerance: float = 0.05  # allowed regression vs the reference run when a comparison gives none
     latency_noise_floor_ms: float = 0.5  # latency moves smaller than this are scheduling jitter, not drift
-    compare: Dict[str, str] = field(default_factory=dict)  # metric -> allowed change, e.g. output_tok_s: "-3%"
+    compare: Dict[str, str] = field(default_factory=dict)  # metric -> allowed regression, e.g. output_tok_s: "3%"
+    confidence: float = 0.95  # a regression fails only when it exceeds the allowed change with this confidence
+    inconclusive: str = "warn"  # what an inconclusive comparison does: fail | warn | pass
     min_clock_ratio_under_load: Optional[float] = None  # SM clock under load >= ratio x max SM clock, every GPU
     fail_on_throttle_reasons: List[str] = field(default_factory=lambda: [
         "HwSlowdown", "HwThermalSlowdown", "SwThermalSlowdown", "HwPowerBrakeSlowdown"])  # any under load fails

@@ -62,12 +62,15 @@ def format_summary(experiment, results: dict[str, ArmResult], arm_status: dict[s
         lines.append("No gate was evaluated.")
     for v in verdicts:
         lines.append(f"- {v.status.upper():10} {v.name} [{v.arm}]: {v.detail}")
-    failed = sum(v.passed is False for v in verdicts)
-    passed = sum(v.passed is True for v in verdicts)
-    unreliable = sum(v.unreliable for v in verdicts)
-    skipped = sum(v.passed is None for v in verdicts) - unreliable
-    lines += ["", f"{passed} gate(s) passed, {failed} failed, {skipped} skipped"
-              + (f", {unreliable} unreliable (too noisy to decide)." if unreliable else ".")]
+    counts = {s: sum(v.status == s for v in verdicts) for s in ("passed", "failed", "skipped", "unreliable", "inconclusive")}
+    line = f"{counts['passed']} gate(s) passed, {counts['failed']} failed, {counts['skipped']} skipped"
+    if counts["unreliable"]:
+        line += f", {counts['unreliable']} unreliable (too noisy to decide)"
+    if counts["inconclusive"]:
+        failing = sum(v.inconclusive and v.passed is False for v in verdicts)
+        line += (f", {counts['inconclusive']} inconclusive (the data cannot tell; "
+                 + (f"{failing} fail the run by gate.inconclusive=fail" if failing else "gate.inconclusive lets them pass") + ")")
+    lines += ["", line + "."]
     return "\n".join(lines) + "\n"
 
 
