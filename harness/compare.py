@@ -1,7 +1,10 @@
 """`specgate compare RUN RUN [...]`: the same arm x metric numbers of several run records
 side by side, with each later run's change relative to the first.
 
-A run is a record folder (`runs/<ts>_<exp>`), the `runs/latest` link, or a results.json.
+A run is a record folder (`runs/<ts>_<exp>`), the `runs/latest` link, or a results.json;
+a folder of records (a history, e.g. the last runs on main) stands for each of its runs,
+oldest first, so `specgate compare history/ runs/latest` shows a metric's history with
+the current run after it.
 Missing keys read as "-" (an arm that failed, a metric a run did not measure, a record
 written by an older harness), and extra keys are ignored, so records of different
 harness versions compare.
@@ -13,7 +16,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from harness.metric_registry import Metric, compare_metrics, metric_value, number
-from harness.record import RunData, read_run
+from harness.record import RunData, read_runs
 from harness.summary import markdown_table
 
 
@@ -25,7 +28,7 @@ def load_runs(paths: list[Path]) -> list[RunData]:
     """Every record (harness.record.RecordError for one that is not a record), labels kept apart."""
     if not paths:
         raise CompareError("give at least one run record to compare.")
-    runs = [read_run(p) for p in paths]
+    runs = [run for p in paths for run in read_runs(p)]  # a history folder gives each of its runs
     seen: dict[str, int] = {}
     for run in runs:  # the same record twice (e.g. a folder and runs/latest): keep columns apart
         seen[run.label] = seen.get(run.label, 0) + 1

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import re
+import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Literal
 
@@ -112,6 +113,8 @@ class GateContext:
     telemetry_source: str  # the arm's telemetry.source: "off" means no GPU gate can decide
     requests: list = field(default_factory=list)  # this arm's requests.jsonl lines (the samples behind verdicts)
     reference_requests: list = field(default_factory=list)  # the same arm's lines in the reference run
+    history: list = field(default_factory=list)  # the arm's blocks in a history of past runs (gate.baseline folder)
+    arm_requests: dict = field(default_factory=dict)  # every measured arm's request lines in this run (speedup intervals)
 
 
 @dataclass(frozen=True)
@@ -271,14 +274,38 @@ def min_speedup(ctx: GateContext) -> list[Verdict]:
     ratio = speedup(result, plain)
     if ratio is None:
         return [Verdict(name, arm, False, None, spec.ratio, f"{arm}: speedup over {spec.over} not measurable (output tok/s {fmt(result.output_tok_s)} vs {fmt(plain.output_tok_s)})")]
-    passed = ratio >= spec.ratio
     words = "faster than" if ratio > 1 else "slower than" if ratio < 1 else "as fast as"
     detail = (
         f"{arm} is {words} {spec.over}: {result.output_tok_s:.1f} tok/s is {ratio:.2f}x of "
         f"{spec.over}'s {plain.output_tok_s:.1f} tok/s (gate: ≥ {spec.ratio:.2f}x)"
     )
-    verdicts = guard_noise([Verdict(name, arm, passed, ratio, spec.ratio, detail)], result, ["output_tok_s"], gate)
-    return guard_noise(verdicts, plain, ["output_tok_s"], gate)
+    verdict = Verdict(name, arm, ratio >= spec.ratio, ratio, spec.ratio, detail)
+    speed_interval(verdict, ctx, spec.over, spec.ratio)
+    verdicts = guard_noise([verdict], result, ["output_tok_s"], gate)
+    return [with_gpu_state(v, ctx) for v in guard_noise(verdicts, plain, ["output_tok_s"], gate)]
+
+
+def speed_interval(verdict: Verdict, ctx: GateContext, over: str, floor: float) -> None:
+    """The speedup's interval from both arms' per-window token rates: failed only when
+    even its upper end is below the floor, passed when its lower end clears it."""
+    mine, theirs = evidence("output_tok_s", ctx.requests), evidence("output_tok_s", ctx.arm_requests.get(over, []))
+    if mine is None or theirs is None or not mine.groups or not theirs.groups:
+        return  # no request lines (e.g. a test's bare result): the point ratio decides
+    # judge() measures how much worse `mine` is than `theirs`; the floor is 1 - ratio worse
+    change = judge("output_tok_s", theirs, mine, 1.0 - floor, lower_is_better=False, confidence=ctx.gate.confidence)
+    if change.low is None:
+        verdict.inconclusive, verdict.passed = True, inconclusive_passes(ctx.gate)
+        verdict.detail += f"; inconclusive: {change.why} (gate.inconclusive={ctx.gate.inconclusive})"
+        return
+    low, high = 1.0 - change.high, 1.0 - change.low  # the ratio's interval
+    verdict.interval = [round(low, 4), round(high, 4)]
+    verdict.detail += f"; {ctx.gate.confidence:.0%} interval {low:.2f}x to {high:.2f}x"
+    if change.outcome == "inconclusive":
+        verdict.inconclusive, verdict.passed = True, inconclusive_passes(ctx.gate)
+        needed = f"; {change.needed} would decide it" if change.needed else ""
+        verdict.detail += f": inconclusive{needed} (gate.inconclusive={ctx.gate.inconclusive})"
+    else:
+        verdict.passed = change.outcome == "passed"
 
 
 @register("accept_length_at_least_break_even", "speculative", ("accept_length_at_least_break_even",),
@@ -370,6 +397,17 @@ def noise_band(*spreads: dict | None) -> float:
     return math.sqrt(sum(p * p for p in parts))
 
 
+def history_band(metric: str, history: list[dict]) -> float | None:
+    """The lookback band: how far the metric moved between past runs (NOISE_SIGMAS robust
+    standard deviations relative to its median); None without at least 3 past runs."""
+    values = [v for v in (metric_value(block, metric) for block in history) if isinstance(v, (int, float))]
+    if len(values) < 3:
+        return None
+    median = statistics.median(values)
+    mad = statistics.median(abs(v - median) for v in values)
+    return NOISE_SIGMAS * 1.4826 * mad / abs(median) if median else None
+
+
 def allowed_change(metric: str, old: float, allowed: float, band: float, gate) -> float:
     """The larger of the allowed change and the noise band over repeats; for latencies
     also the scheduling-jitter floor (a 0.4 ms move of a 4 ms TTFT is 10 % and still noise)."""
@@ -402,9 +440,11 @@ def compare_metric(ctx: GateContext, c: Comparison) -> Verdict:
     if new is None:
         return Verdict(name, arm, False, None, None, f"{arm}: {c.metric} was not measured (reference run {old:.2f})", old)
     band = noise_band(result.noise.get(c.metric), (reference.get("noise") or {}).get(c.metric))
-    limit = allowed_change(c.metric, old, c.allowed, band, gate)
-    why_limit = f"allowed {limit:.1%} = max(tolerance {c.allowed:.1%}, noise band {band:.1%}" + (
-        f", {gate.latency_noise_floor_ms:g} ms floor)" if c.metric.split(".")[0].endswith("_ms") else ")")
+    lookback = history_band(c.metric, ctx.history)
+    limit = allowed_change(c.metric, old, c.allowed, max(band, lookback or 0.0), gate)
+    why_limit = (f"allowed {limit:.1%} = max(tolerance {c.allowed:.1%}, noise band {band:.1%}"
+                 + (f", history band {lookback:.1%} over {len(ctx.history)} runs" if lookback is not None else "")
+                 + (f", {gate.latency_noise_floor_ms:g} ms floor)" if c.metric.split(".")[0].endswith("_ms") else ")"))
     old_ev, new_ev = evidence(c.metric, ctx.reference_requests), evidence(c.metric, ctx.requests)
     if old_ev is None or new_ev is None or not old_ev.groups or not new_ev.groups:
         return point_verdict(arm, c, old, new, limit, why_limit, label)

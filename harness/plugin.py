@@ -22,7 +22,7 @@ import pytest
 from harness import gate
 from harness.config import DEFAULT_CONF_DIR, ConfigError, Experiment, compose
 from harness.gate import GateContext, comparisons, gates_of
-from harness.record import RecordError, RunData, read_run
+from harness.record import RecordError, RunData, read_runs
 from harness.replay import replay_experiment
 from harness.drafter_fit import DrafterMismatch, check_drafter_fit
 from harness.load import print_progress
@@ -97,20 +97,22 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"specgate: {exc}") from None
     preflight(experiment)
     progress = None if config.getoption("no_progress") else terminal_progress(config)
-    runner = Runner(experiment, progress=progress, notes=notes, reference=baseline)
+    runner = Runner(experiment, progress=progress, notes=notes, reference=baseline[-1] if baseline else None,
+                    history=baseline[:-1])
     if replay_dir:
         runner.replay_of = Path(replay_dir).resolve()
     config.stash[RUNNER] = runner
     install_sigterm_as_interrupt()
 
 
-def load_baseline(experiment: Experiment) -> RunData | None:
-    """The reference run (gate.baseline), read and its comparisons parsed before anything starts."""
+def load_baseline(experiment: Experiment) -> list[RunData]:
+    """The reference run (gate.baseline) or, for a folder of past runs, all of them (the
+    newest is the reference), read and its comparisons parsed before anything starts."""
     path = experiment.base.gate.baseline
     if not path:
-        return None
+        return []
     try:
-        reference = read_run(Path(path))
+        reference = read_runs(Path(path))
     except RecordError as exc:
         raise ConfigError(f"gate.baseline: {exc}") from None
     try:
@@ -269,6 +271,8 @@ def gate_context(arm_run: ArmRun, runner: Runner) -> GateContext:
                        plain_arm=runner.experiment.plain_arm, results=runner.results,
                        reference=arm_run.reference, reference_label=arm_run.reference_label,
                        requests=arm_run.outcome.request_lines, reference_requests=runner.reference_requests(arm_run.name),
+                       history=runner.history_arms(arm_run.name),
+                       arm_requests={name: o.request_lines for name, o in runner.outcomes.items()},
                        telemetry_source=arm_run.cfg.telemetry.source)
 
 

@@ -199,6 +199,26 @@ def read_run(path: Path) -> RunData:
     return RunData(label=file.resolve().parent.name, path=file, data=data)
 
 
+def is_history(path: Path) -> bool:
+    """A folder of run records (e.g. the last runs on main) rather than one record."""
+    path = Path(path)
+    return path.is_dir() and not (path / "results.json").is_file() and any(history_members(path))
+
+
+def history_members(folder: Path) -> list[Path]:
+    """The records in a folder, oldest first (record names start with their UTC timestamp;
+    the `latest` link is the newest again and is left out)."""
+    return sorted(p for p in Path(folder).iterdir()
+                  if p.is_dir() and not p.is_symlink() and (p / "results.json").is_file())
+
+
+def read_runs(path: Path) -> list[RunData]:
+    """One record, or every record of a history folder (oldest first)."""
+    if is_history(path):
+        return [read_run(p) for p in history_members(Path(path))]
+    return [read_run(path)]
+
+
 def load_results(path: Path) -> dict[str, Any]:
     """A record's results.json as data (given the record folder or the file itself)."""
     return read_run(path).data

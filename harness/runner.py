@@ -53,6 +53,7 @@ class Runner:
     progress: Callable[[str, Any], None] | None = None  # (arm, ProgressSnapshot)
     notes: list[str] = field(default_factory=list)  # said at the start and in the summary (e.g. replay drift of conf/)
     reference: RunData | None = None  # the reference run (gate.baseline), to compare with
+    history: list[RunData] = field(default_factory=list)  # older runs of a history folder (gate.baseline), oldest first
     replay_of: Path | None = None  # the record a replay re-runs
     outcomes: dict[str, ArmOutcome] = field(default_factory=dict)
     verdicts: list[Verdict] = field(default_factory=list)
@@ -124,6 +125,11 @@ class Runner:
 
     def reference_arm(self, name: str) -> dict | None:
         return self.reference.arms.get(name) if self.reference is not None else None
+
+    def history_arms(self, name: str) -> list[dict]:
+        """The arm's block in every run of a history baseline, the reference run included."""
+        runs = self.history + ([self.reference] if self.reference is not None else [])
+        return [run.arms[name] for run in runs if isinstance(run.arms.get(name), dict)] if self.history else []
 
     def reference_requests(self, name: str) -> list[dict]:
         return self.reference.request_lines(name) if self.reference is not None else []

@@ -127,3 +127,36 @@ def test_an_unknown_compared_metric_is_a_config_error():
     with pytest.raises(ValueError, match="gate.compare.foo_ms: no such metric"):
         gate.Comparison.parse("foo_ms", "+5%")
     assert gate.Comparison.parse("ttft_ms.p90", "10%").higher_is_better is False
+
+
+def test_a_history_of_past_runs_widens_the_allowed_change_by_its_spread():
+    old_lines, slow_lines = lines(64, 1, concurrency=8), lines(64, 2, step_ms=4.4, concurrency=8)
+    old_tok_s = evidence("output_tok_s", old_lines).value()
+    c = ctx(slow_lines, old_lines, {"compare": {"output_tok_s": "5%"}}, output_tok_s=old_tok_s)
+    [alone] = gate.no_regression_against_reference(c)
+    assert alone.status == "failed"
+    c.history = [{"output_tok_s": old_tok_s * f} for f in (1.0, 1.15, 0.9, 1.1, 0.85)]  # a noisy machine
+    [v] = gate.no_regression_against_reference(c)
+    assert v.status != "failed" and "history band 44.5% over 5 runs" in v.detail
+
+
+def speedup_ctx(floor: float, spec_step_ms: float):
+    cfg = OmegaConf.merge(OmegaConf.structured(GateConfig), {"min_speedup": {"eagle3": {"over": "baseline", "ratio": floor}}})
+    plain_lines, spec_lines = lines(64, 1, concurrency=8), lines(64, 2, step_ms=spec_step_ms, concurrency=8)
+    plain = ArmResult("baseline", output_tok_s=evidence("output_tok_s", plain_lines).value(), requests_ok=64)
+    spec = ArmResult("eagle3", output_tok_s=evidence("output_tok_s", spec_lines).value(), requests_ok=64)
+    return gate.GateContext(arm="eagle3", gate=cfg, result=spec, gpu=None, plain_arm="baseline",
+                            results={"baseline": plain, "eagle3": spec}, reference=None, reference_label="",
+                            telemetry_source="off", requests=spec_lines,
+                            arm_requests={"baseline": plain_lines, "eagle3": spec_lines})
+
+
+@pytest.mark.parametrize("floor, spec_step_ms, status", [
+    (1.0, 3.2, "passed"),   # ~1.23x, clearly above 1.0
+    (1.5, 3.2, "failed"),   # clearly below 1.5
+    (1.0, 4.0, "inconclusive"),  # as fast as plain: the interval straddles 1.0
+])
+def test_speedup_is_judged_with_its_interval(floor, spec_step_ms, status):
+    [v] = gate.min_speedup(speedup_ctx(floor, spec_step_ms))
+    assert v.status == status, v.detail
+    assert "95% interval" in v.detail and v.interval[0] <= v.value <= v.interval[1]

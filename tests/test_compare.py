@@ -112,3 +112,20 @@ def test_a_path_that_is_not_a_record_is_one_sentence(tmp_path, make):
 def test_no_path_at_all():
     with pytest.raises(CompareError, match="at least one"):
         compare_runs([])
+
+
+def test_a_folder_of_runs_is_a_history(tmp_path):
+    from harness.compare import compare_data
+    from harness.record import is_history, read_runs
+
+    history = tmp_path / "main"
+    for i, tok_s in enumerate((100.0, 104.0, 98.0)):
+        run = history / f"20261201T00000{i}Z_sim_smoke"
+        run.mkdir(parents=True)
+        (run / "results.json").write_text(json.dumps({"arms": {"baseline": {"output_tok_s": tok_s}}}))
+    (history / "latest").symlink_to(f"20261201T000002Z_sim_smoke")
+    assert is_history(history) and not is_history(history / "20261201T000000Z_sim_smoke")
+    assert [r.label for r in read_runs(history)] == [f"20261201T00000{i}Z_sim_smoke" for i in range(3)]
+    data = compare_data([history])
+    row = next(r for r in data["rows"] if r["arm"] == "baseline" and r["metric"] == "output_tok_s")
+    assert row["values"] == [100.0, 104.0, 98.0]
