@@ -28,6 +28,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 from omegaconf import OmegaConf
 
 REPO = Path(__file__).resolve().parents[1]
@@ -60,10 +61,15 @@ class Tally:
     failing_metrics: Counter = field(default_factory=Counter)
     inconclusive_metrics: Counter = field(default_factory=Counter)
     examples: list[str] = field(default_factory=list)
+    changes: dict = field(default_factory=dict)  # metric -> measured relative regressions (for choosing tolerances)
+
+
+GATE_OVERRIDES: list[str] = []  # --gate key=value, e.g. tolerance=0.02
 
 
 def arm_config(workload: str, slowdown: float, log_dir: Path):
-    overrides = ["+exp=sim_smoke", "backend=process", "telemetry=off", f"record.root={log_dir}", *WORKLOADS[workload]]
+    overrides = ["+exp=sim_smoke", "backend=process", "telemetry=off", f"record.root={log_dir}", *WORKLOADS[workload],
+                 *(f"gate.{o}" for o in GATE_OVERRIDES)]
     cfg = compose(overrides).arm("baseline").cfg
     cfg = OmegaConf.to_container(cfg, resolve=True)
     for key in ("decode_step_ms", "verify_base_ms"):  # a slower GPU step, plain and speculative alike
@@ -104,6 +110,10 @@ def result_of(run: Run):
 
 def tally(verdicts: list, into: Tally) -> None:
     into.comparisons += 1
+    for v in verdicts:
+        if v.value is not None and v.baseline:
+            worse = (v.value / v.baseline - 1.0) * (1.0 if v.name.split(".")[1].endswith("_ms") else -1.0)
+            into.changes.setdefault(v.name.removeprefix("baseline."), []).append(round(worse, 5))
     failed = [v for v in verdicts if v.status == "failed"]
     if failed:
         into.failed += 1
@@ -136,8 +146,9 @@ def run_workload(workload: str, identical: int, regressed: int, slowdowns: list[
 
 
 def render(results: dict[str, dict[str, Tally]], elapsed_s: float, args) -> str:
+    settings = "".join(f" --gate {g}" for g in args.gate)
     lines = ["# Reference-run verdicts: false alarms and detection", "",
-             f"`python benchmarks/verdicts.py --identical {args.identical} --regressed {args.regressed}` "
+             f"`python benchmarks/verdicts.py --identical {args.identical} --regressed {args.regressed}{settings}` "
              f"on the simulator (process backend), {elapsed_s / 60:.1f} minutes. Each comparison is one fresh run "
              "against another, judged by the gate with its defaults (the registry's compared metrics, "
              "tolerance 5 %, 95 % confidence). *failed* is a red gate; *inconclusive* (the data cannot tell) "
@@ -148,6 +159,13 @@ def render(results: dict[str, dict[str, Tally]], elapsed_s: float, args) -> str:
         for case, t in tallies.items():
             metrics = ", ".join(f"{m.removeprefix('baseline.')} ×{n}" for m, n in t.failing_metrics.most_common()) or "-"
             lines.append(f"| {workload} | {case} | {t.comparisons} | {t.failed} | {t.inconclusive} | {metrics} |")
+    lines += ["", "Measured change per comparison (how much worse; median and 5th-95th percentile):", "",
+              "| workload | case | metric | median | 5th | 95th |", "| --- | --- | --- | --- | --- | --- |"]
+    for workload, tallies in results.items():
+        for case, t in tallies.items():
+            for m, values in t.changes.items():
+                q = np.percentile(values, [50, 5, 95])
+                lines.append(f"| {workload} | {case} | {m} | {q[0]:+.1%} | {q[1]:+.1%} | {q[2]:+.1%} |")
     lines += ["", "Inconclusive verdicts by metric (all cases):", ""]
     for workload, tallies in results.items():
         counts = sum((t.inconclusive_metrics for t in tallies.values()), Counter())
@@ -166,7 +184,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workloads", default="default,gating", help=f"of {', '.join(WORKLOADS)}")
     ap.add_argument("--out", default=str(REPO / "benchmarks" / "results"), help="folder for verdicts.md/.json; '' = none")
     ap.add_argument("--logs", default="/tmp/specgate-verdicts", help="server logs")
+    ap.add_argument("--gate", action="append", default=[], help="a gate setting for every comparison, e.g. tolerance=0.02")
     args = ap.parse_args(argv)
+    GATE_OVERRIDES[:] = args.gate
     log_dir = Path(args.logs)
     log_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
@@ -179,7 +199,8 @@ def main(argv: list[str] | None = None) -> int:
         out = Path(args.out)
         (out / "verdicts.md").write_text(text)
         data = {w: {case: {"comparisons": t.comparisons, "failed": t.failed, "inconclusive": t.inconclusive,
-                           "failing_metrics": dict(t.failing_metrics), "inconclusive_metrics": dict(t.inconclusive_metrics)}
+                           "failing_metrics": dict(t.failing_metrics), "inconclusive_metrics": dict(t.inconclusive_metrics),
+                           "changes": t.changes}
                     for case, t in tallies.items()} for w, tallies in results.items()}
         (out / "verdicts.json").write_text(json.dumps(data, indent=2) + "\n")
     return 0

@@ -441,13 +441,17 @@ def compare_metric(ctx: GateContext, c: Comparison) -> Verdict:
         return Verdict(name, arm, False, None, None, f"{arm}: {c.metric} was not measured (reference run {old:.2f})", old)
     band = noise_band(result.noise.get(c.metric), (reference.get("noise") or {}).get(c.metric))
     lookback = history_band(c.metric, ctx.history)
-    limit = allowed_change(c.metric, old, c.allowed, max(band, lookback or 0.0), gate)
-    why_limit = (f"allowed {limit:.1%} = max(tolerance {c.allowed:.1%}, noise band {band:.1%}"
-                 + (f", history band {lookback:.1%} over {len(ctx.history)} runs" if lookback is not None else "")
-                 + (f", {gate.latency_noise_floor_ms:g} ms floor)" if c.metric.split(".")[0].endswith("_ms") else ")"))
+    bands = (f"tolerance {c.allowed:.1%}, noise band {band:.1%}"
+             + (f", history band {lookback:.1%} over {len(ctx.history)} runs" if lookback is not None else ""))
     old_ev, new_ev = evidence(c.metric, ctx.reference_requests), evidence(c.metric, ctx.requests)
     if old_ev is None or new_ev is None or not old_ev.groups or not new_ev.groups:
-        return point_verdict(arm, c, old, new, limit, why_limit, label)
+        # one value against one value: a small latency move is scheduling jitter (the floor)
+        limit = allowed_change(c.metric, old, c.allowed, max(band, lookback or 0.0), gate)
+        floor = f", {gate.latency_noise_floor_ms:g} ms floor" if c.metric.split(".")[0].endswith("_ms") else ""
+        return point_verdict(arm, c, old, new, limit, f"allowed {limit:.1%} = max({bands}{floor})", label)
+    # with samples, jitter is inside the interval: no floor
+    limit = max(c.allowed, band, lookback or 0.0)
+    why_limit = f"allowed {limit:.1%} = max({bands})"
     change = judge(c.metric, old_ev, new_ev, limit, not c.higher_is_better, gate.confidence)
     return interval_verdict(arm, c, change, old, new, why_limit, label, gate)
 

@@ -88,10 +88,11 @@ def test_a_slower_server_fails_the_baseline_gate_naming_the_regression(first_run
     proc = run_suites("--replay", str(record), "server.sim.decode_step_ms=4.4", f"gate.baseline={record}",
                       f"record.root={tmp_path}", "-k", "baseline and not eagle3")
     assert proc.returncode == 1, proc.stdout[-3000:]
-    assert "baseline: output_tok_s regressed by" in proc.stdout
+    assert "baseline: output_tok_s regressed: output_tok_s" in proc.stdout and "95% interval" in proc.stdout
     verdicts = json.loads((tmp_path / "latest" / "results.json").read_text())["gates"]
     [tok] = [v for v in verdicts if v["name"] == "baseline.output_tok_s" and v["arm"] == "baseline"]
-    assert tok["passed"] is False and 0.07 < (tok["baseline"] - tok["value"]) / tok["baseline"] < 0.12
+    assert tok["status"] == "failed" and 0.07 < (tok["baseline"] - tok["value"]) / tok["baseline"] < 0.12
+    assert 0.0 < tok["interval"][0] <= tok["interval"][1]  # the regression's interval, all of it worse
 
 
 def test_replay_says_when_todays_conf_differs_and_refuses_group_switches(first_run, tmp_path):
