@@ -147,11 +147,13 @@ def run_workload(workload: str, identical: int, regressed: int, slowdowns: list[
 
 def render(results: dict[str, dict[str, Tally]], elapsed_s: float, args) -> str:
     settings = "".join(f" --gate {g}" for g in args.gate)
+    gate_cfg = arm_config(next(iter(results)), 0.0, Path(args.logs)).gate
+    tolerance, confidence = gate_cfg.tolerance, gate_cfg.confidence
     lines = ["# Reference-run verdicts: false alarms and detection", "",
              f"`python benchmarks/verdicts.py --identical {args.identical} --regressed {args.regressed}{settings}` "
              f"on the simulator (process backend), {elapsed_s / 60:.1f} minutes. Each comparison is one fresh run "
              "against another, judged by the gate with its defaults (the registry's compared metrics, "
-             "tolerance 5 %, 95 % confidence). *failed* is a red gate; *inconclusive* (the data cannot tell) "
+             f"tolerance {tolerance:.0%}, {confidence:.0%} confidence). *failed* is a red gate; *inconclusive* (the data cannot tell) "
              "passes with a warning under the default `gate.inconclusive=warn`.", "",
              "| workload | case | comparisons | failed | inconclusive | metrics that failed |",
              "| --- | --- | --- | --- | --- | --- |"]
