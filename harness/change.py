@@ -206,7 +206,7 @@ def judge(metric: str, old: Evidence, new: Evidence, allowed: float, lower_is_be
     change.worse = sign * (new_value / old_value - 1.0)
     few = min(len(old.groups), len(new.groups))
     if few < MIN_SAMPLES:
-        change.why = f"only {few} {old.unit} in a run (at least {MIN_SAMPLES} are needed)"
+        change.why = f"only {few} {old.unit} in a run, fewer than the {MIN_SAMPLES} needed"
         change.needed = f"at least {MIN_SAMPLES} {old.unit} per run"
         return change
     if (short := tail_shortfall(metric, old, new)) is not None:
