@@ -64,7 +64,7 @@ class ArmSession:
                  progress: Callable[[Any], None] | None = None):
         self.arm, self.outcome, self.recorder, self.progress = arm, outcome, recorder, progress
         self.engine: Engine = engine_of(arm.cfg)
-        self.server: Server = make_server(arm.name, arm.cfg, recorder.server_log(arm.name), session)
+        self.server: Server = make_server(arm.name, arm.cfg, recorder.server_log(arm.name), session, recorder.scrub)
         self.client: ServerClient | None = None
         self.model = ""
 

@@ -27,6 +27,7 @@ from harness.replay import replay_experiment
 from harness.drafter_fit import DrafterMismatch, check_drafter_fit
 from harness.load import print_progress
 from harness.runner import ArmFailed, ArmRun, Runner
+from harness.secrets import redact_patterns
 from harness.telemetry.driver import nvidia_driver_status
 
 OVERRIDES = pytest.StashKey[list]()
@@ -94,7 +95,7 @@ def pytest_configure(config: pytest.Config) -> None:
             experiment = compose(overrides, conf_dir(config))
         baseline = load_baseline(experiment)
     except ConfigError as exc:
-        raise pytest.UsageError(f"specgate: {exc}") from None
+        raise pytest.UsageError(redact_patterns(f"specgate: {exc}")) from None
     preflight(experiment)
     progress = None if config.getoption("no_progress") else terminal_progress(config)
     runner = Runner(experiment, progress=progress, notes=notes, reference=baseline[-1] if baseline else None,
@@ -224,7 +225,7 @@ def arm_run(request: pytest.FixtureRequest, runner: Runner):
     try:
         run: ArmRun = runner.open_arm(name)
     except ArmFailed as exc:
-        pytest.fail(str(exc), pytrace=False)
+        pytest.fail(runner.scrub(str(exc)), pytrace=False)
     try:
         yield run
     finally:
@@ -249,14 +250,15 @@ class GateChecker:
             prefix = f"{v.name}[{v.arm}]"
             self.node.user_properties += [(f"{prefix}.status", v.status), (f"{prefix}.value", v.value),
                                           (f"{prefix}.threshold", v.threshold), (f"{prefix}.baseline", v.baseline)]
+        scrub = self.runner.scrub  # messages reach the terminal and JUnit: no secret in them
         failed = [v for v in verdicts if v.passed is False]
         if failed:
-            pytest.fail("\n".join(v.detail for v in failed), pytrace=False)
+            pytest.fail(scrub("\n".join(v.detail for v in failed)), pytrace=False)
         for v in verdicts:  # gate.inconclusive=warn: the test passes, and pytest's summary says why
             if v.inconclusive and v.passed and "gate.inconclusive=warn" in v.detail:
-                warnings.warn(InconclusiveVerdict(v.detail))
+                warnings.warn(InconclusiveVerdict(scrub(v.detail)))
         if all(v.passed is None for v in verdicts):
-            pytest.skip("; ".join(v.detail for v in verdicts))
+            pytest.skip(scrub("; ".join(v.detail for v in verdicts)))
 
 
 @pytest.fixture
@@ -310,5 +312,5 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     if runner is None or not runner.recorder.started:  # nothing was measured
         return
     terminalreporter.section("specgate summary")
-    terminalreporter.write(runner.summary())
+    terminalreporter.write(runner.scrub(runner.summary()))
     terminalreporter.write_line(f"run record: {runner.recorder.path}")

@@ -23,59 +23,7 @@ from typing import Any
 import yaml
 
 from harness.atomic import atomic_write
-
-# A secret-named key ENDS in TOKEN, KEY, SECRET, ... as a whole word (HF_TOKEN, --api-key,
-# AWS_SECRET_ACCESS_KEY, DB_PASSWORD), so max_tokens, verify_per_token_ms or
-# completion_tokens are not. Only string values are hidden: counts and times are not secrets.
-SECRET_NAME = re.compile(r"(^|[_.-])(TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIALS?|AUTH)$", re.IGNORECASE)
-MIN_SECRET_LENGTH = 6  # shorter values would scrub ordinary words and numbers from logs
-REDACTED = "***"
-
-
-class Redactor:
-    """Hides values of secret-named keys, the argument after a secret-named flag, and any
-    occurrence of a known secret value in free text (logs)."""
-
-    def __init__(self, secret_values: set[str] | None = None):
-        self.secret_values = {v for v in (secret_values or set()) if v and len(v) >= MIN_SECRET_LENGTH}
-
-    def learn(self, data: Any) -> None:
-        """Remember every secret value found in a config, so logs can be scrubbed too."""
-        for key, value in walk_items(data):
-            if SECRET_NAME.search(str(key)) and isinstance(value, str) and len(value) >= MIN_SECRET_LENGTH:
-                self.secret_values.add(value)
-        self.secret_values.update(
-            v for k, v in os.environ.items() if SECRET_NAME.search(k) and len(v) >= MIN_SECRET_LENGTH)
-
-    def data(self, data: Any) -> Any:
-        if isinstance(data, dict):
-            return {k: (REDACTED if SECRET_NAME.search(str(k)) and isinstance(v, str) and v
-                        else self.data(v)) for k, v in data.items()}
-        if isinstance(data, list):
-            out, hide_next = [], False
-            for item in data:
-                out.append(REDACTED if hide_next else self.data(item))
-                hide_next = isinstance(item, str) and item.startswith("--") and bool(SECRET_NAME.search(item))
-            return out
-        if isinstance(data, str):
-            return self.text(data)
-        return data
-
-    def text(self, text: str) -> str:
-        for value in self.secret_values:
-            text = text.replace(value, REDACTED)
-        return text
-
-
-def walk_items(data: Any):
-    if isinstance(data, dict):
-        for key, value in data.items():
-            yield key, value
-            yield from walk_items(value)
-    elif isinstance(data, list):
-        for item in data:
-            yield from walk_items(item)
-
+from harness.secrets import REDACTED, Redactor  # noqa: F401  (REDACTED: what replay looks for)
 
 class RunRecord:
     """One run's folder. Created on first use (a config error creates nothing)."""
@@ -118,7 +66,7 @@ class RunRecord:
     def scrub_file(self, relative: str) -> None:
         """Redact secrets from a file another process wrote (e.g. the server log)."""
         path = self.path / relative
-        if path.is_file() and self.redactor.secret_values:
+        if path.is_file():
             text = path.read_text(errors="replace")
             atomic_write(path, self.redactor.text(text))
 

@@ -63,6 +63,10 @@ class Recorder:
             record.write_yaml(f"arms/{name}/config.yaml", data)
         return record
 
+    def scrub(self, text: str) -> str:
+        """The record's redaction of free text (server logs, messages)."""
+        return self.record.redactor.text(text)
+
     def server_log(self, arm: str) -> Path:
         return self.record.arm_dir(arm) / "server.log"
 

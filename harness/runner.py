@@ -24,6 +24,7 @@ from harness.outcome import ArmOutcome
 from harness.recorder import Recorder
 from harness.record import RunData, read_run
 from harness.replay import drift_rows, drift_table
+from harness.secrets import redact_patterns
 from harness.servers import Session, remove_dead_sessions_containers
 from harness.summary import format_summary
 
@@ -177,6 +178,10 @@ class Runner:
         if self.replay_of is None:
             return []
         return drift_rows(read_run(self.replay_of).data, self.results_json(), self.experiment.base.gate)
+
+    def scrub(self, text: str) -> str:
+        """Text through the record's redaction (patterns only before a record exists)."""
+        return self.recorder.scrub(text) if self.recorder.started else redact_patterns(text)
 
     def summary(self) -> str:
         status = {name: o.to_json() for name, o in self.outcomes.items()}

@@ -10,21 +10,22 @@ from harness.servers.base import Server, ServerError
 from harness.servers.labels import Session
 
 
-def make_server(arm_name: str, cfg: DictConfig, log_path: Path, session: Session) -> Server:
-    """The backend named by `backend.kind` (config validation has rejected unknown kinds)."""
+def make_server(arm_name: str, cfg: DictConfig, log_path: Path, session: Session, scrub=None) -> Server:
+    """The backend named by `backend.kind` (config validation has rejected unknown kinds);
+    `scrub` redacts each line of the server's log before it is written."""
     kind = cfg.backend.kind
     if kind == "docker":
         from harness.servers.docker import DockerServer
 
-        return DockerServer(arm_name, cfg, log_path, session)
+        return DockerServer(arm_name, cfg, log_path, session, scrub)
     if kind == "process":
         from harness.servers.process import ProcessServer
 
-        return ProcessServer(arm_name, cfg, log_path)
+        return ProcessServer(arm_name, cfg, log_path, scrub)
     if kind == "attach":
         from harness.servers.attach import AttachedServer
 
-        return AttachedServer(arm_name, cfg, log_path)
+        return AttachedServer(arm_name, cfg, log_path, scrub)
     raise ServerError(f"backend '{kind}' is not available; valid: docker, process, attach")
 
 

@@ -10,19 +10,21 @@ from omegaconf import DictConfig
 from harness.client import ClientError, ServerClient
 from harness.engines import engine_of
 from harness.servers.base import Server
+from harness.servers.log import ServerLog
 
 
 class AttachedServer(Server):
-    def __init__(self, name: str, cfg: DictConfig, log_path: Path):
-        super().__init__(name, log_path)
+    def __init__(self, name: str, cfg: DictConfig, log_path: Path, scrub=None):
+        super().__init__(name, log_path, scrub)
         self.cfg = cfg
         self.base_url = cfg.backend.url.rstrip("/")
         self.timeout_s = cfg.backend.startup_timeout_s
         self.healthy = False
 
     def start(self) -> None:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self.log_path.write_text(f"attached to {self.base_url}; its log is kept by whoever started it\n")
+        log = ServerLog(self.log_path, self.scrub)
+        log.write(f"attached to {self.base_url}; its log is kept by whoever started it\n".encode())
+        log.close()
         try:
             ServerClient(self.base_url).wait_healthy(self.timeout_s, paths=engine_of(self.cfg).health_paths)
         except ClientError as exc:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from harness.servers.log import Scrub
     from harness.servers.processes import ServerProcess
 
 LOG_TAIL_LINES = 50
@@ -23,9 +24,10 @@ class ServerError(Exception):
 
 
 class Server(ABC):
-    def __init__(self, name: str, log_path: Path):
+    def __init__(self, name: str, log_path: Path, scrub: "Scrub | None" = None):
         self.name = name  # the arm this server belongs to
         self.log_path = Path(log_path)
+        self.scrub = scrub  # the record's redaction of text: the log is written through it
         self.base_url: str = ""
 
     @abstractmethod

@@ -24,6 +24,7 @@ from harness.engines.base import DEFAULT_IMAGE_PYTHON, Launch
 from harness.images import ImageError, ImageInfo, docker_client, ensure_image
 from harness.servers.base import Server, ServerError
 from harness.servers.labels import Session, container_labels
+from harness.servers.log import ServerLog
 from harness.servers.processes import INSPECT_SCRIPT, ServerProcess, parse_inspection
 
 CONTAINER_PORT = 30000  # inside the container; docker picks the host side
@@ -80,8 +81,8 @@ def host_venv_mounts(cfg: DictConfig) -> tuple[dict[str, dict[str, str]], dict[s
 
 
 class DockerServer(Server):
-    def __init__(self, name: str, cfg: DictConfig, log_path: Path, session: Session):
-        super().__init__(name, log_path)
+    def __init__(self, name: str, cfg: DictConfig, log_path: Path, session: Session, scrub=None):
+        super().__init__(name, log_path, scrub)
         self.cfg = cfg
         self.session = session
         self.client: docker.DockerClient | None = None
@@ -158,21 +159,10 @@ class DockerServer(Server):
         return int(bindings[0]["HostPort"])
 
     def follow_logs(self) -> None:
-        """Copy the container's output into server.log as it comes (a daemon thread; the
-        stream ends when the container stops)."""
-        container, path = self.container, self.log_path
-
-        def copy() -> None:
-            try:
-                with path.open("ab") as log:
-                    for chunk in container.logs(stream=True, follow=True):
-                        log.write(chunk)
-                        log.flush()
-            except (docker.errors.APIError, OSError, ValueError):
-                pass  # the container is gone; what was copied stays
-
-        self.log_thread = threading.Thread(target=copy, name=f"logs-{self.name}", daemon=True)
-        self.log_thread.start()
+        """Copy the container's output into server.log as it comes, line by line through
+        the redaction policy (a daemon thread; the stream ends when the container stops)."""
+        log = ServerLog(self.log_path, self.scrub)
+        self.log_thread = log.follow(self.container.logs(stream=True, follow=True), f"logs-{self.name}")
 
     def state(self) -> dict:
         try:

@@ -17,6 +17,7 @@ from omegaconf import DictConfig
 
 from harness.engines import engine_of
 from harness.servers.base import Server
+from harness.servers.log import ServerLog
 from harness.servers.processes import ServerProcess, local_group
 
 PR_SET_PDEATHSIG = 1
@@ -38,8 +39,9 @@ def die_with_parent() -> None:
 
 
 class ProcessServer(Server):
-    def __init__(self, name: str, cfg: DictConfig, log_path: Path):
-        super().__init__(name, log_path)
+    def __init__(self, name: str, cfg: DictConfig, log_path: Path, scrub=None):
+        super().__init__(name, log_path, scrub)
+        self.log_thread = None
         self.cfg = cfg
         self.port = cfg.server.port or free_port(cfg.server.host)
         self.base_url = f"http://{cfg.server.host}:{self.port}"
@@ -52,15 +54,16 @@ class ProcessServer(Server):
         return {**os.environ, **engine_of(self.cfg).environment(self.cfg)}
 
     def start(self) -> None:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with self.log_path.open("ab") as log:
-            try:
-                self.proc = subprocess.Popen(
-                    self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                    env=self.environment(), start_new_session=True, preexec_fn=die_with_parent,
-                )
-            except OSError as exc:
-                raise self.failure(f"arm '{self.name}': cannot start the server ({exc})") from None
+        log = ServerLog(self.log_path, self.scrub)  # the output goes through the redaction policy
+        try:
+            self.proc = subprocess.Popen(
+                self.command(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=self.environment(), start_new_session=True, preexec_fn=die_with_parent,
+            )
+        except OSError as exc:
+            log.close()
+            raise self.failure(f"arm '{self.name}': cannot start the server ({exc})") from None
+        self.log_thread = log.follow(iter(lambda: self.proc.stdout.read1(65536), b""), f"logs-{self.name}")
         self.wait_healthy(self.cfg.backend.startup_timeout_s, engine_of(self.cfg).health_paths)
 
     def describe(self) -> dict:
@@ -100,6 +103,8 @@ class ProcessServer(Server):
         # Workers the server left behind in its group go too (e.g. it crashed).
         self.signal_group(signal.SIGKILL)
         self.wait_group_gone(timeout_s=5)
+        if self.log_thread is not None:
+            self.log_thread.join(timeout=5)
 
     def signal_group(self, sig: int) -> None:
         try:
