@@ -15,12 +15,15 @@ import argparse
 import sys
 from pathlib import Path
 
+from harness import __version__
 from harness.compare import CompareError
-from harness.config import DEFAULT_CONF_DIR, ConfigError, compose, list_experiments, to_yaml
+from harness.secrets import redact_patterns
+from harness.config import DEFAULT_CONF_DIR, ConfigError, compose, is_override, list_experiments, to_yaml
 from harness.record import RecordError
 from harness.report import ReportError
 
 SUITES_DIR = Path(__file__).resolve().parent.parent / "suites"
+USAGE_ERROR = 4  # as pytest's usage error: a config or input mistake (2 is Ctrl-C)
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -43,7 +46,10 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     import pytest
 
-    compose(args.overrides, args.conf_dir)  # fail fast, with the same sentence, before pytest starts
+    value_options = {"-k", "-m", "-o", "-p", "-c", "--override-ini", "--rootdir", "--basetemp", "--junitxml", "--replay"}
+    overrides = [t for prev, t in zip([None, *args.overrides], args.overrides) if is_override(t, prev, value_options)]
+    compose(overrides, args.conf_dir)  # fail fast, with the same sentence, before pytest starts
+    # everything else (-k eagle3, -v, --junitxml=...) is pytest's
     pytest_args = [str(SUITES_DIR), "-p", "harness.plugin", "--conf-dir", str(args.conf_dir), *args.overrides]
     return int(pytest.main(pytest_args))
 
@@ -94,6 +100,7 @@ def cmd_clean(args: argparse.Namespace) -> int:
 def parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(prog="specgate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     root.add_argument("--conf-dir", type=Path, default=DEFAULT_CONF_DIR, help="the Hydra config tree")
+    root.add_argument("--version", action="version", version=f"specgate {__version__}")
     commands = root.add_subparsers(dest="command", required=True)
     commands.add_parser("list", help="list experiments").set_defaults(func=cmd_list)
     replay = commands.add_parser("replay", help="re-run a recorded run's config and print the drift")
@@ -111,11 +118,13 @@ def parser() -> argparse.ArgumentParser:
     clean.add_argument("--docker-host", default=None, help="another engine (ssh://..., tcp://...)")
     clean.add_argument("--images", action="store_true", help="also remove the images specgate built")
     clean.set_defaults(func=cmd_clean)
-    for name, func, text in (("show", cmd_show, "print each arm's composed config"),
-                             ("run", cmd_run, "run the suites on an experiment")):
-        sub = commands.add_parser(name, help=text)
-        sub.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. +exp=sim_smoke workload.max_tokens=64")
-        sub.set_defaults(func=func)
+    show = commands.add_parser("show", help="print each arm's composed config")
+    show.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. +exp=sim_smoke workload.max_tokens=64")
+    show.set_defaults(func=cmd_show)
+    run = commands.add_parser("run", help="run the suites on an experiment (pytest options pass through)")
+    run.add_argument("overrides", nargs=argparse.REMAINDER,
+                     help="Hydra overrides and pytest options, e.g. +exp=sim_smoke -k eagle3 -v")
+    run.set_defaults(func=cmd_run)
     return root
 
 
@@ -124,8 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except (ConfigError, RecordError, CompareError, ReportError) as exc:
-        print(f"specgate: {exc}", file=sys.stderr)
-        return 2
+        print(f"specgate: {redact_patterns(str(exc))}", file=sys.stderr)
+        return USAGE_ERROR
 
 
 if __name__ == "__main__":

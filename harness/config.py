@@ -7,8 +7,11 @@ here raises `ConfigError` with one sentence that names the key and the valid cho
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import difflib
 import re
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -78,6 +81,20 @@ class Experiment:
         return self.base.plain_arm
 
 
+OVERRIDE_TOKEN = re.compile(r"^(\+{1,2}|~)?[A-Za-z_][\w.@/-]*(=|$)")
+
+
+def is_override(token: str, previous: str | None, value_options: set[str]) -> bool:
+    """A Hydra override: `key=value`, `+key=value`, `~key`, that is not a path on disk and
+    not the value of a preceding pytest option (`-k a=b`, `-o x=y`)."""
+    if token.startswith("-") or previous in value_options:
+        return False
+    if not OVERRIDE_TOKEN.match(token) or ("=" not in token and not token.startswith("~")):
+        return False
+    return not os.path.exists(token.split("::")[0])
+
+
+
 def override_key(override: str) -> str:
     """`+workload.max_tokens=5` -> `workload.max_tokens` (the part that names what changes)."""
     return override.split("=", 1)[0].lstrip("+~")
@@ -113,12 +130,14 @@ def compose_config(overrides: list[str], conf_dir: Path = DEFAULT_CONF_DIR) -> t
 
 def compose(overrides: list[str], conf_dir: Path = DEFAULT_CONF_DIR) -> Experiment:
     """Compose the experiment the overrides name, and each of its arms."""
+    check_added_keys(overrides, conf_dir)
     base, _ = compose_config(overrides, conf_dir)
     arm_specs = OmegaConf.to_container(base.arms) or {DEFAULT_ARM: []}
     arms = []
     for name, arm_overrides in arm_specs.items():
         merged = merge_overrides(list(arm_overrides), overrides)
         try:
+            check_added_keys(list(arm_overrides), conf_dir)
             cfg, choices = compose_config(merged, conf_dir)
         except ConfigError as exc:
             raise ConfigError(f"arm '{name}': {exc}") from None
@@ -129,6 +148,39 @@ def compose(overrides: list[str], conf_dir: Path = DEFAULT_CONF_DIR) -> Experime
     )
     validate(experiment)
     return experiment
+
+
+def check_added_keys(overrides: list[str], conf_dir: Path) -> None:
+    """`+key=value` adds a key, which Hydra allows anywhere: a typo (`+workload.max_tokns=5`)
+    would be silently ignored. Only keys the schema knows may be added (and anything under
+    a free-form mapping such as server.env or gate.min_output_tok_s); `+exp=NAME` adds a group."""
+    for override in overrides:
+        if not override.startswith("+") or "=" not in override:
+            continue
+        key = override_key(override)
+        if "/" in key or ("." not in key and (Path(conf_dir) / key).is_dir()):
+            continue  # a config group (+exp=NAME)
+        if not schema_knows(key.split(".")):
+            raise ConfigError(unknown_key(key, override) + "; `+` adds only keys the schema knows")
+
+
+def schema_knows(path: list[str], node: type = SpecgateConfig) -> bool:
+    """Whether the dotted `path` is a key of the typed schema (or lies under a mapping)."""
+    for index, part in enumerate(path):
+        hints = typing.get_type_hints(node)
+        if part not in hints:
+            return False
+        kind = hints[part]
+        args = [a for a in typing.get_args(kind) if a is not type(None)]
+        if typing.get_origin(kind) is typing.Union and len(args) == 1:  # Optional[X]
+            kind = args[0]
+        if dataclasses.is_dataclass(kind):
+            node = kind
+            continue
+        if typing.get_origin(kind) in (dict, typing.Dict):
+            return True  # a free-form mapping: any key below it
+        return index == len(path) - 1  # a value: nothing below it
+    return True
 
 
 def resolve_auto_telemetry(cfg: DictConfig) -> DictConfig:
@@ -200,8 +252,26 @@ def validate_arm(arm: Arm) -> None:
     for key in ("max_tokens", "concurrency"):
         if workload[key] < 1:
             raise ConfigError(f"workload.{key} must be at least 1, got {workload[key]}")
+    for key in ("num_prompts", "request_rate", "duration_s", "timeout_s"):
+        if workload[key] is not None and workload[key] <= 0:
+            raise ConfigError(f"workload.{key} must be greater than 0, got {workload[key]}")
+    if workload.warmup_requests < 0:
+        raise ConfigError(f"workload.warmup_requests cannot be negative, got {workload.warmup_requests}")
+    if cfg.gate.max_failed_requests < 0:
+        raise ConfigError(f"gate.max_failed_requests cannot be negative, got {cfg.gate.max_failed_requests}")
+    check_record_root(cfg.record.root)
     if workload.burstiness is not None and workload.burstiness <= 0:
         raise ConfigError(f"workload.burstiness must be > 0 (the gamma shape; 1 is Poisson), got {workload.burstiness}")
+
+
+def check_record_root(root: str) -> None:
+    """record.root must be a folder that can be made: not under a regular file."""
+    path = Path(root).absolute()
+    for parent in [path, *path.parents]:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ConfigError(f"record.root {root}: {parent} is a file, so no record folder can be made there")
+            return
 
 
 def list_experiments(conf_dir: Path = DEFAULT_CONF_DIR) -> dict[str, str]:

@@ -20,7 +20,7 @@ from typing import Callable
 import pytest
 
 from harness import gate
-from harness.config import DEFAULT_CONF_DIR, ConfigError, Experiment, compose
+from harness.config import DEFAULT_CONF_DIR, ConfigError, Experiment, compose, is_override
 from harness.gate import GateContext, comparisons, gates_of
 from harness.record import RecordError, RunData, read_runs
 from harness.replay import replay_experiment
@@ -32,7 +32,6 @@ from harness.telemetry.driver import nvidia_driver_status
 
 OVERRIDES = pytest.StashKey[list]()
 RUNNER = pytest.StashKey[Runner]()
-OVERRIDE_TOKEN = re.compile(r"^(\+{1,2}|~)?[A-Za-z_][\w.@/-]*(=|$)")
 
 
 # --- command line -----------------------------------------------------------------------
@@ -44,16 +43,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--no-progress", action="store_true", default=False, help="no live progress line during loads")
     group.addoption("--replay", default=None, metavar="RUN_DIR",
                     help="re-run the recorded config of a past run (key=value overrides apply on top) and print the drift")
-
-
-def is_override(token: str, previous: str | None, value_options: set[str]) -> bool:
-    """A Hydra override: `key=value`, `+key=value`, `~key`, that is not a path on disk and
-    not the value of a preceding pytest option (`-k a=b`, `-o x=y`)."""
-    if token.startswith("-") or previous in value_options:
-        return False
-    if not OVERRIDE_TOKEN.match(token) or ("=" not in token and not token.startswith("~")):
-        return False
-    return not os.path.exists(token.split("::")[0])
 
 
 def options_taking_values(parser: pytest.Parser) -> set[str]:

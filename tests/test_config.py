@@ -3,6 +3,8 @@ one sentence naming the key and the valid choices."""
 
 from pathlib import Path
 
+import re
+
 import pytest
 
 from harness.config import ConfigError, compose, list_experiments, merge_overrides, override_key
@@ -88,3 +90,49 @@ def test_list_experiments_has_descriptions():
     experiments = list_experiments(CONF)
     assert {"sim_smoke", "eagle_k2_sim", "eagle_k2"} <= experiments.keys()
     assert all(experiments.values())
+
+
+@pytest.mark.parametrize("override, fragment", [
+    ("+workload.max_tokns=5", "workload.max_tokns: no such key in 'workload'"),
+    ("+gate.min_foo_bar=3", "gate.min_foo_bar: no such key in 'gate'"),
+    ("+foo=1", "foo: no such key in the top level"),
+    ("+workload.max_tokens.deeper=1", "workload.max_tokens.deeper"),
+])
+def test_plus_adds_only_keys_the_schema_knows(override, fragment):
+    with pytest.raises(ConfigError, match=re.escape(fragment)) as info:
+        compose(["+exp=sim_smoke", override])
+    assert "`+` adds only keys the schema knows" in str(info.value)
+
+
+def test_plus_still_adds_entries_to_mappings_and_groups():
+    arm = compose(["+exp=sim_smoke", "+server.env.HF_HOME=/tmp/hf", "+gate.max_itl_ms.baseline.p99=50"]).arm("eagle3")
+    assert arm.cfg.server.env.HF_HOME == "/tmp/hf"
+
+
+@pytest.mark.parametrize("override, fragment", [
+    ("workload.num_prompts=0", "workload.num_prompts must be greater than 0"),
+    ("+workload.request_rate=-5", "workload.request_rate must be greater than 0"),
+    ("workload.duration_s=-1", "workload.duration_s must be greater than 0"),
+    ("workload.timeout_s=0", "workload.timeout_s must be greater than 0"),
+    ("workload.warmup_requests=-1", "workload.warmup_requests cannot be negative"),
+    ("gate.max_failed_requests=-1", "gate.max_failed_requests cannot be negative"),
+])
+def test_bad_values_are_config_errors(override, fragment):
+    with pytest.raises(ConfigError, match=re.escape(fragment)):
+        compose(["+exp=sim_smoke", override])
+
+
+def test_a_record_root_under_a_file_is_a_config_error(tmp_path):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ConfigError, match="is a file, so no record folder can be made there"):
+        compose(["+exp=sim_smoke", f"record.root={tmp_path / 'file' / 'runs'}"])
+
+
+def test_the_cli_says_config_mistakes_with_exit_4_and_knows_its_version():
+    import subprocess
+    import sys
+
+    bad = subprocess.run([sys.executable, "-m", "harness.cli", "run", "+exp=nope"], capture_output=True, text=True)
+    assert bad.returncode == 4 and "exp=nope: no such option" in bad.stderr
+    version = subprocess.run([sys.executable, "-m", "harness.cli", "--version"], capture_output=True, text=True)
+    assert version.returncode == 0 and version.stdout.startswith("specgate ")
