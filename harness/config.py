@@ -228,6 +228,9 @@ def validate_arm(arm: Arm) -> None:
         raise ConfigError("backend=attach needs backend.url=http://HOST:PORT (the running server)")
     if attached and not re.match(r"^https?://[^/]+", cfg.backend.url):
         raise ConfigError(f"backend.url '{cfg.backend.url}' is not an http(s) URL, e.g. http://127.0.0.1:30000")
+    if attached and re.match(r"^https?://[^/]+/.*v1/?$", cfg.backend.url):
+        raise ConfigError(f"backend.url '{cfg.backend.url}' ends in /v1: give the server's root, e.g. "
+                          f"{cfg.backend.url.rstrip('/')[:-3].rstrip('/')} (specgate adds /v1/chat/completions, /health ... itself)")
     if cfg.server.engine not in ENGINES:
         raise ConfigError(f"arm '{arm.name}': server.engine '{cfg.server.engine}' is unknown; "
                           f"valid: {', '.join(sorted(ENGINES))}")

@@ -136,3 +136,9 @@ def test_the_cli_says_config_mistakes_with_exit_4_and_knows_its_version():
     assert bad.returncode == 4 and "exp=nope: no such option" in bad.stderr
     version = subprocess.run([sys.executable, "-m", "harness.cli", "--version"], capture_output=True, text=True)
     assert version.returncode == 0 and version.stdout.startswith("specgate ")
+
+
+def test_an_attach_url_ending_in_v1_is_said_at_once():
+    with pytest.raises(ConfigError, match=r"ends in /v1: give the server's root, e.g. http://127.0.0.1:30000 "):
+        compose(["+exp=sim_smoke", "backend=attach", "backend.url=http://127.0.0.1:30000/v1"])
+    compose(["+exp=sim_smoke", "backend=attach", "backend.url=http://127.0.0.1:30000"])
