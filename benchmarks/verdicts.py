@@ -38,7 +38,7 @@ from harness.config import compose  # noqa: E402
 from harness.engines import engine_of  # noqa: E402
 from harness.gate import GateContext, no_regression_against_reference  # noqa: E402
 from harness.load import run_load  # noqa: E402
-from harness.metrics import summarize  # noqa: E402
+from harness.metrics import ArmResult, summarize  # noqa: E402
 from harness.servers.process import ProcessServer  # noqa: E402
 
 WORKLOADS = {
@@ -49,7 +49,7 @@ WORKLOADS = {
 
 @dataclass
 class Run:
-    result: dict  # the arm's block as results.json has it
+    result: ArmResult  # what summarize() made of the load
     lines: list[dict]  # its requests.jsonl lines
 
 
@@ -87,25 +87,15 @@ def measure(workload: str, slowdown: float, log_dir: Path, index: int) -> Run:
                         request_extras=engine.request_extras, spec_details=engine.spec_details)
     finally:
         server.stop()
-    return Run(summarize("baseline", load).to_json(), [{**r.to_json(), "repeat": 0} for r in load.records])
+    return Run(summarize("baseline", load), [{**r.to_json(), "repeat": 0} for r in load.records])
 
 
 def judge(reference: Run, candidate: Run, cfg) -> list:
     ctx = GateContext(arm="baseline", gate=OmegaConf.merge(cfg.gate, {"baseline": "reference"}),
-                      result=result_of(candidate), gpu=None, plain_arm=None, results={},
-                      reference=reference.result, reference_label="the previous run", telemetry_source="off",
+                      result=candidate.result, gpu=None, plain_arm=None, results={},
+                      reference=reference.result.to_json(), reference_label="the previous run", telemetry_source="off",
                       requests=candidate.lines, reference_requests=reference.lines)
     return no_regression_against_reference(ctx)
-
-
-def result_of(run: Run):
-    """An ArmResult from its results.json block (what the gate reads of this run)."""
-    from harness.metrics import ArmResult, Stat
-
-    block = run.result
-    stats = {k: Stat(**{s: block[k][s] for s in ("mean", "p50", "p90", "p99")}) for k in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")}
-    return ArmResult("baseline", output_tok_s=block["output_tok_s"], request_per_s=block["request_per_s"],
-                     requests_ok=block["requests"]["ok"], **stats)
 
 
 def tally(verdicts: list, into: Tally) -> None:

@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import math
 import re
-import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Literal
 
 from harness.change import evidence, judge
 from harness.metric_registry import METRICS, break_even_accept_length, compared_by_default, metric, metric_value, speedup
-from harness.metrics import ArmResult
+from harness.metrics import ArmResult, spread
 
 STATS = ("mean", "p50", "p90", "p99")  # the statistics a latency limit (PercentileLimits) may set
 
@@ -401,11 +400,7 @@ def history_band(metric: str, history: list[dict]) -> float | None:
     """The lookback band: how far the metric moved between past runs (NOISE_SIGMAS robust
     standard deviations relative to its median); None without at least 3 past runs."""
     values = [v for v in (metric_value(block, metric) for block in history) if isinstance(v, (int, float))]
-    if len(values) < 3:
-        return None
-    median = statistics.median(values)
-    mad = statistics.median(abs(v - median) for v in values)
-    return NOISE_SIGMAS * 1.4826 * mad / abs(median) if median else None
+    return noise_band(spread(values)) if len(values) >= 3 else None
 
 
 def allowed_change(metric: str, old: float, allowed: float, band: float, gate) -> float:

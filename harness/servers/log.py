@@ -48,9 +48,7 @@ class ServerLog:
             try:
                 for chunk in chunks:
                     self.write(chunk)
-            except (OSError, ValueError):
-                pass  # the stream is gone; what was copied stays
-            except Exception:  # the docker SDK's errors: the container is gone
+            except Exception:  # noqa: BLE001 - the stream is gone (a closed pipe, a removed container); what was copied stays
                 pass
             finally:
                 self.close()

@@ -74,17 +74,16 @@ def environ_of(data: bytes) -> dict[str, str]:
 def read_proc(pid: int) -> ServerProcess | None:
     base = Path("/proc") / str(pid)
     try:
-        cmd = (base / "cmdline").read_bytes().split(b"\0")
-        env = (base / "environ").read_bytes().split(b"\0")
+        cmdline = split_nul((base / "cmdline").read_bytes())
+        environ = environ_of((base / "environ").read_bytes())
         stat = (base / "stat").read_text()
         name = (base / "comm").read_text().strip()
     except OSError:
         return None
-    if not any(cmd):
+    if not cmdline:
         return None
     ppid = int(stat.rsplit(")", 1)[1].split()[1])
-    return ServerProcess(pid=pid, ppid=ppid, name=name, cmdline=split_nul(b"\0".join(cmd)),
-                         environ=environ_of(b"\0".join(env)))
+    return ServerProcess(pid=pid, ppid=ppid, name=name, cmdline=cmdline, environ=environ)
 
 
 def local_group(pgid: int) -> list[ServerProcess]:
