@@ -177,10 +177,12 @@ def test_progress_is_throttled_and_final(fake):
 
 
 def test_hundreds_of_concurrent_streams():
-    srv = FakeSGLang(step_s=0.02)
+    # Each stream is held for about a second (20 tokens x 50 ms), long enough that the
+    # client opens all 300 before the first ones end, even on a slow 2-core CI box.
+    srv = FakeSGLang(step_s=0.05)
     try:
         t = time.perf_counter()
-        res = run_load(wl(concurrency=300, num_prompts=300, warmup_requests=0, max_tokens=8), srv.url, "m")
+        res = run_load(wl(concurrency=300, num_prompts=300, warmup_requests=0, max_tokens=20), srv.url, "m")
         assert all(r.ok for r in res.records), {r.error for r in res.records}
         assert srv.max_active >= 250
         assert time.perf_counter() - t < 10
