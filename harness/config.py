@@ -32,6 +32,7 @@ from harness.telemetry.base import NOT_SAMPLING, SOURCES
 
 DEFAULT_CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 DEFAULT_ARM = "default"
+BASELINE_MISMATCH = ("fail", "warn")  # gate.baseline_mismatch: what a reference that measured something else does
 
 KNOWN_KINDS = {
     "backend": {"docker", "process", "attach"},
@@ -211,6 +212,9 @@ def validate(experiment: Experiment) -> None:
             raise ConfigError(f"{registered.key_names} needs plain_arm (the plain-decoding arm to compare with)")
     if gate.inconclusive not in INCONCLUSIVE:
         raise ConfigError(f"gate.inconclusive '{gate.inconclusive}' is unknown; valid: {', '.join(INCONCLUSIVE)}")
+    if gate.baseline_mismatch not in BASELINE_MISMATCH:
+        raise ConfigError(f"gate.baseline_mismatch '{gate.baseline_mismatch}' is unknown; "
+                          f"valid: {', '.join(BASELINE_MISMATCH)}")
     if not 0.5 < gate.confidence < 1.0:
         raise ConfigError(f"gate.confidence must be between 0.5 and 1 (e.g. 0.95), got {gate.confidence}")
     for arm in experiment.arms:

@@ -20,6 +20,7 @@ from typing import Callable
 import pytest
 
 from harness import gate
+from harness.baseline_match import check_baseline
 from harness.config import DEFAULT_CONF_DIR, ConfigError, Experiment, compose, is_override
 from harness.gate import GateContext, comparisons, gates_of
 from harness.record import RecordError, RunData, read_runs
@@ -82,12 +83,12 @@ def pytest_configure(config: pytest.Config) -> None:
             experiment, notes = replay_experiment(Path(replay_dir), overrides, conf_dir(config))
         else:
             experiment = compose(overrides, conf_dir(config))
-        baseline = load_baseline(experiment)
+        baseline, baseline_notes = load_baseline(experiment)
     except ConfigError as exc:
         raise pytest.UsageError(redact_patterns(f"specgate: {exc}")) from None
     preflight(experiment)
     progress = None if config.getoption("no_progress") else terminal_progress(config)
-    runner = Runner(experiment, progress=progress, notes=notes, reference=baseline[-1] if baseline else None,
+    runner = Runner(experiment, progress=progress, notes=notes + baseline_notes, reference=baseline[-1] if baseline else None,
                     history=baseline[:-1])
     if replay_dir:
         runner.replay_of = Path(replay_dir).resolve()
@@ -95,12 +96,13 @@ def pytest_configure(config: pytest.Config) -> None:
     install_sigterm_as_interrupt()
 
 
-def load_baseline(experiment: Experiment) -> list[RunData]:
+def load_baseline(experiment: Experiment) -> tuple[list[RunData], list[str]]:
     """The reference run (gate.baseline) or, for a folder of past runs, all of them (the
-    newest is the reference), read and its comparisons parsed before anything starts."""
+    newest is the reference), read, checked to have measured the same thing, and its
+    comparisons parsed before anything starts; with notes to show."""
     path = experiment.base.gate.baseline
     if not path:
-        return []
+        return [], []
     try:
         reference = read_runs(Path(path))
     except RecordError as exc:
@@ -109,7 +111,7 @@ def load_baseline(experiment: Experiment) -> list[RunData]:
         comparisons(experiment.base.gate)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    return reference
+    return check_baseline(experiment, reference)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

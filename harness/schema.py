@@ -163,6 +163,7 @@ class GateConfig:
     repeats: int = 1  # run each arm's workload this many times on the same server; metrics become medians
     max_cv: float = 0.05  # a gated metric whose coefficient of variation over the repeats exceeds this is unreliable
     baseline: Optional[str] = None  # the reference run: a run dir or results.json to compare with (regression gating)
+    baseline_mismatch: str = "fail"  # a reference that measured another engine/model/workload: fail | warn
     tolerance: float = 0.02  # allowed regression vs the reference run when a comparison gives none
     latency_noise_floor_ms: float = 0.5  # without samples to draw an interval from: smaller latency moves are jitter
     compare: Dict[str, str] = field(default_factory=dict)  # metric -> allowed regression, e.g. output_tok_s: "3%"

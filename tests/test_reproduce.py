@@ -113,3 +113,18 @@ def test_a_reference_run_that_is_not_a_record_stops_the_run_in_one_sentence(tmp_
     proc = run_suites("+exp=sim_smoke", f"gate.baseline={tmp_path / 'nope'}", f"record.root={tmp_path}", "--collect-only")
     assert proc.returncode == 4
     assert f"gate.baseline: {tmp_path / 'nope'} is not a run record: it does not exist" in proc.stderr
+
+
+def test_a_reference_run_of_another_workload_stops_the_run_unless_told_to_warn(first_run, tmp_path):
+    _, record, _, _, _ = first_run
+    other = ("workload.max_tokens=7", f"gate.baseline={record}", f"record.root={tmp_path}", "--collect-only")
+    proc = run_suites("+exp=sim_smoke", *other)
+    assert proc.returncode == 4, proc.stdout[-2000:]
+    assert (f"gate.baseline: the reference run {record.name} measured arm 'baseline' differently "
+            "(and 1 other arm(s)): workload.max_tokens:") in proc.stderr
+    assert "gate.baseline_mismatch=warn" in proc.stderr and not list(tmp_path.iterdir())
+    warned = run_suites("+exp=sim_smoke", *other, "gate.baseline_mismatch=warn")
+    assert warned.returncode == 0, warned.stderr[-2000:]
+    assert "specgate: gate.baseline_mismatch=warn: comparing anyway" in warned.stdout
+    same = run_suites("+exp=sim_smoke", "workload.num_prompts=3", f"gate.baseline={record}", "--collect-only")
+    assert same.returncode == 0, same.stderr[-2000:]  # fewer requests measure the same thing

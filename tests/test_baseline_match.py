@@ -1,0 +1,77 @@
+"""A reference run must have measured the same engine, model and workload (gate.baseline)."""
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness.baseline_match import check_baseline, differences, model_name
+from harness.config import ConfigError, compose
+from harness.record import read_run
+
+
+def record(folder: Path, arm_cfgs: dict[str, dict]) -> Path:
+    """A minimal record: results.json with measured arms, and each arm's config.yaml."""
+    folder.mkdir(parents=True)
+    (folder / "results.json").write_text(json.dumps({"arms": {a: {"status": "measured"} for a in arm_cfgs}}))
+    for arm, cfg in arm_cfgs.items():
+        (folder / "arms" / arm).mkdir(parents=True)
+        (folder / "arms" / arm / "config.yaml").write_text(yaml.safe_dump(cfg))
+    return folder
+
+
+def cfg(**workload) -> dict:
+    return {"server": {"engine": "sim", "model_path": "sim/model"},
+            "workload": {"api": "chat", "max_tokens": 64, "num_prompts": 10, **workload}}
+
+
+def test_only_what_shapes_a_request_counts():
+    assert differences(cfg(num_prompts=3, timeout_s=9, warmup_requests=0), cfg()) == []
+    assert differences(cfg(max_tokens=8), cfg()) == ["workload.max_tokens: 64 there, 8 here"]
+    assert differences(cfg(max_tokens=8), cfg(max_tokens="***")) == []  # redacted: cannot tell
+    assert differences(cfg(new_key=1), cfg()) == []  # an older record without the key
+    other_engine = {**cfg(), "server": {"engine": "vllm", "model_path": "sim/model"}}
+    assert differences(cfg(), other_engine) == ["server.engine: 'vllm' there, 'sim' here"]
+
+
+def test_a_local_model_matches_by_its_folder_name():
+    assert model_name("/a/checkout/.cache/tiny-models/qwen") == model_name("/b/.cache/tiny-models/qwen") == "qwen"
+    assert model_name("Qwen/Qwen2-0.5B") == "Qwen/Qwen2-0.5B"
+
+
+@pytest.fixture
+def experiment():
+    return compose(["+exp=sim_smoke", "workload.max_tokens=64"])
+
+
+def arm_cfg(experiment, arm, **workload):
+    from omegaconf import OmegaConf
+
+    data = OmegaConf.to_container(experiment.arm(arm).cfg, resolve=True)
+    data["workload"].update(workload)
+    return data
+
+
+def test_a_history_leaves_out_the_runs_that_measured_something_else(experiment, tmp_path):
+    arms = experiment.arm_names
+    same = read_run(record(tmp_path / "1_same", {a: arm_cfg(experiment, a) for a in arms}))
+    other = read_run(record(tmp_path / "2_other", {a: arm_cfg(experiment, a, api="completions") for a in arms}))
+    kept, notes = check_baseline(experiment, [same, other])
+    assert kept == [same]
+    assert notes == [f"gate.baseline: left out of the history, as the reference run 2_other measured arm "
+                     f"'{arms[0]}' differently (and 1 other arm(s)): workload.api: 'completions' there, 'chat' here"]
+    with pytest.raises(ConfigError, match="gate.baseline: the reference run 2_other measured arm"):
+        check_baseline(experiment, [other])
+
+
+def test_a_record_without_arm_configs_is_compared_as_before(experiment, tmp_path):
+    folder = tmp_path / "old"
+    folder.mkdir()
+    (folder / "results.json").write_text(json.dumps({"arms": {"baseline": {"status": "measured"}}}))
+    assert check_baseline(experiment, [read_run(folder)])[1] == []
+
+
+def test_an_unknown_policy_is_a_config_error():
+    with pytest.raises(ConfigError, match="gate.baseline_mismatch 'maybe' is unknown; valid: fail, warn"):
+        compose(["+exp=sim_smoke", "gate.baseline_mismatch=maybe"])
