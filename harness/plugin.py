@@ -33,6 +33,7 @@ from harness.telemetry.driver import nvidia_driver_status
 
 OVERRIDES = pytest.StashKey[list]()
 RUNNER = pytest.StashKey[Runner]()
+ARMS = pytest.StashKey[list]()  # the arms --arm (or -k ARM) selected; absent: all
 
 
 # --- command line -----------------------------------------------------------------------
@@ -44,6 +45,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--no-progress", action="store_true", default=False, help="no live progress line during loads")
     group.addoption("--replay", default=None, metavar="RUN_DIR",
                     help="re-run the recorded config of a past run (key=value overrides apply on top) and print the drift")
+    group.addoption("--arm", action="append", default=[], metavar="NAME",
+                    help="run only this arm's tests (repeatable, or NAME,NAME); selects by arm id, where -k "
+                         "matches substrings of file and test names too")
 
 
 def options_taking_values(parser: pytest.Parser) -> set[str]:
@@ -93,6 +97,9 @@ def pytest_configure(config: pytest.Config) -> None:
     if replay_dir:
         runner.replay_of = Path(replay_dir).resolve()
     config.stash[RUNNER] = runner
+    arms = selected_arms(config, experiment)
+    if arms is not None:
+        config.stash[ARMS] = arms
     install_sigterm_as_interrupt()
 
 
@@ -119,6 +126,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     if runner is None:
         return []
     lines = [f"specgate: experiment {runner.experiment.name}, arms {', '.join(runner.experiment.arm_names)}"]
+    if ARMS in config.stash:
+        lines.append(f"specgate: selected arm(s) {', '.join(config.stash[ARMS])} by id; the others' tests are deselected")
     return lines + [f"specgate: {note}" for note in runner.notes]
 
 
@@ -190,6 +199,35 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         names = ordered_arms(runner.experiment)
         # Session scope: pytest groups the tests by arm, so one server runs at a time.
         metafunc.parametrize("arm_run", names, ids=names, indirect=True, scope="session")
+
+
+def selected_arms(config: pytest.Config, experiment: Experiment) -> list[str] | None:
+    """The arms --arm names or, when -k is exactly an arm's name, that arm (-k alone would
+    also match `test_baseline.py::...[eagle3]` for an arm named baseline); None: all."""
+    wanted = [name for value in config.getoption("arm") for name in value.split(",") if name]
+    keyword = (config.getoption("keyword") or "").strip()
+    if not wanted and keyword in experiment.arm_names:
+        wanted = [keyword]
+    for name in wanted:
+        if name not in experiment.arm_names:
+            raise pytest.UsageError(f"specgate: --arm {name}: no such arm in experiment '{experiment.name}'; "
+                                    f"arms: {', '.join(experiment.arm_names)}")
+    return wanted or None
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    arms = config.stash.get(ARMS, None)
+    if arms is None:
+        return
+
+    def arm_of(item) -> str | None:
+        callspec = getattr(item, "callspec", None)
+        return callspec.params.get("arm_run") if callspec is not None else None
+    deselected = [item for item in items if arm_of(item) is not None and arm_of(item) not in arms]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = [item for item in items if item not in deselected]
 
 
 def ordered_arms(experiment: Experiment) -> list[str]:

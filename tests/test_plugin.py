@@ -32,3 +32,35 @@ def test_the_plain_arm_runs_first():
     experiment = compose(["+exp=sim_smoke", "plain_arm=eagle3"])
     assert experiment.arm_names == ["baseline", "eagle3"]
     assert ordered_arms(experiment) == ["eagle3", "baseline"]
+
+
+def collect(*args: str):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    return subprocess.run([sys.executable, "-m", "pytest", "suites/", "+exp=sim_smoke", "--collect-only", "-q",
+                           "-p", "no:cacheprovider", *args], cwd=root, capture_output=True, text=True, timeout=120)
+
+
+def arms_of(stdout: str) -> set[str]:
+    return {line.rsplit("[", 1)[1].rstrip("]") for line in stdout.splitlines() if line.startswith("suites/") and "[" in line}
+
+
+def test_arms_are_selected_by_id_not_by_a_substring_of_the_file_name():
+    # test_baseline.py::...[eagle3] contains "baseline": -k alone would start eagle3's server too
+    for args in (("-k", "baseline"), ("--arm", "baseline")):
+        proc = collect(*args)
+        assert proc.returncode == 0, proc.stderr
+        assert arms_of(proc.stdout) == {"baseline"}, args
+    both = collect("--arm", "baseline,eagle3")
+    assert arms_of(both.stdout) == {"baseline", "eagle3"}
+    suite = collect("-k", "test_baseline")  # -k for anything else is pytest's own
+    assert arms_of(suite.stdout) == {"baseline", "eagle3"}
+
+
+def test_an_unknown_arm_is_a_usage_error():
+    proc = collect("--arm", "eagle")
+    assert proc.returncode == 4
+    assert "specgate: --arm eagle: no such arm in experiment 'sim_smoke'; arms: baseline, eagle3" in proc.stderr
