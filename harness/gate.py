@@ -152,6 +152,20 @@ def gates_of(suite: Suite) -> list[Gate]:
     return [g for g in GATES.values() if g.suite == suite]
 
 
+def is_configured(registered: Gate, gate: Any, arm: str) -> bool:
+    """Whether an arm's config asks for this gate: a per-arm gate names the arm; any other
+    has its first key set (a threshold, a reference run, a list of reasons)."""
+    value = gate[registered.keys[0]]
+    if registered.arms is not no_arms:  # {arm: threshold} or [arm, ...]; not `over` arms
+        return arm in [str(a) for a in value]
+    return value is not None and value is not False and not (hasattr(value, "__len__") and len(value) == 0)
+
+
+def configured_gates(arms: list[tuple[str, Any]]) -> list[tuple[Gate, str]]:
+    """(gate, arm) for every registered gate the config asks of each (name, cfg.gate) arm."""
+    return [(g, name) for name, gate in arms for g in GATES.values() if is_configured(g, gate, name)]
+
+
 def keyed_arms(key: str) -> Callable[[Any], list[str]]:
     """The arms of a per-arm gate key (`gate.<key>: {arm: ...}` or `[arm, ...]`)."""
     return lambda gate: [str(a) for a in gate[key]]

@@ -273,7 +273,10 @@ class GateChecker:
         self.runner = runner
         self.node = node
 
-    def check(self, verdicts: list[gate.Verdict]) -> None:
+    def check(self, verdicts: list[gate.Verdict], registered: str | None = None, arm: str | None = None) -> None:
+        """Record and decide; `registered`/`arm` mark that gate as evaluated for the arm."""
+        if registered is not None:
+            self.runner.evaluated.add((registered, arm))
         self.runner.add_verdicts(verdicts)
         for v in verdicts:  # JUnit XML properties: CI tools show the numbers, not only pass/fail
             prefix = f"{v.name}[{v.arm}]"
@@ -312,7 +315,7 @@ def gate_tests(suite: str) -> dict[str, Callable[..., None]]:
     `globals().update(gate_tests("throughput"))`."""
     def test_of(registered):
         def test(gate_context: GateContext, gates: GateChecker) -> None:
-            gates.check(registered.check(gate_context))
+            gates.check(registered.check(gate_context), registered.name, gate_context.arm)
 
         test.__name__ = test.__qualname__ = f"test_{registered.name}"
         test.__doc__ = registered.check.__doc__

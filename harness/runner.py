@@ -17,7 +17,7 @@ from typing import Any, Callable
 from harness import __version__
 from harness.arm import ArmFailed, ArmRun, ArmSession
 from harness.config import Arm, Experiment
-from harness.gate import Verdict
+from harness.gate import Verdict, configured_gates
 from harness.metric_registry import cross_arm
 from harness.metrics import ArmResult
 from harness.outcome import ArmOutcome
@@ -58,6 +58,7 @@ class Runner:
     replay_of: Path | None = None  # the record a replay re-runs
     outcomes: dict[str, ArmOutcome] = field(default_factory=dict)
     verdicts: list[Verdict] = field(default_factory=list)
+    evaluated: set = field(default_factory=set)  # (registered gate, arm) whose test ran
     open_sessions: dict[str, ArmSession] = field(default_factory=dict)
     session: Session = field(default_factory=Session)
     cleaned_engines: set = field(default_factory=set)
@@ -144,6 +145,13 @@ class Runner:
         plain = self.plain_result(name)
         return cross_arm(self.results[name], plain) if plain is not None else {}
 
+    def gates_not_evaluated(self) -> list[dict[str, str]]:
+        """Gates the config asks for whose tests never ran (a suite left out, an arm
+        deselected or failed): a green run must not hide them."""
+        arms = [(arm.name, arm.cfg.gate) for arm in self.experiment.arms]
+        return [{"name": g.name, "arm": arm, "suite": f"suites/test_{g.suite}.py"}
+                for g, arm in configured_gates(arms) if (g.name, arm) not in self.evaluated]
+
     # --- the record ----------------------------------------------------------------------
     def results_json(self, finished: bool = False, interrupted: bool = False) -> dict[str, Any]:
         plain = self.experiment.plain_arm
@@ -169,6 +177,7 @@ class Runner:
             "plain_arm": plain,
             "arms": arms,
             "gates": [v.to_json() for v in self.verdicts],
+            "gates_not_evaluated": self.gates_not_evaluated(),
         }
 
     def save(self, finished: bool = False, interrupted: bool = False) -> None:
@@ -186,7 +195,8 @@ class Runner:
     def summary(self) -> str:
         status = {name: o.to_json() for name, o in self.outcomes.items()}
         text = format_summary(self.experiment, self.results, status, self.verdicts,
-                              {name: self.comparison(name) for name in self.results}, self.gpu, self.notes)
+                              {name: self.comparison(name) for name in self.results}, self.gpu, self.notes,
+                              self.gates_not_evaluated())
         if self.replay_of is not None:
             text += "\n" + drift_table(self.drift(), self.replay_of.name)
         return text

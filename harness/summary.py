@@ -32,7 +32,7 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 def format_summary(experiment, results: dict[str, ArmResult], arm_status: dict[str, dict],
                    verdicts: list, comparisons: dict[str, dict], gpu: dict[str, dict] | None = None,
-                   notes: list[str] | None = None) -> str:
+                   notes: list[str] | None = None, not_evaluated: list[dict] | None = None) -> str:
     lines = [f"# specgate: {experiment.name}", "", experiment.description, ""]
     lines += [f"> {note}" for note in notes or []] + ([""] if notes else [])
     header = ["arm", *column_names()]
@@ -71,7 +71,19 @@ def format_summary(experiment, results: dict[str, ArmResult], arm_status: dict[s
         line += (f", {counts['inconclusive']} inconclusive (the data cannot tell; "
                  + (f"{failing} fail the run by gate.inconclusive=fail" if failing else "gate.inconclusive lets them pass") + ")")
     lines += ["", line + "."]
+    lines += not_evaluated_section(not_evaluated or [])
     return "\n".join(lines) + "\n"
+
+
+def not_evaluated_section(rows: list[dict]) -> list[str]:
+    """Configured gates whose tests never ran, grouped by suite: said, never silent."""
+    if not rows:
+        return []
+    by_suite: dict[str, list[str]] = {}
+    for row in rows:
+        by_suite.setdefault(row["suite"], []).append(f"{row['name']} [{row['arm']}]")
+    lines = ["", f"{len(rows)} configured gate(s) were NOT evaluated (their tests did not run):"]
+    return lines + [f"- {suite}: {', '.join(names)}" for suite, names in by_suite.items()]
 
 
 def noise_section(experiment, results: dict[str, ArmResult]) -> list[str]:

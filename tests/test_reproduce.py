@@ -128,3 +128,23 @@ def test_a_reference_run_of_another_workload_stops_the_run_unless_told_to_warn(f
     assert "specgate: gate.baseline_mismatch=warn: comparing anyway" in warned.stdout
     same = run_suites("+exp=sim_smoke", "workload.num_prompts=3", f"gate.baseline={record}", "--collect-only")
     assert same.returncode == 0, same.stderr[-2000:]  # fewer requests measure the same thing
+
+
+def test_a_full_run_evaluates_every_configured_gate(first_run):
+    _, record, _, _, _ = first_run
+    assert json.loads((record / "results.json").read_text())["gates_not_evaluated"] == []
+    assert "NOT evaluated" not in (record / "summary.md").read_text()
+
+
+def test_gates_of_a_suite_that_did_not_run_are_listed_not_silent(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "pytest", "suites/test_throughput.py", "-p", "no:cacheprovider",
+                           "--no-progress", "+exp=sim_smoke", "workload.num_prompts=2", f"record.root={tmp_path}"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    results = json.loads((tmp_path / "latest" / "results.json").read_text())
+    missing = {(g["name"], g["arm"]) for g in results["gates_not_evaluated"]}
+    assert ("min_speedup", "eagle3") in missing and ("min_accept_length", "eagle3") in missing
+    assert ("min_speedup", "baseline") not in missing  # baseline is only the arm compared with
+    assert not any(name == "min_output_tok_s" for name, _ in missing)  # its suite ran
+    assert "configured gate(s) were NOT evaluated" in proc.stdout
+    assert "- suites/test_speculative.py: min_accept_length [eagle3], min_speedup [eagle3]" in proc.stdout
