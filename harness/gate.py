@@ -425,7 +425,8 @@ def allowed_change(metric: str, old: float, allowed: float, band: float, gate) -
 
 
 @register("no_regression_against_baseline", "baseline",
-          ("baseline", "compare", "tolerance", "latency_noise_floor_ms", "confidence", "inconclusive"))
+          ("baseline", "compare", "tolerance", "latency_noise_floor_ms", "confidence", "inconclusive",
+           "baseline_mismatch"))
 def no_regression_against_reference(ctx: GateContext) -> list[Verdict]:
     """Each compared metric no worse than its allowed change vs the reference run
     (gate.baseline), judged from the samples of both runs: passed, failed or inconclusive."""
