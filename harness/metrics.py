@@ -31,6 +31,7 @@ Which of these numbers are reported where is the metric registry's business
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable, Optional
@@ -120,6 +121,22 @@ def _error_of(r: RequestRecord) -> str:
     return "request did not complete"
 
 
+def group_errors(counts: "Counter[str] | dict[str, int]") -> dict[str, int]:
+    """Failure reasons once each, with a count: messages that differ only in their numbers
+    ("... after 3 token chunks", "... after 17 token chunks") are one reason, shown with N
+    for the numbers that differ."""
+    shapes: dict[str, dict[str, int]] = {}
+    for message, count in counts.items():
+        shape = re.sub(r"\d+(?:\.\d+)?", "N", message)
+        shapes.setdefault(shape, {})
+        shapes[shape][message] = shapes[shape].get(message, 0) + count
+    grouped = {}
+    for shape, messages in shapes.items():
+        text = next(iter(messages)) if len(messages) == 1 else shape
+        grouped[text] = sum(messages.values())
+    return dict(sorted(grouped.items(), key=lambda kv: -kv[1]))
+
+
 def summarize(arm: str, load: LoadResult, server_accept_length: Optional[float] = None) -> ArmResult:
     measured = load.measured
     ok = [r for r in measured if r.ok and r.completion_tokens is not None]
@@ -131,7 +148,7 @@ def summarize(arm: str, load: LoadResult, server_accept_length: Optional[float] 
         arm=arm,
         requests_ok=len(ok),
         requests_failed=len(failed),
-        errors=dict(Counter(_error_of(r) for r in failed)),
+        errors=group_errors(Counter(_error_of(r) for r in failed)),
         completion_tokens=total_ct,
         duration_s=max(0.0, window),
     )
@@ -213,7 +230,7 @@ def combine_repeats(arm: str, results: list[ArmResult]) -> ArmResult:
     combined.accept_length_source = next((r.accept_length_source for r in results if r.accept_length_source), None)
     combined.requests_ok = sum(r.requests_ok for r in results)
     combined.requests_failed = sum(r.requests_failed for r in results)
-    combined.errors = dict(sum((Counter(r.errors) for r in results), Counter()))
+    combined.errors = group_errors(sum((Counter(r.errors) for r in results), Counter()))
     combined.completion_tokens = sum(r.completion_tokens for r in results)
     combined.duration_s = sum(r.duration_s for r in results)
     combined.noise = {path: s for path in noise_metrics()

@@ -182,3 +182,19 @@ def test_a_new_metric_is_one_registry_entry(monkeypatch, tmp_path):
     assert "e2e_ms.p99" in data["metrics"]  # a compare row
     [row] = [r for r in data["rows"] if r["metric"] == "e2e_ms.p99"]
     assert row["values"] == [pytest.approx(combined.e2e_ms.p99, abs=1e-3)]
+
+
+def test_failure_reasons_that_differ_only_in_numbers_are_one_reason_with_a_count():
+    from collections import Counter
+
+    from harness.metrics import group_errors
+
+    counts = Counter({f"connection dropped mid-stream after {n} token chunks: ServerDisconnectedError": 1
+                      for n in range(13)})
+    counts["HTTP 500: model overloaded"] = 4
+    counts["timed out after 1s"] = 2
+    assert group_errors(counts) == {  # a message alone in its shape keeps its numbers
+        "connection dropped mid-stream after N token chunks: ServerDisconnectedError": 13,
+        "HTTP 500: model overloaded": 4,
+        "timed out after 1s": 2,
+    }
