@@ -38,6 +38,10 @@ class ServerUnreachable(ClientError):
     """Connection refused, reset, or timed out."""
 
 
+class ServerRefused(ServerUnreachable):
+    """Nothing accepted the connection (refused or reset): not merely slow."""
+
+
 class ServerHTTPError(ClientError):
     """The server answered with a non-2xx status."""
 
@@ -132,7 +136,7 @@ class ServerClient:
         except requests.Timeout:
             raise ServerUnreachable(f"{method} {url} timed out after {timeout:g}s.") from None
         except requests.ConnectionError as e:
-            raise ServerUnreachable(f"Cannot connect to {url} (is the server running?): {_short(e)}.") from None
+            raise ServerRefused(f"Cannot connect to {url} (is the server running?): {_short(e)}.") from None
         except requests.RequestException as e:
             raise ClientError(f"{method} {url} failed: {_short(e)}.") from None
         if check and not 200 <= resp.status_code < 300:
@@ -160,6 +164,11 @@ class ServerClient:
     # -- routes every engine has; engine-specific routes come from harness/engines
     def health(self) -> bool:
         return self._ok("/health")[0]
+
+    def get(self, path: str, timeout_s: float | None = None) -> None:
+        """GET ``path`` expecting 2xx (ClientError otherwise; ServerRefused when nothing
+        accepted the connection)."""
+        self._request("GET", path, timeout_s=timeout_s)
 
     def get_json(self, path: str) -> Any:
         """GET ``path`` and parse its JSON body (ClientError on failure)."""

@@ -16,6 +16,7 @@ class BackendConfig:
     url: Optional[str] = None  # attach: the server's base URL, e.g. http://127.0.0.1:30000
     startup_timeout_s: float = 120.0  # health deadline; a server not healthy by then fails the arm
     shutdown_timeout_s: float = 10.0  # SIGTERM grace before SIGKILL
+    health_timeout_s: float = 30.0  # attach: how long a health check after a load may take before the server counts as gone
     # docker only
     docker_host: Optional[str] = None  # null: the local engine; or ssh://user@host, tcp://host:2376
     publish_host: str = "127.0.0.1"  # the host address the server port is published on

@@ -1,16 +1,26 @@
 """Attach backend: a server someone already started at `backend.url`. Nothing is
-launched or stopped; its log is not ours to read."""
+launched or stopped; its log is not ours to read.
+
+Whether it is still alive after a load is asked over HTTP only, so a slow health route
+must not read as a dead server: a check that times out or answers non-2xx is retried
+until `backend.health_timeout_s`; only a refused connection (nothing listens any more) or
+that deadline ends it. A slow but answering route is noted in the record, not failed.
+"""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from omegaconf import DictConfig
 
-from harness.client import ClientError, ServerClient
+from harness.client import ClientError, ServerClient, ServerRefused
 from harness.engines import engine_of
 from harness.servers.base import Server
 from harness.servers.log import ServerLog
+
+SLOW_HEALTH_S = 1.0  # a health answer slower than this is worth a note in the record
+RETRY_PAUSE_S = 0.5
 
 
 class AttachedServer(Server):
@@ -19,14 +29,18 @@ class AttachedServer(Server):
         self.cfg = cfg
         self.base_url = cfg.backend.url.rstrip("/")
         self.timeout_s = cfg.backend.startup_timeout_s
+        self.health_timeout_s = float(cfg.backend.get("health_timeout_s") or 30.0)
+        self.health_paths = engine_of(cfg).health_paths
         self.healthy = False
+        self.gone = ""  # how the last liveness check found it gone, in words
+        self.slowest_health_s = 0.0  # the slowest answering liveness check
 
     def start(self) -> None:
         log = ServerLog(self.log_path, self.scrub)
         log.write(f"attached to {self.base_url}; its log is kept by whoever started it\n".encode())
         log.close()
         try:
-            ServerClient(self.base_url).wait_healthy(self.timeout_s, paths=engine_of(self.cfg).health_paths)
+            ServerClient(self.base_url).wait_healthy(self.timeout_s, paths=self.health_paths)
         except ClientError as exc:
             raise self.failure(f"arm '{self.name}': no healthy server at {self.base_url} within {self.timeout_s:g} s ({exc})") from None
         self.healthy = True
@@ -35,7 +49,40 @@ class AttachedServer(Server):
         self.healthy = False
 
     def is_alive(self) -> bool:
-        try:
-            return ServerClient(self.base_url, timeout_s=2).health()
-        except ClientError:
-            return False
+        """Its health routes answer 2xx within backend.health_timeout_s (retried meanwhile)."""
+        start = time.monotonic()
+        deadline = start + self.health_timeout_s
+        last = "no answer"
+        with ServerClient(self.base_url) as client:
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    self.gone = (f"did not answer its health route within backend.health_timeout_s="
+                                 f"{self.health_timeout_s:g}s ({last})")
+                    return False
+                answered, last, refused = self.check_once(client, remaining)
+                if answered:
+                    self.slowest_health_s = max(self.slowest_health_s, time.monotonic() - start)
+                    return True
+                if refused:
+                    self.gone = f"stopped answering: {last}"
+                    return False
+                time.sleep(min(RETRY_PAUSE_S, max(0.0, deadline - time.monotonic())))
+
+    def check_once(self, client: ServerClient, timeout_s: float) -> tuple[bool, str, bool]:
+        """(all health routes answered 2xx, the last problem in words, the connection was refused)."""
+        for path in self.health_paths:
+            try:
+                client.get(path, timeout_s=max(0.5, timeout_s))
+            except ClientError as exc:
+                return False, str(exc), isinstance(exc, ServerRefused)
+        return True, "ok", False
+
+    def exit_description(self) -> str:
+        return self.gone or "stopped answering"
+
+    def describe(self) -> dict:
+        found = super().describe()
+        if self.slowest_health_s > SLOW_HEALTH_S:
+            found["health_route_slow_s"] = round(self.slowest_health_s, 2)
+        return found
