@@ -556,13 +556,27 @@ def telemetry_missing(name: str, ctx: GateContext, threshold: Any) -> list[Verdi
     return None
 
 
-def no_load_samples(name: str, arm: str, gpu: dict, threshold: float | None) -> list[Verdict] | None:
-    """A load that never reached the GPU is a failed measurement, not a pass."""
+def no_load_samples(name: str, arm: str, gpu: dict, threshold: float | None, gate: Any) -> list[Verdict] | None:
+    """No sample under load. A load that never reached the GPU is a failed measurement; a
+    load that streamed, but only within the ramp-in left out while clocks boost, is too
+    short to judge: inconclusive (gate.inconclusive decides), said in those words."""
     if gpu["samples"].get("load", 0) > 0:
         return None
+    ramp_in, longest = gpu.get("ramp_in_s", 0) or 0, gpu.get("longest_load_window_s")
+    if longest is not None and longest < ramp_in + 2 * (gpu.get("interval_s") or 0):
+        return [Verdict(name, arm, inconclusive_passes(gate), None, threshold,
+                        f"{arm}: the load was too short to sample the GPUs under load: tokens streamed for "
+                        f"{longest:.2f} s (the longest of {gpu.get('load_windows', 1)} load window(s)), all within "
+                        f"the first {ramp_in:g} s that telemetry.ramp_in_s leaves out while clocks boost; a longer "
+                        f"load (workload.num_prompts, max_tokens or duration_s) can be judged", inconclusive=True)]
+    if not gpu.get("load_windows"):
+        return [Verdict(name, arm, False, None, threshold,
+                        f"{arm}: no GPU samples under load: no token of a measured request streamed, so the "
+                        f"load window never opened (did the requests fail?)")]
     return [Verdict(name, arm, False, None, threshold,
-                    f"{arm}: no GPU samples under load: the window opens when tokens stream and none did "
-                    f"long enough past the {gpu.get('ramp_in_s', 0):g} s ramp-in (did the requests fail?)")]
+                    f"{arm}: no GPU samples under load: tokens streamed for {longest or 0:.2f} s past the "
+                    f"{ramp_in:g} s ramp-in but no sample was read then (telemetry.interval_s "
+                    f"{gpu.get('interval_s')} s; was the sampler starved?)")]
 
 
 def per_gpu(name: str, ctx: GateContext, threshold: Any, judge) -> list[Verdict]:
@@ -574,7 +588,7 @@ def per_gpu(name: str, ctx: GateContext, threshold: Any, judge) -> list[Verdict]
     if threshold is None or threshold == []:
         return [not_configured(name, ctx.arm)]
     gpu = ctx.gpu
-    return no_load_samples(name, ctx.arm, gpu, number if number is not None else 0.0) or [
+    return no_load_samples(name, ctx.arm, gpu, number if number is not None else 0.0, ctx.gate) or [
         judge(f"GPU {g.get('index')} ({uuid})", g) for uuid, g in gpu["gpus"].items()]
 
 

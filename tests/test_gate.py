@@ -182,6 +182,22 @@ def test_gpu_gates_decide_when_telemetry_cannot():
     idle = {**gpu_block(), "samples": {"idle": 5, "load": 0}}
     [no_load] = gate.min_gpu_util_under_load(ctx("eagle3", result(), cfg, telemetry="sim", gpu=idle))
     assert no_load.passed is False and "no GPU samples under load" in no_load.detail
+    assert "the load window never opened (did the requests fail?)" in no_load.detail
+
+
+def test_a_load_shorter_than_the_ramp_in_is_too_short_to_judge_not_a_failure():
+    short = {**gpu_block(), "samples": {"idle": 5, "ramp_in": 6, "load": 0}, "interval_s": 0.1,
+             "load_windows": 1, "longest_load_window_s": 0.62}
+    [v] = gate.min_gpu_util_under_load(ctx("eagle3", result(), gate_cfg(), telemetry="sim", gpu=short))
+    assert v.status == "inconclusive" and v.passed is True  # gate.inconclusive=warn (the default)
+    assert v.detail == ("eagle3: the load was too short to sample the GPUs under load: tokens streamed for 0.62 s "
+                        "(the longest of 1 load window(s)), all within the first 1 s that telemetry.ramp_in_s leaves "
+                        "out while clocks boost; a longer load (workload.num_prompts, max_tokens or duration_s) can be judged")
+    [strict] = gate.min_gpu_util_under_load(ctx("eagle3", result(), gate_cfg(inconclusive="fail"), telemetry="sim", gpu=short))
+    assert strict.passed is False and strict.inconclusive
+    starved = {**short, "longest_load_window_s": 3.0}
+    [v] = gate.min_gpu_util_under_load(ctx("eagle3", result(), gate_cfg(), telemetry="sim", gpu=starved))
+    assert v.passed is False and "tokens streamed for 3.00 s past the 1 s ramp-in but no sample was read" in v.detail
 
 
 def test_reference_run_gate_names_the_regression():

@@ -98,6 +98,7 @@ def summarize(tel: Telemetry) -> dict:
         "interval_s": tel.interval_s,
         "ramp_in_s": tel.ramp_in_s,
         "load_window_s": load_window_s(tel),
+        "longest_load_window_s": max((end - start for start, end in tel.windows if end is not None), default=None),
         "load_windows": len(tel.windows),
         "load_measured": counts["load"] > 0,
         "samples": counts,
