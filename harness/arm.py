@@ -15,7 +15,7 @@ from harness.config import Arm
 from harness.engines import Engine, engine_of
 from harness.engines.base import METRICS_WINDOW
 from harness.images import ImageError
-from harness.load import run_load
+from harness.load import LoadInterrupted, LoadResult, run_load
 from harness.metrics import ArmResult, apply_server_window, combine_repeats, summarize
 from harness.outcome import ArmOutcome
 from harness.recorder import Recorder
@@ -124,19 +124,35 @@ class ArmSession:
                             on_tokens_flowing=sampler.mark_load_start if sampler else None,
                             on_measured_start=lambda: before.append(self.metrics_snapshot()),
                             request_extras=self.engine.request_extras, spec_details=self.engine.spec_details)
+        except LoadInterrupted as interrupted:
+            self.keep_interrupted_load(repeat, interrupted)
+            raise  # still a KeyboardInterrupt: pytest ends the run as interrupted
         finally:
             if sampler is not None:
                 sampler.mark_load_end()
-        lines = [{**r.to_json(), "repeat": repeat} for r in load.records]
-        self.outcome.request_lines += lines  # the samples behind reference-run verdicts
-        if cfg.record.keep_requests:
-            self.recorder.add_requests(self.arm.name, lines)
+        self.keep_requests(repeat, load)
         result = summarize(self.arm.name, load, self.server_accept_length())
         server_side = self.server_window(before)
         self.outcome.server_windows.append(server_side)
         if self.engine.spec_stats == METRICS_WINDOW:  # speculation is in the server's counters only
             result = apply_server_window(result, load, server_side)
         return result
+
+    def keep_requests(self, repeat: int, load: LoadResult, **flags: Any) -> None:
+        """The load's requests into requests.jsonl (and memory, for reference-run verdicts)."""
+        lines = [{**r.to_json(), "repeat": repeat, **flags} for r in load.records]
+        self.outcome.request_lines += lines
+        if self.arm.cfg.record.keep_requests:
+            self.recorder.add_requests(self.arm.name, lines)
+
+    def keep_interrupted_load(self, repeat: int, interrupted: LoadInterrupted) -> None:
+        """Ctrl-C or SIGTERM mid-load: the requests that finished are kept, flagged
+        `interrupted_load`, and the arm says it was interrupted. It gets no metrics: a cut
+        load measures the interruption as much as the server."""
+        self.keep_requests(repeat, interrupted.partial, interrupted_load=True)
+        self.outcome.status = "interrupted"
+        self.outcome.interrupted_load = {"repeat": repeat, "finished": len(interrupted.partial.measured),
+                                         "in_flight": interrupted.in_flight}
 
     # --- GPUs --------------------------------------------------------------------------
     def start_telemetry(self) -> Sampler | None:

@@ -7,7 +7,9 @@ oldest first, so `specgate compare history/ runs/latest` shows a metric's histor
 the current run after it.
 Missing keys read as "-" (an arm that failed, a metric a run did not measure, a record
 written by an older harness), and extra keys are ignored, so records of different
-harness versions compare.
+harness versions compare. Each run's status says whether it finished: a record that still
+says `running` (its run died) shows as incomplete, a stopped one as interrupted, so
+neither passes for a whole run.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from harness.metric_registry import Metric, compare_metrics, metric_value, number
-from harness.record import RunData, read_runs
+from harness.record import FINISHED, RUNNING, RunData, read_runs
 from harness.summary import markdown_table
 
 
@@ -80,7 +82,7 @@ def run_info(run: RunData) -> dict[str, Any]:
     gates = run.data.get("gates") if isinstance(run.data.get("gates"), list) else []
     statuses = [gate_status(g) for g in gates if isinstance(g, dict)]
     return {"label": run.label, "path": str(run.path), "experiment": run.data.get("experiment"),
-            "started_utc": run.data.get("started_utc"), "interrupted": run.data.get("interrupted"),
+            "started_utc": run.data.get("started_utc"), "status": run.status, "incompleteness": run.incompleteness,
             "arm_status": {arm: (a.get("status") if isinstance(a, dict) else None) for arm, a in run.arms.items()},
             "gates": {s: statuses.count(s) for s in GATE_STATUSES}}
 
@@ -128,9 +130,17 @@ def runs_table(runs: list[dict[str, Any]]) -> list[str]:
     def arms(status: dict[str, Any]) -> str:
         return ", ".join(f"{arm}: {s or '?'}" for arm, s in status.items()) or "-"
 
-    rows = [[r["label"], str(r["experiment"] or "-"), str(r["started_utc"] or "-"), gates(r["gates"]),
-             arms(r["arm_status"]) + (" (interrupted)" if r["interrupted"] else "")] for r in runs]
-    return markdown_table(["run", "experiment", "started (UTC)", "gates", "arms"], rows)
+    rows = [[r["label"], status_word(r["status"]), str(r["experiment"] or "-"), str(r["started_utc"] or "-"),
+             gates(r["gates"]), arms(r["arm_status"])] for r in runs]
+    return markdown_table(["run", "status", "experiment", "started (UTC)", "gates", "arms"], rows)
+
+
+def status_word(status: str) -> str:
+    """A run's status as the table shows it, loud unless it finished: a record that still
+    says `running` is a run that died."""
+    if status == FINISHED:
+        return status
+    return "**INCOMPLETE**" if status == RUNNING else f"**{status.upper()}**"
 
 
 def metrics_table(data: dict[str, Any]) -> list[str]:
@@ -147,7 +157,8 @@ def metrics_table(data: dict[str, Any]) -> list[str]:
 
 
 def legend(data: dict[str, Any]) -> list[str]:
-    lines = []
+    lines = [f"{r['label']} is {r['incompleteness']}; its numbers are only what it had recorded."
+             for r in data["runs"] if r["incompleteness"]]
     if len(data["runs"]) > 1:
         lines.append(f"Δ: change vs the first run ({data['runs'][0]['label']}), relative for rates and latencies, "
                      "the difference for request counts; \"-\" where either value is missing.")

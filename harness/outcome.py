@@ -30,6 +30,7 @@ class ArmOutcome:
     server_windows: list[dict[str, Any]] = field(default_factory=list)  # /metrics differenced, one per repeat
     environment: list[dict[str, Any]] | None = None  # configured variables as each server process has them
     request_lines: list[dict[str, Any]] = field(default_factory=list)  # requests.jsonl lines (kept in memory for verdicts)
+    interrupted_load: dict[str, Any] | None = None  # {repeat, finished, in_flight} of a load cut by Ctrl-C/SIGTERM
 
     @property
     def measured(self) -> bool:
@@ -39,7 +40,7 @@ class ArmOutcome:
         """The arm's block of results.json; `versus_plain` adds the cross-arm numbers
         (speedup and break-even against the plain arm)."""
         block: dict[str, Any] = {"status": self.status, "backend": self.backend, "choices": self.choices}
-        for key in ("error", "server", "server_version", "environment"):
+        for key in ("error", "server", "server_version", "environment", "interrupted_load"):
             value = getattr(self, key)
             if value not in (None, {}):
                 block[key] = value

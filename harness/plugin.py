@@ -23,8 +23,8 @@ from harness import gate
 from harness.baseline_match import check_baseline
 from harness.config import DEFAULT_CONF_DIR, ConfigError, Experiment, compose, is_override
 from harness.gate import GateContext, comparisons, gates_of
-from harness.record import RecordError, RunData, read_runs
-from harness.replay import replay_experiment
+from harness.record import RecordError, RunData, read_reference_runs
+from harness.replay import read_replayed, replay_experiment
 from harness.drafter_fit import DrafterMismatch, check_drafter_fit
 from harness.load import print_progress
 from harness.runner import ArmFailed, ArmRun, Runner
@@ -81,10 +81,12 @@ def conf_dir(config: pytest.Config) -> Path:
 
 def pytest_configure(config: pytest.Config) -> None:
     overrides = config.stash.get(OVERRIDES, [])
-    replay_dir, notes = config.getoption("replay"), []
+    replay_dir, notes, replayed = config.getoption("replay"), [], None
     try:
         if replay_dir:
             experiment, notes = replay_experiment(Path(replay_dir), overrides, conf_dir(config))
+            replayed, replay_notes = read_replayed(Path(replay_dir))
+            notes += replay_notes
         else:
             experiment = compose(overrides, conf_dir(config))
         baseline, baseline_notes = load_baseline(experiment)
@@ -92,10 +94,8 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(redact_patterns(f"specgate: {exc}")) from None
     preflight(experiment)
     progress = None if config.getoption("no_progress") else terminal_progress(config)
-    runner = Runner(experiment, progress=progress, notes=notes + baseline_notes, reference=baseline[-1] if baseline else None,
-                    history=baseline[:-1])
-    if replay_dir:
-        runner.replay_of = Path(replay_dir).resolve()
+    runner = Runner(experiment, progress=progress, notes=notes + baseline_notes,
+                    reference=baseline[-1] if baseline else None, history=baseline[:-1], replayed=replayed)
     config.stash[RUNNER] = runner
     arms = selected_arms(config, experiment)
     if arms is not None:
@@ -104,21 +104,23 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def load_baseline(experiment: Experiment) -> tuple[list[RunData], list[str]]:
-    """The reference run (gate.baseline) or, for a folder of past runs, all of them (the
-    newest is the reference), read, checked to have measured the same thing, and its
-    comparisons parsed before anything starts; with notes to show."""
+    """The reference run (gate.baseline) or, for a folder of past runs, all of them that
+    finished (the newest is the reference), read, checked to have measured the same thing,
+    and its comparisons parsed before anything starts; with notes to show (runs a folder
+    left out, a mismatch gate.baseline_mismatch=warn lets through)."""
     path = experiment.base.gate.baseline
     if not path:
         return [], []
     try:
-        reference = read_runs(Path(path))
+        reference, notes = read_reference_runs(Path(path))
     except RecordError as exc:
         raise ConfigError(f"gate.baseline: {exc}") from None
     try:
         comparisons(experiment.base.gate)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    return check_baseline(experiment, reference)
+    kept, mismatch_notes = check_baseline(experiment, reference)
+    return kept, notes + mismatch_notes
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

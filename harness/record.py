@@ -5,9 +5,12 @@ Layout (see README "Reading a run record"):
     overrides.yaml       the command-line overrides
     arms/<arm>/config.yaml, arms/<arm>/server.log
     requests.jsonl       one line per request, with its arm and timings
-    results.json         per-arm metrics and every gate verdict (rewritten after each arm)
+    results.json         per-arm metrics and every gate verdict (rewritten after each arm);
+                         its `status` is `running` from the moment the record is made, then
+                         `finished` or `interrupted` when the run ends
     summary.md           the arm x metric table and the verdicts in words
-`<record.root>/latest` is a symlink to the newest record.
+`<record.root>/latest` is a symlink to the newest record of a run that ended (finished or
+interrupted): a run that is still going, or died (kill -9), never moves it.
 """
 
 from __future__ import annotations
@@ -25,6 +28,12 @@ import yaml
 from harness.atomic import atomic_write
 from harness.secrets import REDACTED, Redactor  # noqa: F401  (REDACTED: what replay looks for)
 
+# A record's `status` in results.json: `running` until the run ends, so a record that still
+# says it after the run is gone tells of a run that died (kill -9, a lost machine).
+RUNNING, FINISHED, INTERRUPTED = "running", "finished", "interrupted"
+RUN_STATUSES = (RUNNING, FINISHED, INTERRUPTED)
+
+
 class RunRecord:
     """One run's folder. Created on first use (a config error creates nothing)."""
 
@@ -34,10 +43,10 @@ class RunRecord:
         self.path = unique_dir(self.root / f"{stamp}_{safe_name(exp_name)}")
         self.redactor = redactor or Redactor()
         self.request_lines: list[str] = []
-        self.point_latest()
 
     def point_latest(self) -> None:
-        """Swap `<root>/latest` atomically to this record (a relative link, so the tree can move)."""
+        """Swap `<root>/latest` atomically to this record (a relative link, so the tree can
+        move). Called when the run ends, so `latest` never names a run still going or dead."""
         link = self.root / "latest"
         tmp = self.root / f".latest.{os.getpid()}"
         tmp.unlink(missing_ok=True)
@@ -106,6 +115,25 @@ class RunData:
         arms = self.data.get("arms")
         return arms if isinstance(arms, dict) else {}
 
+    @property
+    def status(self) -> str:
+        """`running`, `finished` or `interrupted`. Records written before the key existed
+        were written at the end of the run: finished, unless they say they were interrupted."""
+        status = self.data.get("status")
+        if status in RUN_STATUSES:
+            return status
+        return INTERRUPTED if self.data.get("interrupted") else FINISHED
+
+    @property
+    def finished(self) -> bool:
+        return self.status == FINISHED
+
+    @property
+    def incompleteness(self) -> str:
+        """Why the record is not a whole run, in words ("" for a finished one)."""
+        return {RUNNING: "incomplete: it still says running, so the run died before it finished (e.g. kill -9)",
+                INTERRUPTED: "interrupted: the run was stopped (Ctrl-C or SIGTERM) before it finished"}.get(self.status, "")
+
     def request_lines(self, arm: str) -> list[dict[str, Any]]:
         """The arm's lines of requests.jsonl beside results.json ([] when the record kept
         none, or a line is not JSON: verdicts then fall back to the point values)."""
@@ -165,6 +193,24 @@ def read_runs(path: Path) -> list[RunData]:
     if is_history(path):
         return [read_run(p) for p in history_members(Path(path))]
     return [read_run(path)]
+
+
+def read_reference_runs(path: Path) -> tuple[list[RunData], list[str]]:
+    """What a gate may compare with (gate.baseline): one finished record, or the finished
+    records of a history folder, plus notes on what was left out. Numbers from a run that
+    died or was stopped are no reference: a single such record is a RecordError, and such
+    members of a history folder are skipped."""
+    runs = read_runs(path)
+    if not is_history(path):
+        if not runs[0].finished:
+            raise RecordError(f"{path} is {runs[0].incompleteness}; a reference run must have finished.")
+        return runs, []
+    finished = [run for run in runs if run.finished]
+    left_out = [run.label for run in runs if not run.finished]
+    if not finished:
+        raise RecordError(f"{path} holds no finished run record (all {len(runs)} died or were interrupted).")
+    notes = [f"gate.baseline: left out {len(left_out)} unfinished record(s) of {path}: {', '.join(left_out)}"]
+    return finished, notes if left_out else []
 
 
 def load_results(path: Path) -> dict[str, Any]:

@@ -86,6 +86,11 @@ class Recorder:
     def write_results(self, results: dict[str, Any]) -> None:
         self.record.write_json("results.json", results)
 
+    def point_latest(self) -> None:
+        """`<root>/latest` names this record once the run has ended (finished or interrupted)."""
+        if self._record is not None:
+            self._record.point_latest()
+
     def write_summary(self, text: str) -> None:
         self.record.write_text("summary.md", text)
         append_step_summary(self.record.redactor.text(text))

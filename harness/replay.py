@@ -18,7 +18,7 @@ from harness.config import Arm, ConfigError, Experiment, compose, explain, overr
 from harness.gate import allowed_change, noise_band
 from harness.metric_registry import metric_value, noise_metrics
 from harness.engines.legacy import upgrade_config
-from harness.record import REDACTED
+from harness.record import REDACTED, RecordError, RunData, read_run
 from harness.schema import SpecgateConfig
 
 
@@ -73,6 +73,20 @@ def replay_experiment(run_dir: Path, overrides: list[str], conf_dir: Path) -> tu
     notes = [f"replaying {run_dir.name}: the recorded config, not today's conf/"]
     notes += redacted_notes(base_data) + conf_drift_notes(experiment, recorded_overrides, overrides, conf_dir)
     return experiment, notes
+
+
+def read_replayed(run_dir: Path) -> tuple[RunData, list[str]]:
+    """The replayed record's results, read once before anything starts: the drift at the end
+    compares with them, so a results.json that cannot be read stops the replay here (a
+    config error), not after every arm has run. A record of a run that did not finish
+    replays, with a note: its drift covers only what it had measured."""
+    try:
+        replayed = read_run(Path(run_dir).resolve())
+    except RecordError as exc:
+        raise ConfigError(f"--replay: {exc}") from None
+    if replayed.finished:
+        return replayed, []
+    return replayed, [f"the replayed record is {replayed.incompleteness}: the drift covers only what it measured"]
 
 
 def redacted_notes(data: dict) -> list[str]:

@@ -25,7 +25,7 @@ from matplotlib.ticker import FuncFormatter
 from harness.compare import GATE_STATUSES, gate_status, noise_cv
 from harness.metric_registry import Metric, metric_value, number, report_metrics
 from harness.atomic import atomic_write
-from harness.record import RunData, read_run
+from harness.record import INTERRUPTED, RUNNING, RunData, read_run
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 MAX_ECDF_POINTS = 5000
@@ -68,8 +68,8 @@ def report_context(run: RunData, requests: list[dict[str, Any]]) -> dict[str, An
         "label": run.label,
         "experiment": str(data.get("experiment") or run.label),
         "description": text(data.get("description")),
-        "facts": facts(data),
-        "verdict": verdict(data, gates),
+        "facts": facts(run),
+        "verdict": verdict(run, gates),
         "columns": [m.shown_label(plain_arm) for m in columns],
         "arm_rows": [arm_row(arm, run.arms.get(arm), columns, plain_arm) for arm in arms],
         "gates": gates,
@@ -85,7 +85,8 @@ def text(value: Any) -> str:
     return "" if value is None else str(value)
 
 
-def facts(data: dict[str, Any]) -> list[tuple[str, str]]:
+def facts(run: RunData) -> list[tuple[str, str]]:
+    data = run.data
     command = data.get("command")
     if isinstance(command, list):
         command = shlex.join(str(c) for c in command)
@@ -94,8 +95,7 @@ def facts(data: dict[str, Any]) -> list[tuple[str, str]]:
             ("harness", harness_text(data)), ("reference run", data.get("baseline")), ("replay of", data.get("replay_of"))]
     notes = data.get("notes")
     rows += [("note", n) for n in (notes if isinstance(notes, list) else [notes] if notes else [])]
-    if data.get("interrupted"):
-        rows.append(("interrupted", "yes: the run was stopped before it finished"))
+    rows.append(("status", run.incompleteness or run.status))
     return [(k, text(v)) for k, v in rows if v not in (None, "")]
 
 
@@ -109,11 +109,12 @@ def harness_text(data: dict[str, Any]) -> Optional[str]:
     return version
 
 
-def verdict(data: dict[str, Any], gates: list[dict[str, Any]]) -> dict[str, str]:
+def verdict(run: RunData, gates: list[dict[str, Any]]) -> dict[str, str]:
     failed = [g for g in gates if g["status"] == "failed"]
-    unmeasured = [a for a, v in (data.get("arms") or {}).items()
-                  if isinstance(v, dict) and v.get("status") not in (None, "measured")]
-    if data.get("interrupted"):
+    unmeasured = [a for a, v in run.arms.items() if isinstance(v, dict) and v.get("status") not in (None, "measured")]
+    if run.status == RUNNING:
+        return {"status": "failed", "text": "INCOMPLETE: the run died before it finished"}
+    if run.status == INTERRUPTED:
         return {"status": "failed", "text": "INTERRUPTED"}
     if failed or unmeasured:
         parts = [f"{len(failed)} gate(s) failed"] if failed else []

@@ -22,7 +22,7 @@ from harness.metric_registry import cross_arm
 from harness.metrics import ArmResult
 from harness.outcome import ArmOutcome
 from harness.recorder import Recorder
-from harness.record import RunData, read_run
+from harness.record import FINISHED, INTERRUPTED, RUNNING, RunData
 from harness.replay import drift_rows, drift_table
 from harness.secrets import redact_patterns
 from harness.servers import Session, remove_dead_sessions_containers
@@ -55,7 +55,7 @@ class Runner:
     notes: list[str] = field(default_factory=list)  # said at the start and in the summary (e.g. replay drift of conf/)
     reference: RunData | None = None  # the reference run (gate.baseline), to compare with
     history: list[RunData] = field(default_factory=list)  # older runs of a history folder (gate.baseline), oldest first
-    replay_of: Path | None = None  # the record a replay re-runs
+    replayed: RunData | None = None  # the record a replay re-runs, read before anything started
     outcomes: dict[str, ArmOutcome] = field(default_factory=dict)
     verdicts: list[Verdict] = field(default_factory=list)
     evaluated: set = field(default_factory=set)  # (registered gate, arm) whose test ran
@@ -72,11 +72,12 @@ class Runner:
         """Start the arm's server and measure its workload; the server stays up until close_arm."""
         arm = self.experiment.arm(name)
         outcome = self.outcomes[name] = ArmOutcome(name, backend=arm.cfg.backend.kind, choices=arm.choices)
-        self.session.run = self.recorder.path.name
+        self.session.run = self.start_record().name
         arm_session = self.open_sessions[name] = ArmSession(arm, outcome, self.recorder, self.session, self.progress)
         try:
             self.remove_dead_sessions_containers(arm)
             arm_session.start()
+            self.save()  # says which arm was measuring, should the run die (kill -9) during its load
             arm_session.measure()
         except ArmFailed:
             self.close_arm(name)
@@ -153,7 +154,14 @@ class Runner:
                 for g, arm in configured_gates(arms) if (g.name, arm) not in self.evaluated]
 
     # --- the record ----------------------------------------------------------------------
-    def results_json(self, finished: bool = False, interrupted: bool = False) -> dict[str, Any]:
+    def start_record(self) -> Path:
+        """The record folder; made on first use with a results.json that says `running`,
+        so a run killed before it ends (kill -9) leaves a record that says so."""
+        if not self.recorder.started:
+            self.save(RUNNING)
+        return self.recorder.path
+
+    def results_json(self, status: str = RUNNING) -> dict[str, Any]:
         plain = self.experiment.plain_arm
         arms = {}
         for arm in self.experiment.arms:
@@ -167,11 +175,12 @@ class Runner:
             "harness_version": __version__,
             "host": socket.gethostname(),
             "command": self.command,
+            "status": status,  # running, finished or interrupted (README "Reading a run record")
             "started_utc": self.started_utc,
-            "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds") if finished else None,
-            "interrupted": interrupted,
+            "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds") if status != RUNNING else None,
+            "interrupted": status == INTERRUPTED,  # as records before `status` said it
             "harness": harness_version(),
-            "replay_of": str(self.replay_of) if self.replay_of else None,
+            "replay_of": str(self.replayed.path.parent) if self.replayed else None,
             "baseline": self.experiment.base.gate.baseline,
             "notes": self.notes,
             "plain_arm": plain,
@@ -180,13 +189,13 @@ class Runner:
             "gates_not_evaluated": self.gates_not_evaluated(),
         }
 
-    def save(self, finished: bool = False, interrupted: bool = False) -> None:
-        self.recorder.write_results(self.results_json(finished, interrupted))
+    def save(self, status: str = RUNNING) -> None:
+        self.recorder.write_results(self.results_json(status))
 
     def drift(self) -> list[dict[str, Any]]:
-        if self.replay_of is None:
+        if self.replayed is None:
             return []
-        return drift_rows(read_run(self.replay_of).data, self.results_json(), self.experiment.base.gate)
+        return drift_rows(self.replayed.data, self.results_json(), self.experiment.base.gate)
 
     def scrub(self, text: str) -> str:
         """Text through the record's redaction (patterns only before a record exists)."""
@@ -197,12 +206,13 @@ class Runner:
         text = format_summary(self.experiment, self.results, status, self.verdicts,
                               {name: self.comparison(name) for name in self.results}, self.gpu, self.notes,
                               self.gates_not_evaluated())
-        if self.replay_of is not None:
-            text += "\n" + drift_table(self.drift(), self.replay_of.name)
+        if self.replayed is not None:
+            text += "\n" + drift_table(self.drift(), self.replayed.label)
         return text
 
     def finish(self, interrupted: bool = False) -> Path | None:
-        """Stop every server; write results.json and summary.md if anything was recorded."""
+        """Stop every server; write results.json (status finished or interrupted) and
+        summary.md if anything was recorded, and only then point `latest` at the record."""
         for name in list(self.open_sessions):
             self.close_arm(name)
         if not self.recorder.started:
@@ -210,6 +220,7 @@ class Runner:
         for outcome in self.outcomes.values():
             if interrupted and outcome.status in ("starting", "measuring"):
                 outcome.status = "interrupted"
-        self.save(finished=True, interrupted=interrupted)
+        self.save(INTERRUPTED if interrupted else FINISHED)
         self.recorder.write_summary(self.summary())
+        self.recorder.point_latest()
         return self.recorder.path

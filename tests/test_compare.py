@@ -129,3 +129,21 @@ def test_a_folder_of_runs_is_a_history(tmp_path):
     data = compare_data([history])
     row = next(r for r in data["rows"] if r["arm"] == "baseline" and r["metric"] == "output_tok_s")
     assert row["values"] == [100.0, 104.0, 98.0]
+
+
+def test_a_run_that_died_or_was_stopped_is_shown_as_such(tmp_path):
+    dead = write_record(tmp_path, "20261202T170000Z_sim_smoke", {"baseline": arm(200.0, 10.0)})
+    data = json.loads((dead / "results.json").read_text())
+    (dead / "results.json").write_text(json.dumps({**data, "status": "running"}))
+    stopped = write_record(tmp_path, "20261202T180000Z_sim_smoke", {"baseline": {"status": "interrupted"}})
+    data = json.loads((stopped / "results.json").read_text())
+    (stopped / "results.json").write_text(json.dumps({**data, "status": "interrupted", "interrupted": True}))
+    old = write_record(tmp_path, "20261202T190000Z_sim_smoke", {"baseline": arm(210.0, 10.0)})  # no status key
+    table = compare_runs([dead, stopped, old])
+    runs = {cells[0].strip(): cells[1].strip() for cells in (line.strip("| ").split(" | ") for line in table.splitlines()
+                                                             if line.startswith("| 2026"))}
+    assert runs == {dead.name: "**INCOMPLETE**", stopped.name: "**INTERRUPTED**", old.name: "finished"}
+    assert f"{dead.name} is incomplete: it still says running, so the run died before it finished" in table
+    assert f"{stopped.name} is interrupted: the run was stopped" in table
+    assert f"{old.name} is" not in table
+    assert [r["status"] for r in compare_data([dead, stopped, old])["runs"]] == ["running", "interrupted", "finished"]

@@ -154,40 +154,123 @@ def test_a_server_that_never_gets_healthy_fails_with_its_log(tmp_path, marker):
     assert wait_gone(marker) == []
 
 
-def start_in_background(tmp_path: Path, marker: str, *extra: str) -> subprocess.Popen:
+def restore_sigint() -> None:
+    """A child of a shell's background job inherits SIGINT ignored, and Python keeps it so:
+    put the default back, so that Python turns SIGINT into KeyboardInterrupt as for a user."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def start_in_background(tmp_path: Path, marker: str, *extra: str, new_session: bool = False) -> subprocess.Popen:
     return subprocess.Popen(
         [PYTHON, "-m", "pytest", "suites/", "-p", "no:cacheprovider", "--no-progress", "+exp=sim_smoke",
          f"record.root={tmp_path}", f"server.model_path={marker}", "server.sim.decode_step_ms=20",
          "workload.num_prompts=200", *extra],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=restore_sigint,
+        start_new_session=new_session)
 
 
-def wait_for_load(tmp_path: Path, marker: str, timeout_s: float = 60) -> None:
-    """Until the simulator is up and has served some tokens."""
+def posts_served(tmp_path: Path) -> int:
+    log = next(tmp_path.glob("*/arms/baseline/server.log"), None)
+    return log.read_text(errors="replace").count("POST") if log is not None else 0
+
+
+def wait_for_load(tmp_path: Path, marker: str, posts: int = 3, timeout_s: float = 60) -> None:
+    """Until the simulator is up and has been sent `posts` requests."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        log = next(tmp_path.glob("*/arms/baseline/server.log"), None)
-        if log is not None and log.read_text(errors="replace").count("POST") >= 3 and sim_processes(marker):
+        if posts_served(tmp_path) >= posts and sim_processes(marker):
             return
         time.sleep(0.2)
     raise AssertionError("the load never started")
 
 
-def test_ctrl_c_mid_load_leaves_no_process_and_a_closed_record(tmp_path, marker):
-    proc = start_in_background(tmp_path, marker)
+# Short requests at 2 streams (closed loop): once 1 warm-up + 2 + 5 requests were sent, at
+# least 5 measured ones had finished, since each later one waits for an earlier one's end.
+SHORT_LOAD = ("workload.max_tokens=32", "workload.concurrency=2", "workload.num_prompts=2000",
+              "server.sim.decode_step_ms=4")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_an_interrupt_mid_load_keeps_the_finished_requests_and_closes_the_record(tmp_path, marker, signum):
+    proc = start_in_background(tmp_path, marker, *SHORT_LOAD)
     try:
-        wait_for_load(tmp_path, marker)
-        proc.send_signal(signal.SIGINT)
+        wait_for_load(tmp_path, marker, posts=1 + 2 + 5)
+        proc.send_signal(signum)
         output, _ = proc.communicate(timeout=60)
     finally:
         proc.kill()
     assert proc.returncode == 2, output[-3000:]  # pytest: interrupted
     assert wait_gone(marker) == [], "a server process outlived the interrupted run"
     results = results_of(tmp_path)
-    assert results["interrupted"] is True
-    assert results["arms"]["baseline"]["status"] == "interrupted"
+    assert results["status"] == "interrupted" and results["interrupted"] is True
+    baseline = results["arms"]["baseline"]
+    assert baseline["status"] == "interrupted" and "output_tok_s" not in baseline  # a cut load is no measurement
+    lines = [json.loads(line) for line in (tmp_path / "latest" / "requests.jsonl").read_text().splitlines()]
+    measured = [line for line in lines if not line["warmup"]]
+    assert len(measured) >= 5 and all(line["ok"] and line["e2e_ms"] for line in lines)
+    assert all(line["arm"] == "baseline" and line["interrupted_load"] is True for line in lines)
+    assert baseline["interrupted_load"]["finished"] == len(measured)
+    assert 0 <= baseline["interrupted_load"]["in_flight"] <= 2
+    assert results["arms"]["eagle3"]["status"] == "not_run"
     assert not list(tmp_path.rglob("*.tmp")), "a half-written file was left behind"
     assert specgate_containers(tmp_path) == [], "a container outlived the interrupted run"
+
+
+def write_finished_record(root: Path) -> Path:
+    """An earlier run's record, which `latest` names."""
+    earlier = root / "20200101T000000Z_sim_smoke"
+    earlier.mkdir()
+    (earlier / "results.json").write_text(json.dumps({"status": "finished", "arms": {}}))
+    (root / "latest").symlink_to(earlier.name)
+    return earlier
+
+
+def remove_leftovers(root: Path, marker: str) -> None:
+    """What a kill -9 of the harness leaves: its containers (found by their run label) and
+    any server process carrying the marker."""
+    import docker
+
+    runs = {p.name for p in root.iterdir() if p.is_dir() and not p.is_symlink()}
+    client = docker.from_env()
+    try:
+        for container in client.containers.list(all=True, filters={"label": "specgate.session"}):
+            if container.labels.get("specgate.run") in runs:
+                container.remove(force=True)
+    finally:
+        client.close()
+    for pid in sim_processes(marker):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def specgate_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([PYTHON, "-m", "harness.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+def test_a_run_killed_with_sigkill_leaves_a_record_that_says_it_is_incomplete(tmp_path, marker):
+    earlier = write_finished_record(tmp_path)
+    proc = start_in_background(tmp_path, marker, new_session=True)
+    try:
+        wait_for_load(tmp_path, marker)
+        os.killpg(proc.pid, signal.SIGKILL)  # pytest and anything in its process group, no clean-up at all
+        proc.communicate(timeout=30)
+        [record] = [p for p in tmp_path.iterdir() if p.is_dir() and p != earlier and not p.is_symlink()]
+        results = json.loads((record / "results.json").read_text())
+        assert results["status"] == "running" and results["finished_utc"] is None
+        assert results["arms"]["baseline"]["status"] == "measuring"  # the arm it died in
+        assert (tmp_path / "latest").resolve() == earlier.resolve(), "latest moved to a run that never ended"
+        compare = specgate_cli("compare", str(earlier), str(record))
+        assert compare.returncode == 0, compare.stderr
+        assert "**INCOMPLETE**" in compare.stdout and "the run died before it finished" in compare.stdout
+        report = specgate_cli("report", str(record))
+        assert report.returncode == 0, report.stderr
+        assert "INCOMPLETE: the run died before it finished" in (record / "report.html").read_text()
+    finally:
+        proc.kill()
+        remove_leftovers(tmp_path, marker)
+    assert wait_gone(marker) == [] and specgate_containers(tmp_path) == []
 
 
 def test_a_server_that_dies_mid_load_fails_the_arm_in_words(tmp_path, marker):

@@ -17,7 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness.load import LoadResult, ProgressSnapshot, RequestRecord, print_progress, run_load
+from harness.load import LoadInterrupted, LoadResult, ProgressSnapshot, RequestRecord, print_progress, run_load
 from harness.load.arrivals import ClosedLoop, GammaArrivals, PoissonArrivals, arrival_process
 from harness.load.prompts import FixedPrompt, RandomWords, prompt_source
 from harness.engines import ENGINES
@@ -227,8 +227,8 @@ def test_ctrl_c_propagates_and_closes_cleanly(fake, tmp_path):
         print("started", flush=True)
         try:
             run_load(w, "{fake.url}", "m")
-        except KeyboardInterrupt:
-            print("KeyboardInterrupt caught", flush=True)
+        except KeyboardInterrupt as exc:
+            print("KeyboardInterrupt caught", type(exc).__name__, len(exc.partial.records), exc.in_flight, flush=True)
             sys.exit(3)
         print("finished without interrupt", flush=True)
     """))
@@ -244,9 +244,35 @@ def test_ctrl_c_propagates_and_closes_cleanly(fake, tmp_path):
     out, err = p.communicate(timeout=10)
     assert time.perf_counter() - t < 3
     assert p.returncode == 3, (out, err)
-    assert b"KeyboardInterrupt caught" in out
+    assert b"KeyboardInterrupt caught LoadInterrupted 0 4" in out  # nothing had finished, 4 were cut off
     for bad in (b"Unclosed client session", b"Unclosed connector", b"Task was destroyed", b"never awaited"):
         assert bad not in err, err.decode()
+
+
+def test_an_interrupted_load_hands_over_the_requests_that_finished(fake):
+    """A signal whose handler raises KeyboardInterrupt (the plugin's SIGTERM) mid-load: the
+    caller gets LoadInterrupted, still a KeyboardInterrupt, with every finished request and
+    the count of those cut off, which are left out."""
+    import signal
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt("signal")
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 0.6)
+    try:
+        with pytest.raises(LoadInterrupted) as info:
+            run_load(wl(num_prompts=100_000, concurrency=4, warmup_requests=1), fake.url, "m")
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    partial = info.value.partial
+    assert isinstance(info.value, KeyboardInterrupt)
+    assert len(partial.measured) >= 4 and all(r.ok for r in partial.records), [r.error for r in partial.records]
+    assert [r.index for r in partial.records if r.warmup] == [0]
+    assert 1 <= info.value.in_flight <= 4
+    assert partial.start_time == min(r.send_time for r in partial.measured)
+    assert partial.end_time == max(r.end_time for r in partial.measured)
 
 
 def test_tokens_flowing_is_signalled_once_at_the_first_measured_token(fake):

@@ -1,21 +1,99 @@
-"""Run records: atomic writes, a `latest` link, secrets redacted everywhere."""
+"""Run records: atomic writes, a `latest` link, a status from start to end, secrets
+redacted everywhere."""
 
 import json
 import os
 
 import pytest
 
-from harness.record import RecordError, Redactor, RunRecord, atomic_write, load_results, read_run
+from harness.config import compose
+from harness.record import (RecordError, Redactor, RunRecord, atomic_write, load_results, read_reference_runs,
+                            read_run, read_runs)
+from harness.runner import Runner
 
 
 def test_record_layout_and_latest_link(tmp_path):
     record = RunRecord(tmp_path, "sim_smoke")
     assert record.path.parent == tmp_path and record.path.name.endswith("_sim_smoke")
+    assert not (tmp_path / "latest").exists(), "latest moved to a run that has not ended"
+    record.point_latest()
     assert (tmp_path / "latest").resolve() == record.path.resolve()
     record.write_json("results.json", {"arms": {"a": {"output_tok_s": 1.0}}})
     assert load_results(record.path)["arms"]["a"]["output_tok_s"] == 1.0
-    second = RunRecord(tmp_path, "sim_smoke")  # same second: a distinct folder, latest moves
-    assert second.path != record.path and (tmp_path / "latest").resolve() == second.path.resolve()
+    second = RunRecord(tmp_path, "sim_smoke")  # same second: a distinct folder
+    assert second.path != record.path and (tmp_path / "latest").resolve() == record.path.resolve()
+    second.point_latest()
+    assert (tmp_path / "latest").resolve() == second.path.resolve()
+
+
+def runner_for(root) -> Runner:
+    return Runner(compose(["+exp=sim_smoke", f"record.root={root}"]))
+
+
+def results(path) -> dict:
+    return json.loads((path / "results.json").read_text())
+
+
+@pytest.mark.parametrize("interrupted, status", [(False, "finished"), (True, "interrupted")])
+def test_a_record_says_running_from_its_creation_and_moves_latest_only_when_the_run_ends(tmp_path, interrupted, status):
+    earlier = runner_for(tmp_path)
+    earlier.start_record()
+    earlier.finish()
+    runner = runner_for(tmp_path)
+    path = runner.start_record()
+    assert path != earlier.recorder.path
+    assert results(path)["status"] == "running" and results(path)["finished_utc"] is None
+    assert read_run(path).status == "running"
+    assert (tmp_path / "latest").resolve() == earlier.recorder.path.resolve(), "latest named a run still going"
+    runner.finish(interrupted=interrupted)
+    assert results(path)["status"] == status and results(path)["interrupted"] is interrupted
+    assert results(path)["finished_utc"]
+    assert (tmp_path / "latest").resolve() == path.resolve()
+
+
+def write_results(root, name, **data):
+    path = root / name
+    path.mkdir(parents=True)
+    (path / "results.json").write_text(json.dumps({"arms": {}, **data}))
+    return path
+
+
+@pytest.mark.parametrize("data, status", [({}, "finished"), ({"interrupted": True}, "interrupted"),
+                                          ({"interrupted": False}, "finished"), ({"status": "running"}, "running"),
+                                          ({"status": "interrupted", "interrupted": True}, "interrupted")])
+def test_records_without_a_status_read_as_written_at_the_end(tmp_path, data, status):
+    run = read_run(write_results(tmp_path, "r", **data))
+    assert run.status == status and run.finished is (status == "finished")
+    assert bool(run.incompleteness) is (status != "finished")
+
+
+def test_a_reference_run_must_have_finished(tmp_path):
+    dead = write_results(tmp_path, "20261201T000000Z_x", status="running")
+    with pytest.raises(RecordError) as info:
+        read_reference_runs(dead)
+    assert "still says running" in str(info.value) and "a reference run must have finished" in str(info.value)
+    assert "\n" not in str(info.value)
+    stopped = write_results(tmp_path, "20261201T000001Z_x", status="interrupted", interrupted=True)
+    with pytest.raises(RecordError, match="interrupted"):
+        read_reference_runs(stopped)
+    old = write_results(tmp_path, "20261201T000002Z_x")  # written before `status`: finished
+    assert read_reference_runs(old) == (read_runs(old), [])
+
+
+def test_a_history_folder_leaves_out_its_unfinished_runs_and_says_so(tmp_path):
+    for i, status in enumerate(["finished", "running", "finished", "interrupted"]):
+        write_results(tmp_path, f"20261201T00000{i}Z_x", status=status)
+    runs, notes = read_reference_runs(tmp_path)
+    assert [r.label for r in runs] == ["20261201T000000Z_x", "20261201T000002Z_x"]
+    assert notes == [f"gate.baseline: left out 2 unfinished record(s) of {tmp_path}: "
+                     "20261201T000001Z_x, 20261201T000003Z_x"]
+    assert len(read_runs(tmp_path)) == 4  # compare still shows them all
+
+
+def test_a_history_folder_with_no_finished_run_is_refused(tmp_path):
+    write_results(tmp_path, "20261201T000000Z_x", status="running")
+    with pytest.raises(RecordError, match="holds no finished run record"):
+        read_reference_runs(tmp_path)
 
 
 def test_atomic_write_never_leaves_half_a_file(tmp_path, monkeypatch):
@@ -70,6 +148,7 @@ def test_requests_jsonl_and_log_scrubbing(tmp_path):
 def test_one_reader_for_a_record_folder_the_latest_link_and_results_json(tmp_path):
     record = RunRecord(tmp_path, "sim_smoke")
     record.write_json("results.json", {"arms": {"a": {"status": "measured"}}, "future_key": 1})
+    record.point_latest()
     for path in (record.path, tmp_path / "latest", record.path / "results.json"):
         run = read_run(path)
         assert run.label == record.path.name and run.path.name == "results.json"

@@ -182,6 +182,20 @@ def test_a_record_without_requests_or_metrics_still_renders(tmp_path):
     assert "No measured request" in text and "No arm measured its throughput" in text and "No gate was evaluated" in text
 
 
+def test_a_record_that_still_says_running_is_shown_as_incomplete(record):
+    results = json.loads((record / "results.json").read_text())
+    results.update(status="running", finished_utc=None)
+    (record / "results.json").write_text(json.dumps(results))
+    text = write_report(record).read_text()
+    assert '<span class="badge big failed">INCOMPLETE: the run died before it finished</span>' in text
+    assert "<dt>status</dt><dd>incomplete: it still says running" in text
+
+
+def test_a_finished_record_says_so(record):
+    text = write_report(record).read_text()
+    assert "<dt>status</dt><dd>finished</dd>" in text and "INCOMPLETE" not in text
+
+
 def test_not_a_record_is_one_sentence(tmp_path):
     with pytest.raises(RecordError) as info:
         write_report(tmp_path / "missing")

@@ -148,3 +148,41 @@ def test_gates_of_a_suite_that_did_not_run_are_listed_not_silent(tmp_path):
     assert not any(name == "min_output_tok_s" for name, _ in missing)  # its suite ran
     assert "configured gate(s) were NOT evaluated" in proc.stdout
     assert "- suites/test_speculative.py: min_accept_length [eagle3], min_speedup [eagle3]" in proc.stdout
+
+
+def test_a_replay_of_a_torn_results_json_stops_before_any_server_starts(first_run, tmp_path):
+    _, record, _, _, _ = first_run
+    copy = tmp_path / "record"
+    subprocess.run(["cp", "-r", str(record), str(copy)], check=True)
+    text = (copy / "results.json").read_text()
+    (copy / "results.json").write_text(text[: len(text) // 2])  # cut in half: not JSON
+    new_root = tmp_path / "new"
+    proc = run_suites("--replay", str(copy), f"record.root={new_root}")
+    assert proc.returncode == 4, proc.stdout[-3000:]
+    assert f"specgate: --replay: {copy / 'results.json'} is not a readable run record" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert not new_root.exists(), "a record was written for a replay that never started"
+
+
+def write_results(path: Path, **data) -> Path:
+    path.mkdir(parents=True)
+    (path / "results.json").write_text(json.dumps({"arms": {}, **data}))
+    return path
+
+
+def test_a_reference_run_that_died_stops_the_run_in_one_sentence(tmp_path):
+    dead = write_results(tmp_path / "20261201T000000Z_sim_smoke", status="running")
+    proc = run_suites("+exp=sim_smoke", f"gate.baseline={dead}", f"record.root={tmp_path / 'new'}", "--collect-only")
+    assert proc.returncode == 4, proc.stdout[-2000:]
+    assert (f"specgate: gate.baseline: {dead} is incomplete: it still says running, so the run died before it "
+            "finished (e.g. kill -9); a reference run must have finished.") in proc.stderr
+
+
+def test_a_history_baseline_leaves_out_runs_that_did_not_finish_and_says_so(tmp_path):
+    history = tmp_path / "main"
+    write_results(history / "20261201T000000Z_sim_smoke", status="finished")
+    write_results(history / "20261201T000001Z_sim_smoke", status="running")
+    proc = run_suites("+exp=sim_smoke", f"gate.baseline={history}", f"record.root={tmp_path / 'new'}", "--collect-only")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert (f"specgate: gate.baseline: left out 1 unfinished record(s) of {history}: "
+            "20261201T000001Z_sim_smoke") in proc.stdout

@@ -5,6 +5,6 @@ line (:mod:`.progress`)."""
 
 from harness.load.progress import ProgressSnapshot, print_progress
 from harness.load.records import LoadResult, RequestRecord
-from harness.load.runner import run_load
+from harness.load.runner import LoadInterrupted, run_load
 
-__all__ = ["LoadResult", "ProgressSnapshot", "RequestRecord", "print_progress", "run_load"]
+__all__ = ["LoadInterrupted", "LoadResult", "ProgressSnapshot", "RequestRecord", "print_progress", "run_load"]

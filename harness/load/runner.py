@@ -5,9 +5,10 @@ as start within that many seconds (those in flight at the end still finish and c
 ``warmup_requests`` go first, one at a time, flagged ``warmup=True``; then the arrival
 process sends the measured ones.
 
-One ``asyncio.run`` and one ``aiohttp.ClientSession`` per load.  Ctrl-C: asyncio
-cancels the load task; the session is closed on the way out and KeyboardInterrupt
-reaches the caller.
+One ``asyncio.run`` and one ``aiohttp.ClientSession`` per load.  Ctrl-C (or SIGTERM,
+which the plugin turns into KeyboardInterrupt): asyncio cancels the load task, the session
+is closed on the way out, and ``LoadInterrupted`` (a KeyboardInterrupt) reaches the caller
+carrying the requests that had finished, so they are not lost with the load.
 """
 
 from __future__ import annotations
@@ -22,6 +23,17 @@ from harness.load.progress import LoadCounter, ProgressSnapshot
 from harness.load.prompts import PromptSource, prompt_source
 from harness.load.records import LoadResult, RequestRecord
 from harness.load.requests import RequestExtras, RequestFunc, Sampling, SpecDetails, make_session, request_func
+
+
+class LoadInterrupted(KeyboardInterrupt):
+    """The load was interrupted: ``partial`` holds the requests that had finished (warm-up
+    ones flagged, as usual); ``in_flight`` counts the measured ones cut off, which are left
+    out, since their timings would be the harness's cancelling, not the server's answer."""
+
+    def __init__(self, partial: LoadResult, in_flight: int):
+        super().__init__(f"load interrupted with {len(partial.measured)} measured request(s) finished, "
+                         f"{in_flight} in flight")
+        self.partial, self.in_flight = partial, in_flight
 
 
 def run_load(
@@ -54,7 +66,10 @@ def run_load(
         spec_details=spec_details,
     )
     load = _Load(workload, base_url, request, progress, on_tokens_flowing, on_measured_start)
-    return asyncio.run(load.run())
+    try:
+        return asyncio.run(load.run())
+    except KeyboardInterrupt as exc:
+        raise load.interrupted() from exc
 
 
 @dataclass
@@ -104,6 +119,7 @@ class _Load:
         self.on_measured_start = on_measured_start
         self.counter = LoadCounter(self.budget.num_prompts, self.budget.duration_s)
         self.records: list[RequestRecord] = []
+        self.ended: set[int] = set()  # id() of each record whose request ran to its end
         self.run_start: float | None = None
 
     def claim(self) -> int | None:
@@ -118,6 +134,7 @@ class _Load:
             await self.request.stream(session, self.base_url, body, rec, self.timeout_s)
         finally:
             self.counter.left(rec)
+        self.ended.add(id(rec))  # not reached when the load is cancelled mid-request
         self.counter.finished(rec)
         return rec
 
@@ -162,12 +179,21 @@ class _Load:
             self.progress(self.counter.snapshot(final=True))
         return self.result(run_start)
 
-    def result(self, run_start: float) -> LoadResult:
-        measured = [r for r in self.records if not r.warmup]
+    def interrupted(self) -> LoadInterrupted:
+        """What an interrupted load leaves: the requests that ended, and how many measured
+        ones were cut off."""
+        ended = [r for r in self.records if id(r) in self.ended]
+        in_flight = sum(1 for r in self.records if not r.warmup and id(r) not in self.ended)
+        run_start = self.run_start if self.run_start is not None else time.perf_counter()
+        return LoadInterrupted(self.result(run_start, ended), in_flight)
+
+    def result(self, run_start: float, records: list[RequestRecord] | None = None) -> LoadResult:
+        records = self.records if records is None else records
+        measured = [r for r in records if not r.warmup]
         if measured:
             start = min(r.send_time for r in measured)
             end = max(r.end_time if r.end_time is not None else r.send_time for r in measured)
         else:
             start = end = time.perf_counter()
-        return LoadResult(records=self.records, start_time=start, end_time=end, api=self.request.api,
+        return LoadResult(records=records, start_time=start, end_time=end, api=self.request.api,
                           model=self.request.model, run_start=run_start)
