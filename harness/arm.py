@@ -123,7 +123,8 @@ class ArmSession:
             load = run_load(cfg.workload, self.server.base_url, self.model, progress=progress,
                             on_tokens_flowing=sampler.mark_load_start if sampler else None,
                             on_measured_start=lambda: before.append(self.metrics_snapshot()),
-                            request_extras=self.engine.request_extras, spec_details=self.engine.spec_details)
+                            request_extras=self.engine.request_extras, spec_details=self.engine.spec_details,
+                            count_tokens=self.engine.token_counter(cfg))
         except LoadInterrupted as interrupted:
             self.keep_interrupted_load(repeat, interrupted)
             raise  # still a KeyboardInterrupt: pytest ends the run as interrupted

@@ -77,6 +77,16 @@ def _message_of(obj: Any) -> str:
     return str(obj)
 
 
+def _error_of(event: dict) -> str | None:
+    """The message of a parsed JSON object that is an error (``{"error": ...}`` or
+    ``{"object": "error", "message": ...}``), else None."""
+    if event.get("error") is not None:
+        return _message_of(event["error"])[:_MSG_LIMIT]
+    if event.get("object") == "error":
+        return _message_of(event)[:_MSG_LIMIT]
+    return None
+
+
 def server_error_message(body: str | bytes) -> str:
     """The server's own error text from a response body (JSON or plain)."""
     if isinstance(body, bytes):
@@ -216,8 +226,9 @@ class ServerClient:
                     event = _loads(payload)
                 except _StreamFailure as e:
                     raise ServerBadResponse(f"POST {url}: {e}") from None
-                if "error" in event:
-                    raise ServerBadResponse(f"POST {url}: server error mid-stream: {_message_of(event['error'])}")
+                message = _error_of(event)
+                if message is not None:
+                    raise ServerBadResponse(f"POST {url}: server error mid-stream: {message}")
                 events.append(event)
         except requests.RequestException as e:
             raise ServerUnreachable(f"POST {url}: connection dropped mid-stream after {len(events)} events: {_short(e)}.") from None

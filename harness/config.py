@@ -259,7 +259,7 @@ def validate_arm(arm: Arm) -> None:
     for key in ("max_tokens", "concurrency"):
         if workload[key] < 1:
             raise ConfigError(f"workload.{key} must be at least 1, got {workload[key]}")
-    for key in ("num_prompts", "request_rate", "duration_s", "timeout_s"):
+    for key in ("num_prompts", "request_rate", "duration_s", "timeout_s", "first_byte_timeout_s"):
         if workload[key] is not None and workload[key] <= 0:
             raise ConfigError(f"workload.{key} must be greater than 0, got {workload[key]}")
     if workload.warmup_requests < 0:

@@ -118,7 +118,8 @@ class WorkloadConfig:
     num_prompts: Optional[int] = 10  # measured requests (after warm-up)
     duration_s: Optional[float] = None  # or: send for this long instead of num_prompts
     warmup_requests: int = 1  # sent first, excluded from every metric
-    timeout_s: float = 300.0  # per request
+    timeout_s: float = 300.0  # per request, the whole of it
+    first_byte_timeout_s: Optional[float] = 60.0  # until the response's first byte (headers); null = only timeout_s
     seed: int = 0
 
 

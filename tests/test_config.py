@@ -114,12 +114,19 @@ def test_plus_still_adds_entries_to_mappings_and_groups():
     ("+workload.request_rate=-5", "workload.request_rate must be greater than 0"),
     ("workload.duration_s=-1", "workload.duration_s must be greater than 0"),
     ("workload.timeout_s=0", "workload.timeout_s must be greater than 0"),
+    ("workload.first_byte_timeout_s=0", "workload.first_byte_timeout_s must be greater than 0"),
+    ("workload.first_byte_timeout_s=-2", "workload.first_byte_timeout_s must be greater than 0"),
     ("workload.warmup_requests=-1", "workload.warmup_requests cannot be negative"),
     ("gate.max_failed_requests=-1", "gate.max_failed_requests cannot be negative"),
 ])
 def test_bad_values_are_config_errors(override, fragment):
     with pytest.raises(ConfigError, match=re.escape(fragment)):
         compose(["+exp=sim_smoke", override])
+
+
+def test_first_byte_timeout_defaults_to_a_minute_and_null_disables_it():
+    assert compose(["+exp=sim_smoke"]).arm("baseline").cfg.workload.first_byte_timeout_s == 60
+    assert compose(["+exp=sim_smoke", "workload.first_byte_timeout_s=null"]).arm("baseline").cfg.workload.first_byte_timeout_s is None
 
 
 def test_a_record_root_under_a_file_is_a_config_error(tmp_path):

@@ -12,7 +12,8 @@ An engine class provides:
   environment suite checks each of them);
 - ``apis``: the ``workload.api`` values it serves; ``request_extras(api)`` (JSON fields
   added to every request) and ``spec_details(event)`` (per-request speculative counts in
-  a stream event);
+  a stream event); ``token_counter(cfg)``: the server's exact tokenizer, if known, to
+  check its token counts with (harness/load/crosscheck.py);
 - ``server_version(client)``, ``served_model_fallback`` and
   ``server_accept_length(client)``: its info routes;
 - ``bad_request_message(body)``: the shape of its 400 (the API suite checks it);
@@ -36,6 +37,7 @@ from omegaconf import DictConfig
 
 if TYPE_CHECKING:
     from harness.client import ServerClient
+    from harness.load.crosscheck import CountTokens
 
 DEFAULT_IMAGE_PYTHON = "python3"  # a Python engine's interpreter in its image, unless build.image_python
 PER_REQUEST = "per_request"
@@ -117,6 +119,12 @@ class Engine:
 
     def spec_details(self, event: dict) -> dict | None:
         """Per-request speculative counts in one parsed stream event (None: none here)."""
+        return None
+
+    def token_counter(self, cfg: DictConfig) -> "CountTokens | None":
+        """The token count of the server's output text, exact, for cross-checking its usage;
+        None (the default) where only an approximation exists: re-tokenizing a real
+        model's output is not its generated count."""
         return None
 
     # --- info routes -------------------------------------------------------------------

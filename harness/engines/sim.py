@@ -8,6 +8,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from harness.engines.base import EngineConfigError
 from harness.engines.sglang import SGLang
+from harness.load.crosscheck import CountTokens
+from harness.sim.tokens import count_output_tokens
 
 
 def sim_args(sim: DictConfig) -> list[str]:
@@ -32,6 +34,10 @@ class Simulator(SGLang):
 
     def args(self, cfg: DictConfig, port: int, host: str) -> list[str]:
         return super().args(cfg, port, host) + (sim_args(cfg.server.sim) if cfg.server.sim is not None else [])
+
+    def token_counter(self, cfg: DictConfig) -> CountTokens | None:
+        """Its word pieces, exactly -- when we started it: behind backend=attach may be any server."""
+        return None if cfg.backend.kind == "attach" else count_output_tokens
 
     def check(self, cfg: DictConfig) -> None:
         super().check(cfg)

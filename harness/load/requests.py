@@ -20,18 +20,31 @@ Token counting per chunk (what the record's ``chunk_tokens`` mean):
   server's own count from the usage chunk; a stream without one is an error (counting
   chunks would under-count speculative decoding by the accept length).
 
+The server's count is checked, not believed: once an OpenAI stream has ended, its
+``completion_tokens`` is cross-checked against the text and chunks that actually arrived
+(:mod:`harness.load.crosscheck` has the rule), and a count the stream cannot explain
+fails the request.  An engine that knows the server's tokenizer exactly passes
+``count_tokens`` (the simulator does), which tightens the check to a few percent.
+
+Errors in a 200: a JSON body instead of a stream, or an error object as an SSE event,
+reports the server's own message (``server error: ...``).  Timeouts: the whole request
+has ``timeout_s``; the response's first byte (status line and headers) has
+``first_byte_timeout_s``, so a server that accepts a request and then sends nothing
+fails in a minute, not at the end of a long ``timeout_s``.
+
 Speculative details: ``generate`` reads ``spec_verify_ct`` / ``spec_accept_length`` from
 ``meta_info``.  OpenAI streams carry them in engine-specific fields, so the engine passes
 ``spec_details(event)``, which picks them out of one parsed event; the last event that
 has them wins.  Engine-specific body fields come in as ``extras``.
 
 The read loops are the measurement's hot path: one clock read per SSE line, no work per
-chunk beyond parsing it and appending its time and token count.
+chunk beyond parsing it, appending its time and token count, and tallying its text's bytes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -39,11 +52,14 @@ from typing import Any, Callable, ClassVar
 
 import aiohttp
 
-from harness.client import JSON_HEADERS, _StreamFailure, _loads, _message_of, _sse_payload, server_error_message
+from harness.client import JSON_HEADERS, _error_of, _StreamFailure, _loads, _sse_payload, server_error_message
+from harness.load.crosscheck import CountTokens, StreamTally, usage_problem
 from harness.load.records import RequestRecord
 
 SpecDetails = Callable[[dict], "dict | None"]
 RequestExtras = Callable[[str], dict]
+
+STALL_S = 1.0  # a timed-out stream silent this long (or half the timeout) had stalled, not merely run long
 
 
 @dataclass(frozen=True)
@@ -62,11 +78,12 @@ class RequestFunc(ABC):
     path: ClassVar[str]
 
     def __init__(self, model: str, sampling: Sampling, extras: dict | None = None,
-                 spec_details: SpecDetails | None = None):
+                 spec_details: SpecDetails | None = None, count_tokens: CountTokens | None = None):
         self.model = model
         self.sampling = sampling
         self.extras = dict(extras or {})
         self.spec_details = spec_details
+        self.count_tokens = count_tokens  # the server's exact tokenizer, when the engine knows it
 
     @abstractmethod
     def body(self, prompt: str) -> dict:
@@ -77,26 +94,31 @@ class RequestFunc(ABC):
         """Read the SSE stream into ``rec``; raise :class:`_StreamFailure` on a bad stream."""
 
     async def stream(self, session: aiohttp.ClientSession, base_url: str, body: dict, rec: RequestRecord,
-                     timeout_s: float) -> RequestRecord:
+                     timeout_s: float, first_byte_timeout_s: float | None = None) -> RequestRecord:
         """Send one streaming request and fill ``rec`` (send_time, chunks, usage, status,
-        error, end_time).  Never raises for server/network trouble -- that becomes
-        ``rec.error``; cancellation (Ctrl-C) does propagate."""
+        error, end_time).  ``timeout_s`` limits the whole request, ``first_byte_timeout_s``
+        (None: no limit of its own) the wait for the response's status line and headers.
+        Never raises for server/network trouble -- that becomes ``rec.error``;
+        cancellation (Ctrl-C) does propagate."""
         url = base_url.rstrip("/") + self.path
         rec.send_time = time.perf_counter()
         try:
             async with asyncio.timeout(timeout_s):
-                async with session.post(url, json=body, headers=JSON_HEADERS) as resp:
+                async with await _post_until_first_byte(session, url, body, first_byte_timeout_s) as resp:
                     rec.status = resp.status
                     if resp.status != 200:
                         text = await resp.read()
                         rec.error = f"HTTP {resp.status}: {server_error_message(text)}"
+                        return rec
+                    if resp.content_type == "application/json":
+                        rec.error = _json_instead_of_stream(await resp.read())
                         return rec
                     await self.read(resp.content, rec)
             rec.error = _completion_error(rec)
         except _StreamFailure as e:
             rec.error = str(e)
         except TimeoutError:
-            rec.error = f"timed out after {timeout_s:g}s"
+            rec.error = _timeout_message(timeout_s, rec.chunk_times, time.perf_counter())
         except aiohttp.ClientConnectorError as e:
             rec.error = f"cannot connect to {url}: {e.os_error or e}"
         except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, ConnectionResetError) as e:
@@ -108,6 +130,53 @@ class RequestFunc(ABC):
         finally:
             rec.end_time = time.perf_counter()
         return rec
+
+
+async def _post_until_first_byte(session: aiohttp.ClientSession, url: str, body: dict,
+                                 first_byte_timeout_s: float | None) -> aiohttp.ClientResponse:
+    """POST ``body``; the response once its status line and headers are in."""
+    deadline = asyncio.timeout(first_byte_timeout_s)
+    try:
+        async with deadline:
+            return await session.post(url, json=body, headers=JSON_HEADERS)
+    except TimeoutError:
+        if not deadline.expired():  # aiohttp's own connect timeout: not ours to name
+            raise
+        raise _StreamFailure(f"no response within workload.first_byte_timeout_s={first_byte_timeout_s:g}s "
+                             f"(the server accepted the request but sent nothing)") from None
+
+
+def _json_instead_of_stream(body: bytes) -> str:
+    """The error of a 200 whose body is one JSON document where an SSE stream was asked for."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        data = None
+    message = _error_of(data) if isinstance(data, dict) else None
+    if message is not None:
+        return f"server error: {message}"
+    snippet = body[:200].decode("utf-8", "replace")
+    return f"the server answered with one JSON body instead of an SSE stream (was stream: true ignored?): {snippet!r}"
+
+
+def _timeout_message(timeout_s: float, chunk_times: list[float], now: float) -> str:
+    """Why a request ran out of ``timeout_s``: before any token, stalled mid-stream, or still streaming."""
+    if not chunk_times:
+        return f"timed out after {timeout_s:g}s"
+    silent_s = now - chunk_times[-1]
+    if silent_s >= min(STALL_S, timeout_s / 2):
+        return (f"timed out after {timeout_s:g}s: the stream stalled mid-stream after {len(chunk_times)} "
+                f"token chunks (nothing for the last {silent_s:.1f}s)")
+    return (f"timed out after {timeout_s:g}s while still streaming ({len(chunk_times)} token chunks so far): "
+            f"workload.timeout_s limits the whole request")
+
+
+def _raise_server_error(event: dict, token_chunks: int) -> None:
+    """Raise the server's own message when ``event`` is an error object."""
+    message = _error_of(event)
+    if message is not None:
+        where = "server error mid-stream" if token_chunks else "server error"
+        raise _StreamFailure(f"{where}: {message}")
 
 
 def _completion_error(rec: RequestRecord) -> str | None:
@@ -145,7 +214,7 @@ class _OpenAIStream(RequestFunc):
         return body
 
     async def read(self, content: aiohttp.StreamReader, rec: RequestRecord) -> None:
-        await _read_openai(content, rec, self.chat, self.spec_details)
+        await _read_openai(content, rec, self.chat, self.spec_details, self.count_tokens)
 
 
 class ChatRequest(_OpenAIStream):
@@ -181,13 +250,13 @@ REQUEST_FUNCS: dict[str, type[RequestFunc]] = {f.api: f for f in (ChatRequest, C
 
 
 def request_func(api: str, model: str, sampling: Sampling, extras: dict | None = None,
-                 spec_details: SpecDetails | None = None) -> RequestFunc:
+                 spec_details: SpecDetails | None = None, count_tokens: CountTokens | None = None) -> RequestFunc:
     """The request function of ``api`` (a ``workload.api`` value)."""
     try:
         cls = REQUEST_FUNCS[api]
     except KeyError:
         raise ValueError(f"unknown api {api!r}: expected one of {', '.join(REQUEST_FUNCS)}") from None
-    return cls(model, sampling, extras, spec_details)
+    return cls(model, sampling, extras, spec_details, count_tokens)
 
 
 def make_session(concurrency: int, read_bufsize: int = 16 * 1024**2) -> aiohttp.ClientSession:
@@ -202,9 +271,10 @@ def make_session(concurrency: int, read_bufsize: int = 16 * 1024**2) -> aiohttp.
 
 
 async def _read_openai(content: aiohttp.StreamReader, rec: RequestRecord, chat: bool,
-                       spec_details: SpecDetails | None) -> None:
+                       spec_details: SpecDetails | None, count_tokens: CountTokens | None) -> None:
     times, toks = rec.chunk_times, rec.chunk_tokens
     clock = time.perf_counter
+    tally = StreamTally(keep_text=count_tokens is not None)
     last_ct = 0
     by_usage = False
     saw_done = False
@@ -219,17 +289,18 @@ async def _read_openai(content: aiohttp.StreamReader, rec: RequestRecord, chat: 
             saw_done = True
             continue
         data = _loads(payload)
-        if "error" in data:
-            raise _StreamFailure(f"server error mid-stream: {_message_of(data['error'])}")
+        if "error" in data or data.get("object") == "error":
+            _raise_server_error(data, len(times))
         choices = data.get("choices")
         usage = data.get("usage")
         if choices:
             ch = choices[0]
             if chat:
                 d = ch.get("delta")
-                text = (d.get("content") or d.get("reasoning_content")) if d else None
+                text = (d.get("content") or d.get("reasoning_content") or d.get("reasoning")) if d else None
             else:
                 text = ch.get("text")
+            nbytes = tally.add_text(text) if text else 0
             if usage and usage.get("completion_tokens") is not None:
                 n = usage["completion_tokens"] - last_ct
                 if n > 0:
@@ -237,6 +308,7 @@ async def _read_openai(content: aiohttp.StreamReader, rec: RequestRecord, chat: 
                     toks.append(n)
                     last_ct += n
                     by_usage = True
+                    tally.add_chunk_usage(len(times), n, nbytes)
             elif text:
                 times.append(t)
                 toks.append(1)
@@ -253,22 +325,36 @@ async def _read_openai(content: aiohttp.StreamReader, rec: RequestRecord, chat: 
         raise _StreamFailure(
             f"connection dropped mid-stream: the stream ended without [DONE] after {len(times)} token chunks"
         )
-    if final_usage is not None:
-        rec.prompt_tokens = final_usage.get("prompt_tokens")
-        rec.completion_tokens = final_usage.get("completion_tokens")
-    elif by_usage:
-        rec.completion_tokens = last_ct
-    else:
-        raise _StreamFailure(
-            "the server sent no usage chunk (stream_options.include_usage), so the completion token count is unknown"
-        )
+    _settle_usage(rec, final_usage, last_ct if by_usage else None, tally, count_tokens)
     if spec is not None:
         rec.spec_verify_ct = spec.get("spec_verify_ct")
         rec.spec_accept_length = spec.get("spec_accept_length")
-    if toks and rec.completion_tokens:
-        missing = rec.completion_tokens - sum(toks)
-        if missing > 0:  # fallback counting (1 per chunk): the last chunk absorbs the rest
-            toks[-1] += missing
+
+
+def _settle_usage(rec: RequestRecord, final_usage: dict | None, per_chunk_total: int | None,
+                  tally: StreamTally, count_tokens: CountTokens | None) -> None:
+    """Set the record's token counts from a finished OpenAI stream's usage, once they are
+    checked against what was streamed (:mod:`harness.load.crosscheck`)."""
+    if final_usage is None and per_chunk_total is None:
+        if not rec.chunk_times:  # the most basic fact first: nothing came at all
+            raise _StreamFailure("the stream finished without any tokens")
+        raise _StreamFailure(
+            "the server sent no usage chunk (stream_options.include_usage), so the completion token count is unknown"
+        )
+    if final_usage is not None:
+        rec.prompt_tokens = final_usage.get("prompt_tokens")
+        rec.completion_tokens = final_usage.get("completion_tokens")
+    else:
+        rec.completion_tokens = per_chunk_total
+    toks = rec.chunk_tokens
+    if not (toks and rec.completion_tokens):
+        return  # no tokens, or a zero count: _completion_error names it
+    problem = usage_problem(rec.completion_tokens, tally, toks, per_chunk_total, count_tokens)
+    if problem:
+        raise _StreamFailure(problem)
+    missing = rec.completion_tokens - sum(toks)
+    if missing > 0:  # fallback counting (1 per chunk), or a last step with no chunk: the last chunk absorbs the rest
+        toks[-1] += missing
 
 
 async def _read_generate(content: aiohttp.StreamReader, rec: RequestRecord) -> None:
@@ -286,8 +372,8 @@ async def _read_generate(content: aiohttp.StreamReader, rec: RequestRecord) -> N
             saw_done = True
             continue
         data = _loads(payload)
-        if "error" in data:
-            raise _StreamFailure(f"server error mid-stream: {_message_of(data['error'])}")
+        if "error" in data or data.get("object") == "error":
+            _raise_server_error(data, len(times))
         m = data.get("meta_info")
         if m:
             meta = m

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from harness.load.arrivals import ArrivalProcess, arrival_process
+from harness.load.crosscheck import CountTokens
 from harness.load.progress import LoadCounter, ProgressSnapshot
 from harness.load.prompts import PromptSource, prompt_source
 from harness.load.records import LoadResult, RequestRecord
@@ -45,6 +46,7 @@ def run_load(
     on_measured_start: Callable[[], None] | None = None,
     request_extras: RequestExtras | None = None,
     spec_details: SpecDetails | None = None,
+    count_tokens: CountTokens | None = None,
 ) -> LoadResult:
     """Run one workload against ``base_url``; see the module docstring.
 
@@ -56,7 +58,8 @@ def run_load(
 
     The engine's hooks: ``request_extras(api)`` gives extra JSON fields for every request
     body, ``spec_details(event)`` picks speculative statistics out of one parsed event of an
-    OpenAI stream (see :mod:`harness.load.requests`)."""
+    OpenAI stream (see :mod:`harness.load.requests`), ``count_tokens(text)`` is the server's
+    exact tokenizer where the engine knows it (see :mod:`harness.load.crosscheck`)."""
     api = str(workload.api)
     request = request_func(
         api,
@@ -64,6 +67,7 @@ def run_load(
         Sampling(int(workload.max_tokens), float(workload.temperature), bool(workload.ignore_eos)),
         extras=request_extras(api) if request_extras is not None else None,
         spec_details=spec_details,
+        count_tokens=count_tokens,
     )
     load = _Load(workload, base_url, request, progress, on_tokens_flowing, on_measured_start)
     try:
@@ -114,6 +118,8 @@ class _Load:
         self.concurrency = max(1, int(workload.concurrency or 1))
         self.warmup_requests = int(workload.warmup_requests or 0)
         self.timeout_s = float(workload.timeout_s)
+        first_byte = workload.first_byte_timeout_s
+        self.first_byte_timeout_s = None if first_byte is None else float(first_byte)
         self.progress = progress
         self.on_tokens_flowing = on_tokens_flowing
         self.on_measured_start = on_measured_start
@@ -131,7 +137,7 @@ class _Load:
         self.records.append(rec)
         self.counter.sent(rec)
         try:
-            await self.request.stream(session, self.base_url, body, rec, self.timeout_s)
+            await self.request.stream(session, self.base_url, body, rec, self.timeout_s, self.first_byte_timeout_s)
         finally:
             self.counter.left(rec)
         self.ended.add(id(rec))  # not reached when the load is cancelled mid-request

@@ -60,6 +60,12 @@ def count_tokens(text: str) -> int:
     return max(1, len(_PIECE_RE.findall(text)))
 
 
+def count_output_tokens(text: str) -> int:
+    """Output token count of generated text: exactly its pieces, since the model's output
+    is pieces (an EOS, which has no text, is the one token not among them)."""
+    return len(_PIECE_RE.findall(text))
+
+
 def chat_prompt_tokens(contents: list[str]) -> int:
     """Prompt token count of a chat after applying the simulated chat template."""
     total = CHAT_GENERATION_PROMPT_TOKENS
