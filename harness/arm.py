@@ -100,17 +100,19 @@ class ArmSession:
         cfg, name = self.arm.cfg, self.arm.name
         progress = (lambda snapshot: self.progress(name, snapshot)) if self.progress else None
         sampler = self.start_telemetry()
-        repeats = []
+        repeats, alive = [], True
         try:
             for repeat in range(max(1, cfg.gate.repeats)):
                 repeats.append(self.measure_once(repeat, sampler, progress))
-                if not self.server.is_alive():
+                alive = self.server.is_alive()  # asked once per repeat: an attached server's may be slow
+                if not alive:
                     break
         finally:
             if sampler is not None:
                 self.finish_telemetry(sampler)
         self.outcome.result = result = combine_repeats(name, repeats)
-        if not self.server.is_alive():
+        self.outcome.server = self.server.describe()  # what the load taught (e.g. a slow health route)
+        if not alive:
             self.fail("server_died", self.server.failure(
                 f"arm '{name}': the server {self.server.exit_description()} during the load "
                 f"({result.requests_failed} requests failed)").args[0])

@@ -15,8 +15,8 @@ Three ways to use it::
 then ``backend=attach backend.url=http://127.0.0.1:PORT`` runs suites against it.
 
 Routes: ``POST /v1/chat/completions`` and ``/v1/completions`` (streamed or not; a body
-that is not ``application/json`` gets SGLang's 400), ``GET /v1/models``, ``/health`` and
-``/metrics`` (empty).  A stream is what a real server sends: HTTP/1.1 chunked
+that is not ``application/json`` gets SGLang's 400), ``GET /v1/models``, ``/health``
+(and SGLang's ``/health_generate``) and ``/metrics`` (empty).  A stream is what a real server sends: HTTP/1.1 chunked
 ``text/event-stream`` of ``data: {json}\\n\\n`` events -- for chat a role chunk, then
 ``choices[0].delta.content`` chunks and an empty-delta chunk with the finish reason; for
 completions ``choices[0].text`` chunks, the last with the finish reason -- then, when
@@ -34,6 +34,7 @@ releases hanging handlers and joins every thread it started.
 from __future__ import annotations
 
 import argparse
+import os
 import itertools
 import json
 import signal
@@ -54,6 +55,7 @@ MODES = {
     "done_no_tokens": "streams only `data: [DONE]`: no tokens, no usage",
     "error_200": "answers 200 with an error object: a JSON body (error_format='json') or one data: line ('sse')",
     "slow_health": "GET /health takes `health_delay_s`",
+    "dies_mid_load": "serves `die_after` requests honestly, then exits mid-stream (as a process only)",
 }
 WORDS = ("the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "while", "seven",
          "tired", "engineers", "measure", "every", "token")
@@ -72,12 +74,16 @@ class FakeOpenAI:
                  error_format: str = "json", error_body: dict | None = None, health_delay_s: float = 2.0,
                  chunk_sizes: tuple[int, ...] = (1,), continuous_usage: bool = True, fault_after: int = 2,
                  step_s: float = 0.0, model: str = "fake-model", host: str = "127.0.0.1", port: int = 0,
-                 verbose: bool = False):
+                 verbose: bool = False, fault_every: int = 1, die_after: int = 3, may_exit: bool = False):
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}: expected one of {', '.join(MODES)}")
         if error_format not in ("json", "sse"):
             raise ValueError(f"unknown error_format {error_format!r}: expected json or sse")
+        if mode == "dies_mid_load" and not may_exit:
+            raise ValueError("dies_mid_load exits the process: run the fake as a process (python tests/fake_openai.py)")
         self.mode = mode
+        self.fault_every = max(1, int(fault_every))  # every Nth generation request misbehaves; the rest are honest
+        self.die_after = die_after
         self.lie_factor = lie_factor
         self.lie_in_chunks = lie_in_chunks
         self.error_format = error_format
@@ -101,6 +107,7 @@ class FakeOpenAI:
         server = ThreadingHTTPServer(self._address, _Handler)
         server.block_on_close = True  # server_close() joins every handler thread
         server.fake = self
+        server.count_lock = threading.Lock()
         self._server = server
         self.port = server.server_address[1]
         self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
@@ -129,9 +136,15 @@ class FakeOpenAI:
         return f"http://{self._address[0]}:{self.port}"
 
     # --- what it says ------------------------------------------------------------------
-    def claimed(self, tokens: int) -> int:
-        """The completion tokens it reports for ``tokens`` streamed."""
-        return round(tokens * self.lie_factor) if self.mode == "lying_usage" else tokens
+    def claimed(self, tokens: int, mode: str) -> int:
+        """The completion tokens it reports for ``tokens`` streamed by a request in ``mode``."""
+        return round(tokens * self.lie_factor) if mode == "lying_usage" else tokens
+
+    def mode_of(self, number: int) -> str:
+        """How the ``number``-th generation request (0-based) is served."""
+        if self.mode == "dies_mid_load":
+            return "dies_mid_load" if number >= self.die_after else "ok"
+        return self.mode if number % self.fault_every == self.fault_every - 1 else "ok"
 
     def chunks(self, max_tokens: int) -> Iterator[tuple[str, int]]:
         """(text, cumulative tokens) of each content chunk."""
@@ -207,7 +220,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     # --- GET ---------------------------------------------------------------------------
     def do_GET(self) -> None:
-        if self.path == "/health":
+        if self.path in ("/health", "/health_generate"):  # SGLang's two: the default engine (sim) asks both
             if self.fake.mode == "slow_health":
                 self.fake.closing.wait(self.fake.health_delay_s)
             self.send_json(200, {})
@@ -241,18 +254,20 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_json(400, {"object": "error", "message": "the body is not JSON", "type": "Bad Request",
                                  "param": None, "code": 400})
             return
-        self.fake.bodies.append(body)
+        with self.server.count_lock:
+            self.fake.bodies.append(body)
+            self.mode = self.fake.mode_of(len(self.fake.bodies) - 1)
         self.generate(body, chat=self.path == "/v1/chat/completions")
 
     def generate(self, body: dict, chat: bool) -> None:
         fake = self.fake
-        if fake.mode == "http500":
+        if self.mode == "http500":
             self.send_json(500, {"object": "error", "message": "the fake was told to fail",
                                  "type": "InternalServerError", "param": None, "code": 500})
-        elif fake.mode == "hang_before_headers":
+        elif self.mode == "hang_before_headers":
             fake.closing.wait()
             self.close_connection = True
-        elif fake.mode == "error_200" and fake.error_format == "json":
+        elif self.mode == "error_200" and fake.error_format == "json":
             self.send_json(200, fake.error_body)
         elif not body.get("stream"):
             self.send_json(200, self.completion(body, chat))
@@ -263,7 +278,7 @@ class _Handler(BaseHTTPRequestHandler):
         """The whole answer of a request without ``stream``."""
         max_tokens = int(body.get("max_tokens") or DEFAULT_MAX_TOKENS)
         text = "".join(_word(i) for i in range(max_tokens))
-        usage = _usage(_prompt_tokens(body), self.fake.claimed(max_tokens))
+        usage = _usage(_prompt_tokens(body), self.fake.claimed(max_tokens, self.mode))
         if chat:
             return {"id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()),
                     "model": self.fake.model, "usage": usage,
@@ -276,10 +291,10 @@ class _Handler(BaseHTTPRequestHandler):
     def stream(self, body: dict, chat: bool) -> None:
         fake = self.fake
         self.start_stream()
-        if fake.mode == "done_no_tokens":
+        if self.mode == "done_no_tokens":
             self.end_stream()
             return
-        if fake.mode == "error_200":
+        if self.mode == "error_200":
             self.send_event(fake.error_body)
             self.end_stream()
             return
@@ -304,22 +319,24 @@ class _Handler(BaseHTTPRequestHandler):
                 choice = {"index": 0, "text": text, "finish_reason": "length" if last else None}
             event = {**head, "choices": [choice]}
             if continuous:
-                event["usage"] = _usage(prompt_tokens, fake.claimed(streamed) if fake.lie_in_chunks else streamed)
+                event["usage"] = _usage(prompt_tokens, fake.claimed(streamed, self.mode) if fake.lie_in_chunks else streamed)
             self.send_event(event)
         if chat:
             self.send_event({**head, "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]})
         if options.get("include_usage"):
-            self.send_event({**head, "choices": [], "usage": _usage(prompt_tokens, fake.claimed(streamed))})
+            self.send_event({**head, "choices": [], "usage": _usage(prompt_tokens, fake.claimed(streamed, self.mode))})
         self.end_stream()
 
     def fault_mid_stream(self) -> bool:
         """The fault of this mode at ``fault_after`` chunks; True when the stream ends here."""
-        mode = self.fake.mode
+        mode = self.mode
         if mode == "malformed_sse":
             self.write_chunk(b'data: {"choices": [ oops\n\n')
         elif mode == "drop_mid_stream":  # no terminating chunk: the body is cut short
             self.close_connection = True
             return True
+        elif mode == "dies_mid_load":  # the server process is gone, mid-stream, as after a crash
+            os._exit(1)
         elif mode == "hang_mid_stream":
             self.fake.closing.wait()
             self.close_connection = True
@@ -376,12 +393,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--step-s", type=float, default=0.0, help="pause before each content chunk")
     parser.add_argument("--model", default="fake-model")
     parser.add_argument("--verbose", action="store_true", help="log each request to stderr")
+    parser.add_argument("--fault-every", type=int, default=1, help="every Nth generation request misbehaves")
+    parser.add_argument("--die-after", type=int, default=3, help="dies_mid_load: requests served before it exits")
     args = parser.parse_args(argv)
     fake = FakeOpenAI(args.mode, lie_factor=args.lie_factor, lie_in_chunks=not args.lie_only_in_final_usage,
                       error_format=args.error_format, health_delay_s=args.health_delay_s,
                       chunk_sizes=tuple(int(n) for n in args.chunk_sizes.split(",")),
                       continuous_usage=not args.no_continuous_usage, fault_after=args.fault_after,
-                      step_s=args.step_s, model=args.model, host=args.host, port=args.port, verbose=args.verbose)
+                      step_s=args.step_s, model=args.model, host=args.host, port=args.port, verbose=args.verbose,
+                      fault_every=args.fault_every, die_after=args.die_after, may_exit=True)
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
