@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from harness.agreement import disagreements
 from harness.client import ClientError, ServerClient
 from harness.config import Arm
 from harness.engines import Engine, engine_of
@@ -137,9 +138,17 @@ class ArmSession:
         result = summarize(self.arm.name, load, self.server_accept_length())
         server_side = self.server_window(before)
         self.outcome.server_windows.append(server_side)
+        self.check_agreement(result, server_side, repeat)
         if self.engine.spec_stats == METRICS_WINDOW:  # speculation is in the server's counters only
             result = apply_server_window(result, load, server_side)
         return result
+
+    def check_agreement(self, result: ArmResult, server_side: dict[str, Any], repeat: int) -> None:
+        """This repeat's client figures against the server's own over the same requests
+        (before repeats are combined into medians, which no server window matches)."""
+        found = disagreements(result, server_side, repeat)
+        if found is not None:
+            self.outcome.client_server_disagreement = (self.outcome.client_server_disagreement or []) + found
 
     def keep_requests(self, repeat: int, load: LoadResult, **flags: Any) -> None:
         """The load's requests into requests.jsonl (and memory, for reference-run verdicts)."""

@@ -28,6 +28,8 @@ class ArmOutcome:
     result: ArmResult | None = None
     gpu: dict[str, Any] | None = None  # the telemetry block (or why telemetry could not run)
     server_windows: list[dict[str, Any]] = field(default_factory=list)  # /metrics differenced, one per repeat
+    # figures where client and server disagree (harness/agreement.py); [] all agreed, None nothing compared
+    client_server_disagreement: list[dict[str, Any]] | None = None
     environment: list[dict[str, Any]] | None = None  # configured variables as each server process has them
     request_lines: list[dict[str, Any]] = field(default_factory=list)  # requests.jsonl lines (kept in memory for verdicts)
     interrupted_load: dict[str, Any] | None = None  # {repeat, finished, in_flight} of a load cut by Ctrl-C/SIGTERM
@@ -46,6 +48,8 @@ class ArmOutcome:
                 block[key] = value
         if self.server_windows:
             block["server_metrics"] = self.server_windows
+        if self.client_server_disagreement is not None:
+            block["client_server_disagreement"] = self.client_server_disagreement
         if self.result is not None:
             block.update(self.result.to_json())
             block.update(versus_plain or {})

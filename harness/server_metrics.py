@@ -5,6 +5,21 @@ draft tokens, accepted tokens, accepted per position); most keep TTFT and inter-
 latency histograms. Which names an engine uses is its own (`Engine.prometheus`). A snapshot before the first measured request and one after the load
 give this run's numbers, warm-up and earlier traffic excluded, to set beside what the
 client measured.
+
+What the histogram figures mean, over the window:
+
+- ``ttft_mean_ms``: the mean over requests of the server's time to first token, from
+  when it received the request (where its clock starts is the engine's: see its class) to
+  its first output. The client's TTFT holds it, plus the HTTP paths outside it.
+- ``itl_sum_s``: the requests' decode time, first output to last, whatever the engine
+  counts per observation.
+- ``itl_count`` and ``itl_mean_ms`` = sum ÷ count: depend on ``itl_observed_per``. Per
+  token (SGLang: each output adds its interval to the sum and its number of new tokens to
+  the count), the mean is the decode time per token, the client's TPOT pooled over tokens
+  (``decode_step_ms``), not its ITL (the gap between chunks, several tokens apart under
+  speculation). Per step (vLLM), the count is engine steps and the mean the time per step.
+
+harness/agreement.py sets each figure beside the client's of the same meaning.
 """
 
 from __future__ import annotations
@@ -61,10 +76,11 @@ def window(names: PrometheusNames, before: Snapshot, after: Snapshot) -> dict[st
     block: dict[str, Any] = {
         "ttft_mean_ms": histogram_mean_ms(before, after, names.ttft_histogram),
         "itl_mean_ms": histogram_mean_ms(before, after, itl),
-        # Inter-token latency may be observed per engine step (once per speculative step,
-        # not per token), but its sum over a request is the request's decode time either way.
+        # The sum over a request is its decode time however the engine counts; the count
+        # (and so the mean) is per token or per engine step: the record says which.
         "itl_sum_s": delta(before, after, itl + "_sum") if itl else None,
         "itl_count": delta(before, after, itl + "_count") if itl else None,
+        "itl_observed_per": names.itl_observed_per if itl else None,
     }
     if not names.spec_prefix:
         return block

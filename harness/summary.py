@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.agreement import client_decoded_tokens, sentence, server_decode_ms_per_token
+from harness.engines.base import ITL_PER_TOKEN
 from harness.metric_registry import metric_value, summary_columns
 from harness.metrics import ArmResult
 
@@ -127,8 +129,8 @@ def gpu_section(experiment, gpu: dict[str, dict]) -> list[str]:
 
 def server_section(experiment, results: dict[str, ArmResult], arm_status: dict[str, dict]) -> list[str]:
     """What the client measured beside what the server's own /metrics histograms say over
-    the same window. Decode time per token: the client's (first to last chunk) vs the sum
-    of the server's inter-token latencies, both over the same tokens."""
+    the same window (first repeat), each pair of the same meaning (harness/agreement.py),
+    then every pair that disagrees, in words."""
     rows = []
     for arm in experiment.arm_names:
         windows = [w for w in arm_status.get(arm, {}).get("server_metrics", []) if w]
@@ -136,18 +138,27 @@ def server_section(experiment, results: dict[str, ArmResult], arm_status: dict[s
             continue
         server, r = windows[0], results[arm]
         rows.append([arm, cell(r.ttft_ms.mean, "{:.1f}"), cell(server.get("ttft_mean_ms"), "{:.1f}"),
-                     cell(r.decode_step_ms, "{:.2f}"), cell(server_decode_ms_per_token(server, r), "{:.2f}"),
+                     cell(r.decode_step_ms, "{:.2f}"), cell(first_window_decode_ms(server, r), "{:.2f}"),
                      cell(server.get("accept_length"), "{:.2f}"),
                      " ".join(f"{p:.2f}" for p in server.get("acceptance_per_position", [])) or "-"])
     if not rows:
         return []
-    header = ["arm", "TTFT mean client", "TTFT mean server", "decode ms/token client", "decode ms/token server",
-              "accept len (server counters)", "acceptance per position"]
-    return ["", "## Client vs server /metrics (same window, first repeat)", ""] + markdown_table(header, rows)
+    header = ["arm", "TTFT mean client", "TTFT mean server", "decode ms/token client (TPOT)",
+              "decode ms/token server", "accept len (server counters)", "acceptance per position"]
+    lines = ["", "## Client vs server /metrics (same window, first repeat)", ""] + markdown_table(header, rows)
+    return lines + disagreement_lines(experiment, results, arm_status)
 
 
-def server_decode_ms_per_token(server: dict, result: ArmResult) -> float | None:
-    decoded = result.completion_tokens - result.requests_ok  # the first token of each came from prefill
-    if not server.get("itl_sum_s") or decoded <= 0 or result.repeats > 1:
+def first_window_decode_ms(server: dict, result: ArmResult) -> float | None:
+    """The server's decode time per token; with repeats the client's token count is over all
+    of them, so an engine counting steps has none for the first window alone."""
+    if server.get("itl_observed_per") != ITL_PER_TOKEN and result.repeats > 1:
         return None
-    return server["itl_sum_s"] * 1000.0 / decoded
+    return server_decode_ms_per_token(server, client_decoded_tokens(result))
+
+
+def disagreement_lines(experiment, results: dict[str, ArmResult], arm_status: dict[str, dict]) -> list[str]:
+    found = [sentence(arm, entry, results[arm].repeats if arm in results else 1)
+             for arm in experiment.arm_names
+             for entry in arm_status.get(arm, {}).get("client_server_disagreement") or []]
+    return ([""] + [f"- {line}" for line in found]) if found else []

@@ -84,6 +84,8 @@ def test_sim_smoke_passes_and_records_everything(tmp_path, marker):
             assert set(block[metric]) >= {"mean", "p50", "p90", "p99"}
     assert results["arms"]["eagle3"]["accept_length_source"] == "run"
     assert 2.0 < results["arms"]["eagle3"]["accept_length"] < 2.8  # truth: 2.4
+    for arm in ("baseline", "eagle3"):  # an honest server agrees with the client on TTFT and TPOT
+        assert results["arms"][arm]["client_server_disagreement"] == [], results["arms"][arm]
     assert results["arms"]["baseline"]["accept_length"] is None
     assert results["arms"]["eagle3"]["speedup_vs_baseline"] > 1.1
     assert results["arms"]["eagle3"]["break_even_accept_length_vs_baseline"] < 2.0
@@ -115,6 +117,7 @@ def test_eagle_k2_sim_fails_its_gates_for_the_right_reasons(tmp_path, marker):
     assert even["passed"] is False and "below break-even" in even["detail"]
     assert 2.3 <= even["threshold"] <= 2.6  # 29.9 ms / 12.2 ms = 2.45
     assert verdicts[("min_output_tok_s", "baseline")]["passed"] is True
+    assert base["client_server_disagreement"] == eagle["client_server_disagreement"] == [], (base, eagle)
     assert "eagle3 is slower than baseline" in proc.stdout and "below break-even" in proc.stdout
     assert wait_gone(marker) == []
     assert specgate_containers(tmp_path) == []

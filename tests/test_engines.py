@@ -141,6 +141,9 @@ def test_spec_statistics_come_from_where_the_engine_reports_them():
     assert ENGINES["vllm"].spec_stats == "metrics_window" and ENGINES["vllm"].prometheus.spec_prefix
     assert ENGINES["vllm"].request_extras("chat") == {} and ENGINES["vllm"].spec_details({"sglext": {}}) is None
     assert ENGINES["sim"].request_extras("chat") == ENGINES["sglang"].request_extras("chat") != {}
+    # what one inter-token latency observation is: a token (SGLang, and so the simulator) or a step (vLLM)
+    assert ENGINES["sglang"].prometheus.itl_observed_per == ENGINES["sim"].prometheus.itl_observed_per == "token"
+    assert ENGINES["vllm"].prometheus.itl_observed_per == "step"
 
 
 # --------------------------------------------------------------------------- config

@@ -42,6 +42,9 @@ if TYPE_CHECKING:
 DEFAULT_IMAGE_PYTHON = "python3"  # a Python engine's interpreter in its image, unless build.image_python
 PER_REQUEST = "per_request"
 METRICS_WINDOW = "metrics_window"
+# What one observation of an engine's inter-token latency histogram is (PrometheusNames):
+ITL_PER_TOKEN = "token"  # each decoded token, its output's interval ÷ its tokens: sum ÷ count = time per token
+ITL_PER_STEP = "step"  # each engine step of a request, the whole interval: sum ÷ count = time per step
 
 
 class EngineConfigError(ValueError):
@@ -63,10 +66,17 @@ class Launch:
 
 @dataclass(frozen=True)
 class PrometheusNames:
-    """The engine's /metrics names specgate reads (None: it has no such metric)."""
+    """The engine's /metrics names specgate reads (None: it has no such metric), and what
+    its inter-token latency histogram counts. Either way the histogram's sum over a
+    request is its decode time (first token to last); what differs is the count:
+    ITL_PER_TOKEN (SGLang) counts every token after the first, so sum ÷ count is the decode
+    time per token, the client's TPOT; ITL_PER_STEP (vLLM) counts engine steps, so under
+    speculation (several tokens a step) sum ÷ count is the time per step, and the time per
+    token needs the token count from elsewhere (harness/agreement.py)."""
 
     ttft_histogram: str | None = None  # seconds; *_sum and *_count are differenced
     itl_histogram: str | None = None
+    itl_observed_per: str = ITL_PER_STEP  # ITL_PER_TOKEN or ITL_PER_STEP
     spec_prefix: str | None = None  # <prefix>num_drafts_total, num_draft_tokens_total, ...
 
 

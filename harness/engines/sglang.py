@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig
 
-from harness.engines.base import PER_REQUEST, PrometheusNames, PythonEngine
+from harness.engines.base import ITL_PER_TOKEN, PER_REQUEST, PrometheusNames, PythonEngine
 
 if TYPE_CHECKING:
     from harness.client import ServerClient
@@ -19,8 +19,13 @@ class SGLang(PythonEngine):
     apis = ("chat", "completions", "generate")
     health_paths = ("/health", "/health_generate")
     spec_stats = PER_REQUEST
+    # TokenizerManager.collect_metrics, per output of a request: TTFT from when the request
+    # was received (before tokenizing it) to its first output; then for each output with n
+    # new tokens, TokenizerMetricsCollector.observe_inter_token_latency(interval, n) adds
+    # the interval to the sum and n to the count (srt/metrics/collector.py, 0.5.x).
     prometheus = PrometheusNames(ttft_histogram="sglang:time_to_first_token_seconds",
-                                 itl_histogram="sglang:inter_token_latency_seconds")
+                                 itl_histogram="sglang:inter_token_latency_seconds",
+                                 itl_observed_per=ITL_PER_TOKEN)
     version_routes = ("/get_server_info",)
     served_model_fallback = "/get_model_info"
     drafter_keys = ("num_steps", "eagle_topk", "num_draft_tokens")

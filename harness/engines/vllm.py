@@ -8,7 +8,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from harness.engines.base import METRICS_WINDOW, PrometheusNames, PythonEngine
+from harness.engines.base import ITL_PER_STEP, METRICS_WINDOW, PrometheusNames, PythonEngine
 
 # docker's default /dev/shm is 64 MB; 1 GB is what vLLM's CPU build was seen working with
 DEFAULT_SHM_SIZE = "1g"
@@ -29,8 +29,13 @@ class VLLM(PythonEngine):
     apis = ("chat", "completions")
     health_paths = ("/health",)
     spec_stats = METRICS_WINDOW
+    # v1 IterationStats.update_from_output: TTFT from the request's arrival at the engine
+    # (after the API server applied the chat template and tokenized) to its first output;
+    # then one inter-token latency per engine step of a request, the whole step however
+    # many tokens it yielded.
     prometheus = PrometheusNames(ttft_histogram="vllm:time_to_first_token_seconds",
                                  itl_histogram="vllm:inter_token_latency_seconds",
+                                 itl_observed_per=ITL_PER_STEP,
                                  spec_prefix="vllm:spec_decode_")
     version_routes = ("/version",)
 

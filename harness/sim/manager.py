@@ -162,7 +162,7 @@ class EngineClient:
                 if st.log_metrics:
                     m.observe_first_token(now - st.t_start, st.stream)
             elif st.log_metrics and n:
-                m.itl.observe((now - st.last_token_at) / n)
+                m.observe_inter_token_latency(now - st.last_token_at, n)
             st.last_token_at = now
             st.completion_tokens += n
             if finish is not None:

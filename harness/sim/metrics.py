@@ -67,6 +67,20 @@ class SimMetrics:
     def observe_first_token(self, ttft_s: float, is_streaming: bool) -> None:
         self.ttft.labels(**self._stream_labels(is_streaming)).observe(ttft_s)
 
+    def observe_inter_token_latency(self, interval_s: float, num_new_tokens: int) -> None:
+        """One output of a request that brought `num_new_tokens` tokens `interval_s` after its
+        previous one, as SGLang's TokenizerMetricsCollector.observe_inter_token_latency records
+        it: the histogram's sum grows by the whole interval, its count by the number of
+        tokens, each counted in the bucket of interval / tokens. Over a window, sum ÷ count is
+        then the decode time per token (under speculation one output holds several tokens),
+        not the mean gap between outputs. SGLang adds to the buckets directly (a private
+        fast path); observing interval / n, n times, gives the same sum, count and buckets."""
+        if num_new_tokens <= 0:
+            return
+        per_token = interval_s / num_new_tokens
+        for _ in range(num_new_tokens):
+            self.itl.observe(per_token)
+
     def observe_finished(self, prompt_tokens: int, completion_tokens: int, e2e_s: float, verify_ct: int, is_streaming: bool) -> None:
         labels = self._stream_labels(is_streaming)
         self.prompt_tokens_total.labels(**labels).inc(prompt_tokens)
