@@ -26,6 +26,7 @@ from omegaconf.errors import OmegaConfBaseException
 from harness.engines import ENGINES, EngineConfigError
 from harness.engines.legacy import upgrade_config
 from harness.gate import GATES, INCONCLUSIVE
+from harness.load.datasets import DatasetError, load_dataset
 from harness.load.requests import REQUEST_FUNCS
 from harness.schema import BUILD_KINDS, SpecgateConfig
 from harness.telemetry.base import NOT_SAMPLING, SOURCES
@@ -252,14 +253,16 @@ def validate_arm(arm: Arm) -> None:
         engine.check(cfg)
     except EngineConfigError as exc:
         raise ConfigError(f"arm '{arm.name}': {exc}") from None
-    if workload.prompt is None and workload.input_len is None:
-        raise ConfigError(f"workload '{workload.name}' needs a prompt or an input_len")
+    if workload.dataset is not None:
+        check_dataset(workload.dataset)
+    elif workload.prompt is None and workload.input_len is None:
+        raise ConfigError(f"workload '{workload.name}' needs a dataset, a prompt or an input_len")
     if workload.num_prompts is None and workload.duration_s is None:
         raise ConfigError(f"workload '{workload.name}' needs num_prompts or duration_s")
     for key in ("max_tokens", "concurrency"):
         if workload[key] < 1:
             raise ConfigError(f"workload.{key} must be at least 1, got {workload[key]}")
-    for key in ("num_prompts", "request_rate", "duration_s", "timeout_s", "first_byte_timeout_s"):
+    for key in ("num_prompts", "max_turns", "request_rate", "duration_s", "timeout_s", "first_byte_timeout_s"):
         if workload[key] is not None and workload[key] <= 0:
             raise ConfigError(f"workload.{key} must be greater than 0, got {workload[key]}")
     if workload.warmup_requests < 0:
@@ -269,6 +272,15 @@ def validate_arm(arm: Arm) -> None:
     check_record_root(cfg.record.root)
     if workload.burstiness is not None and workload.burstiness <= 0:
         raise ConfigError(f"workload.burstiness must be > 0 (the gamma shape; 1 is Poisson), got {workload.burstiness}")
+
+
+def check_dataset(dataset: str) -> None:
+    """workload.dataset must be a readable file of well-formed rows: a bad one is found
+    here, before any server starts, not mid-load."""
+    try:
+        load_dataset(dataset)
+    except DatasetError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def check_record_root(root: str) -> None:

@@ -109,13 +109,15 @@ class WorkloadConfig:
     api: str = "chat"  # chat | completions | generate
     prompt: Optional[str] = None  # fixed prompt; null = random prompts of input_len tokens
     input_len: Optional[int] = None  # random prompts: input length in tokens (approximate)
+    dataset: Optional[str] = None  # a local JSONL/JSON file of prompts (repo-relative or absolute); wins over prompt and input_len
+    max_turns: Optional[int] = None  # dataset rows: send at most this many turns of each (1: single-turn); null = all
     max_tokens: int = 500  # output length asked for
     ignore_eos: bool = False  # true: every request generates exactly max_tokens
     temperature: float = 0.0
     concurrency: int = 1  # closed loop: this many requests in flight
     request_rate: Optional[float] = None  # open loop: Poisson arrivals per second (null = closed loop)
     burstiness: Optional[float] = None  # open loop: gamma arrivals with this shape (1 or null = Poisson; < 1 burstier)
-    num_prompts: Optional[int] = 10  # measured requests (after warm-up)
+    num_prompts: Optional[int] = 10  # measured prompts (after warm-up): requests, or dataset rows (one request per turn)
     duration_s: Optional[float] = None  # or: send for this long instead of num_prompts
     warmup_requests: int = 1  # sent first, excluded from every metric
     timeout_s: float = 300.0  # per request, the whole of it

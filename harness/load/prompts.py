@@ -1,15 +1,21 @@
-"""Prompt sources: the text of request ``index`` (warm-ups use negative indices).
+"""Prompt sources: the conversation of measured entry ``index`` (warm-ups use negative
+indices).
 
 A source is picked by the workload config; the same config and index always give the
-same prompt, so two arms (and a replay) send the same text.
+same conversation, so two arms (and a replay) send the same text.  A fixed prompt and
+random words are conversations of one turn (:class:`TextPrompt`); a dataset's rows may
+have several (:class:`DatasetPrompts`, rows read by :mod:`harness.load.datasets`).
 """
 
 from __future__ import annotations
 
 import random
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
+
+from harness.load.conversation import Conversation
+from harness.load.datasets import load_dataset
 
 # A fixed vocabulary of short, common English words (~1 token each with most
 # tokenizers, leading space included), so "input_len words" ~ input_len tokens.
@@ -28,12 +34,30 @@ VOCAB = (
 
 class PromptSource(ABC):
     @abstractmethod
+    def conversation(self, index: int) -> Conversation:
+        """What entry ``index`` of the load sends."""
+
+    def requests_in(self, count: int) -> int:
+        """How many requests the first ``count`` entries send (one per turn)."""
+        return sum(len(self.conversation(index).turns) for index in range(count))
+
+
+class TextPrompt(PromptSource):
+    """A source of single prompts: each entry is one request."""
+
+    @abstractmethod
     def prompt(self, index: int) -> str:
         """The prompt of request ``index``."""
 
+    def conversation(self, index: int) -> Conversation:
+        return Conversation(turns=(self.prompt(index),))
+
+    def requests_in(self, count: int) -> int:
+        return count
+
 
 @dataclass(frozen=True)
-class FixedPrompt(PromptSource):
+class FixedPrompt(TextPrompt):
     """``workload.prompt``: every request sends the same text."""
 
     text: str
@@ -43,7 +67,7 @@ class FixedPrompt(PromptSource):
 
 
 @dataclass(frozen=True)
-class RandomWords(PromptSource):
+class RandomWords(TextPrompt):
     """``workload.input_len`` words drawn from :data:`VOCAB`, seeded by ``workload.seed``
     and the request index (so each request differs and every run repeats them)."""
 
@@ -55,11 +79,40 @@ class RandomWords(PromptSource):
         return " ".join(rng.choices(VOCAB, k=self.words))
 
 
+@dataclass(frozen=True)
+class DatasetPrompts(PromptSource):
+    """``workload.dataset``: its rows in an order shuffled by ``seed``, cycled when the
+    load asks for more entries than there are rows.  Warm-ups (negative indices) take
+    rows from the end of that order, so a short load does not warm the rows it measures.
+    ``max_turns`` keeps only the first turns of each row (1: single-turn)."""
+
+    rows: tuple[Conversation, ...]
+    seed: int = 0
+    max_turns: int | None = None
+    order: tuple[int, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        order = list(range(len(self.rows)))
+        random.Random(self.seed).shuffle(order)
+        object.__setattr__(self, "order", tuple(order))
+
+    def conversation(self, index: int) -> Conversation:
+        row = self.rows[self.order[index % len(self.order)]]
+        if self.max_turns is not None and len(row.turns) > self.max_turns:
+            row = replace(row, turns=row.turns[:self.max_turns])
+        return row
+
+
 def prompt_source(workload: Any) -> PromptSource:
-    """The source ``workload`` asks for: a fixed prompt wins over random words."""
+    """The source ``workload`` asks for: a dataset wins over a fixed prompt, which wins
+    over random words."""
+    seed = int(getattr(workload, "seed", 0) or 0)
+    if getattr(workload, "dataset", None):
+        return DatasetPrompts(load_dataset(workload.dataset), seed, getattr(workload, "max_turns", None))
     if getattr(workload, "prompt", None):
         return FixedPrompt(str(workload.prompt))
     n = getattr(workload, "input_len", None)
     if not n:
-        raise ValueError("workload has neither a prompt nor an input_len: set workload.prompt or workload.input_len")
-    return RandomWords(int(n), int(getattr(workload, "seed", 0) or 0))
+        raise ValueError("workload has no dataset, prompt or input_len: set workload.dataset, workload.prompt or "
+                         "workload.input_len")
+    return RandomWords(int(n), seed)

@@ -11,8 +11,11 @@ from dataclasses import dataclass, field
 
 @dataclass
 class RequestRecord:
-    index: int
+    index: int  # the load's entry: a request, or a conversation whose turns share it
     warmup: bool
+    turn: int = 0  # which turn of its conversation (0-based); always 0 for a single prompt
+    dataset_row: int | None = None  # the dataset row it came from (0-based), None without a dataset
+    category: str | None = None  # that row's category
     send_time: float = 0.0  # perf_counter seconds
     chunk_times: list[float] = field(default_factory=list)  # arrival of each chunk that carried tokens
     chunk_tokens: list[int] = field(default_factory=list)  # tokens in that chunk
@@ -24,6 +27,7 @@ class RequestRecord:
     spec_accept_length: float | None = None
     finish_reason: str | None = None
     end_time: float | None = None
+    answer: str | None = field(default=None, repr=False)  # the streamed text, kept only for a next turn's history
     run_start: float | None = field(default=None, repr=False)  # t0 of to_json(); set by the load runner
 
     @property
@@ -56,6 +60,9 @@ class RequestRecord:
         return {
             "index": self.index,
             "warmup": self.warmup,
+            "turn": self.turn,
+            "dataset_row": self.dataset_row,
+            "category": self.category,
             "ok": self.ok,
             "status": self.status,
             "error": self.error,

@@ -3,8 +3,9 @@
 ``chat`` (``/v1/chat/completions``), ``completions`` (``/v1/completions``) and the
 native ``generate`` (``/generate``) sit behind one interface, :class:`RequestFunc`:
 :meth:`~RequestFunc.body` makes the JSON body of one request (with ``stream: true``)
-and :meth:`~RequestFunc.stream` sends it and fills a :class:`RequestRecord` while the
-SSE stream arrives.  Failures never raise out of ``stream``; they land in
+from a prompt or a chat's messages (the text APIs get the chat as text:
+:func:`~harness.load.conversation.as_text`), and :meth:`~RequestFunc.stream` sends it and
+fills a :class:`RequestRecord` while the SSE stream arrives.  Failures never raise out of ``stream``; they land in
 ``record.error`` (and ``record.status``), so a run never reports a silent zero.
 
 Token counting per chunk (what the record's ``chunk_tokens`` mean):
@@ -39,6 +40,8 @@ has them wins.  Engine-specific body fields come in as ``extras``.
 
 The read loops are the measurement's hot path: one clock read per SSE line, no work per
 chunk beyond parsing it, appending its time and token count, and tallying its text's bytes.
+The answer's text is kept only when asked (``keep_answer``: a next turn needs it in its
+history), into ``record.answer``.
 """
 
 from __future__ import annotations
@@ -48,16 +51,18 @@ import json
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, Sequence
 
 import aiohttp
 
 from harness.client import JSON_HEADERS, _error_of, _StreamFailure, _loads, _sse_payload, server_error_message
+from harness.load.conversation import as_text
 from harness.load.crosscheck import CountTokens, StreamTally, usage_problem
 from harness.load.records import RequestRecord
 
 SpecDetails = Callable[[dict], "dict | None"]
 RequestExtras = Callable[[str], dict]
+Prompt = str | Sequence[dict[str, str]]  # a prompt's text, or a chat's messages ({role, content})
 
 STALL_S = 1.0  # a timed-out stream silent this long (or half the timeout) had stalled, not merely run long
 
@@ -86,20 +91,24 @@ class RequestFunc(ABC):
         self.count_tokens = count_tokens  # the server's exact tokenizer, when the engine knows it
 
     @abstractmethod
-    def body(self, prompt: str) -> dict:
-        """The JSON body of one streaming request for ``prompt``."""
+    def body(self, prompt: Prompt, max_tokens: int | None = None) -> dict:
+        """The JSON body of one streaming request for ``prompt`` (its text, or a chat's
+        messages); ``max_tokens`` replaces the sampling's for this request."""
 
     @abstractmethod
-    async def read(self, content: aiohttp.StreamReader, rec: RequestRecord) -> None:
-        """Read the SSE stream into ``rec``; raise :class:`_StreamFailure` on a bad stream."""
+    async def read(self, content: aiohttp.StreamReader, rec: RequestRecord, keep_answer: bool) -> None:
+        """Read the SSE stream into ``rec`` (and its text into ``rec.answer`` when
+        ``keep_answer``); raise :class:`_StreamFailure` on a bad stream."""
 
     async def stream(self, session: aiohttp.ClientSession, base_url: str, body: dict, rec: RequestRecord,
-                     timeout_s: float, first_byte_timeout_s: float | None = None) -> RequestRecord:
+                     timeout_s: float, first_byte_timeout_s: float | None = None,
+                     keep_answer: bool = False) -> RequestRecord:
         """Send one streaming request and fill ``rec`` (send_time, chunks, usage, status,
-        error, end_time).  ``timeout_s`` limits the whole request, ``first_byte_timeout_s``
-        (None: no limit of its own) the wait for the response's status line and headers.
-        Never raises for server/network trouble -- that becomes ``rec.error``;
-        cancellation (Ctrl-C) does propagate."""
+        error, end_time; the streamed text as ``answer`` when ``keep_answer``).
+        ``timeout_s`` limits the whole request, ``first_byte_timeout_s`` (None: no limit
+        of its own) the wait for the response's status line and headers.  Never raises for
+        server/network trouble -- that becomes ``rec.error``; cancellation (Ctrl-C) does
+        propagate."""
         url = base_url.rstrip("/") + self.path
         rec.send_time = time.perf_counter()
         try:
@@ -113,7 +122,7 @@ class RequestFunc(ABC):
                     if resp.content_type == "application/json":
                         rec.error = _json_instead_of_stream(await resp.read())
                         return rec
-                    await self.read(resp.content, rec)
+                    await self.read(resp.content, rec, keep_answer)
             rec.error = _completion_error(rec)
         except _StreamFailure as e:
             rec.error = str(e)
@@ -195,15 +204,15 @@ class _OpenAIStream(RequestFunc):
 
     chat: ClassVar[bool]
 
-    def body(self, prompt: str) -> dict:
+    def body(self, prompt: Prompt, max_tokens: int | None = None) -> dict:
         body: dict[str, Any] = {"model": self.model}
         if self.chat:
-            body["messages"] = [{"role": "user", "content": prompt}]
+            body["messages"] = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
         else:
-            body["prompt"] = prompt
+            body["prompt"] = _text_of(prompt)
         s = self.sampling
         body.update(
-            max_tokens=int(s.max_tokens),
+            max_tokens=int(s.max_tokens if max_tokens is None else max_tokens),
             temperature=float(s.temperature),
             stream=True,
             stream_options={"include_usage": True, "continuous_usage_stats": True},
@@ -213,8 +222,8 @@ class _OpenAIStream(RequestFunc):
         body.update(self.extras)
         return body
 
-    async def read(self, content: aiohttp.StreamReader, rec: RequestRecord) -> None:
-        await _read_openai(content, rec, self.chat, self.spec_details, self.count_tokens)
+    async def read(self, content: aiohttp.StreamReader, rec: RequestRecord, keep_answer: bool) -> None:
+        await _read_openai(content, rec, self.chat, self.spec_details, self.count_tokens, keep_answer)
 
 
 class ChatRequest(_OpenAIStream):
@@ -235,15 +244,21 @@ class GenerateRequest(RequestFunc):
     api = "generate"
     path = "/generate"
 
-    def body(self, prompt: str) -> dict:
+    def body(self, prompt: Prompt, max_tokens: int | None = None) -> dict:
         s = self.sampling
-        sampling: dict[str, Any] = {"max_new_tokens": int(s.max_tokens), "temperature": float(s.temperature)}
+        sampling: dict[str, Any] = {"max_new_tokens": int(s.max_tokens if max_tokens is None else max_tokens),
+                                    "temperature": float(s.temperature)}
         if s.ignore_eos:
             sampling["ignore_eos"] = True
-        return {"text": prompt, "sampling_params": sampling, "stream": True, **self.extras}
+        return {"text": _text_of(prompt), "sampling_params": sampling, "stream": True, **self.extras}
 
-    async def read(self, content: aiohttp.StreamReader, rec: RequestRecord) -> None:
-        await _read_generate(content, rec)
+    async def read(self, content: aiohttp.StreamReader, rec: RequestRecord, keep_answer: bool) -> None:
+        await _read_generate(content, rec, keep_answer)
+
+
+def _text_of(prompt: Prompt) -> str:
+    """The prompt text of a text API: the text itself, or a chat flattened."""
+    return prompt if isinstance(prompt, str) else as_text(prompt)
 
 
 REQUEST_FUNCS: dict[str, type[RequestFunc]] = {f.api: f for f in (ChatRequest, CompletionsRequest, GenerateRequest)}
@@ -271,10 +286,12 @@ def make_session(concurrency: int, read_bufsize: int = 16 * 1024**2) -> aiohttp.
 
 
 async def _read_openai(content: aiohttp.StreamReader, rec: RequestRecord, chat: bool,
-                       spec_details: SpecDetails | None, count_tokens: CountTokens | None) -> None:
+                       spec_details: SpecDetails | None, count_tokens: CountTokens | None,
+                       keep_answer: bool = False) -> None:
     times, toks = rec.chunk_times, rec.chunk_tokens
     clock = time.perf_counter
     tally = StreamTally(keep_text=count_tokens is not None)
+    answer: list[str] | None = [] if keep_answer else None  # the content only: reasoning is not sent back
     last_ct = 0
     by_usage = False
     saw_done = False
@@ -297,9 +314,12 @@ async def _read_openai(content: aiohttp.StreamReader, rec: RequestRecord, chat: 
             ch = choices[0]
             if chat:
                 d = ch.get("delta")
-                text = (d.get("content") or d.get("reasoning_content") or d.get("reasoning")) if d else None
+                said = d.get("content") if d else None
+                text = (said or d.get("reasoning_content") or d.get("reasoning")) if d else None
             else:
-                text = ch.get("text")
+                said = text = ch.get("text")
+            if answer is not None and said:
+                answer.append(said)
             nbytes = tally.add_text(text) if text else 0
             if usage and usage.get("completion_tokens") is not None:
                 n = usage["completion_tokens"] - last_ct
@@ -329,6 +349,8 @@ async def _read_openai(content: aiohttp.StreamReader, rec: RequestRecord, chat: 
     if spec is not None:
         rec.spec_verify_ct = spec.get("spec_verify_ct")
         rec.spec_accept_length = spec.get("spec_accept_length")
+    if answer is not None:
+        rec.answer = "".join(answer)
 
 
 def _settle_usage(rec: RequestRecord, final_usage: dict | None, per_chunk_total: int | None,
@@ -357,12 +379,13 @@ def _settle_usage(rec: RequestRecord, final_usage: dict | None, per_chunk_total:
         toks[-1] += missing
 
 
-async def _read_generate(content: aiohttp.StreamReader, rec: RequestRecord) -> None:
+async def _read_generate(content: aiohttp.StreamReader, rec: RequestRecord, keep_answer: bool = False) -> None:
     times, toks = rec.chunk_times, rec.chunk_tokens
     clock = time.perf_counter
     last_ct = 0
     saw_done = False
     meta: dict = {}
+    last: dict = {}  # the last event with meta_info: its "text" is the whole answer (cumulative)
     async for line in content:
         t = clock()
         payload = _sse_payload(line)
@@ -376,7 +399,7 @@ async def _read_generate(content: aiohttp.StreamReader, rec: RequestRecord) -> N
             _raise_server_error(data, len(times))
         m = data.get("meta_info")
         if m:
-            meta = m
+            meta, last = m, data
             ct = m.get("completion_tokens")
             if ct is not None and ct > last_ct:
                 times.append(t)
@@ -401,3 +424,5 @@ async def _read_generate(content: aiohttp.StreamReader, rec: RequestRecord) -> N
     if meta.get("spec_verify_ct") is not None:
         rec.spec_verify_ct = meta.get("spec_verify_ct")
         rec.spec_accept_length = meta.get("spec_accept_length")
+    if keep_answer:
+        rec.answer = str(last.get("text") or "")

@@ -1,9 +1,16 @@
 """One load: prompts x arrivals x a request function, against one server.
 
-A load is ``num_prompts`` measured requests, or -- when ``duration_s`` is set -- as many
-as start within that many seconds (those in flight at the end still finish and count).
-``warmup_requests`` go first, one at a time, flagged ``warmup=True``; then the arrival
-process sends the measured ones.
+A load is ``num_prompts`` measured entries of the prompt source, or -- when
+``duration_s`` is set -- as many as start within that many seconds (those in flight at
+the end still finish and count).  An entry is a conversation: one request for a prompt or
+random words, one request per turn for a dataset row with several turns.  So
+``num_prompts`` counts prompts (dataset rows), and every turn is a measured request with
+its own record (the entry's ``index``, its ``turn``).  A conversation's turns go one after
+another in the slot the arrival process gave it, each turn's answer in the next one's
+history; a turn that fails ends its conversation (the next has no answer to carry).
+``warmup_requests`` go first, one at a time, flagged ``warmup=True``: each the first turn
+of a row from the end of the source's order; then the arrival process sends the measured
+ones.
 
 One ``asyncio.run`` and one ``aiohttp.ClientSession`` per load.  Ctrl-C (or SIGTERM,
 which the plugin turns into KeyboardInterrupt): asyncio cancels the load task, the session
@@ -123,7 +130,8 @@ class _Load:
         self.progress = progress
         self.on_tokens_flowing = on_tokens_flowing
         self.on_measured_start = on_measured_start
-        self.counter = LoadCounter(self.budget.num_prompts, self.budget.duration_s)
+        total = None if self.budget.num_prompts is None else self.prompts.requests_in(self.budget.num_prompts)
+        self.counter = LoadCounter(total, self.budget.duration_s)
         self.records: list[RequestRecord] = []
         self.ended: set[int] = set()  # id() of each record whose request ran to its end
         self.run_start: float | None = None
@@ -131,18 +139,33 @@ class _Load:
     def claim(self) -> int | None:
         return self.budget.claim(self.counter.measure_start)
 
-    async def one(self, session, index: int, warmup: bool) -> RequestRecord:
-        rec = RequestRecord(index=index, warmup=warmup, run_start=self.run_start)
-        body = self.request.body(self.prompts.prompt(index if not warmup else -1 - index))
+    async def one(self, session, index: int, warmup: bool) -> None:
+        """Entry ``index``: its conversation's turns in order (a warm-up: the first turn only)."""
+        conversation = self.prompts.conversation(-1 - index if warmup else index)
+        turns = 1 if warmup else len(conversation.turns)
+        answers: list[str] = []
+        for turn in range(turns):
+            rec = RequestRecord(index=index, warmup=warmup, turn=turn, dataset_row=conversation.row,
+                                category=conversation.category, run_start=self.run_start)
+            body = self.request.body(conversation.messages(turn, answers), conversation.max_tokens)
+            keep_answer = turn + 1 < turns
+            await self.send(session, rec, body, keep_answer)
+            if not rec.ok:
+                return  # the next turn would have no answer in its history
+            if keep_answer:
+                answers.append(rec.answer or "")
+
+    async def send(self, session, rec: RequestRecord, body: dict, keep_answer: bool) -> None:
+        """One request, counted while it is in flight."""
         self.records.append(rec)
         self.counter.sent(rec)
         try:
-            await self.request.stream(session, self.base_url, body, rec, self.timeout_s, self.first_byte_timeout_s)
+            await self.request.stream(session, self.base_url, body, rec, self.timeout_s, self.first_byte_timeout_s,
+                                      keep_answer)
         finally:
             self.counter.left(rec)
         self.ended.add(id(rec))  # not reached when the load is cancelled mid-request
         self.counter.finished(rec)
-        return rec
 
     async def watch_tokens(self) -> None:
         """Poll (off the hot path) for the first token of a measured request."""
