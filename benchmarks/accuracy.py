@@ -106,6 +106,10 @@ SPEC_FLAGS = [
     "--sim-accept-probs", "0.6,0.667",
 ]
 PROMPT = "Tell me about the river and the stone garden at night."
+# Content-dependent acceptance (--sim-accept-by-text): each category's prompts carry its
+# marker; "chat" has none and accepts with --sim-accept-probs.
+CATEGORY_PROBS = {"code": [0.9, 0.85], "prose": [0.5, 0.45]}
+CATEGORY_MARKERS = {"code": "Continue this Python code:", "prose": "Summarize this:"}
 
 
 # ------------------------------------------------------------------ the server
@@ -218,20 +222,21 @@ def sim_model(flags: list[str]) -> SimModel:
 
 
 # ------------------------------------------------------------------ the truth
-def accept_pmf(m: SimModel) -> list[float]:
-    """P(L = j) for j = 1 .. num_steps + 1 (top-k 1 chain, SimModel's acceptance)."""
+def accept_pmf(m: SimModel, probs: list[float] | None = None) -> list[float]:
+    """P(L = j) for j = 1 .. num_steps + 1 (top-k 1 chain, SimModel's acceptance, or a
+    content's own ``probs``)."""
     pmf, run = [], 1.0
-    for p in m.accept_probs:
+    for p in (m.accept_probs if probs is None else probs):
         pmf.append(run * (1.0 - p))
         run *= p
     pmf.append(run)
     return pmf
 
 
-def expected_cycles(m: SimModel, tokens: int) -> float:
+def expected_cycles(m: SimModel, tokens: int, probs: list[float] | None = None) -> float:
     """E[number of verify cycles to emit ``tokens`` tokens], the last cycle cut short
     (the scheduler emits min(L, remaining)): E[C(k)] = 1 + sum_j P(j) E[C(k - j)]."""
-    pmf = accept_pmf(m)
+    pmf = accept_pmf(m, probs)
     ec = [0.0] * (tokens + 1)
     for k in range(1, tokens + 1):
         ec[k] = 1.0 + sum(pj * ec[k - j] for j, pj in enumerate(pmf, start=1) if k - j > 0)
@@ -417,6 +422,37 @@ def spec_run(c: int, max_tokens: int, waves: int, overhead: list[dict]) -> tuple
     return checks, detail
 
 
+def category_run(c: int, max_tokens: int, per_category: int, overhead: list[dict]) -> tuple[list[Check], dict]:
+    """Per-category accept length: prompts of three kinds of content (a dataset file with
+    categories), the simulator accepting each with its own probabilities; the harness's
+    per-category figure against that category's truth M / E[C]."""
+    flags = PLAIN_FLAGS + SPEC_FLAGS + ["--sim-accept-by-text", json.dumps(
+        {CATEGORY_MARKERS[name]: probs for name, probs in CATEGORY_PROBS.items()})]
+    m = sim_model(flags)
+    with tempfile.TemporaryDirectory() as tmp:
+        dataset = Path(tmp) / "categories.jsonl"
+        rows = [{"category": name, "prompt": f"{CATEGORY_MARKERS.get(name, 'Tell me:')} {PROMPT} ({i})"}
+                for i in range(per_category) for name in ("code", "prose", "chat")]
+        dataset.write_text("".join(json.dumps(row) + "\n" for row in rows))
+        w = WorkloadConfig(name="accuracy_categories", api="chat", dataset=str(dataset), max_tokens=max_tokens,
+                           ignore_eos=True, temperature=0.0, concurrency=c, num_prompts=len(rows),
+                           warmup_requests=0, timeout_s=120.0)
+        with SimProcess(flags) as sim:
+            load, cpu_s, srv = _timed_load(w, sim)
+    res = summarize("eagle3", load)
+    checks, truths = [], {}
+    for name in ("code", "prose", "chat"):
+        probs = m.accept_probs_for(CATEGORY_MARKERS.get(name, ""))
+        truths[name] = max_tokens / expected_cycles(m, max_tokens - 1, probs)
+        block = res.categories.get(name) or {}
+        checks.append(Check(f"accept length on '{name}' prompts vs its truth M/E[C]", c, block.get("accept_length"),
+                            truths[name], ACCEPT_TOL, False,
+                            f"probabilities {probs}: E[L] {m.expected_accept_length(probs):.3f}; "
+                            f"{block.get('requests', 0)} requests"))
+    overhead.append(_overhead_row(f"EAGLE3 by category c={c}", load, cpu_s, srv))
+    return checks, {"concurrency": c, "max_tokens": max_tokens, "categories": res.categories, "truths": truths}
+
+
 def _overhead_row(label: str, load: LoadResult, cpu_s: float, server_cpu: dict[str, float]) -> dict:
     chunks = sum(len(r.chunk_times) for r in load.records)
     wall = (max((r.end_time or 0.0) for r in load.records) - load.run_start) if load.records else 0.0
@@ -487,6 +523,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"plain c={c}: {cs[0].row()}\n{'':13}{cs[1].row()}", file=sys.stderr, flush=True)
     checks += itl + tps
     cs, d = spec_run(64, spec_tokens, spec_waves, overhead)
+    checks += cs
+    details.append(d)
+    cs, d = category_run(48, spec_tokens, 24 if args.quick else 48, overhead)
     checks += cs
     details.append(d)
     elapsed = time.monotonic() - t0

@@ -213,6 +213,7 @@ def validate(experiment: Experiment) -> None:
             raise ConfigError(f"{registered.key_names} needs plain_arm (the plain-decoding arm to compare with)")
     if gate.inconclusive not in INCONCLUSIVE:
         raise ConfigError(f"gate.inconclusive '{gate.inconclusive}' is unknown; valid: {', '.join(INCONCLUSIVE)}")
+    check_per_category_floors("min_accept_length", gate.min_accept_length)
     if gate.baseline_mismatch not in BASELINE_MISMATCH:
         raise ConfigError(f"gate.baseline_mismatch '{gate.baseline_mismatch}' is unknown; "
                           f"valid: {', '.join(BASELINE_MISMATCH)}")
@@ -220,6 +221,17 @@ def validate(experiment: Experiment) -> None:
         raise ConfigError(f"gate.confidence must be between 0.5 and 1 (e.g. 0.95), got {gate.confidence}")
     for arm in experiment.arms:
         validate_arm(arm)
+
+
+def check_per_category_floors(key: str, thresholds) -> None:
+    """`gate.<key>: {arm: 2.0}` or `{arm: {all: 2.0, code: 2.5}}`: numbers, nothing else."""
+    for arm, value in thresholds.items():
+        entries = value.items() if isinstance(value, DictConfig) else [(None, value)]
+        for category, floor in entries:
+            if isinstance(floor, bool) or not isinstance(floor, (int, float)):
+                where = f"gate.{key}.{arm}" + (f".{category}" if category is not None else "")
+                raise ConfigError(f"{where} must be a number (or, per category, {{all: 2.0, code: 2.5}}), "
+                                  f"got {floor!r}")
 
 
 def validate_arm(arm: Arm) -> None:

@@ -250,10 +250,28 @@ def min_accept_length(ctx: GateContext) -> list[Verdict]:
         return [not_configured(name, arm)]
     if (missing := unmeasured(name, ctx)) is not None:
         return missing
-    verdict = at_least(name, arm, ctx.result.accept_length, gate.min_accept_length[arm], "accept length")
-    if ctx.result.accept_length_source == "server_cumulative":
-        verdict.detail += " (server-cumulative fallback: includes warm-up and other traffic)"
-    return guard_noise([verdict], ctx.result, ["accept_length"], gate)
+    floors = per_category_floors(gate.min_accept_length[arm])
+    verdicts = []
+    for category, floor in floors.items():
+        if category == ALL:
+            verdict = at_least(name, arm, ctx.result.accept_length, floor, "accept length")
+            if ctx.result.accept_length_source == "server_cumulative":
+                verdict.detail += " (server-cumulative fallback: includes warm-up and other traffic)"
+            verdicts += guard_noise([verdict], ctx.result, ["accept_length"], gate)
+        else:  # a category nobody sent has no accept length: a failed threshold, not a pass
+            value = (ctx.result.categories.get(category) or {}).get("accept_length")
+            verdicts.append(at_least(f"{name}.{category}", arm, value, floor, f"accept length on '{category}' prompts"))
+    return verdicts
+
+
+ALL = "all"  # in a per-category threshold: the arm over every request
+
+
+def per_category_floors(threshold: Any) -> dict[str, float]:
+    """`2.0` -> {all: 2.0}; `{all: 2.0, code: 2.5}` as it is (validated with the config)."""
+    if isinstance(threshold, (int, float)):
+        return {ALL: float(threshold)}
+    return {str(k): float(v) for k, v in dict(threshold).items()}
 
 
 @register("max_accept_length", "speculative", ("max_accept_length",), keyed_arms("max_accept_length"))

@@ -86,6 +86,7 @@ class ArmResult:
     duration_s: float = 0.0
     repeats: int = 1  # workload runs combined into this result (medians, see combine_repeats)
     noise: dict[str, dict] = field(default_factory=dict)  # metric path -> spread over the repeats
+    categories: dict[str, dict] = field(default_factory=dict)  # a dataset's category -> its figures (by_category)
 
     @property
     def requests(self) -> dict[str, int]:
@@ -110,6 +111,8 @@ class ArmResult:
             "errors": dict(self.errors),
             "completion_tokens": self.completion_tokens,
             "duration_s": _r(self.duration_s, 4),
+            **({"categories": {name: dict(block) for name, block in self.categories.items()}}
+               if self.categories else {}),
         }
 
 
@@ -176,7 +179,59 @@ def summarize(arm: str, load: LoadResult, server_accept_length: Optional[float] 
     elif server_accept_length is not None:
         res.accept_length = float(server_accept_length)
         res.accept_length_source = "server_cumulative"
+    res.categories = by_category(ok)
     return res
+
+
+def by_category(ok: list[RequestRecord]) -> dict[str, dict]:
+    """Each category's figures when the prompts carry categories (a dataset's rows), from
+    the category's successful requests alone. Throughput is shared by everything in
+    flight, so a category's speed is its requests' own: `stream_tok_s` = Σ completion
+    tokens ÷ Σ request durations (the rate one request sees, token-weighted). Accept
+    length is token-weighted as for the arm (Σ tokens ÷ Σ verify cycles)."""
+    groups: dict[str, list[RequestRecord]] = {}
+    for r in ok:
+        if r.category:
+            groups.setdefault(r.category, []).append(r)
+    return {name: category_figures(records) for name, records in sorted(groups.items())}
+
+
+def category_figures(records: list[RequestRecord]) -> dict:
+    tokens = sum(r.completion_tokens for r in records)
+    seconds = sum(r.e2e_s for r in records if r.e2e_s is not None)
+    verify = sum(r.spec_verify_ct or 0 for r in records)
+    decoding = [r for r in records if r.completion_tokens > 1 and r.decode_s is not None]
+    return {
+        "requests": len(records),
+        "completion_tokens": tokens,
+        "accept_length": _r(sum(r.completion_tokens for r in records if r.spec_verify_ct) / verify) if verify else None,
+        "stream_tok_s": _r(tokens / seconds, 3) if seconds > 0 else None,
+        "ttft_ms_p50": _r(Stat.of(r.ttft_s * 1000.0 for r in records if r.ttft_s is not None).p50),
+        "tpot_ms_p50": _r(Stat.of(r.decode_s * 1000.0 / (r.completion_tokens - 1) for r in decoding).p50),
+    }
+
+
+def category_speedups(result: ArmResult, plain: ArmResult | None) -> dict[str, float]:
+    """Per category: this arm's stream_tok_s over the plain arm's, for categories both have."""
+    if plain is None:
+        return {}
+    out = {}
+    for name, mine in result.categories.items():
+        theirs = plain.categories.get(name) or {}
+        if mine.get("stream_tok_s") and theirs.get("stream_tok_s"):
+            out[name] = round(mine["stream_tok_s"] / theirs["stream_tok_s"], 4)
+    return out
+
+
+def combine_categories(results: list[ArmResult]) -> dict[str, dict]:
+    """Repeats: each category's figures, each the median over the repeats that have it."""
+    names = sorted({c for r in results for c in r.categories})
+    combined = {}
+    for name in names:
+        blocks = [r.categories[name] for r in results if name in r.categories]
+        combined[name] = {key: (sum(b[key] for b in blocks) if key in ("requests", "completion_tokens")
+                                else _median([b.get(key) for b in blocks])) for key in blocks[0]}
+    return combined
 
 
 def apply_server_window(result: ArmResult, load: LoadResult, server: dict) -> ArmResult:
@@ -232,6 +287,7 @@ def combine_repeats(arm: str, results: list[ArmResult]) -> ArmResult:
     combined.requests_failed = sum(r.requests_failed for r in results)
     combined.errors = group_errors(sum((Counter(r.errors) for r in results), Counter()))
     combined.completion_tokens = sum(r.completion_tokens for r in results)
+    combined.categories = combine_categories(results)
     combined.duration_s = sum(r.duration_s for r in results)
     combined.noise = {path: s for path in noise_metrics()
                       if (s := spread([metric_value(r, path) for r in results])) is not None}

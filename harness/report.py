@@ -72,6 +72,7 @@ def report_context(run: RunData, requests: list[dict[str, Any]]) -> dict[str, An
         "verdict": verdict(run, gates),
         "columns": [m.shown_label(plain_arm) for m in columns],
         "arm_rows": [arm_row(arm, run.arms.get(arm), columns, plain_arm) for arm in arms],
+        "category_rows": category_rows(run.arms, arms, plain_arm),
         "gates": gates,
         "gate_counts": {s: sum(g["status"] == s for g in gates) for s in GATE_STATUSES},
         "latency_chart": latency_chart(samples, arms),
@@ -79,6 +80,20 @@ def report_context(run: RunData, requests: list[dict[str, Any]]) -> dict[str, An
         "arms": [arm_card(run.path.parent, arm, run.arms.get(arm)) for arm in arms],
         "generated_utc": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
     }
+
+
+def category_rows(blocks: dict[str, Any], arms: list[str], plain_arm: Optional[str]) -> list[list[str]]:
+    """One row per arm and category of the prompts (results.json `categories`)."""
+    rows = []
+    for arm in arms:
+        block = blocks.get(arm)
+        categories = block.get("categories") if isinstance(block, dict) else None
+        for name, c in (categories or {}).items() if isinstance(categories, dict) else []:
+            speedup = c.get(f"speedup_vs_{plain_arm}") if plain_arm else None
+            rows.append([arm, str(name), show(c.get("requests")), show(c.get("accept_length")),
+                         show(c.get("stream_tok_s")), "-" if speedup is None else f"{speedup:.2f}x",
+                         show(c.get("ttft_ms_p50")), show(c.get("tpot_ms_p50"))])
+    return rows
 
 
 def text(value: Any) -> str:

@@ -19,7 +19,7 @@ from harness.arm import ArmFailed, ArmRun, ArmSession
 from harness.config import Arm, Experiment
 from harness.gate import Verdict, configured_gates
 from harness.metric_registry import cross_arm
-from harness.metrics import ArmResult
+from harness.metrics import ArmResult, category_speedups
 from harness.outcome import ArmOutcome
 from harness.recorder import Recorder
 from harness.record import FINISHED, INTERRUPTED, RUNNING, RunData
@@ -169,6 +169,9 @@ class Runner:
             versus = ({f"{k}_vs_{plain}": v for k, v in self.comparison(arm.name).items()}
                       if outcome.result is not None else {})
             arms[arm.name] = outcome.to_json(versus) if arm.name in self.outcomes else {"status": "not_run"}
+            if outcome.result is not None:
+                for category, ratio in category_speedups(outcome.result, self.plain_result(arm.name)).items():
+                    arms[arm.name]["categories"][category][f"speedup_vs_{plain}"] = ratio
         return {
             "experiment": self.experiment.name,
             "description": self.experiment.description,

@@ -7,7 +7,7 @@ mistyped key or a value of the wrong type stops the run before anything starts.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 
 @dataclass
@@ -56,6 +56,7 @@ class SimModelConfig:
     verify_base_ms: float = 12.2
     verify_per_token_ms: float = 3.9
     accept_probs: List[float] = field(default_factory=lambda: [0.6, 0.667])
+    accept_by_text: Dict[str, List[float]] = field(default_factory=dict)  # marker in the prompt -> its accept_probs
     prefill_base_ms: float = 5.0
     prefill_ms_per_token: float = 0.05
     batch_scaling: float = 0.01
@@ -159,7 +160,8 @@ class GateConfig:
     min_output_tok_s: Dict[str, float] = field(default_factory=dict)  # arm -> floor
     max_ttft_ms: Dict[str, PercentileLimits] = field(default_factory=dict)  # arm -> {p50: ms, p99: ms}
     max_itl_ms: Dict[str, PercentileLimits] = field(default_factory=dict)  # arm -> {p50: ms, ...}
-    min_accept_length: Dict[str, float] = field(default_factory=dict)  # arm -> floor
+    # arm -> floor, or {all: floor, <category>: floor, ...} for prompts that carry categories
+    min_accept_length: Dict[str, Any] = field(default_factory=dict)
     max_accept_length: Dict[str, float] = field(default_factory=dict)  # arm -> ceiling (e.g. a draft that must not be accepted)
     min_speedup: Dict[str, SpeedupGate] = field(default_factory=dict)  # arm -> {over, ratio}
     accept_length_at_least_break_even: List[str] = field(default_factory=list)  # arms

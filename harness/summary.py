@@ -8,7 +8,7 @@ from typing import Any
 from harness.agreement import client_decoded_tokens, sentence, server_decode_ms_per_token
 from harness.engines.base import ITL_PER_TOKEN
 from harness.metric_registry import metric_value, summary_columns
-from harness.metrics import ArmResult
+from harness.metrics import ArmResult, category_speedups
 
 def arm_cells(result: ArmResult, comparison: dict[str, float | None]) -> list[str]:
     """One arm's row: the registry's summary columns, then requests ok/failed in one cell.
@@ -57,6 +57,7 @@ def format_summary(experiment, results: dict[str, ArmResult], arm_status: dict[s
         error = arm_status.get(arm, {}).get("error")
         if error:
             lines.append(f"\n{arm}: {error.splitlines()[0]}")
+    lines += category_section(experiment, results)
     lines += noise_section(experiment, results) + server_section(experiment, results, arm_status)
     lines += gpu_section(experiment, gpu or {})
     lines += ["", "## Gates", ""]
@@ -86,6 +87,29 @@ def not_evaluated_section(rows: list[dict]) -> list[str]:
         by_suite.setdefault(row["suite"], []).append(f"{row['name']} [{row['arm']}]")
     lines = ["", f"{len(rows)} configured gate(s) were NOT evaluated (their tests did not run):"]
     return lines + [f"- {suite}: {', '.join(names)}" for suite, names in by_suite.items()]
+
+
+def category_section(experiment, results: dict[str, ArmResult]) -> list[str]:
+    """Per category of the prompts (a dataset's rows carry them): acceptance and speed
+    depend on content, so one figure over a mix hides where a drafter wins or loses."""
+    rows = []
+    plain = results.get(experiment.plain_arm) if experiment.plain_arm else None
+    for arm in experiment.arm_names:
+        result = results.get(arm)
+        if result is None or not result.categories:
+            continue
+        speedups = category_speedups(result, plain) if arm != experiment.plain_arm else {}
+        for name, c in result.categories.items():
+            rows.append([arm, name, str(c["requests"]), cell(c["accept_length"], "{:.2f}"),
+                         cell(c["stream_tok_s"], "{:.1f}"), cell(speedups.get(name), "{:.2f}x"),
+                         cell(c["ttft_ms_p50"], "{:.1f}"), cell(c["tpot_ms_p50"], "{:.2f}")])
+    if not rows:
+        return []
+    header = ["arm", "category", "requests", "accept len", "stream tok/s", "speedup", "TTFT p50", "TPOT p50"]
+    return ["", "## Per category", "",
+            "A category's speed is its requests' own (Σ tokens ÷ Σ request durations: what one "
+            "request sees); speedup is that against the plain arm's same category.", "",
+            *markdown_table(header, rows)]
 
 
 def noise_section(experiment, results: dict[str, ArmResult]) -> list[str]:

@@ -149,3 +149,12 @@ def test_an_attach_url_ending_in_v1_is_said_at_once():
     with pytest.raises(ConfigError, match=r"ends in /v1: give the server's root, e.g. http://127.0.0.1:30000 "):
         compose(["+exp=sim_smoke", "backend=attach", "backend.url=http://127.0.0.1:30000/v1"])
     compose(["+exp=sim_smoke", "backend=attach", "backend.url=http://127.0.0.1:30000"])
+
+
+def test_a_per_category_threshold_must_be_numbers():
+    from harness.config import ConfigError, compose
+
+    ok = compose(["+exp=sim_smoke", "gate.min_accept_length={eagle3:{all:2.0,code:2.5}}"])
+    assert ok.base.gate.min_accept_length["eagle3"]["code"] == 2.5
+    with pytest.raises(ConfigError, match=r"gate.min_accept_length.eagle3.code must be a number .*got 'fast'"):
+        compose(["+exp=sim_smoke", "gate.min_accept_length={eagle3:{all:2.0,code:fast}}"])

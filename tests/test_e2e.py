@@ -333,3 +333,22 @@ def test_specgate_list_and_show():
     assert shown.stdout.count("max_tokens: 64") == 2
     bad = subprocess.run([PYTHON, "-m", "harness.cli", "show", "drafter=nope"], cwd=ROOT, capture_output=True, text=True)
     assert bad.returncode == 4 and "valid choices" in bad.stderr  # a config mistake, as pytest says it
+
+
+def test_specmix_breaks_acceptance_and_speed_down_by_category(tmp_path):
+    """The bundled dataset on the simulator, whose acceptance depends on the content
+    (server.sim.accept_by_text): each category's accept length near its truth, in the
+    summary, results.json and the report."""
+    proc = run_suites("+exp=sim_specmix", "backend=process", f"record.root={tmp_path}")
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert "## Per category" in proc.stdout
+    eagle3 = results_of(tmp_path)["arms"]["eagle3"]["categories"]
+    assert set(eagle3) == {"code", "prose", "extraction", "repetition", "math"}
+    # truths 1 + p1 + p1 p2: code 2.665, prose 1.725 (a short output's last cycle is cut, so a little lower)
+    assert 2.45 < eagle3["code"]["accept_length"] < 2.75 and 1.6 < eagle3["prose"]["accept_length"] < 1.85
+    assert eagle3["code"]["speedup_vs_baseline"] > 1.2 > eagle3["prose"]["speedup_vs_baseline"]
+    report = subprocess.run([PYTHON, "-m", "harness.cli", "report", str(tmp_path / "latest")], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert report.returncode == 0, report.stderr
+    html = (tmp_path / "latest" / "report.html").read_text()
+    assert "Per category" in html and "<strong>eagle3</strong></td><td>prose</td>" in html

@@ -210,3 +210,17 @@ def test_reference_run_gate_names_the_regression():
     assert none.passed is None and "no reference run configured" in none.detail
     defaults = [c.metric for c in gate.comparisons(gate_cfg())]
     assert defaults == ["output_tok_s", "itl_ms.p50", "tpot_ms.p50"]
+
+
+def test_min_accept_length_per_category():
+    cats = {"code": {"accept_length": 2.7}, "prose": {"accept_length": 1.6}}
+    cfg = gate_cfg(min_accept_length={"eagle3": {"all": 2.0, "code": 2.5, "prose": 1.8, "math": 1.5}})
+    verdicts = {v.name: v for v in gate.min_accept_length(ctx("eagle3", result(categories=cats), cfg))}
+    assert verdicts["min_accept_length"].passed is True  # "all": the arm over every request (2.0)
+    assert verdicts["min_accept_length.code"].passed is True
+    prose = verdicts["min_accept_length.prose"]
+    assert prose.passed is False and prose.detail == "eagle3: accept length on 'prose' prompts 1.60 is below the floor 1.8"
+    math = verdicts["min_accept_length.math"]  # no such prompt was sent: a threshold on nothing fails
+    assert math.passed is False and "accept length on 'math' prompts was not measured" in math.detail
+    [plain] = gate.min_accept_length(ctx("eagle3", result(), gate_cfg(min_accept_length={"eagle3": 2.5})))
+    assert plain.name == "min_accept_length" and plain.passed is False  # a number is the arm as a whole

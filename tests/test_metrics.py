@@ -198,3 +198,30 @@ def test_failure_reasons_that_differ_only_in_numbers_are_one_reason_with_a_count
         "HTTP 500: model overloaded": 4,
         "timed out after 1s": 2,
     }
+
+
+def test_figures_break_down_by_the_prompts_category():
+    from harness.metrics import category_speedups, combine_repeats
+
+    # code: 10 tokens in 4 cycles over 0.23 s; prose: 3 tokens in 2 cycles over 0.12 s (+ a failed prose request)
+    code = rec(0, 1.00, [1.10, 1.13, 1.16, 1.19, 1.22], [1, 3, 2, 3, 1], verify=4)
+    prose = rec(1, 1.00, [1.05, 1.08, 1.11], [1, 1, 1], verify=2)
+    failed = rec(2, 1.01, [], [], error="HTTP 500: boom", status=500)
+    code.category, prose.category, failed.category = "code", "prose", "prose"
+    load = LoadResult(records=[code, prose, failed], start_time=1.0, end_time=1.25, api="chat", model="m")
+    res = summarize("eagle3", load)
+    assert set(res.categories) == {"code", "prose"}
+    assert res.categories["code"]["accept_length"] == pytest.approx(2.5)
+    assert res.categories["prose"]["accept_length"] == pytest.approx(1.5)
+    assert res.categories["prose"]["requests"] == 1  # the failed one has no figures
+    assert res.categories["code"]["stream_tok_s"] == pytest.approx(10 / 0.23, rel=1e-3)
+    assert res.categories["code"]["tpot_ms_p50"] == pytest.approx(120 / 9, rel=1e-3)
+    plain = summarize("baseline", LoadResult(records=[rec(0, 1.0, [1.1, 1.2, 1.3, 1.4, 1.5], [2, 2, 2, 2, 2])],
+                                             start_time=1.0, end_time=1.5, api="chat", model="m"))
+    assert plain.categories == {}  # no category on any prompt: no breakdown
+    plain.categories = {"code": {"stream_tok_s": 20.0}, "math": {"stream_tok_s": 5.0}}
+    assert category_speedups(res, plain) == {"code": pytest.approx(10 / 0.23 / 20, rel=1e-3)}  # only shared ones
+    twice = combine_repeats("eagle3", [res, res])
+    assert twice.categories["code"]["requests"] == 2
+    assert twice.categories["code"]["accept_length"] == pytest.approx(2.5)
+    assert json.loads(json.dumps(res.to_json()))["categories"]["prose"]["accept_length"] == pytest.approx(1.5)

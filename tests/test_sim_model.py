@@ -99,3 +99,16 @@ def test_tokenizer_and_plans():
     words = plan_output("tell me a story")
     assert render(words, 0, 3) == render(words, 0, 3)  # deterministic
     assert not math.isnan(len(render(words, 0, 100)[0]))
+
+
+def test_acceptance_follows_the_prompts_content():
+    from harness.sim.model import SimModel
+
+    m = SimModel(speculative=True, num_steps=2, accept_probs=[0.6, 0.667],
+                 accept_by_text={"Continue this Python code": [0.9, 0.85], "Count ": [0.95]})
+    assert m.accept_probs_for("Continue this Python code:\ndef f():") == [0.9, 0.85]
+    assert m.accept_probs_for("Count from 1 to 9") == [0.95, 0.95]  # fitted to num_steps like accept_probs
+    assert m.accept_probs_for("Continue this Python code: Count the lines") == [0.9, 0.85]  # the first marker wins
+    assert m.accept_probs_for("Tell me a story") == [0.6, 0.667]
+    assert m.expected_accept_length([0.9, 0.85]) == pytest.approx(1 + 0.9 + 0.9 * 0.85)
+    assert m.expected_accept_length() == pytest.approx(1 + 0.6 + 0.6 * 0.667)

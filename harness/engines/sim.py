@@ -4,6 +4,8 @@ simulated GPU model that telemetry=sim reads."""
 
 from __future__ import annotations
 
+import json
+
 from omegaconf import DictConfig, OmegaConf
 
 from harness.engines.base import EngineConfigError
@@ -21,6 +23,8 @@ def sim_args(sim: DictConfig) -> list[str]:
             args += [flag] if value else []
         elif isinstance(value, list):
             args += [flag, ",".join(str(v) for v in value)]
+        elif isinstance(value, dict):  # e.g. accept_by_text: one JSON argument
+            args += [flag, json.dumps(value)] if value else []
         elif value is not None:
             args += [flag, str(value)]
     return args

@@ -48,6 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sim-verify-base-ms", type=float, default=12.2)
     p.add_argument("--sim-verify-per-token-ms", type=float, default=3.9)
     p.add_argument("--sim-accept-probs", default="0.6,0.667")
+    p.add_argument("--sim-accept-by-text", default="{}",
+                   help='JSON {marker: [probabilities]}: a prompt containing the marker accepts with those')
     p.add_argument("--sim-prefill-base-ms", type=float, default=5.0)
     p.add_argument("--sim-prefill-ms-per-token", type=float, default=0.05)
     p.add_argument("--sim-batch-scaling", type=float, default=0.01)

@@ -220,12 +220,15 @@ class EngineClient:
         stream: bool,
         rid: str | None = None,
         log_metrics: bool = True,
+        accept_probs: list[float] | None = None,
     ) -> AsyncIterator[tuple[ReqState, list[Update]]]:
-        """Submit one request; yield ``(state, updates)`` whenever output arrives."""
+        """Submit one request; yield ``(state, updates)`` whenever output arrives.
+        ``accept_probs``: its content's acceptance (SimModel.accept_probs_for)."""
         key = next(self._keys)
         st = ReqState(rid or uuid.uuid4().hex, key, prompt_tokens, stream, log_metrics)
         self.states[key] = st
-        self._send(("add", key, prompt_tokens, max_new_tokens, plan.natural_length(), tuple(plan)))
+        self._send(("add", key, prompt_tokens, max_new_tokens, plan.natural_length(), tuple(plan),
+                    tuple(accept_probs or ())))
         try:
             while True:
                 await st.event.wait()

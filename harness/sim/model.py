@@ -9,11 +9,18 @@ one cycle = ``num_steps`` draft-model steps + one verify forward over
 ``num_draft_tokens`` tokens.  Draft position ``i`` is accepted with probability
 ``accept_probs[i]`` given that every earlier position was accepted; a cycle emits
 ``1 + accepted`` tokens (the verify forward always yields a bonus token).
+
+Acceptance may depend on the prompt's content, as a real drafter's does (code and
+repetition accept far more than open prose): ``accept_by_text`` maps a marker text to its
+own ``accept_probs``; a request whose prompt contains a marker uses the first such
+marker's probabilities (in the mapping's order), any other request ``accept_probs``. So
+each kind of content has a known true accept length (:meth:`SimModel.expected_accept_length`).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 from dataclasses import dataclass, field
 
 # Algorithms that SGLang runs as draft-then-verify speculative decoding.
@@ -32,6 +39,14 @@ def parse_accept_probs(text: str | list[float] | tuple[float, ...]) -> list[floa
         if not 0.0 <= v <= 1.0:
             raise ValueError(f"accept probability {v} is outside [0, 1]")
     return values
+
+
+def parse_accept_by_text(text: str | dict) -> dict[str, list[float]]:
+    """``'{"Count from": [0.95, 0.9]}'`` (JSON) into {marker: probabilities}."""
+    data = json.loads(text) if isinstance(text, str) else dict(text)
+    if not isinstance(data, dict):
+        raise ValueError("--sim-accept-by-text needs a JSON object {marker text: [probabilities]}")
+    return {str(marker): parse_accept_probs(probs) for marker, probs in data.items() if str(marker)}
 
 
 def fit_accept_probs(probs: list[float], num_steps: int) -> list[float]:
@@ -54,6 +69,7 @@ class SimModel:
     verify_base_ms: float = 12.2
     verify_per_token_ms: float = 3.9
     accept_probs: list[float] = field(default_factory=lambda: [0.6, 0.667])
+    accept_by_text: dict[str, list[float]] = field(default_factory=dict)  # marker text -> its accept_probs
     prefill_base_ms: float = 5.0
     prefill_ms_per_token: float = 0.05
     batch_scaling: float = 0.01
@@ -67,6 +83,8 @@ class SimModel:
     def __post_init__(self) -> None:
         # Keep exactly one conditional probability per draft step.
         self.accept_probs = fit_accept_probs(parse_accept_probs(self.accept_probs), self.num_steps)
+        self.accept_by_text = {marker: fit_accept_probs(probs, self.num_steps)
+                               for marker, probs in parse_accept_by_text(self.accept_by_text).items()}
 
     # ----------------------------------------------------------------- building
     @classmethod
@@ -86,6 +104,7 @@ class SimModel:
             verify_base_ms=ns.sim_verify_base_ms,
             verify_per_token_ms=ns.sim_verify_per_token_ms,
             accept_probs=parse_accept_probs(ns.sim_accept_probs),
+            accept_by_text=parse_accept_by_text(getattr(ns, "sim_accept_by_text", None) or "{}"),
             prefill_base_ms=ns.sim_prefill_base_ms,
             prefill_ms_per_token=ns.sim_prefill_ms_per_token,
             batch_scaling=ns.sim_batch_scaling,
@@ -124,12 +143,20 @@ class SimModel:
         return (self.prefill_base_ms + self.prefill_ms_per_token * n_tokens) * self.batch_factor(batch)
 
     # -------------------------------------------------------------- acceptance
-    def expected_accept_length(self) -> float:
-        """Expected tokens per cycle: 1 + sum_i prod_{j<=i} p_j (1.0 without speculation)."""
+    def accept_probs_for(self, prompt_text: str) -> list[float]:
+        """The acceptance of a request with this prompt: its first marker's, else the default."""
+        for marker, probs in self.accept_by_text.items():
+            if marker in prompt_text:
+                return probs
+        return self.accept_probs
+
+    def expected_accept_length(self, probs: list[float] | None = None) -> float:
+        """Expected tokens per cycle: 1 + sum_i prod_{j<=i} p_j (1.0 without speculation);
+        ``probs`` a content's own (:meth:`accept_probs_for`), else the default."""
         if not self.speculative:
             return 1.0
         total, run = 1.0, 1.0
-        for p in self.accept_probs:
+        for p in (self.accept_probs if probs is None else probs):
             run *= p
             total += run
         return total

@@ -46,6 +46,7 @@ class SimRequest:
     verify_ct: int = 0
     correct_drafts: int = 0
     histogram: list[int] = field(default_factory=list)
+    accept_probs: tuple[float, ...] = ()  # this request's content's acceptance; () = the model's default
 
     def finish_after(self, n_new: int) -> Any:
         """Finish reason (SGLang's JSON form) if emitting ``n_new`` more tokens ends it."""
@@ -91,12 +92,13 @@ class Scheduler:
     def _handle(self, msg: tuple) -> None:
         kind = msg[0]
         if kind == "add":
-            _, rid, prompt_tokens, max_new, natural_len, plan = msg
+            _, rid, prompt_tokens, max_new, natural_len, plan, accept_probs = msg
             # Per-request RNG seeded from (seed, arrival order): draws do not depend
             # on how requests happen to be batched.
             rng = random.Random((self.model.seed << 32) ^ self.arrivals)
             self.arrivals += 1
-            req = SimRequest(rid, prompt_tokens, max_new, natural_len, OutputPlan(*plan), rng)
+            req = SimRequest(rid, prompt_tokens, max_new, natural_len, OutputPlan(*plan), rng,
+                             accept_probs=tuple(accept_probs or ()))
             req.histogram = [0] * (self.model.num_steps + 1)
             self.waiting.append(req)
         elif kind == "abort":
@@ -142,11 +144,10 @@ class Scheduler:
         done = []
         if m.speculative:
             duration = m.verify_cycle_ms(batch) / 1000.0
-            probs = m.accept_probs
             for r in self.running.values():
                 rand = r.rng.random
                 accepted = 0
-                for p in probs:
+                for p in r.accept_probs or m.accept_probs:
                     if rand() < p:
                         accepted += 1
                     else:

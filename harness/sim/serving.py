@@ -46,6 +46,7 @@ class GenParams:
     spec_details: bool
     model: str
     continuous_usage: bool = False  # stream_options.continuous_usage_stats
+    text: str = ""  # the prompt's text: its content sets how well drafts are accepted
 
 
 # --------------------------------------------------------------------- parsing
@@ -148,6 +149,7 @@ def parse_chat(body: Any, context_len: int) -> GenParams | web.Response:
     return GenParams(
         prompt_tokens=prompt_tokens,
         plan=plan_output("\n".join(contents), ignore_eos),
+        text="\n".join(contents),
         max_new_tokens=limit,
         stream=stream,
         include_usage=_stream_usage(body),
@@ -190,6 +192,7 @@ def parse_completion(body: Any) -> GenParams | web.Response:
     return GenParams(
         prompt_tokens=max(1, n_prompt),
         plan=plan_output(text, ignore_eos),
+        text=text,
         max_new_tokens=16 if max_tokens is None else max_tokens,  # CompletionRequest.max_tokens = 16
         stream=stream,
         include_usage=_stream_usage(body),
@@ -237,7 +240,8 @@ def _matched(finish: dict | None) -> Any:
 def _open(request: web.Request, engine: EngineClient, p: GenParams, rid: str | None):
     """Submit the request; the app closes the generator when the handler ends, so a
     client that disconnects mid-stream aborts its request at once (SGLang's abort task)."""
-    gen = engine.generate(p.prompt_tokens, p.max_new_tokens, p.plan, p.stream, rid=rid)
+    gen = engine.generate(p.prompt_tokens, p.max_new_tokens, p.plan, p.stream, rid=rid,
+                          accept_probs=engine.model.accept_probs_for(p.text))
     request[GEN_KEY] = gen
     return gen
 
@@ -417,7 +421,7 @@ def parse_generate(body: Any) -> tuple[GenParams, str | None] | web.Response:
         n_prompt, plan = max(1, len(ids or [])), plan_output("", ignore_eos)
     rid = body.get("rid") if isinstance(body.get("rid"), str) else None
     return (
-        GenParams(n_prompt, plan, 128 if max_new is None else max_new, stream, False, False, ""),  # SamplingParams.max_new_tokens = 128
+        GenParams(n_prompt, plan, 128 if max_new is None else max_new, stream, False, False, "", text=text or ""),  # SamplingParams.max_new_tokens = 128
         rid,
     )
 
