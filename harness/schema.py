@@ -66,6 +66,7 @@ class SimModelConfig:
     gpu_boost_mhz: float = 2600.0  # the simulated GPUs' boost clock under load (idle ~2330-2360 MHz)
     gpu_ramp_s: float = 1.5  # time constant of the ramp from idle to boost
     gpu_throttle: str = "none"  # none | thermal | power: a fault that caps clocks under load
+    lossy_rate: float = 0.0  # a fault: this share of accepted draft tokens comes out wrong (speculative arms only)
 
 
 @dataclass
