@@ -17,6 +17,7 @@ from harness.engines import Engine, engine_of
 from harness.engines.base import METRICS_WINDOW
 from harness.images import ImageError
 from harness.load import LoadInterrupted, LoadResult, run_load
+from harness.lossless import top_logprobs_to_ask
 from harness.metrics import ArmResult, apply_server_window, combine_repeats, summarize
 from harness.outcome import ArmOutcome
 from harness.recorder import Recorder
@@ -126,7 +127,7 @@ class ArmSession:
             load = run_load(cfg.workload, self.server.base_url, self.model, progress=progress,
                             on_tokens_flowing=sampler.mark_load_start if sampler else None,
                             on_measured_start=lambda: before.append(self.metrics_snapshot()),
-                            request_extras=self.engine.request_extras, spec_details=self.engine.spec_details,
+                            request_extras=self.request_extras, spec_details=self.engine.spec_details,
                             count_tokens=self.engine.token_counter(cfg))
         except LoadInterrupted as interrupted:
             self.keep_interrupted_load(repeat, interrupted)
@@ -149,6 +150,15 @@ class ArmSession:
         found = disagreements(result, server_side, repeat)
         if found is not None:
             self.outcome.client_server_disagreement = (self.outcome.client_server_disagreement or []) + found
+
+    def request_extras(self, api: str) -> dict[str, Any]:
+        """The engine's fields for every request body, and those asking for output token ids
+        and logprobs when the experiment wants them (a lossless gate, workload.logprobs)."""
+        extras = self.engine.request_extras(api)
+        top_logprobs = top_logprobs_to_ask(self.arm.cfg)
+        if top_logprobs is not None:
+            extras = {**extras, **self.engine.output_details(api, top_logprobs)}
+        return extras
 
     def keep_requests(self, repeat: int, load: LoadResult, **flags: Any) -> None:
         """The load's requests into requests.jsonl (and memory, for reference-run verdicts)."""

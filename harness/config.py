@@ -28,6 +28,7 @@ from harness.engines.legacy import upgrade_config
 from harness.gate import GATES, INCONCLUSIVE
 from harness.load.datasets import DatasetError, load_dataset
 from harness.load.requests import REQUEST_FUNCS
+from harness.lossless import MAX_TOP_LOGPROBS
 from harness.schema import BUILD_KINDS, SpecgateConfig
 from harness.telemetry.base import NOT_SAMPLING, SOURCES
 
@@ -219,6 +220,7 @@ def validate(experiment: Experiment) -> None:
                           f"valid: {', '.join(BASELINE_MISMATCH)}")
     if not 0.5 < gate.confidence < 1.0:
         raise ConfigError(f"gate.confidence must be between 0.5 and 1 (e.g. 0.95), got {gate.confidence}")
+    check_lossless(experiment)
     for arm in experiment.arms:
         validate_arm(arm)
 
@@ -232,6 +234,34 @@ def check_per_category_floors(key: str, thresholds) -> None:
                 where = f"gate.{key}.{arm}" + (f".{category}" if category is not None else "")
                 raise ConfigError(f"{where} must be a number (or, per category, {{all: 2.0, code: 2.5}}), "
                                   f"got {floor!r}")
+
+# Workload keys that decide what a request generates: arms compared by gate.lossless must share them.
+OUTPUT_SHAPING_KEYS = ("api", "prompt", "input_len", "max_tokens", "ignore_eos", "temperature", "seed")
+
+
+def check_lossless(experiment: Experiment) -> None:
+    """gate.lossless compares outputs request by request under greedy decoding: both arms
+    at temperature 0, sending the same requests."""
+    for name, spec in experiment.base.gate.lossless.items():
+        if spec.against == name:
+            raise ConfigError(f"gate.lossless.{name}.against names arm '{name}' itself; compare it with another "
+                              f"arm (e.g. the plain-decoding one)")
+        if not 0.0 <= spec.min_exact_match <= 1.0:
+            raise ConfigError(f"gate.lossless.{name}.min_exact_match is a share of requests between 0 and 1, "
+                              f"got {spec.min_exact_match}")
+        arm, against = experiment.arm(name), experiment.arm(spec.against)
+        for compared in (arm, against):
+            temperature = compared.cfg.workload.temperature
+            if temperature != 0:
+                where = "" if temperature == experiment.base.workload.temperature else f" in arm '{compared.name}'"
+                raise ConfigError(f"gate.lossless compares outputs under greedy decoding: workload.temperature "
+                                  f"must be 0, got {temperature}{where}")
+        for key in OUTPUT_SHAPING_KEYS:
+            if arm.cfg.workload[key] != against.cfg.workload[key]:
+                raise ConfigError(f"gate.lossless compares arm '{name}' with '{spec.against}' request by request, "
+                                  f"but they send different requests: workload.{key} is {arm.cfg.workload[key]!r} in "
+                                  f"'{name}' and {against.cfg.workload[key]!r} in '{spec.against}' (set it for the "
+                                  f"whole experiment, not in one arm's overrides)")
 
 
 def validate_arm(arm: Arm) -> None:
@@ -279,6 +309,9 @@ def validate_arm(arm: Arm) -> None:
             raise ConfigError(f"workload.{key} must be greater than 0, got {workload[key]}")
     if workload.warmup_requests < 0:
         raise ConfigError(f"workload.warmup_requests cannot be negative, got {workload.warmup_requests}")
+    if workload.logprobs is not None and not 0 <= workload.logprobs <= MAX_TOP_LOGPROBS:
+        raise ConfigError(f"workload.logprobs is how many top logprobs to keep per output token, 0 to "
+                          f"{MAX_TOP_LOGPROBS} (0: token ids only), got {workload.logprobs}")
     if cfg.gate.max_failed_requests < 0:
         raise ConfigError(f"gate.max_failed_requests cannot be negative, got {cfg.gate.max_failed_requests}")
     check_record_root(cfg.record.root)

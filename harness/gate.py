@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Literal
 
 from harness.change import evidence, judge
+from harness.lossless import compare as compare_outputs, summary as describe_outputs
 from harness.metric_registry import METRICS, break_even_accept_length, compared_by_default, metric, metric_value, speedup
 from harness.metrics import ArmResult, spread
 
@@ -367,6 +368,28 @@ def accept_length_at_least_break_even(ctx: GateContext) -> list[Verdict]:
     verdicts = [Verdict(name, arm, passed, result.accept_length, even, detail)]
     verdicts = guard_noise(verdicts, result, ["accept_length", "verify_cycle_ms"], gate)
     return guard_noise(verdicts, plain, ["decode_step_ms"], gate)
+
+
+def lossless_arms(gate: Any) -> list[str]:
+    return [str(a) for a in gate.lossless] + [str(g.against) for g in gate.lossless.values()]
+
+
+@register("lossless", "speculative", ("lossless",), lossless_arms)
+def lossless(ctx: GateContext) -> list[Verdict]:
+    """Under greedy decoding each request generates exactly what it did in the `against`
+    arm, for at least gate.lossless[arm].min_exact_match of the requests both completed."""
+    name, arm, gate = "lossless", ctx.arm, ctx.gate
+    spec = gate.lossless.get(arm)
+    if spec is None:
+        return [not_configured(name, arm)]
+    if (missing := unmeasured(name, ctx)) is not None:
+        return missing
+    if spec.against not in ctx.results:
+        return [skipped(name, arm, f"arm '{spec.against}' was not measured in this run, so there is nothing to compare with")]
+    found = compare_outputs(spec.against, ctx.arm_requests.get(spec.against, []), arm, ctx.requests)
+    rate, floor = found.exact_match, spec.min_exact_match
+    detail = describe_outputs(found, arm, spec.against, floor)
+    return [Verdict(name, arm, rate is not None and rate >= floor, rate, floor, detail)]
 
 
 # --- comparison with a reference run (gate.baseline) -------------------------------------------

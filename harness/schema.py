@@ -67,6 +67,7 @@ class SimModelConfig:
     gpu_boost_mhz: float = 2600.0  # the simulated GPUs' boost clock under load (idle ~2330-2360 MHz)
     gpu_ramp_s: float = 1.5  # time constant of the ramp from idle to boost
     gpu_throttle: str = "none"  # none | thermal | power: a fault that caps clocks under load
+    lossy_rate: float = 0.0  # a fault: this share of accepted draft tokens comes out wrong (speculative arms only)
 
 
 @dataclass
@@ -124,6 +125,9 @@ class WorkloadConfig:
     timeout_s: float = 300.0  # per request, the whole of it
     first_byte_timeout_s: Optional[float] = 60.0  # until the response's first byte (headers); null = only timeout_s
     seed: int = 0
+    # top logprobs asked for and kept per output token, with the token ids (0: ids only);
+    # null: 2 when gate.lossless is configured (its near-tie margin needs two), else neither
+    logprobs: Optional[int] = None
 
 
 @dataclass
@@ -153,6 +157,12 @@ class SpeedupGate:
 
 
 @dataclass
+class LosslessGate:
+    against: str = "baseline"  # the arm whose outputs this arm's must equal, request by request
+    min_exact_match: float = 1.0  # share of the compared requests whose generated text must be identical
+
+
+@dataclass
 class GateConfig:
     """Thresholds. Each field is read by a gate of harness/gate.py's registry (its `keys`),
     except repeats and max_cv, which shape every measurement and its noise guard."""
@@ -165,6 +175,7 @@ class GateConfig:
     max_accept_length: Dict[str, float] = field(default_factory=dict)  # arm -> ceiling (e.g. a draft that must not be accepted)
     min_speedup: Dict[str, SpeedupGate] = field(default_factory=dict)  # arm -> {over, ratio}
     accept_length_at_least_break_even: List[str] = field(default_factory=list)  # arms
+    lossless: Dict[str, LosslessGate] = field(default_factory=dict)  # arm -> {against, min_exact_match}; needs temperature 0
     max_failed_requests: int = 0  # per arm
     repeats: int = 1  # run each arm's workload this many times on the same server; metrics become medians
     max_cv: float = 0.05  # a gated metric whose coefficient of variation over the repeats exceeds this is unreliable

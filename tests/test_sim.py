@@ -476,6 +476,95 @@ def test_spec_details_placement(spec_sim: Sim):
     assert len(_sglang_children(spec_sim.proc.pid)) == 3  # scheduler, detokenizer, 1 extra TP worker
 
 
+# ------------------------------------------------------------- what it generates
+DETAILS = {"logprobs": True, "top_logprobs": 2, "return_token_ids": True}
+
+
+def _chat_output(s: Sim, prompt: str, max_tokens: int, **extra) -> tuple[str, list[int], list[dict], list[int]]:
+    """Text, token ids, per-token logprob entries and tokens per chunk of one streamed chat."""
+    body = {"model": "m", "messages": [{"role": "user", "content": prompt}], "stream": True,
+            "max_tokens": max_tokens, **DETAILS, **extra}
+    payloads = [json.loads(p) for p in _sse(s.post("/v1/chat/completions", body))[:-1]]
+    for payload in payloads:
+        ChatCompletionChunk.model_validate(payload)
+    choices = [p["choices"][0] for p in payloads if p["choices"]]
+    text = "".join(c["delta"].get("content") or "" for c in choices)
+    ids = [i for c in choices for i in c.get("token_ids") or []]
+    entries = [e for c in choices if c["logprobs"] for e in c["logprobs"]["content"]]
+    return text, ids, entries, [len(c["token_ids"]) for c in choices if c.get("token_ids")]
+
+
+def _generate_output(s: Sim, prompt: str, max_tokens: int) -> dict:
+    body = {"text": prompt, "sampling_params": {"max_new_tokens": max_tokens}, "stream": True,
+            "return_logprob": True, "top_logprobs_num": 2, "return_text_in_logprobs": True}
+    return json.loads(_sse(s.post("/generate", body))[-2])
+
+
+def test_output_is_the_same_with_and_without_speculation(sim: Sim, spec_sim: Sim):
+    """The text, ids and logprobs depend on the prompt alone: a speculative server streams
+    them in bigger chunks, batched or not, and they are the plain server's, token for token."""
+    for prompt, kwargs in (("Count from 1 to 30", {}), ("Write one sentence about the sea.", {"ignore_eos": True})):
+        plain = _chat_output(sim, prompt, 60, **kwargs)
+        with ThreadPoolExecutor(3) as pool:
+            speculative = list(pool.map(lambda _: _chat_output(spec_sim, prompt, 60, **kwargs), range(3)))
+        for text, ids, entries, per_chunk in speculative:
+            assert (text, ids, entries) == plain[:3]
+            assert max(per_chunk) > 1  # it did speculate: several tokens in a chunk
+        assert len(plain[1]) == 60  # "1, ..., 30" and its EOS, or 60 words
+        generated = [_generate_output(s, prompt, 60) for s in (sim, spec_sim)]
+        kept = ("output_token_logprobs", "output_top_logprobs")
+        assert [(g["text"], g["output_ids"], [g["meta_info"][k] for k in kept]) for g in generated] == [
+            (plain[0], plain[1], [g["meta_info"][k] for k in kept]) for g in generated[:1]] * 2
+
+
+def test_output_details_in_sglangs_shapes(sim: Sim):
+    text, ids, entries, _ = _chat_output(sim, "Count from 1 to 3", 50)
+    assert text == "1, 2, 3" and ids == [1001, 11, 1002, 11, 1003, 2]  # the EOS step gets its chunk: its id is there
+    assert entries[0] == {"token": "1", "bytes": [49], "logprob": -0.1,
+                          "top_logprobs": [{"token": "1", "bytes": [49], "logprob": -0.1},
+                                           {"token": "quick", "bytes": list(b"quick"), "logprob": -3.0}]}
+    assert entries[-1]["token"] == "" and len(entries) == len(ids)
+    body = {"model": "m", "prompt": "hi", "max_tokens": 5, "stream": True, "logprobs": 3, "return_token_ids": True}
+    chunks = [json.loads(p)["choices"] for p in _sse(sim.post("/v1/completions", body))[:-1]]
+    chosen = [c[0] for c in chunks if c]
+    logprobs = [c["logprobs"] for c in chosen]
+    assert sum(len(c["token_ids"]) for c in chosen) == sum(len(lp["tokens"]) for lp in logprobs) == 5
+    tokens = [t for lp in logprobs for t in lp["tokens"]]
+    assert [o for lp in logprobs for o in lp["text_offset"]] == [len("".join(tokens[:k])) for k in range(5)]
+    assert "".join(tokens) == "".join(c["text"] for c in chosen)
+    first = logprobs[0]
+    assert first["token_logprobs"] == [-0.1] and list(first["top_logprobs"][0].values()) == [-0.1, -3.0, -4.0]
+    out = _generate_output(sim, "Count from 1 to 2", 10)
+    meta = out["meta_info"]
+    assert out["output_ids"] == [1001, 11, 1002, 2] and [e[1] for e in meta["output_token_logprobs"]] == out["output_ids"]
+    assert meta["output_top_logprobs"][0] == [[-0.1, 1001, "1"], [-3.0, 101, "quick"]]
+    plain = sim.post("/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "hi"}],
+                                              "stream": True, "max_tokens": 3})
+    assert '"logprobs":null' in plain.text and "token_ids" not in plain.text  # nothing asked, nothing added
+
+
+def test_lossy_rate_lets_wrong_drafts_through_the_same_way_every_run(sim: Sim):
+    """--sim-lossy-rate: some accepted draft tokens come out as the runner-up (never the
+    EOS); a second server with the same flags flips the same positions; a plain server,
+    which has no drafts, flips none."""
+    prompt = "Count from 1 to 60"
+    text, ids, entries, _ = _chat_output(sim, prompt, 200)
+    servers = [Sim(FAST + SPEC + ["--sim-lossy-rate", "0.2"]) for _ in range(2)] + [Sim(FAST + ["--sim-lossy-rate", "0.2"])]
+    try:
+        lossy, again, plain = (_chat_output(s, prompt, 200) for s in servers)
+    finally:
+        for s in servers:
+            s.kill()
+    assert plain[:3] == (text, ids, entries)
+    assert lossy[:3] == again[:3] and lossy[0] != text
+    flipped = [i for i, (a, b) in enumerate(zip(ids, lossy[1])) if a != b]
+    assert len(lossy[1]) == len(ids) == 120 and lossy[1][-1] == 2 and 3 <= len(flipped) <= 40, flipped
+    for i in flipped:
+        runner_up = entries[i]["top_logprobs"][1]
+        assert lossy[2][i]["token"] == runner_up["token"] and lossy[2][i]["logprob"] == runner_up["logprob"]
+        assert lossy[2][i]["top_logprobs"] == entries[i]["top_logprobs"]  # the target's own ranking, unchanged
+
+
 # ------------------------------------------------------------- lifecycle
 def test_startup_503_then_sigterm_cleans_up():
     s = Sim(["--sim-decode-step-ms", "2", "--sim-startup-s", "1.5", "--tp", "2"], wait=False)

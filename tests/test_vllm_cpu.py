@@ -20,17 +20,18 @@ def vllm_run(tmp_path_factory):
                            "+exp=vllm_cpu_smoke", f"record.root={root}", "-v", "-rs"],
                           cwd=ROOT, capture_output=True, text=True, timeout=1500)
     results = json.loads((root / "latest" / "results.json").read_text()) if (root / "latest").exists() else {}
-    return proc, results
+    lines = (root / "latest" / "requests.jsonl").read_text().splitlines() if (root / "latest").exists() else []
+    return proc, results, [json.loads(line) for line in lines]
 
 
 def test_every_suite_passes_against_vllm(vllm_run):
-    proc, _ = vllm_run
+    proc, _, _ = vllm_run
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
     assert "test_native_generate_reports_meta_info[plain] SKIPPED" in proc.stdout  # vLLM has no /generate
 
 
 def test_speculation_bounds_are_measured(vllm_run):
-    _, results = vllm_run
+    _, results, _ = vllm_run
     arms = results["arms"]
     k = 3  # num_speculative_tokens
     assert arms["draft_self"]["accept_length"] >= 0.9 * (k + 1), arms["draft_self"]
@@ -40,7 +41,7 @@ def test_speculation_bounds_are_measured(vllm_run):
 
 
 def test_client_numbers_agree_with_vllms_own_histograms(vllm_run):
-    _, results = vllm_run
+    _, results, _ = vllm_run
     for name, arm in results["arms"].items():
         [server] = arm["server_metrics"]
         assert arm["output_tok_s"] > 0
@@ -52,6 +53,22 @@ def test_client_numbers_agree_with_vllms_own_histograms(vllm_run):
         decoded = arm["completion_tokens"] - arm["requests"]["ok"]
         server_ms = server["itl_sum_s"] * 1000 / decoded
         assert 0.8 <= arm["decode_step_ms"] / server_ms <= 1.25, (name, arm["decode_step_ms"], server_ms)
+
+
+def test_speculation_is_lossless_under_greedy(vllm_run):
+    """Both draft arms generate, token for token, what the plain arm did: compared by the
+    token ids vLLM returned, with its top-2 logprobs kept at every position."""
+    _, results, lines = vllm_run
+    verdicts = {(g["name"], g["arm"]): g for g in results["gates"]}
+    for arm in ("draft_self", "draft_random"):
+        verdict = verdicts[("lossless", arm)]
+        assert verdict["status"] == "passed" and verdict["value"] == 1.0, verdict["detail"]
+        assert "6 of 6 requests generated exactly what they did in plain" in verdict["detail"], verdict["detail"]
+    measured = [line for line in lines if not line["warmup"]]
+    assert len(measured) == 3 * 6
+    for line in measured:
+        assert len(line["token_ids"]) == len(line["top_logprobs"]) == line["completion_tokens"] == 48, line["arm"]
+        assert all(len(top) >= 2 for top in line["top_logprobs"]), line["arm"]
 
 
 def test_vllm_runs_in_a_container_too(tmp_path):

@@ -11,8 +11,10 @@ An engine class provides:
 - ``min_processes(cfg)``: how many processes a healthy server has at least (the
   environment suite checks each of them);
 - ``apis``: the ``workload.api`` values it serves; ``request_extras(api)`` (JSON fields
-  added to every request) and ``spec_details(event)`` (per-request speculative counts in
-  a stream event); ``token_counter(cfg)``: the server's exact tokenizer, if known, to
+  added to every request), ``output_details(api, top_logprobs)`` (the fields that ask for
+  output token ids and top logprobs, sent only when a lossless gate compares arms or
+  workload.logprobs is set) and ``spec_details(event)`` (per-request speculative counts
+  in a stream event); ``token_counter(cfg)``: the server's exact tokenizer, if known, to
   check its token counts with (harness/load/crosscheck.py);
 - ``server_version(client)``, ``served_model_fallback`` and
   ``server_accept_length(client)``: its info routes;
@@ -126,6 +128,17 @@ class Engine:
     def request_extras(self, api: str) -> dict[str, Any]:
         """JSON fields added to every request body of `api`."""
         return {}
+
+    def output_details(self, api: str, top_logprobs: int) -> dict[str, Any]:
+        """JSON fields asking for each output token's id and, when ``top_logprobs`` > 0, its
+        top logprobs (the lossless gate's evidence). vLLM's and SGLang's OpenAI routes both
+        take ``return_token_ids`` and OpenAI's own logprobs fields."""
+        fields: dict[str, Any] = {"return_token_ids": True}
+        if top_logprobs and api == "chat":
+            fields.update(logprobs=True, top_logprobs=top_logprobs)
+        elif top_logprobs:
+            fields["logprobs"] = top_logprobs
+        return fields
 
     def spec_details(self, event: dict) -> dict | None:
         """Per-request speculative counts in one parsed stream event (None: none here)."""

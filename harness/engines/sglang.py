@@ -52,6 +52,15 @@ class SGLang(PythonEngine):
         """Per-request speculative details come on OpenAI routes only when asked for."""
         return {"return_spec_tokens_details": True} if api in ("chat", "completions") else {}
 
+    def output_details(self, api: str, top_logprobs: int) -> dict[str, Any]:
+        """/generate streams output_ids anyway; its logprobs come in meta_info when asked
+        for, with each token's text when return_text_in_logprobs."""
+        if api != "generate":
+            return super().output_details(api, top_logprobs)
+        if not top_logprobs:
+            return {}
+        return {"return_logprob": True, "top_logprobs_num": top_logprobs, "return_text_in_logprobs": True}
+
     def spec_details(self, event: dict) -> dict | None:
         """``sglext.spec_tokens_details`` (a dict, or a list with one per choice)."""
         extension = event.get("sglext")

@@ -48,3 +48,6 @@ class Simulator(SGLang):
         if cfg.server.sim is None and cfg.backend.kind != "attach":
             raise EngineConfigError(f"server '{cfg.server.name}' has no `sim:` timing model, which the "
                                     f"simulator needs (e.g. server=sim)")
+        if cfg.server.sim is not None and not 0.0 <= cfg.server.sim.lossy_rate <= 1.0:
+            raise EngineConfigError(f"server.sim.lossy_rate is the share of accepted draft tokens that come out "
+                                    f"wrong, between 0 and 1, got {cfg.server.sim.lossy_rate}")

@@ -4,7 +4,7 @@ Throughput is computed from the server's own ``usage.completion_tokens``: a serv
 over-counts would pass throughput gates it should fail.  While an OpenAI stream is read,
 a :class:`StreamTally` keeps what actually arrived -- UTF-8 bytes of text, the number of
 chunks that carried text, the chunk whose per-chunk usage claims most beyond its bytes,
-and the text itself only when a token counter will need it.  Once the stream has ended,
+and the text itself (which the request's record keeps too).  Once the stream has ended,
 :func:`usage_problem` compares the server's count with it.  The rules, in this order (the
 first one broken is the request's error):
 
@@ -52,14 +52,14 @@ TOKENIZER_TOLERANCE = 0.05  # re-tokenization vs the generated count, as a share
 
 class StreamTally:
     """What one stream carried, kept by the read loop: a few integers per chunk, and the
-    text itself only when it will be counted (``keep_text``)."""
+    chunks' text (appended; joined once, at the end)."""
 
     __slots__ = ("text_bytes", "text_chunks", "texts", "worst_chunk")
 
-    def __init__(self, keep_text: bool = False):
+    def __init__(self):
         self.text_bytes = 0
         self.text_chunks = 0
-        self.texts: list[str] | None = [] if keep_text else None
+        self.texts: list[str] = []
         self.worst_chunk: tuple[int, int, int] | None = None  # (token chunk number, tokens, bytes)
 
     def add_text(self, text: str) -> int:
@@ -67,8 +67,7 @@ class StreamTally:
         nbytes = len(text.encode())
         self.text_bytes += nbytes
         self.text_chunks += 1
-        if self.texts is not None:
-            self.texts.append(text)
+        self.texts.append(text)
         return nbytes
 
     def add_chunk_usage(self, number: int, tokens: int, nbytes: int) -> None:
@@ -79,7 +78,7 @@ class StreamTally:
 
     @property
     def text(self) -> str:
-        return "".join(self.texts or ())
+        return "".join(self.texts)
 
 
 def usage_problem(claimed: int, tally: StreamTally, chunk_tokens: list[int], per_chunk_total: int | None,

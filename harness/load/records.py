@@ -28,6 +28,12 @@ class RequestRecord:
     finish_reason: str | None = None
     end_time: float | None = None
     answer: str | None = field(default=None, repr=False)  # the streamed text, kept only for a next turn's history
+    # What it generated (harness/load/details.py): the text always; the rest where the
+    # engine returned them, which it is asked to only when a lossless gate compares arms
+    text: str | None = None
+    token_ids: list[int] | None = None  # output token ids
+    tokens: list[str] | None = None  # each output token as text (from its logprobs)
+    top_logprobs: list[list[list]] | None = None  # per output token: [[token, logprob], ...] best first
     run_start: float | None = field(default=None, repr=False)  # t0 of to_json(); set by the load runner
 
     @property
@@ -78,6 +84,10 @@ class RequestRecord:
             "finish_reason": self.finish_reason,
             "chunk_ms": [round((t - t0) * 1000.0, 3) for t in self.chunk_times],
             "chunk_tokens": list(self.chunk_tokens),
+            "text": self.text,
+            "token_ids": self.token_ids,
+            "tokens": self.tokens,
+            "top_logprobs": self.top_logprobs,
         }
 
 

@@ -38,10 +38,15 @@ Speculative details: ``generate`` reads ``spec_verify_ct`` / ``spec_accept_lengt
 ``spec_details(event)``, which picks them out of one parsed event; the last event that
 has them wins.  Engine-specific body fields come in as ``extras``.
 
+What was generated is kept too (:mod:`harness.load.details`): the text always, and the
+output token ids and top logprobs where the engine returns them (asked for through
+``extras`` only when a lossless gate compares arms).
+
 The read loops are the measurement's hot path: one clock read per SSE line, no work per
-chunk beyond parsing it, appending its time and token count, and tallying its text's bytes.
-The answer's text is kept only when asked (``keep_answer``: a next turn needs it in its
-history), into ``record.answer``.
+chunk beyond parsing it, appending its time, token count, text, ids and logprobs, and
+tallying its text's bytes; the ids and logprobs are put in order once the stream ended.
+The answer's text (content only) is also kept when asked (``keep_answer``: a next turn
+needs it in its history), into ``record.answer``.
 """
 
 from __future__ import annotations
@@ -58,6 +63,7 @@ import aiohttp
 from harness.client import JSON_HEADERS, _error_of, _StreamFailure, _loads, _sse_payload, server_error_message
 from harness.load.conversation import as_text
 from harness.load.crosscheck import CountTokens, StreamTally, usage_problem
+from harness.load.details import keep_generate, keep_openai
 from harness.load.records import RequestRecord
 
 SpecDetails = Callable[[dict], "dict | None"]
@@ -290,8 +296,10 @@ async def _read_openai(content: aiohttp.StreamReader, rec: RequestRecord, chat: 
                        keep_answer: bool = False) -> None:
     times, toks = rec.chunk_times, rec.chunk_tokens
     clock = time.perf_counter
-    tally = StreamTally(keep_text=count_tokens is not None)
+    tally = StreamTally()
     answer: list[str] | None = [] if keep_answer else None  # the content only: reasoning is not sent back
+    id_chunks: list[list[int]] = []  # each chunk's choice.token_ids, where asked for
+    logprob_chunks: list[dict] = []  # each chunk's choice.logprobs, where asked for
     last_ct = 0
     by_usage = False
     saw_done = False
@@ -335,6 +343,11 @@ async def _read_openai(content: aiohttp.StreamReader, rec: RequestRecord, chat: 
             fr = ch.get("finish_reason")
             if fr:
                 rec.finish_reason = fr
+            ids, logprobs = ch.get("token_ids"), ch.get("logprobs")
+            if ids:
+                id_chunks.append(ids)
+            if logprobs:
+                logprob_chunks.append(logprobs)
         elif usage:
             final_usage = usage
         if spec_details is not None:
@@ -345,6 +358,8 @@ async def _read_openai(content: aiohttp.StreamReader, rec: RequestRecord, chat: 
         raise _StreamFailure(
             f"connection dropped mid-stream: the stream ended without [DONE] after {len(times)} token chunks"
         )
+    rec.text = tally.text
+    keep_openai(rec, chat, id_chunks, logprob_chunks)
     _settle_usage(rec, final_usage, last_ct if by_usage else None, tally, count_tokens)
     if spec is not None:
         rec.spec_verify_ct = spec.get("spec_verify_ct")
@@ -386,6 +401,10 @@ async def _read_generate(content: aiohttp.StreamReader, rec: RequestRecord, keep
     saw_done = False
     meta: dict = {}
     last: dict = {}  # the last event with meta_info: its "text" is the whole answer (cumulative)
+    texts: list[str] = []  # each chunk's text, output_ids and logprobs: cumulative or not, settled at the end
+    id_chunks: list[list[int]] = []
+    logprob_chunks: list[list] = []
+    top_chunks: list[list] = []
     async for line in content:
         t = clock()
         payload = _sse_payload(line)
@@ -397,9 +416,16 @@ async def _read_generate(content: aiohttp.StreamReader, rec: RequestRecord, keep
         data = _loads(payload)
         if "error" in data or data.get("object") == "error":
             _raise_server_error(data, len(times))
-        m = data.get("meta_info")
+        text, ids, m = data.get("text"), data.get("output_ids"), data.get("meta_info")
+        if text is not None:
+            texts.append(text)
+        if ids is not None:
+            id_chunks.append(ids)
         if m:
             meta, last = m, data
+            if "output_token_logprobs" in m:
+                logprob_chunks.append(m["output_token_logprobs"] or [])
+                top_chunks.append(m.get("output_top_logprobs") or [])
             ct = m.get("completion_tokens")
             if ct is not None and ct > last_ct:
                 times.append(t)
@@ -421,6 +447,7 @@ async def _read_generate(content: aiohttp.StreamReader, rec: RequestRecord, keep
     rec.completion_tokens = meta.get("completion_tokens")
     if rec.completion_tokens is None:
         raise _StreamFailure("the server's meta_info carried no completion_tokens")
+    keep_generate(rec, texts, id_chunks, logprob_chunks, top_chunks)
     if meta.get("spec_verify_ct") is not None:
         rec.spec_verify_ct = meta.get("spec_verify_ct")
         rec.spec_accept_length = meta.get("spec_accept_length")

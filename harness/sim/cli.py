@@ -56,6 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sim-max-running-requests", type=int, default=256)
     p.add_argument("--sim-startup-s", type=float, default=1.0)
     p.add_argument("--sim-seed", type=int, default=0)
+    p.add_argument("--sim-lossy-rate", type=_share, default=0.0,
+                   help="fault switch: this share of accepted draft tokens comes out as the runner-up token "
+                        "(speculation that is not lossless; seeded, the same positions every run)")
     _bool_flag(p, "--sim-scrub-worker-env", "start worker processes with a minimal environment")
     # --- simulated GPUs (GET /sim/gpu; see harness/sim/gpu.py) -----------------
     p.add_argument("--sim-gpu-ramp-s", type=float, default=1.5, help="time constant of the idle->boost clock ramp")
@@ -64,6 +67,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fault switch: cap the clock under load and report why")
     p.add_argument("--sim-gpu-throttle-mhz", type=float, default=1800.0, help="the capped SM clock")
     return p
+
+
+def _share(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text} is not a share between 0 and 1")
+    return value
 
 
 def _describe_unknown(extra: Sequence[str]) -> list[str]:

@@ -3,7 +3,8 @@
 It keeps each request's output plan (sent with its first output) and forwards
 every step as ONE message to the main process:
 ``("out", t_end, num_running, num_queue, verify_ct_total, verify_tokens_total,
-[(rid, text_delta, ids_delta, finish, spec), ...])``.
+[(rid, text_delta, ids_delta, finish, spec), ...])``. Positions the scheduler marks as
+flipped (a lossy speculation) are rendered as the runner-up token.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ def detokenizer_main(inbox: Connection, outbox: Connection, parent_pid: int) -> 
             continue
         _, t_end, n_run, n_queue, vct, vtok, items = msg
         out = []
-        for rid, start, n, plan, finish, spec in items:
+        for rid, start, n, plan, finish, spec, flipped in items:
             if plan is not None:
                 p = OutputPlan(*plan)
                 plans[rid] = p
@@ -35,7 +36,7 @@ def detokenizer_main(inbox: Connection, outbox: Connection, parent_pid: int) -> 
                 p = plans.get(rid)
                 if p is None:
                     continue
-            text, ids = render(p, start, n)
+            text, ids = render(p, start, n, flipped)
             if finish is not None:
                 plans.pop(rid, None)
             out.append((rid, text, ids, finish, spec))

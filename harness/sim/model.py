@@ -76,6 +76,7 @@ class SimModel:
     max_running_requests: int = 256
     startup_s: float = 1.0
     seed: int = 0
+    lossy_rate: float = 0.0  # share of accepted draft tokens that come out wrong (a fault; 0: lossless)
     speculative: bool = False
     num_steps: int = 2
     num_draft_tokens: int = 3
@@ -111,6 +112,7 @@ class SimModel:
             max_running_requests=ns.sim_max_running_requests,
             startup_s=ns.sim_startup_s,
             seed=ns.sim_seed,
+            lossy_rate=ns.sim_lossy_rate,
             speculative=speculative,
             num_steps=int(num_steps),
             num_draft_tokens=int(num_draft),

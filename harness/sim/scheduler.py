@@ -8,9 +8,13 @@ average step length matches the timing model to well under 1%.
 
 Each step's outputs for all requests go to the detokenizer as ONE message:
 ``("out", t_end, num_running, num_queue, verify_ct_total, verify_tokens_total, items)``
-with ``items = [(rid, start_pos, n_tokens, plan_or_None, finish_or_None, spec_or_None)]``
+with ``items = [(rid, start_pos, n_tokens, plan_or_None, finish_or_None, spec_or_None, flipped)]``
 (``plan`` only on a request's first output; ``spec`` = ``(verify_ct, correct_drafts,
-histogram)`` only when it finishes).
+histogram)`` only when it finishes; ``flipped``: the positions whose accepted draft a lossy
+verifier let through wrong, ``--sim-lossy-rate``, usually none).
+
+Which tokens come out never depends on speculation: a cycle only decides how many of the
+request's next positions are emitted at once (harness/sim/tokens.py renders them).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from typing import Any
 
 from harness.sim.model import SimModel
 from harness.sim.procs import child_setup
-from harness.sim.tokens import EOS_TOKEN_ID, OutputPlan
+from harness.sim.tokens import EOS_TOKEN_ID, OutputPlan, lossy_draw
 
 # Sleep until this close to a deadline, then spin: time.sleep overshoots by
 # 50-100us on an idle box and more under load, spinning the tail removes that.
@@ -131,7 +135,7 @@ class Scheduler:
         for r in admitted:
             n = 1 if r.remaining() > 0 else 0
             finish = r.finish_after(n)
-            items.append((r.rid, 0, n, tuple(r.plan), finish, None))
+            items.append((r.rid, 0, n, tuple(r.plan), finish, None, ()))
             r.generated += n
             if finish is None:
                 self.running[r.rid] = r
@@ -153,6 +157,7 @@ class Scheduler:
                     else:
                         break
                 n = min(1 + accepted, r.remaining())
+                flipped = self._lossy_flips(r, min(accepted, n))
                 r.verify_ct += 1
                 r.correct_drafts += n - 1
                 r.histogram[n - 1] += 1
@@ -160,7 +165,7 @@ class Scheduler:
                 self.verify_tokens_total += n
                 finish = r.finish_after(n)
                 spec = (r.verify_ct, r.correct_drafts, r.histogram) if finish is not None else None
-                items.append((r.rid, r.generated, n, None, finish, spec))
+                items.append((r.rid, r.generated, n, None, finish, spec, flipped))
                 r.generated += n
                 if finish is not None:
                     done.append(r.rid)
@@ -168,13 +173,24 @@ class Scheduler:
             duration = m.decode_step_ms(batch) / 1000.0
             for r in self.running.values():
                 finish = r.finish_after(1)
-                items.append((r.rid, r.generated, 1, None, finish, None))
+                items.append((r.rid, r.generated, 1, None, finish, None, ()))
                 r.generated += 1
                 if finish is not None:
                     done.append(r.rid)
         for rid in done:
             del self.running[rid]
         return duration, items
+
+    def _lossy_flips(self, r: SimRequest, drafted: int) -> tuple[int, ...]:
+        """Which of this cycle's ``drafted`` accepted draft tokens (the request's next
+        positions) a lossy verifier lets through wrong: drawn per position from the seed and
+        the prompt, so every run flips the same ones. Never the EOS: it ends the request."""
+        rate = self.model.lossy_rate
+        if not rate:
+            return ()
+        eos = r.natural_len - 1
+        return tuple(i for i in range(r.generated, r.generated + drafted)
+                     if i != eos and lossy_draw(self.model.seed, r.plan, i) < rate)
 
     # ------------------------------------------------------------------ loop
     def run(self) -> None:

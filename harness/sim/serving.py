@@ -13,6 +13,14 @@ One SSE chunk is written per scheduler step (several tokens under speculation).
 SGLang's ``should_include_usage``) adds the *cumulative* ``usage`` of the request to
 every chat content chunk (not to the role chunk, the finish-reason chunk or the
 sglext chunk) and to every completions text chunk (in place of ``"usage":null``).
+
+Output details, on streams and ``/generate`` (what the lossless gate compares):
+``return_token_ids`` adds each chunk's new ``token_ids`` to its choice; chat ``logprobs`` /
+``top_logprobs`` and completions ``logprobs: N`` fill the choice's ``logprobs`` in OpenAI's
+shapes; ``/generate``'s ``return_logprob`` / ``top_logprobs_num`` add the cumulative
+``output_token_logprobs`` and ``output_top_logprobs`` to ``meta_info``. With any of them a
+chat step whose only token has no text (an EOS) still gets its chunk, so its id and logprob
+are not lost. The values are the simulated model's (harness/sim/tokens.py: ``ranked``).
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ from aiohttp import web
 
 from harness.sim.errors import bad_request, dumps, invalid_field, json_response, missing_field, validation_error
 from harness.sim.manager import EngineClient, ReqState
-from harness.sim.tokens import OutputPlan, chat_prompt_tokens, count_tokens, plan_output
+from harness.sim.tokens import OutputPlan, chat_prompt_tokens, count_tokens, logprob_entries, plan_output
 
 DONE = b"data: [DONE]\n\n"
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
@@ -46,7 +54,15 @@ class GenParams:
     spec_details: bool
     model: str
     continuous_usage: bool = False  # stream_options.continuous_usage_stats
+    top_logprobs: int | None = None  # logprobs asked for, with this many alternatives; None: none
+    token_ids: bool = False  # return_token_ids
+    logprob_text: bool = False  # /generate's return_text_in_logprobs
     text: str = ""  # the prompt's text: its content sets how well drafts are accepted
+
+    @property
+    def details(self) -> bool:
+        """Whether each token's id or logprobs go out with it."""
+        return self.token_ids or self.top_logprobs is not None
 
 
 # --------------------------------------------------------------------- parsing
@@ -131,10 +147,15 @@ def parse_chat(body: Any, context_len: int) -> GenParams | web.Response:
     stream = _bool_field(body, "stream", errors)
     ignore_eos = _bool_field(body, "ignore_eos", errors)
     spec = _bool_field(body, "return_spec_tokens_details", errors)
+    logprobs = _bool_field(body, "logprobs", errors)
+    top_logprobs = _int_field(body, "top_logprobs", errors)
+    token_ids = _bool_field(body, "return_token_ids", errors)
     if errors:
         return validation_error(errors)
     if n not in (None, 1):
         return bad_request("The simulator supports n=1 only.")
+    if top_logprobs is not None and not logprobs:
+        return bad_request("top_logprobs is only allowed when logprobs is enabled.")
     if not contents:
         return bad_request("Messages must not be empty.")
     prompt_tokens = chat_prompt_tokens(contents)
@@ -156,6 +177,8 @@ def parse_chat(body: Any, context_len: int) -> GenParams | web.Response:
         spec_details=spec,
         model=str(body.get("model", "default")),
         continuous_usage=_continuous_usage(body),
+        top_logprobs=(top_logprobs or 0) if logprobs else None,
+        token_ids=token_ids,
     )
 
 
@@ -185,6 +208,8 @@ def parse_completion(body: Any) -> GenParams | web.Response:
     stream = _bool_field(body, "stream", errors)
     ignore_eos = _bool_field(body, "ignore_eos", errors)
     spec = _bool_field(body, "return_spec_tokens_details", errors)
+    logprobs = _int_field(body, "logprobs", errors)
+    token_ids = _bool_field(body, "return_token_ids", errors)
     if errors:
         return validation_error(errors)
     if n not in (None, 1):
@@ -199,6 +224,8 @@ def parse_completion(body: Any) -> GenParams | web.Response:
         spec_details=spec,
         model=str(body.get("model", "default")),
         continuous_usage=_continuous_usage(body),
+        top_logprobs=logprobs,
+        token_ids=token_ids,
     )
 
 
@@ -231,6 +258,41 @@ def _spec_details(engine: EngineClient, st: ReqState) -> dict | None:
         "spec_correct_drafts_histogram": meta["spec_correct_drafts_histogram"],
         "spec_cap_lens_histogram": [],
     }
+
+
+def _token_json(text: str) -> dict:
+    return {"token": text, "bytes": list(text.encode()), "logprob": 0.0}
+
+
+def _chat_logprobs(p: GenParams, start: int, ids: list[int]) -> str:
+    """A chunk's ``logprobs`` for the tokens from position ``start``: ChoiceLogprobs."""
+    if p.top_logprobs is None:
+        return "null"
+    content = []
+    for text, _, logprob, tops in logprob_entries(p.plan, start, ids, p.top_logprobs):
+        alternatives = [{**_token_json(t), "logprob": lp} for t, _, lp in tops]
+        content.append({**_token_json(text or ""), "logprob": logprob, "top_logprobs": alternatives})
+    return dumps({"content": content})
+
+
+def _completion_logprobs(p: GenParams, start: int, ids: list[int], offset: int) -> str:
+    """A chunk's ``logprobs`` in the completions shape (LogProbs); ``offset``: the
+    characters generated before it."""
+    if p.top_logprobs is None:
+        return "null"
+    out: dict[str, list] = {"text_offset": [], "token_logprobs": [], "tokens": [], "top_logprobs": []}
+    for text, _, logprob, tops in logprob_entries(p.plan, start, ids, p.top_logprobs):
+        out["text_offset"].append(offset)
+        out["token_logprobs"].append(logprob)
+        out["tokens"].append(text or "")
+        out["top_logprobs"].append({t: lp for t, _, lp in tops})
+        offset += len(text or "")
+    return dumps(out)
+
+
+def _token_ids(p: GenParams, ids: list[int]) -> str:
+    """The choice's ``token_ids`` member (with its comma), or nothing when not asked for."""
+    return ',"token_ids":' + dumps(ids) if p.token_ids else ""
 
 
 def _matched(finish: dict | None) -> Any:
@@ -286,24 +348,25 @@ async def chat_completions(request: web.Request, engine: EngineClient, p: GenPar
 
     head = f'data: {{"id":"{rid}","object":"chat.completion.chunk","created":{created},"model":{dumps(p.model)},"choices":[{{"index":0,"delta":'
     tail = ',"logprobs":null,"finish_reason":null,"matched_stop":null}]}\n\n'
-    # StreamChunk(usage=UsageInfo.model_dump()) on content chunks only: its last field.
-    usage_tail = ',"logprobs":null,"finish_reason":null,"matched_stop":null}],"usage":'
     resp = await _start_sse(request)
     first = True
     st = None
+    position = 0  # of the next output token
     async for st, updates in gen:
         if first:
             first = False
             await resp.write((head + '{"reasoning_content":null,"role":"assistant","content":""}' + tail).encode())
         text = "".join(u.text for u in updates)
-        if text:
-            content = head + '{"reasoning_content":null,"content":' + dumps(text) + "}"
-            if p.continuous_usage:
-                # Cumulative, as of the tokens in this chunk (meta_info.completion_tokens).
-                content += usage_tail + dumps(_usage(st)) + "}\n\n"
-            else:
-                content += tail
+        ids = [i for u in updates for i in u.ids] if p.details else []
+        if text or ids:
+            content = (head + '{"reasoning_content":null,"content":' + dumps(text) + '},"logprobs":'
+                       + _chat_logprobs(p, position, ids) + ',"finish_reason":null,"matched_stop":null'
+                       + _token_ids(p, ids) + "}]")
+            # StreamChunk(usage=UsageInfo.model_dump()) on content chunks only: its last field;
+            # cumulative, as of the tokens in this chunk (meta_info.completion_tokens).
+            content += (',"usage":' + dumps(_usage(st)) if p.continuous_usage else "") + "}\n\n"
             await resp.write(content.encode())
+        position += len(ids)
     assert st is not None
     out = []
     if st.finish is not None:
@@ -360,17 +423,24 @@ async def completions(request: web.Request, engine: EngineClient, p: GenParams) 
     head = f'data: {{"id":"{rid}","object":"text_completion","created":{created},"model":{dumps(p.model)},"choices":[{{"index":0,"text":'
     resp = await _start_sse(request)
     st = None
+    position = offset = 0  # of the next output token, and of its first character
     async for st, updates in gen:
         text = "".join(u.text for u in updates)
+        ids = [i for u in updates for i in u.ids] if p.details else []
         finish = updates[-1].finish if updates else None
+        logprobs = _completion_logprobs(p, position, ids, offset)
+        position, offset = position + len(ids), offset + len(text)
         await resp.write(
             (
                 head
                 + dumps(text)
-                + ',"logprobs":null,"finish_reason":'
+                + ',"logprobs":'
+                + logprobs
+                + ',"finish_reason":'
                 + dumps(finish["type"] if finish else None)
                 + ',"matched_stop":'
                 + dumps(_matched(finish))
+                + _token_ids(p, ids)
                 + '}],"usage":'
                 + (dumps(_usage(st)) if p.continuous_usage else "null")  # cumulative
                 + "}\n\n"
@@ -410,6 +480,9 @@ def parse_generate(body: Any) -> tuple[GenParams, str | None] | web.Response:
     max_new = _int_field(sp, "max_new_tokens", errors)
     ignore_eos = _bool_field(sp, "ignore_eos", errors)
     stream = _bool_field(body, "stream", errors)
+    return_logprob = _bool_field(body, "return_logprob", errors)
+    top_logprobs_num = _int_field(body, "top_logprobs_num", errors)
+    logprob_text = _bool_field(body, "return_text_in_logprobs", errors)
     if errors:
         return validation_error(errors)
     if max_new is not None and max_new < 0:
@@ -420,10 +493,28 @@ def parse_generate(body: Any) -> tuple[GenParams, str | None] | web.Response:
         ids = input_ids[0] if input_ids and isinstance(input_ids[0], list) else input_ids
         n_prompt, plan = max(1, len(ids or [])), plan_output("", ignore_eos)
     rid = body.get("rid") if isinstance(body.get("rid"), str) else None
-    return (
-        GenParams(n_prompt, plan, 128 if max_new is None else max_new, stream, False, False, "", text=text or ""),  # SamplingParams.max_new_tokens = 128
-        rid,
-    )
+    params = GenParams(n_prompt, plan, 128 if max_new is None else max_new, stream, False, False, "",  # SamplingParams.max_new_tokens = 128
+                       text=text or "", top_logprobs=(top_logprobs_num or 0) if return_logprob else None, logprob_text=logprob_text)
+    return params, rid
+
+
+class GenerateLogprobs:
+    """``meta_info``'s output logprobs of one /generate request, cumulative like its text:
+    ``[logprob, id, text]`` per token (text only with return_text_in_logprobs) and the top
+    alternatives in the same form."""
+
+    def __init__(self, p: GenParams):
+        self.p, self.with_text = p, p.logprob_text
+        self.chosen: list[list] = []
+        self.tops: list[list[list] | None] = []
+
+    def add(self, ids: list[int]) -> None:
+        for text, token_id, logprob, tops in logprob_entries(self.p.plan, len(self.chosen), ids, self.p.top_logprobs):
+            self.chosen.append([logprob, token_id, text if self.with_text else None])
+            self.tops.append([[lp, i, t if self.with_text else None] for t, i, lp in tops] or None)
+
+    def meta(self) -> dict:
+        return {"output_token_logprobs": self.chosen, "output_top_logprobs": self.tops}
 
 
 def _generate_meta(engine: EngineClient, st: ReqState, finished: bool) -> dict:
@@ -445,6 +536,7 @@ def _generate_meta(engine: EngineClient, st: ReqState, finished: bool) -> dict:
 
 async def generate(request: web.Request, engine: EngineClient, p: GenParams, rid: str | None) -> web.StreamResponse:
     gen = _open(request, engine, p, rid)
+    logprobs = GenerateLogprobs(p) if p.top_logprobs is not None else None
     if not p.stream:
         text_parts: list[str] = []
         ids: list[int] = []
@@ -454,7 +546,11 @@ async def generate(request: web.Request, engine: EngineClient, p: GenParams, rid
                 text_parts.append(u.text)
                 ids.extend(u.ids)
         assert st is not None
-        return json_response({"text": "".join(text_parts), "output_ids": ids, "meta_info": _generate_meta(engine, st, True)})
+        meta = _generate_meta(engine, st, True)
+        if logprobs is not None:
+            logprobs.add(ids)
+            meta.update(logprobs.meta())
+        return json_response({"text": "".join(text_parts), "output_ids": ids, "meta_info": meta})
 
     resp = await _start_sse(request)
     text = ""
@@ -465,11 +561,13 @@ async def generate(request: web.Request, engine: EngineClient, p: GenParams, rid
             if u.ids:
                 more = ",".join(map(str, u.ids))
                 ids_json = f"{ids_json},{more}" if ids_json else more
+                if logprobs is not None:
+                    logprobs.add(u.ids)
         finished = st.finish is not None and updates and updates[-1].finish is not None
-        chunk = (
-            '{"text":' + dumps(text) + ',"output_ids":[' + ids_json + '],"meta_info":'
-            + dumps(_generate_meta(engine, st, bool(finished))) + "}"
-        )
+        meta = _generate_meta(engine, st, bool(finished))
+        if logprobs is not None:
+            meta.update(logprobs.meta())
+        chunk = '{"text":' + dumps(text) + ',"output_ids":[' + ids_json + '],"meta_info":' + dumps(meta) + "}"
         await resp.write(b"data: " + chunk.encode() + b"\n\n")
     await resp.write(DONE)
     await resp.write_eof()

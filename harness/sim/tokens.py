@@ -22,10 +22,23 @@ and the output runs to exactly ``max_new_tokens``.
 
 Token ids: ``,`` = 11, the number k = 1000 + k, word w of ``WORDS`` = 100 + w,
 EOS = ``EOS_TOKEN_ID``.
+
+The output depends on the prompt (and ``ignore_eos``) alone, token by token: never on the
+seed, the batch or speculation, which only decide *when* a token comes out. So a
+speculative server generates exactly what a plain one does (it is lossless), unless
+``--sim-lossy-rate`` lets a wrong draft through: then that position carries the model's
+runner-up token instead (:func:`render`'s ``flipped``; which positions is drawn by
+:func:`lossy_draw`, from the seed, the prompt's plan and the position).
+
+Logprobs (asked for with ``logprobs`` / ``top_logprobs`` / ``return_logprob``): at every
+position the model is sure of its token (``TOP_LOGPROB``); its runner-up is
+``RUNNER_UP_LOGPROB`` (a margin of 2.9 nats, far from a near-tie) and each further
+alternative one nat below that. Alternatives are words (:func:`ranked`).
 """
 
 from __future__ import annotations
 
+import random
 import re
 import zlib
 from typing import NamedTuple
@@ -37,6 +50,8 @@ COMMA_TOKEN_ID = 11
 NUMBER_TOKEN_BASE = 1000
 WORD_TOKEN_BASE = 100
 MAX_COUNT = 1_000_000
+TOP_LOGPROB = -0.1  # the model's own token at every position
+RUNNER_UP_LOGPROB = -3.0  # its second choice; each further alternative is one nat less likely
 
 _PIECE_RE = re.compile(r"\s*\w+|\s*[^\w\s]|\s+")
 _COUNT_RE = re.compile(r"count\s+from\s+1\s+to\s+(\d+)", re.IGNORECASE)
@@ -112,12 +127,54 @@ def _piece(plan: OutputPlan, i: int) -> tuple[str, int]:
     return (word if i == 0 else " " + word), WORD_TOKEN_BASE + w
 
 
-def render(plan: OutputPlan, start: int, n: int) -> tuple[str, list[int]]:
-    """Text and token ids of output tokens ``start .. start+n-1``."""
+def _word_piece(w: int, i: int) -> tuple[str, int]:
+    """Word ``w`` of WORDS as output token ``i`` (a leading space except at the start)."""
+    return (WORDS[w] if i == 0 else " " + WORDS[w]), WORD_TOKEN_BASE + w
+
+
+def ranked(plan: OutputPlan, i: int, n: int) -> list[tuple[str, int, float]]:
+    """The model's ``n`` most likely tokens at position ``i``, best first, as (text, id,
+    logprob): its own token, then words it did not pick."""
+    text, token_id = _piece(plan, i)
+    is_word = WORD_TOKEN_BASE <= token_id < WORD_TOKEN_BASE + len(WORDS)
+    near = token_id - WORD_TOKEN_BASE if is_word else i % len(WORDS)  # alternatives start next to it
+    out = [(text, token_id, TOP_LOGPROB)]
+    for k in range(1, min(n, len(WORDS))):
+        out.append((*_word_piece((near + k) % len(WORDS), i), RUNNER_UP_LOGPROB - (k - 1)))
+    return out
+
+
+def runner_up(plan: OutputPlan, i: int) -> tuple[str, int]:
+    """The token a lossy verifier lets through at position ``i`` instead of the model's own."""
+    text, token_id, _ = ranked(plan, i, 2)[1]
+    return text, token_id
+
+
+def lossy_draw(seed: int, plan: OutputPlan, i: int) -> float:
+    """A number in [0, 1) fixed by the seed, the prompt's plan and the position: a drafted
+    token at ``i`` comes out wrong when it is below ``--sim-lossy-rate``, the same way in
+    every run."""
+    return random.Random(f"{seed}/{plan.count_n}/{plan.word_start}/{plan.ignore_eos}/{i}").random()
+
+
+def render(plan: OutputPlan, start: int, n: int, flipped: tuple[int, ...] = ()) -> tuple[str, list[int]]:
+    """Text and token ids of output tokens ``start .. start+n-1``; positions in ``flipped``
+    carry the runner-up token instead (a lossy speculation)."""
     texts: list[str] = []
     ids: list[int] = []
     for i in range(start, start + n):
-        t, tid = _piece(plan, i)
+        t, tid = runner_up(plan, i) if i in flipped else _piece(plan, i)
         texts.append(t)
         ids.append(tid)
     return "".join(texts), ids
+
+
+def logprob_entries(plan: OutputPlan, start: int, ids: list[int], top_n: int) -> list[tuple]:
+    """Per output token from position ``start`` (the ids as generated): ``(text, id,
+    logprob, [(text, id, logprob), ...top_n alternatives])``."""
+    entries = []
+    for offset, token_id in enumerate(ids):
+        tops = ranked(plan, start + offset, max(top_n, 2))
+        text, _, logprob = next((t for t in tops if t[1] == token_id), (None, token_id, None))
+        entries.append((text, token_id, logprob, tops[:top_n]))
+    return entries
