@@ -93,12 +93,13 @@ def category_section(experiment, results: dict[str, ArmResult]) -> list[str]:
     """Per category of the prompts (a dataset's rows carry them): acceptance and speed
     depend on content, so one figure over a mix hides where a drafter wins or loses."""
     rows = []
-    plain = results.get(experiment.plain_arm) if experiment.plain_arm else None
+    plain_arm = getattr(experiment, "plain_arm", None)  # an experiment may have none
+    plain = results.get(plain_arm) if plain_arm else None
     for arm in experiment.arm_names:
         result = results.get(arm)
         if result is None or not result.categories:
             continue
-        speedups = category_speedups(result, plain) if arm != experiment.plain_arm else {}
+        speedups = category_speedups(result, plain) if arm != plain_arm else {}
         for name, c in result.categories.items():
             rows.append([arm, name, str(c["requests"]), cell(c["accept_length"], "{:.2f}"),
                          cell(c["stream_tok_s"], "{:.1f}"), cell(speedups.get(name), "{:.2f}x"),
