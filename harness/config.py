@@ -314,6 +314,9 @@ def validate_arm(arm: Arm) -> None:
                           f"{MAX_TOP_LOGPROBS} (0: token ids only), got {workload.logprobs}")
     if cfg.gate.max_failed_requests < 0:
         raise ConfigError(f"gate.max_failed_requests cannot be negative, got {cfg.gate.max_failed_requests}")
+    gap = cfg.gate.max_accept_length_source_gap
+    if gap is not None and not 0 <= gap < 1:
+        raise ConfigError(f"gate.max_accept_length_source_gap must be a fraction in [0, 1) (0.02: 2 %) or null, got {gap}")
     check_record_root(cfg.record.root)
     if workload.burstiness is not None and workload.burstiness <= 0:
         raise ConfigError(f"workload.burstiness must be > 0 (the gamma shape; 1 is Poisson), got {workload.burstiness}")

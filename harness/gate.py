@@ -115,6 +115,7 @@ class GateContext:
     reference_requests: list = field(default_factory=list)  # the same arm's lines in the reference run
     history: list = field(default_factory=list)  # the arm's blocks in a history of past runs (gate.baseline folder)
     arm_requests: dict = field(default_factory=dict)  # every measured arm's request lines in this run (speedup intervals)
+    server_windows: list = field(default_factory=list)  # the server's /metrics differenced, one per repeat
 
 
 @dataclass(frozen=True)
@@ -390,6 +391,71 @@ def lossless(ctx: GateContext) -> list[Verdict]:
     rate, floor = found.exact_match, spec.min_exact_match
     detail = describe_outputs(found, arm, spec.against, floor)
     return [Verdict(name, arm, rate is not None and rate >= floor, rate, floor, detail)]
+
+
+PER_REQUEST_DEFINITION = ("the requests' own counts: Σ completion tokens ÷ Σ spec_verify_ct over the measured "
+                          "requests (each request's first, prefill-produced token included)")
+
+
+def per_request_accept_length(lines: list[dict]) -> float | None:
+    """Σ completion tokens ÷ Σ verify cycles over one repeat's successful measured requests
+    that carry verify counts, as harness.metrics.summarize computes the arm's figure."""
+    spec = [r for r in lines if r.get("ok") and r.get("completion_tokens") is not None and r.get("spec_verify_ct")]
+    verify = sum(r["spec_verify_ct"] for r in spec)
+    return sum(r["completion_tokens"] for r in spec) / verify if verify else None
+
+
+def measured_lines_by_repeat(lines: list[dict]) -> dict[int, list[dict]]:
+    by_repeat: dict[int, list[dict]] = {}
+    for line in lines:
+        if not line.get("warmup"):
+            by_repeat.setdefault(int(line.get("repeat") or 0), []).append(line)
+    return by_repeat
+
+
+@register("accept_length_sources_agree", "speculative", ("max_accept_length_source_gap",))
+def accept_length_sources_agree(ctx: GateContext) -> list[Verdict]:
+    """Where the accept length has two sources over one window (the requests' own verify
+    counts and the server's /metrics counters), they differ by at most
+    gate.max_accept_length_source_gap of the larger."""
+    name, arm, gap = "accept_length_sources_agree", ctx.arm, ctx.gate.max_accept_length_source_gap
+    if gap is None:
+        return [skipped(name, arm, "gate.max_accept_length_source_gap is null: the two sources are not compared")]
+    if (missing := unmeasured(name, ctx)) is not None:
+        return missing
+    by_repeat = measured_lines_by_repeat(ctx.requests)
+    repeats = max(len(ctx.server_windows), len(by_repeat), 1)
+    return [source_verdict(ctx, repeat, by_repeat.get(repeat, []), window, gap, repeats)
+            for repeat, window in enumerate(ctx.server_windows or [{}])]
+
+
+def source_verdict(ctx: GateContext, repeat: int, lines: list[dict], window: dict, gap: float,
+                   repeats: int) -> Verdict:
+    """One repeat's two accept lengths side by side, or why they cannot be compared."""
+    name, arm = "accept_length_sources_agree", ctx.arm
+    where = f" (repeat {repeat + 1})" if repeats > 1 else ""
+    mine, theirs = per_request_accept_length(lines), (window or {}).get("accept_length")
+    if mine is None and theirs is None:
+        return skipped(name, arm, f"{arm}{where}: no accept length from either source (no speculation measured)")
+    if mine is None:
+        return skipped(name, arm, f"{arm}{where}: one source only, {window.get('accept_length_definition')} "
+                                  f"= {theirs:.4f}; the requests carry no verify counts to compare it with")
+    if theirs is None:
+        return skipped(name, arm, f"{arm}{where}: one source only, {PER_REQUEST_DEFINITION} = {mine:.4f}; the "
+                                  f"server's /metrics gave no generation-token and verify-call counters over the window")
+    both = (f"{PER_REQUEST_DEFINITION} = {mine:.4f}; {window.get('accept_length_definition')} = {theirs:.4f}")
+    failed = [r for r in lines if not r.get("ok")]
+    if failed:  # the server counted what it finished of them, the client none of them
+        return skipped(name, arm, f"{arm}{where}: not like for like: {len(failed)} measured request(s) failed, "
+                                  f"which only the server's counters may hold ({both})")
+    difference = abs(mine - theirs) / max(mine, theirs)
+    if difference <= gap:
+        return Verdict(name, arm, True, round(difference, 6), gap,
+                       f"{arm}{where}: the two accept lengths agree within {difference:.2%} (≤ {gap:.0%}): {both}")
+    return Verdict(name, arm, False, round(difference, 6), gap,
+                   f"{arm}{where}: the two accept lengths disagree by {difference:.2%} of the larger (> {gap:.0%}): "
+                   f"{both}. Over the same requests they count the same tokens and cycles, so one of them is not "
+                   f"measuring what it claims")
 
 
 # --- comparison with a reference run (gate.baseline) -------------------------------------------

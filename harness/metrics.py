@@ -22,6 +22,13 @@ Definitions (all over this run's ok measured requests):
   given, labelled ``accept_length_source = "server_cumulative"``.
 * ``verify_cycle_ms`` = sum(decode_s) / sum(spec_verify_ct): one draft+verify cycle (the
   decode span from first to last chunk holds exactly the verify cycles).
+* ``accept_length_per_request``: the spread of each request's own completion_tokens /
+  spec_verify_ct (p10/p50/p90, min, max, a histogram in ACCEPT_LENGTH_BIN-wide bins):
+  the run's accept length is one number, this says whether every request got it or a few
+  got far more than the rest.
+* ``acceptance_per_position``: where the engine gives each request's verify cycles by
+  accepted drafts (SGLang's ``spec_correct_drafts_histogram``), the fraction of cycles
+  whose draft position i (1, 2, ...) was accepted: Σ cycles with ≥ i accepted ÷ Σ cycles.
 
 Break-even: speculative decoding wins when accept_length > verify_cycle / plain_step
 (:func:`harness.metric_registry.break_even_accept_length`).  No data gives None, never 0.
@@ -87,6 +94,9 @@ class ArmResult:
     repeats: int = 1  # workload runs combined into this result (medians, see combine_repeats)
     noise: dict[str, dict] = field(default_factory=dict)  # metric path -> spread over the repeats
     categories: dict[str, dict] = field(default_factory=dict)  # a dataset's category -> its figures (by_category)
+    # each speculative request's completion_tokens / spec_verify_ct (the distribution's samples)
+    request_accept_lengths: list[float] = field(default_factory=list, repr=False)
+    correct_drafts_histogram: list[int] = field(default_factory=list)  # Σ over requests: cycles by accepted drafts
 
     @property
     def requests(self) -> dict[str, int]:
@@ -113,6 +123,10 @@ class ArmResult:
             "duration_s": _r(self.duration_s, 4),
             **({"categories": {name: dict(block) for name, block in self.categories.items()}}
                if self.categories else {}),
+            **({"accept_length_per_request": accept_length_distribution(self.request_accept_lengths)}
+               if self.request_accept_lengths else {}),
+            **({"acceptance_per_position": acceptance_per_position(self.correct_drafts_histogram)}
+               if sum(self.correct_drafts_histogram) else {}),
         }
 
 
@@ -179,8 +193,43 @@ def summarize(arm: str, load: LoadResult, server_accept_length: Optional[float] 
     elif server_accept_length is not None:
         res.accept_length = float(server_accept_length)
         res.accept_length_source = "server_cumulative"
+    res.request_accept_lengths = [r.completion_tokens / r.spec_verify_ct for r in spec]
+    res.correct_drafts_histogram = summed_histograms(r.spec_correct_drafts_histogram for r in spec)
     res.categories = by_category(ok)
     return res
+
+
+ACCEPT_LENGTH_BIN = 0.25  # histogram bin width: a quarter token per verify cycle
+
+
+def accept_length_distribution(values: list[float]) -> dict:
+    """Per-request accept lengths: percentiles, range and a histogram of [bin start, count]
+    (a request with 2.1 counts in the 2.0 bin, which holds [2.0, 2.25))."""
+    a = np.asarray(values, dtype=float)
+    p10, p50, p90 = np.percentile(a, [10, 50, 90])
+    # round before flooring: 2.25 stored as 2.2499999 still belongs to the 2.25 bin
+    starts = np.floor(np.round(a / ACCEPT_LENGTH_BIN, 9)) * ACCEPT_LENGTH_BIN
+    bins = Counter(round(float(x), 4) for x in starts)
+    return {"n": int(a.size), "p10": _r(p10), "p50": _r(p50), "p90": _r(p90),
+            "min": _r(a.min()), "max": _r(a.max()), "bin_width": ACCEPT_LENGTH_BIN,
+            "histogram": [[start, bins[start]] for start in sorted(bins)]}
+
+
+def summed_histograms(histograms: Iterable[list[int] | None]) -> list[int]:
+    """Element-wise sum of per-request histograms (missing ones left out, shorter ones padded)."""
+    total: list[int] = []
+    for hist in histograms:
+        for k, count in enumerate(hist or []):
+            total += [0] * (k + 1 - len(total))
+            total[k] += count
+    return total
+
+
+def acceptance_per_position(histogram: list[int]) -> list[float]:
+    """From cycles by accepted drafts ([k]: cycles that accepted k), the fraction of
+    cycles that accepted draft position i, for i = 1 .. the longest draft."""
+    cycles = sum(histogram)
+    return [_r(sum(histogram[i:]) / cycles) for i in range(1, len(histogram))]
 
 
 def by_category(ok: list[RequestRecord]) -> dict[str, dict]:
@@ -288,6 +337,8 @@ def combine_repeats(arm: str, results: list[ArmResult]) -> ArmResult:
     combined.errors = group_errors(sum((Counter(r.errors) for r in results), Counter()))
     combined.completion_tokens = sum(r.completion_tokens for r in results)
     combined.categories = combine_categories(results)
+    combined.request_accept_lengths = [x for r in results for x in r.request_accept_lengths]
+    combined.correct_drafts_histogram = summed_histograms(r.correct_drafts_histogram for r in results)
     combined.duration_s = sum(r.duration_s for r in results)
     combined.noise = {path: s for path in noise_metrics()
                       if (s := spread([metric_value(r, path) for r in results])) is not None}

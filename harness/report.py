@@ -77,6 +77,8 @@ def report_context(run: RunData, requests: list[dict[str, Any]]) -> dict[str, An
         "gate_counts": {s: sum(g["status"] == s for g in gates) for s in GATE_STATUSES},
         "latency_chart": latency_chart(samples, arms),
         "throughput_chart": throughput_chart(run.arms, arms),
+        "accept_length_chart": accept_length_chart(run.arms, arms),
+        "position_rows": position_rows(run.arms, arms),
         "arms": [arm_card(run.path.parent, arm, run.arms.get(arm)) for arm in arms],
         "generated_utc": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
     }
@@ -93,6 +95,21 @@ def category_rows(blocks: dict[str, Any], arms: list[str], plain_arm: Optional[s
             rows.append([arm, str(name), show(c.get("requests")), show(c.get("accept_length")),
                          show(c.get("stream_tok_s")), "-" if speedup is None else f"{speedup:.2f}x",
                          show(c.get("ttft_ms_p50")), show(c.get("tpot_ms_p50"))])
+    return rows
+
+
+def position_rows(blocks: dict[str, Any], arms: list[str]) -> list[list[str]]:
+    """Per arm, the fraction of verify cycles that accepted draft position 1, 2, ...: from
+    the requests' own histograms, else from the server's counters (first window)."""
+    rows = []
+    for arm in arms:
+        block = blocks.get(arm) if isinstance(blocks.get(arm), dict) else {}
+        windows = [w for w in block.get("server_metrics") or [] if isinstance(w, dict)]
+        for source, values in (("requests", block.get("acceptance_per_position")),
+                               ("server /metrics", windows[0].get("acceptance_per_position") if windows else None)):
+            if isinstance(values, list) and values:
+                rows.append([arm, source, " · ".join(f"{number(v):.2f}" for v in values if number(v) is not None)])
+                break
     return rows
 
 
@@ -328,6 +345,34 @@ def throughput_chart(results: dict[str, Any], arms: list[str]) -> Optional[str]:
     ax.set(xlabel="output tokens/s (speedup vs the plain arm in brackets)")
     ax.set_xlim(0, max(values[a] for a in shown) * 1.25)
     ax.grid(axis="x", alpha=0.3)
+    return figure_uri(fig)
+
+
+def accept_length_chart(results: dict[str, Any], arms: list[str]) -> Optional[str]:
+    """Per-request accept length histograms (results.json `accept_length_per_request`), one
+    colour per arm, with each arm's p10/p50/p90 in its legend entry."""
+    blocks = {arm: (results.get(arm) or {}).get("accept_length_per_request") for arm in arms
+              if isinstance(results.get(arm), dict)}
+    shown = [arm for arm, b in blocks.items() if isinstance(b, dict) and b.get("histogram")]
+    if not shown:
+        return None
+    fig = Figure(figsize=(9, 3.6), layout="constrained")
+    ax = fig.subplots()
+    for arm in shown:
+        block = blocks[arm]
+        starts, counts = zip(*block["histogram"])
+        ax.bar(starts, counts, width=block.get("bin_width", 0.25), align="edge", alpha=0.55,
+               color=arm_color(arms, arm), edgecolor=arm_color(arms, arm),
+               label=f"{arm}: " + ", ".join(f"{k} {number(block.get(k)) or 0:.2f}" for k in ("p10", "p50", "p90"))
+               + f" (n={block.get('n')})")
+    # from 1 (no draft ever accepted) so that one narrow bin does not fill the axes
+    ends = [start + (blocks[arm].get("bin_width") or 0.25) for arm in shown for start, _ in blocks[arm]["histogram"]]
+    ax.set_xlim(min(0.9, *(s for arm in shown for s, _ in blocks[arm]["histogram"])), max(ends) + 0.25)
+    ax.yaxis.get_major_locator().set_params(integer=True)
+    ax.set(title="Accept length per request (its completion tokens ÷ its verify cycles)",
+           xlabel="accept length (tokens per verify cycle)", ylabel="requests")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=9, frameon=False)
     return figure_uri(fig)
 
 

@@ -177,6 +177,9 @@ class GateConfig:
     accept_length_at_least_break_even: List[str] = field(default_factory=list)  # arms
     lossless: Dict[str, LosslessGate] = field(default_factory=dict)  # arm -> {against, min_exact_match}; needs temperature 0
     max_failed_requests: int = 0  # per arm
+    # the per-request and the server-counter accept length of one window may differ by this
+    # fraction of the larger (null: not compared); only where both sources exist
+    max_accept_length_source_gap: Optional[float] = 0.02
     repeats: int = 1  # run each arm's workload this many times on the same server; metrics become medians
     max_cv: float = 0.05  # a gated metric whose coefficient of variation over the repeats exceeds this is unreliable
     baseline: Optional[str] = None  # the reference run: a run dir or results.json to compare with (regression gating)

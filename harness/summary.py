@@ -8,7 +8,7 @@ from typing import Any
 from harness.agreement import client_decoded_tokens, sentence, server_decode_ms_per_token
 from harness.engines.base import ITL_PER_TOKEN
 from harness.metric_registry import metric_value, summary_columns
-from harness.metrics import ArmResult, category_speedups
+from harness.metrics import ArmResult, acceptance_per_position, category_speedups
 
 def arm_cells(result: ArmResult, comparison: dict[str, float | None]) -> list[str]:
     """One arm's row: the registry's summary columns, then requests ok/failed in one cell.
@@ -165,13 +165,23 @@ def server_section(experiment, results: dict[str, ArmResult], arm_status: dict[s
         rows.append([arm, cell(r.ttft_ms.mean, "{:.1f}"), cell(server.get("ttft_mean_ms"), "{:.1f}"),
                      cell(r.decode_step_ms, "{:.2f}"), cell(first_window_decode_ms(server, r), "{:.2f}"),
                      cell(server.get("accept_length"), "{:.2f}"),
-                     " ".join(f"{p:.2f}" for p in server.get("acceptance_per_position", [])) or "-"])
+                     positions_cell(server, r)])
     if not rows:
         return []
     header = ["arm", "TTFT mean client", "TTFT mean server", "decode ms/token client (TPOT)",
               "decode ms/token server", "accept len (server counters)", "acceptance per position"]
     lines = ["", "## Client vs server /metrics (same window, first repeat)", ""] + markdown_table(header, rows)
     return lines + disagreement_lines(experiment, results, arm_status)
+
+
+def positions_cell(server: dict, result: ArmResult) -> str:
+    """Acceptance per draft position: the server's counters (vLLM), else the requests' own
+    histograms (SGLang's spec_correct_drafts_histogram), marked as such."""
+    if server.get("acceptance_per_position"):
+        return " ".join(f"{p:.2f}" for p in server["acceptance_per_position"])
+    if sum(result.correct_drafts_histogram):
+        return " ".join(f"{p:.2f}" for p in acceptance_per_position(result.correct_drafts_histogram)) + " (requests)"
+    return "-"
 
 
 def first_window_decode_ms(server: dict, result: ArmResult) -> float | None:

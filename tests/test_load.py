@@ -321,8 +321,9 @@ def test_engine_hooks_shape_bodies_and_read_spec_fields(fake):
 def test_sglang_hooks():
     assert sglang_request_extras("chat") == sglang_request_extras("completions") == {"return_spec_tokens_details": True}
     assert sglang_request_extras("generate") == {}
-    details = {"spec_verify_ct": 3, "spec_accept_length": 2.0, "spec_accept_rate": 0.5}
-    want = {"spec_verify_ct": 3, "spec_accept_length": 2.0}
+    details = {"spec_verify_ct": 3, "spec_accept_length": 2.0, "spec_accept_rate": 0.5,
+               "spec_correct_drafts_histogram": [1, 0, 2]}
+    want = {"spec_verify_ct": 3, "spec_accept_length": 2.0, "spec_correct_drafts_histogram": [1, 0, 2]}
     assert sglang_spec_details({"sglext": {"spec_tokens_details": details}}) == want
     assert sglang_spec_details({"sglext": {"spec_tokens_details": [details]}}) == want  # one per choice
     for event in ({"choices": []}, {"sglext": None}, {"sglext": {"spec_tokens_details": []}},

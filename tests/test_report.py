@@ -367,3 +367,22 @@ def test_report_renders_in_headless_chromium(record, chromium, tmp_path):
     # the verdict badge's red and the passed badges' green are on screen
     assert np.any(np.all(np.abs(rgb - (0xb4, 0x23, 0x18)) < 12, axis=-1)), "no failed-red on the page"
     assert np.any(np.all(np.abs(rgb - (0x17, 0x80, 0x3d)) < 12, axis=-1)), "no passed-green on the page"
+
+
+def test_the_report_draws_the_per_request_accept_length_histogram(record):
+    results = json.loads((record / "results.json").read_text())
+    results["arms"]["eagle3"]["accept_length_per_request"] = {
+        "n": 6, "p10": 1.5, "p50": 2.25, "p90": 3.0, "min": 1.25, "max": 3.25, "bin_width": 0.25,
+        "histogram": [[1.25, 1], [1.5, 1], [2.25, 2], [3.0, 1], [3.25, 1]]}
+    results["arms"]["eagle3"]["acceptance_per_position"] = [0.71, 0.42]
+    (record / "results.json").write_text(json.dumps(results))
+    page = References()
+    text = write_report(record).read_text()
+    page.feed(text)
+    assert len(page.refs) == 4  # latency, throughput, the accept length histogram, the telemetry plot
+    assert 'alt="histogram of the accept length per request, per arm"' in text
+    assert "<h2>Acceptance</h2>" in text and "0.71 · 0.42" in text
+    # a record without the distribution has no such chart (the fixture's own page)
+    results["arms"]["eagle3"].pop("accept_length_per_request")
+    (record / "results.json").write_text(json.dumps(results))
+    assert "histogram of the accept length" not in write_report(record).read_text()

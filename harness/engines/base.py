@@ -80,6 +80,11 @@ class PrometheusNames:
     itl_histogram: str | None = None
     itl_observed_per: str = ITL_PER_STEP  # ITL_PER_TOKEN or ITL_PER_STEP
     spec_prefix: str | None = None  # <prefix>num_drafts_total, num_draft_tokens_total, ...
+    # Counters whose ratio over the window is SGLang's accept length (tokens ÷ verify calls):
+    # the tokens every finished request produced, its first, prefill-produced one included,
+    # and the verify cycles they took (both counted when a request finishes).
+    generation_tokens: str | None = None
+    spec_verify_calls: str | None = None
 
 
 class Engine:

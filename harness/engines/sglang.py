@@ -25,7 +25,13 @@ class SGLang(PythonEngine):
     # the interval to the sum and n to the count (srt/metrics/collector.py, 0.5.x).
     prometheus = PrometheusNames(ttft_histogram="sglang:time_to_first_token_seconds",
                                  itl_histogram="sglang:inter_token_latency_seconds",
-                                 itl_observed_per=ITL_PER_TOKEN)
+                                 itl_observed_per=ITL_PER_TOKEN,
+                                 # TokenizerMetricsCollector.observe_one_finished_request: += the
+                                 # request's completion_tokens (the prefill token included) and its
+                                 # spec_verify_ct; releases before the latter existed give no window
+                                 # accept length (the source gate then skips, saying so)
+                                 generation_tokens="sglang:generation_tokens_total",
+                                 spec_verify_calls="sglang:spec_verify_calls_total")
     version_routes = ("/get_server_info",)
     served_model_fallback = "/get_model_info"
     drafter_keys = ("num_steps", "eagle_topk", "num_draft_tokens")
@@ -71,7 +77,8 @@ class SGLang(PythonEngine):
             details = details[0] if details else None
         if not isinstance(details, dict):
             return None
-        return {"spec_verify_ct": details.get("spec_verify_ct"), "spec_accept_length": details.get("spec_accept_length")}
+        return {"spec_verify_ct": details.get("spec_verify_ct"), "spec_accept_length": details.get("spec_accept_length"),
+                "spec_correct_drafts_histogram": details.get("spec_correct_drafts_histogram")}
 
     def server_accept_length(self, client: "ServerClient") -> float | None:
         """/get_server_info's internal_states[0].avg_spec_accept_length: cumulative over the

@@ -25,6 +25,8 @@ class RequestRecord:
     completion_tokens: int | None = None
     spec_verify_ct: int | None = None
     spec_accept_length: float | None = None
+    # verify cycles by how many drafts each accepted ([k]: cycles with k accepted), where the engine says
+    spec_correct_drafts_histogram: list[int] | None = None
     finish_reason: str | None = None
     end_time: float | None = None
     answer: str | None = field(default=None, repr=False)  # the streamed text, kept only for a next turn's history
@@ -81,6 +83,7 @@ class RequestRecord:
             "completion_tokens": self.completion_tokens,
             "spec_verify_ct": self.spec_verify_ct,
             "spec_accept_length": self.spec_accept_length,
+            "spec_correct_drafts_histogram": self.spec_correct_drafts_histogram,
             "finish_reason": self.finish_reason,
             "chunk_ms": [round((t - t0) * 1000.0, 3) for t in self.chunk_times],
             "chunk_tokens": list(self.chunk_tokens),

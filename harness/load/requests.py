@@ -364,8 +364,18 @@ async def _read_openai(content: aiohttp.StreamReader, rec: RequestRecord, chat: 
     if spec is not None:
         rec.spec_verify_ct = spec.get("spec_verify_ct")
         rec.spec_accept_length = spec.get("spec_accept_length")
+        rec.spec_correct_drafts_histogram = correct_drafts_histogram(spec)
     if answer is not None:
         rec.answer = "".join(answer)
+
+
+def correct_drafts_histogram(spec: dict) -> list[int] | None:
+    """SGLang's ``spec_correct_drafts_histogram`` (verify cycles by accepted drafts), when
+    it is a list of counts; anything else is no histogram rather than a wrong one."""
+    hist = spec.get("spec_correct_drafts_histogram")
+    if not isinstance(hist, list) or not hist or not all(type(n) is int and n >= 0 for n in hist):
+        return None
+    return hist
 
 
 def _settle_usage(rec: RequestRecord, final_usage: dict | None, per_chunk_total: int | None,
@@ -451,5 +461,6 @@ async def _read_generate(content: aiohttp.StreamReader, rec: RequestRecord, keep
     if meta.get("spec_verify_ct") is not None:
         rec.spec_verify_ct = meta.get("spec_verify_ct")
         rec.spec_accept_length = meta.get("spec_accept_length")
+        rec.spec_correct_drafts_histogram = correct_drafts_histogram(meta)
     if keep_answer:
         rec.answer = str(last.get("text") or "")
