@@ -38,6 +38,7 @@ from typing import Iterable, Optional
 
 import numpy as np
 
+from harness import prompt_length
 from harness.load import LoadResult, RequestRecord
 from harness.metric_registry import metric_value, noise_metrics
 
@@ -87,6 +88,7 @@ class ArmResult:
     repeats: int = 1  # workload runs combined into this result (medians, see combine_repeats)
     noise: dict[str, dict] = field(default_factory=dict)  # metric path -> spread over the repeats
     categories: dict[str, dict] = field(default_factory=dict)  # a dataset's category -> its figures (by_category)
+    prompt_length: Optional[dict] = None  # sized prompts' server counts against input_len (harness/prompt_length.py)
 
     @property
     def requests(self) -> dict[str, int]:
@@ -113,6 +115,7 @@ class ArmResult:
             "duration_s": _r(self.duration_s, 4),
             **({"categories": {name: dict(block) for name, block in self.categories.items()}}
                if self.categories else {}),
+            **({"prompt_length": dict(self.prompt_length)} if self.prompt_length else {}),
         }
 
 
@@ -180,6 +183,7 @@ def summarize(arm: str, load: LoadResult, server_accept_length: Optional[float] 
         res.accept_length = float(server_accept_length)
         res.accept_length_source = "server_cumulative"
     res.categories = by_category(ok)
+    res.prompt_length = prompt_length.judge(measured, load.api, load.prompt_sizing)
     return res
 
 
@@ -288,6 +292,7 @@ def combine_repeats(arm: str, results: list[ArmResult]) -> ArmResult:
     combined.errors = group_errors(sum((Counter(r.errors) for r in results), Counter()))
     combined.completion_tokens = sum(r.completion_tokens for r in results)
     combined.categories = combine_categories(results)
+    combined.prompt_length = prompt_length.combine([r.prompt_length for r in results])
     combined.duration_s = sum(r.duration_s for r in results)
     combined.noise = {path: s for path in noise_metrics()
                       if (s := spread([metric_value(r, path) for r in results])) is not None}
