@@ -14,11 +14,15 @@ completions API: special tokens such as a BOS included (``add_special_tokens``, 
 default of ``tokenizers`` and of both ``/tokenize`` routes).
 
 The sizing (:func:`sized_words`): a request's words are a seeded stream, so a longer
-prompt extends a shorter one.  Start at ``input_len`` words, count, and step by the
-difference (the vocabulary's words are about one token each, so a step or two lands);
-when no prefix is exact (the next word is several tokens and jumps over), end the longest
-prefix under the target with short filler words.  At most :data:`MAX_COUNTS` counts; a
-target no prompt can hit (below the count of one word plus a BOS) gets the closest.
+prompt extends a shorter one.  Start at ``input_len`` words, count, and scale the length
+by the tokens a word took (the vocabulary's words are about one token each, so a step or
+two lands; a small vocabulary's several tokens a word take a few more), kept between the
+nearest prefixes found too short and too long.  When no prefix is exact (the next word is
+several tokens and jumps over), end the longest prefix under the target (or nothing, when
+one word is too long) with short filler words.  At most :data:`MAX_COUNTS` counts; a
+target no prompt can hit (below one short word plus a BOS) gets the closest.  In duration
+mode only the warm-up is sized ahead: later prompts are sized as they are needed, in a
+thread, while the load runs.
 """
 
 from __future__ import annotations
@@ -60,12 +64,19 @@ def sized_words(words: Words, target: int, count: CountPromptTokens) -> str:
             below = max(below or (0, 0), (n, tokens))
         else:
             above = min(above or (n + 1, 0), (n, tokens))
-        n = _next_length(n + target - tokens, below, above)
+        n = _next_length(_scaled(n, tokens, target), below, above)
         if n is None:
             break
-    if below is None:  # even the shortest prompt is too long: the closest there is
-        return " ".join(words(above[0] if above else 1))
-    return _filled(" ".join(words(below[0])), below[1], target, count)
+    start, tokens = (" ".join(words(below[0])), below[1]) if below else ("", 0)
+    # the longest prefix under the target, ended with fillers; when even one word is too
+    # long and no filler alone fits, the shortest prompt is the closest there is
+    return _filled(start, tokens, target, count) or " ".join(words(above[0] if above else 1))
+
+
+def _scaled(n: int, tokens: int, target: int) -> int:
+    """The length the last count's tokens per word point to (one word further at least)."""
+    guess = round(n * target / max(1, tokens))
+    return guess if guess != n else n + (1 if tokens < target else -1)
 
 
 def _next_length(guess: int, below: tuple[int, int] | None, above: tuple[int, int] | None) -> int | None:
@@ -81,9 +92,10 @@ def _filled(text: str, tokens: int, target: int, count: CountPromptTokens) -> st
     while tokens < target and budget > 0:
         for filler in FILLERS:
             budget -= 1
-            longer = count(text + " " + filler)
+            candidate = f"{text} {filler}" if text else filler
+            longer = count(candidate)
             if longer <= target:
-                text, tokens = text + " " + filler, longer
+                text, tokens = candidate, longer
                 break
             if budget == 0:
                 break
