@@ -18,6 +18,7 @@ from harness.engines.base import METRICS_WINDOW
 from harness.images import ImageError
 from harness.load import LoadInterrupted, LoadResult, run_load
 from harness.lossless import top_logprobs_to_ask
+from harness.load.sizing import PromptTokenizer, SizingError, local_tokenizer
 from harness.metrics import ArmResult, apply_server_window, combine_repeats, summarize
 from harness.outcome import ArmOutcome
 from harness.recorder import Recorder
@@ -128,10 +129,12 @@ class ArmSession:
                             on_tokens_flowing=sampler.mark_load_start if sampler else None,
                             on_measured_start=lambda: before.append(self.metrics_snapshot()),
                             request_extras=self.request_extras, spec_details=self.engine.spec_details,
-                            count_tokens=self.engine.token_counter(cfg))
+                            count_tokens=self.engine.token_counter(cfg), prompt_tokenizer=self.prompt_tokenizer())
         except LoadInterrupted as interrupted:
             self.keep_interrupted_load(repeat, interrupted)
             raise  # still a KeyboardInterrupt: pytest ends the run as interrupted
+        except SizingError as exc:  # the server's /tokenize failed: no prompt of the asked length
+            self.fail("server_failed", f"arm '{self.arm.name}': {exc}")
         finally:
             if sampler is not None:
                 sampler.mark_load_end()
@@ -143,6 +146,16 @@ class ArmSession:
         if self.engine.spec_stats == METRICS_WINDOW:  # speculation is in the server's counters only
             result = apply_server_window(result, load, server_side)
         return result
+
+    def prompt_tokenizer(self) -> PromptTokenizer | None:
+        """What sizes random prompts to workload.input_len tokens: the configured tokenizer
+        folder, else the engine's (its /tokenize, or the simulator's exact count)."""
+        workload = self.arm.cfg.workload
+        if workload.dataset or workload.prompt or not workload.input_len:
+            return None
+        if workload.tokenizer:  # config validation has read it once already
+            return local_tokenizer(workload.tokenizer)
+        return self.engine.prompt_tokenizer(self.arm.cfg, self.server.base_url, self.model)
 
     def check_agreement(self, result: ArmResult, server_side: dict[str, Any], repeat: int) -> None:
         """This repeat's client figures against the server's own over the same requests

@@ -27,6 +27,7 @@ from harness.engines import ENGINES, EngineConfigError
 from harness.engines.legacy import upgrade_config
 from harness.gate import GATES, INCONCLUSIVE
 from harness.load.datasets import DatasetError, load_dataset
+from harness.load.sizing import SizingError, local_tokenizer
 from harness.load.requests import REQUEST_FUNCS
 from harness.lossless import MAX_TOP_LOGPROBS
 from harness.schema import BUILD_KINDS, SpecgateConfig
@@ -301,6 +302,8 @@ def validate_arm(arm: Arm) -> None:
         raise ConfigError(f"workload '{workload.name}' needs a dataset, a prompt or an input_len")
     if workload.num_prompts is None and workload.duration_s is None:
         raise ConfigError(f"workload '{workload.name}' needs num_prompts or duration_s")
+    if workload.tokenizer is not None:
+        check_tokenizer(workload.tokenizer)
     for key in ("max_tokens", "concurrency"):
         if workload[key] < 1:
             raise ConfigError(f"workload.{key} must be at least 1, got {workload[key]}")
@@ -328,6 +331,14 @@ def check_dataset(dataset: str) -> None:
     try:
         load_dataset(dataset)
     except DatasetError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def check_tokenizer(folder: str) -> None:
+    """workload.tokenizer must be a tokenizer this machine can read, found before any server starts."""
+    try:
+        local_tokenizer(folder)
+    except SizingError as exc:
         raise ConfigError(str(exc)) from None
 
 

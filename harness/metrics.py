@@ -45,6 +45,7 @@ from typing import Iterable, Optional
 
 import numpy as np
 
+from harness import prompt_length
 from harness.load import LoadResult, RequestRecord
 from harness.metric_registry import metric_value, noise_metrics
 
@@ -97,6 +98,7 @@ class ArmResult:
     # each speculative request's completion_tokens / spec_verify_ct (the distribution's samples)
     request_accept_lengths: list[float] = field(default_factory=list, repr=False)
     correct_drafts_histogram: list[int] = field(default_factory=list)  # Σ over requests: cycles by accepted drafts
+    prompt_length: Optional[dict] = None  # sized prompts' server counts against input_len (harness/prompt_length.py)
 
     @property
     def requests(self) -> dict[str, int]:
@@ -127,6 +129,7 @@ class ArmResult:
                if self.request_accept_lengths else {}),
             **({"acceptance_per_position": acceptance_per_position(self.correct_drafts_histogram)}
                if sum(self.correct_drafts_histogram) else {}),
+            **({"prompt_length": dict(self.prompt_length)} if self.prompt_length else {}),
         }
 
 
@@ -196,6 +199,7 @@ def summarize(arm: str, load: LoadResult, server_accept_length: Optional[float] 
     res.request_accept_lengths = [r.completion_tokens / r.spec_verify_ct for r in spec]
     res.correct_drafts_histogram = summed_histograms(r.spec_correct_drafts_histogram for r in spec)
     res.categories = by_category(ok)
+    res.prompt_length = prompt_length.judge(measured, load.api, load.prompt_sizing)
     return res
 
 
@@ -339,6 +343,7 @@ def combine_repeats(arm: str, results: list[ArmResult]) -> ArmResult:
     combined.categories = combine_categories(results)
     combined.request_accept_lengths = [x for r in results for x in r.request_accept_lengths]
     combined.correct_drafts_histogram = summed_histograms(r.correct_drafts_histogram for r in results)
+    combined.prompt_length = prompt_length.combine([r.prompt_length for r in results])
     combined.duration_s = sum(r.duration_s for r in results)
     combined.noise = {path: s for path in noise_metrics()
                       if (s := spread([metric_value(r, path) for r in results])) is not None}

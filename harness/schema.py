@@ -110,7 +110,8 @@ class WorkloadConfig:
     name: str = "count_to_100"
     api: str = "chat"  # chat | completions | generate
     prompt: Optional[str] = None  # fixed prompt; null = random prompts of input_len tokens
-    input_len: Optional[int] = None  # random prompts: input length in tokens (approximate)
+    input_len: Optional[int] = None  # random prompts: input length in tokens, as the served model's tokenizer counts them
+    tokenizer: Optional[str] = None  # a local folder with the model's tokenizer.json to size input_len with; null = the server's /tokenize
     dataset: Optional[str] = None  # a local JSONL/JSON file of prompts (repo-relative or absolute); wins over prompt and input_len
     max_turns: Optional[int] = None  # dataset rows: send at most this many turns of each (1: single-turn); null = all
     max_tokens: int = 500  # output length asked for

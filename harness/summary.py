@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness import prompt_length
 from harness.agreement import client_decoded_tokens, sentence, server_decode_ms_per_token
 from harness.engines.base import ITL_PER_TOKEN
 from harness.metric_registry import metric_value, summary_columns
@@ -52,6 +53,9 @@ def format_summary(experiment, results: dict[str, ArmResult], arm_status: dict[s
         r = results.get(arm)
         if r is not None and r.accept_length_source == "server_cumulative":
             lines.append(f"\n{arm}: accept length is the server-cumulative fallback (includes warm-up and other traffic).")
+        mismatch = prompt_length.sentence(arm, r.prompt_length) if r is not None else None
+        if mismatch:
+            lines.append(f"\n{mismatch}")
         for message, count in (r.errors.items() if r is not None else []):
             lines.append(f"\n{arm}: {count} request(s) failed: {message}")
         error = arm_status.get(arm, {}).get("error")

@@ -15,7 +15,9 @@ Three ways to use it::
 then ``backend=attach backend.url=http://127.0.0.1:PORT`` runs suites against it.
 
 Routes: ``POST /v1/chat/completions`` and ``/v1/completions`` (streamed or not; a body
-that is not ``application/json`` gets SGLang's 400), ``GET /v1/models``, ``/health``
+that is not ``application/json`` gets SGLang's 400), ``POST /tokenize`` (vLLM's shape:
+``{"model", "prompt"}`` -> ``{"count", "tokens", "max_model_len"}``, counted as the usage
+counts prompts), ``GET /v1/models``, ``/health``
 (and SGLang's ``/health_generate``) and ``/metrics`` (empty).  A stream is what a real server sends: HTTP/1.1 chunked
 ``text/event-stream`` of ``data: {json}\\n\\n`` events -- for chat a role chunk, then
 ``choices[0].delta.content`` chunks and an empty-delta chunk with the finish reason; for
@@ -26,6 +28,9 @@ also carries the cumulative usage (unless ``continuous_usage=False``: a server t
 ignores the option).  The output is ``max_tokens`` words (16 if unset), one token each
 (``"the", " quick", ...``: a word with its leading space, the simulator's word pieces),
 ``chunk_sizes`` tokens per chunk in turn (``(3, 2)``: an honest speculative server).
+A prompt is one token a word, or with ``chars_per_token=n`` each word ``ceil(len / n)``
+tokens (long words in pieces, as a real tokenizer splits rare words); ``prompt_offset``
+tokens are added to every prompt the usage reports (a BOS, a chat template).
 
 Every response closes its connection, so no idle keep-alive holds a thread; ``close()``
 releases hanging handlers and joins every thread it started.
@@ -74,7 +79,8 @@ class FakeOpenAI:
                  error_format: str = "json", error_body: dict | None = None, health_delay_s: float = 2.0,
                  chunk_sizes: tuple[int, ...] = (1,), continuous_usage: bool = True, fault_after: int = 2,
                  step_s: float = 0.0, model: str = "fake-model", host: str = "127.0.0.1", port: int = 0,
-                 verbose: bool = False, fault_every: int = 1, die_after: int = 3, may_exit: bool = False):
+                 verbose: bool = False, fault_every: int = 1, die_after: int = 3, may_exit: bool = False,
+                 chars_per_token: int | None = None, prompt_offset: int = 0):
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}: expected one of {', '.join(MODES)}")
         if error_format not in ("json", "sse"):
@@ -95,7 +101,10 @@ class FakeOpenAI:
         self.step_s = step_s
         self.model = model
         self.verbose = verbose
+        self.chars_per_token = chars_per_token
+        self.prompt_offset = prompt_offset
         self.bodies: list[dict] = []  # every generation request's JSON body, in arrival order
+        self.posts: list[str] = []  # every POST's path, in arrival order
         self.closing = threading.Event()  # set by close(): hanging handlers return
         self._address = (host, port)
         self._server: ThreadingHTTPServer | None = None
@@ -145,6 +154,11 @@ class FakeOpenAI:
         if self.mode == "dies_mid_load":
             return "dies_mid_load" if number >= self.die_after else "ok"
         return self.mode if number % self.fault_every == self.fault_every - 1 else "ok"
+
+    def prompt_tokens(self, text: str) -> int:
+        """A prompt's tokens: one a word, or ``ceil(len / chars_per_token)`` each (at least 1 in all)."""
+        per = self.chars_per_token
+        return max(1, sum(1 if per is None else -(-len(word) // per) for word in text.split()))
 
     def chunks(self, max_tokens: int) -> Iterator[tuple[str, int]]:
         """(text, cumulative tokens) of each content chunk."""
@@ -241,6 +255,11 @@ class _Handler(BaseHTTPRequestHandler):
     # --- POST --------------------------------------------------------------------------
     def do_POST(self) -> None:
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        with self.server.count_lock:
+            self.fake.posts.append(self.path)
+        if self.path == "/tokenize":
+            self.tokenize(json.loads(raw))
+            return
         if self.path not in ("/v1/chat/completions", "/v1/completions"):
             self.send_json(404, {"object": "error", "message": f"no route {self.path}", "type": "NotFound",
                                  "param": None, "code": 404})
@@ -258,6 +277,10 @@ class _Handler(BaseHTTPRequestHandler):
             self.fake.bodies.append(body)
             self.mode = self.fake.mode_of(len(self.fake.bodies) - 1)
         self.generate(body, chat=self.path == "/v1/chat/completions")
+
+    def tokenize(self, body: dict) -> None:
+        count = self.fake.prompt_tokens(str(body.get("prompt", "")))
+        self.send_json(200, {"count": count, "tokens": list(range(count)), "max_model_len": 4096})
 
     def generate(self, body: dict, chat: bool) -> None:
         fake = self.fake
@@ -278,7 +301,8 @@ class _Handler(BaseHTTPRequestHandler):
         """The whole answer of a request without ``stream``."""
         max_tokens = int(body.get("max_tokens") or DEFAULT_MAX_TOKENS)
         text = "".join(_word(i) for i in range(max_tokens))
-        usage = _usage(_prompt_tokens(body), self.fake.claimed(max_tokens, self.mode))
+        prompt_tokens = self.fake.prompt_tokens(_prompt_text(body)) + self.fake.prompt_offset
+        usage = _usage(prompt_tokens, self.fake.claimed(max_tokens, self.mode))
         if chat:
             return {"id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()),
                     "model": self.fake.model, "usage": usage,
@@ -300,7 +324,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         options = body.get("stream_options") or {}
         continuous = fake.continuous_usage and bool(options.get("continuous_usage_stats"))
-        prompt_tokens = _prompt_tokens(body)
+        prompt_tokens = self.fake.prompt_tokens(_prompt_text(body)) + self.fake.prompt_offset
         max_tokens = int(body.get("max_tokens") or DEFAULT_MAX_TOKENS)
         head = {"id": "chatcmpl-fake" if chat else "cmpl-fake", "created": int(time.time()), "model": fake.model,
                 "object": "chat.completion.chunk" if chat else "text_completion"}
@@ -344,12 +368,10 @@ class _Handler(BaseHTTPRequestHandler):
         return False
 
 
-def _prompt_tokens(body: dict) -> int:
+def _prompt_text(body: dict) -> str:
     if "messages" in body:
-        text = " ".join(str(m.get("content", "")) for m in body["messages"] if isinstance(m, dict))
-    else:
-        text = str(body.get("prompt", ""))
-    return max(1, len(text.split()))
+        return " ".join(str(m.get("content", "")) for m in body["messages"] if isinstance(m, dict))
+    return str(body.get("prompt", ""))
 
 
 # --- as a pytest fixture factory --------------------------------------------------------

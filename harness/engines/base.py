@@ -15,7 +15,9 @@ An engine class provides:
   output token ids and top logprobs, sent only when a lossless gate compares arms or
   workload.logprobs is set) and ``spec_details(event)`` (per-request speculative counts
   in a stream event); ``token_counter(cfg)``: the server's exact tokenizer, if known, to
-  check its token counts with (harness/load/crosscheck.py);
+  check its token counts with (harness/load/crosscheck.py); ``tokenize_route`` /
+  ``prompt_tokenizer(cfg, base_url, model)``: what counts a prompt's tokens, to size
+  random prompts to ``workload.input_len`` (harness/load/sizing.py);
 - ``server_version(client)``, ``served_model_fallback`` and
   ``server_accept_length(client)``: its info routes;
 - ``bad_request_message(body)``: the shape of its 400 (the API suite checks it);
@@ -40,6 +42,7 @@ from omegaconf import DictConfig
 if TYPE_CHECKING:
     from harness.client import ServerClient
     from harness.load.crosscheck import CountTokens
+    from harness.load.sizing import PromptTokenizer
 
 DEFAULT_IMAGE_PYTHON = "python3"  # a Python engine's interpreter in its image, unless build.image_python
 PER_REQUEST = "per_request"
@@ -98,6 +101,7 @@ class Engine:
     drafter_keys: ClassVar[tuple[str, ...]] = ("num_steps",)  # drafter fields a speculative arm must set
     checks_drafter_fit: ClassVar[bool] = True  # False: checkpoint paths are only names (the simulator)
     simulates_gpus: ClassVar[bool] = False  # serves a GPU model that telemetry=sim reads
+    tokenize_route: ClassVar[str | None] = None  # POST {"model", "prompt"} -> {"count", ...}, if it has one
 
     # --- starting a server -------------------------------------------------------------
     def launch(self, cfg: DictConfig, port: int, host: str, in_container: bool) -> Launch:
@@ -154,6 +158,15 @@ class Engine:
         None (the default) where only an approximation exists: re-tokenizing a real
         model's output is not its generated count."""
         return None
+
+    def prompt_tokenizer(self, cfg: DictConfig, base_url: str, model: str) -> "PromptTokenizer | None":
+        """What counts a prompt's tokens as this server will: its ``tokenize_route`` by
+        default; None where neither that nor an exact local count exists."""
+        if self.tokenize_route is None:
+            return None
+        from harness.load.sizing import server_tokenizer
+
+        return server_tokenizer(base_url, self.tokenize_route, model)
 
     # --- info routes -------------------------------------------------------------------
     def server_version(self, client: "ServerClient") -> str | None:

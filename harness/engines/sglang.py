@@ -35,6 +35,10 @@ class SGLang(PythonEngine):
     version_routes = ("/get_server_info",)
     served_model_fallback = "/get_model_info"
     drafter_keys = ("num_steps", "eagle_topk", "num_draft_tokens")
+    # srt/entrypoints/openai/protocol.py TokenizeRequest {model, prompt, add_special_tokens}
+    # -> {tokens, count, max_model_len}, vLLM's shape; in recent 0.5.x, not checked against
+    # every release: an older server's 404 stops the arm in one sentence
+    tokenize_route = "/tokenize"
 
     def args(self, cfg: DictConfig, port: int, host: str) -> list[str]:
         server, drafter = cfg.server, cfg.drafter

@@ -11,7 +11,8 @@ from omegaconf import DictConfig, OmegaConf
 from harness.engines.base import EngineConfigError
 from harness.engines.sglang import SGLang
 from harness.load.crosscheck import CountTokens
-from harness.sim.tokens import count_output_tokens
+from harness.load.sizing import PromptTokenizer
+from harness.sim.tokens import count_output_tokens, count_tokens
 
 
 def sim_args(sim: DictConfig) -> list[str]:
@@ -42,6 +43,10 @@ class Simulator(SGLang):
     def token_counter(self, cfg: DictConfig) -> CountTokens | None:
         """Its word pieces, exactly -- when we started it: behind backend=attach may be any server."""
         return None if cfg.backend.kind == "attach" else count_output_tokens
+
+    def prompt_tokenizer(self, cfg: DictConfig, base_url: str, model: str) -> PromptTokenizer | None:
+        """Its word pieces, exactly and locally: the simulator serves no /tokenize."""
+        return PromptTokenizer("the simulator's tokenizer", count_tokens)
 
     def check(self, cfg: DictConfig) -> None:
         super().check(cfg)

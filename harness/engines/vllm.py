@@ -38,6 +38,7 @@ class VLLM(PythonEngine):
                                  itl_observed_per=ITL_PER_STEP,
                                  spec_prefix="vllm:spec_decode_")
     version_routes = ("/version",)
+    tokenize_route = "/tokenize"  # entrypoints/serve/tokenize: {"model", "prompt", "add_special_tokens": true}
 
     def args(self, cfg: DictConfig, port: int, host: str) -> list[str]:
         server, drafter = cfg.server, cfg.drafter

@@ -24,6 +24,7 @@ class Conversation:
     category: str | None = None  # the dataset's label of this row (code, prose, ...)
     max_tokens: int | None = None  # replaces workload.max_tokens for this conversation's requests
     row: int | None = None  # its position among the dataset's rows (0-based); None when not from a dataset
+    intended_prompt_tokens: int | None = None  # random words sized to workload.input_len: the length meant
 
     def messages(self, turn: int, answers: Sequence[str]) -> list[dict[str, str]]:
         """The chat messages of request ``turn``: the context, each earlier turn followed

@@ -16,6 +16,7 @@ from typing import Any
 
 from harness.load.conversation import Conversation
 from harness.load.datasets import load_dataset
+from harness.load.sizing import PromptTokenizer, sized_words
 
 # A fixed vocabulary of short, common English words (~1 token each with most
 # tokenizers, leading space included), so "input_len words" ~ input_len tokens.
@@ -40,6 +41,11 @@ class PromptSource(ABC):
     def requests_in(self, count: int) -> int:
         """How many requests the first ``count`` entries send (one per turn)."""
         return sum(len(self.conversation(index).turns) for index in range(count))
+
+    @property
+    def sizes_remotely(self) -> bool:
+        """Making a prompt asks the server (its /tokenize): done ahead of the load, in a thread."""
+        return False
 
 
 class TextPrompt(PromptSource):
@@ -68,15 +74,34 @@ class FixedPrompt(TextPrompt):
 
 @dataclass(frozen=True)
 class RandomWords(TextPrompt):
-    """``workload.input_len`` words drawn from :data:`VOCAB`, seeded by ``workload.seed``
-    and the request index (so each request differs and every run repeats them)."""
+    """Words drawn from :data:`VOCAB`, seeded by ``workload.seed`` and the request index
+    (so each request differs and every run repeats them): ``workload.input_len`` tokens by
+    ``tokenizer`` (:mod:`harness.load.sizing`), or that many words without one.  A sized
+    prompt is kept per index: the warm-up, every turn and each repeat reuse it."""
 
-    words: int
+    tokens: int
     seed: int = 0
+    tokenizer: PromptTokenizer | None = None
+    sized: dict[int, str] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def prompt(self, index: int) -> str:
+        if self.tokenizer is None:
+            return " ".join(self.words(index, self.tokens))
+        if index not in self.sized:
+            self.sized[index] = sized_words(lambda n: self.words(index, n), self.tokens, self.tokenizer.count)
+        return self.sized[index]
+
+    def words(self, index: int, n: int) -> list[str]:
+        """The first ``n`` words of request ``index``: a longer prompt extends a shorter one."""
         rng = random.Random((self.seed * 1_000_003) ^ (index & 0xFFFFFFFF))
-        return " ".join(rng.choices(VOCAB, k=self.words))
+        return rng.choices(VOCAB, k=n)  # one draw per word, in order: prefixes agree
+
+    def conversation(self, index: int) -> Conversation:
+        return Conversation(turns=(self.prompt(index),), intended_prompt_tokens=self.tokens)
+
+    @property
+    def sizes_remotely(self) -> bool:
+        return self.tokenizer is not None and self.tokenizer.remote
 
 
 @dataclass(frozen=True)
@@ -103,9 +128,9 @@ class DatasetPrompts(PromptSource):
         return row
 
 
-def prompt_source(workload: Any) -> PromptSource:
+def prompt_source(workload: Any, tokenizer: PromptTokenizer | None = None) -> PromptSource:
     """The source ``workload`` asks for: a dataset wins over a fixed prompt, which wins
-    over random words."""
+    over random words (sized by ``tokenizer`` when given)."""
     seed = int(getattr(workload, "seed", 0) or 0)
     if getattr(workload, "dataset", None):
         return DatasetPrompts(load_dataset(workload.dataset), seed, getattr(workload, "max_turns", None))
@@ -115,4 +140,4 @@ def prompt_source(workload: Any) -> PromptSource:
     if not n:
         raise ValueError("workload has no dataset, prompt or input_len: set workload.dataset, workload.prompt or "
                          "workload.input_len")
-    return RandomWords(int(n), seed)
+    return RandomWords(int(n), seed, tokenizer)

@@ -21,7 +21,8 @@ class RequestRecord:
     chunk_tokens: list[int] = field(default_factory=list)  # tokens in that chunk
     status: int | None = None  # HTTP status
     error: str | None = None  # server's message or what went wrong; None = ok
-    prompt_tokens: int | None = None
+    prompt_tokens: int | None = None  # the server's count (its usage)
+    intended_prompt_tokens: int | None = None  # what the prompt was sized to (workload.input_len); None: not sized
     completion_tokens: int | None = None
     spec_verify_ct: int | None = None
     spec_accept_length: float | None = None
@@ -80,6 +81,7 @@ class RequestRecord:
             "e2e_ms": ms(self.e2e_s),
             "decode_ms": ms(self.decode_s),
             "prompt_tokens": self.prompt_tokens,
+            "intended_prompt_tokens": self.intended_prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "spec_verify_ct": self.spec_verify_ct,
             "spec_accept_length": self.spec_accept_length,
@@ -102,6 +104,7 @@ class LoadResult:
     api: str
     model: str
     run_start: float = 0.0  # before the first warm-up request: t0 of requests.jsonl
+    prompt_sizing: str | None = None  # what counted the prompts' tokens (harness.load.sizing); None: not sized
 
     @property
     def measured(self) -> list[RequestRecord]:

@@ -25,11 +25,13 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from harness.load.conversation import Conversation
 from harness.load.arrivals import ArrivalProcess, arrival_process
 from harness.load.crosscheck import CountTokens
 from harness.load.progress import LoadCounter, ProgressSnapshot
-from harness.load.prompts import PromptSource, prompt_source
+from harness.load.prompts import PromptSource, RandomWords, prompt_source
 from harness.load.records import LoadResult, RequestRecord
+from harness.load.sizing import PromptTokenizer
 from harness.load.requests import RequestExtras, RequestFunc, Sampling, SpecDetails, make_session, request_func
 
 
@@ -54,6 +56,7 @@ def run_load(
     request_extras: RequestExtras | None = None,
     spec_details: SpecDetails | None = None,
     count_tokens: CountTokens | None = None,
+    prompt_tokenizer: PromptTokenizer | None = None,
 ) -> LoadResult:
     """Run one workload against ``base_url``; see the module docstring.
 
@@ -66,7 +69,10 @@ def run_load(
     The engine's hooks: ``request_extras(api)`` gives extra JSON fields for every request
     body, ``spec_details(event)`` picks speculative statistics out of one parsed event of an
     OpenAI stream (see :mod:`harness.load.requests`), ``count_tokens(text)`` is the server's
-    exact tokenizer where the engine knows it (see :mod:`harness.load.crosscheck`)."""
+    exact tokenizer where the engine knows it (see :mod:`harness.load.crosscheck`).
+    ``prompt_tokenizer`` sizes random-word prompts to ``workload.input_len`` tokens
+    (:mod:`harness.load.sizing`); one that asks the server sizes every prompt the load
+    will send before the warm-up, so its requests are not measured."""
     api = str(workload.api)
     request = request_func(
         api,
@@ -76,7 +82,7 @@ def run_load(
         spec_details=spec_details,
         count_tokens=count_tokens,
     )
-    load = _Load(workload, base_url, request, progress, on_tokens_flowing, on_measured_start)
+    load = _Load(workload, base_url, request, progress, on_tokens_flowing, on_measured_start, prompt_tokenizer)
     try:
         return asyncio.run(load.run())
     except KeyboardInterrupt as exc:
@@ -116,10 +122,12 @@ class _Load:
     def __init__(self, workload: Any, base_url: str, request: RequestFunc,
                  progress: Callable[[ProgressSnapshot], None] | None,
                  on_tokens_flowing: Callable[[float], None] | None,
-                 on_measured_start: Callable[[], None] | None):
+                 on_measured_start: Callable[[], None] | None, prompt_tokenizer: PromptTokenizer | None = None):
         self.base_url = base_url
         self.request = request
-        self.prompts: PromptSource = prompt_source(workload)
+        self.prompts: PromptSource = prompt_source(workload, prompt_tokenizer)
+        sized = prompt_tokenizer is not None and isinstance(self.prompts, RandomWords)
+        self.prompt_sizing = prompt_tokenizer.source if sized else None
         self.arrivals: ArrivalProcess = arrival_process(workload)
         self.budget = RequestBudget.of(workload)
         self.concurrency = max(1, int(workload.concurrency or 1))
@@ -141,12 +149,13 @@ class _Load:
 
     async def one(self, session, index: int, warmup: bool) -> None:
         """Entry ``index``: its conversation's turns in order (a warm-up: the first turn only)."""
-        conversation = self.prompts.conversation(-1 - index if warmup else index)
+        conversation = await self.conversation(-1 - index if warmup else index)
         turns = 1 if warmup else len(conversation.turns)
         answers: list[str] = []
         for turn in range(turns):
             rec = RequestRecord(index=index, warmup=warmup, turn=turn, dataset_row=conversation.row,
-                                category=conversation.category, run_start=self.run_start)
+                                category=conversation.category, run_start=self.run_start,
+                                intended_prompt_tokens=conversation.intended_prompt_tokens)
             body = self.request.body(conversation.messages(turn, answers), conversation.max_tokens)
             keep_answer = turn + 1 < turns
             await self.send(session, rec, body, keep_answer)
@@ -154,6 +163,19 @@ class _Load:
                 return  # the next turn would have no answer in its history
             if keep_answer:
                 answers.append(rec.answer or "")
+
+    async def conversation(self, index: int) -> Conversation:
+        """Entry ``index``'s conversation; one the server must size (a duration's prompts past
+        those sized ahead) waits in a thread, so requests in flight keep streaming."""
+        if self.prompts.sizes_remotely:
+            return await asyncio.to_thread(self.prompts.conversation, index)
+        return self.prompts.conversation(index)
+
+    def size_ahead(self) -> None:
+        """Every prompt of the warm-up and of a counted load, sized before the first is sent."""
+        ahead = [-1 - k for k in range(self.warmup_requests)] + list(range(self.budget.num_prompts or 0))
+        for index in ahead:
+            self.prompts.conversation(index)
 
     async def send(self, session, rec: RequestRecord, body: dict, keep_answer: bool) -> None:
         """One request, counted while it is in flight."""
@@ -191,6 +213,8 @@ class _Load:
             if self.on_tokens_flowing:
                 background.append(asyncio.create_task(self.watch_tokens()))
             try:
+                if self.prompts.sizes_remotely:
+                    await asyncio.to_thread(self.size_ahead)
                 for k in range(self.warmup_requests):
                     await self.one(session, k, True)
                 self.counter.in_warmup = False
@@ -225,4 +249,4 @@ class _Load:
         else:
             start = end = time.perf_counter()
         return LoadResult(records=records, start_time=start, end_time=end, api=self.request.api,
-                          model=self.request.model, run_start=run_start)
+                          model=self.request.model, run_start=run_start, prompt_sizing=self.prompt_sizing)
