@@ -237,7 +237,8 @@ def check_per_category_floors(key: str, thresholds) -> None:
                                   f"got {floor!r}")
 
 # Workload keys that decide what a request generates: arms compared by gate.lossless must share them.
-OUTPUT_SHAPING_KEYS = ("api", "prompt", "input_len", "max_tokens", "ignore_eos", "temperature", "seed")
+OUTPUT_SHAPING_KEYS = ("api", "prompt", "input_len", "dataset", "max_turns", "tokenizer", "max_tokens", "ignore_eos",
+                       "temperature", "seed")
 
 
 def check_lossless(experiment: Experiment) -> None:

@@ -2,7 +2,7 @@
 greedy decoding, so each request of a speculative arm must generate exactly what the same
 request generated in the arm it is compared with (``gate.lossless: {arm: {against: ...}}``).
 
-Requests are matched by repeat and index: every arm sends the same prompts in the same
+Requests are matched by repeat, index and turn: every arm sends the same prompts in the same
 order; warm-ups are left out. A request that failed in either arm, or was sent in one arm
 only, cannot be compared: it is counted and said, neither a match nor a mismatch. The
 exact-match rate is over the requests compared, by their whole generated text. For each
@@ -112,7 +112,7 @@ def compare(reference_arm: str, reference_lines: list[dict], arm: str, lines: li
     """Each measured request of ``arm`` against the same request of ``reference_arm``
     (requests.jsonl lines of each)."""
     theirs, mine = by_request(reference_lines), by_request(lines)
-    repeats = len({repeat for repeat, _ in [*theirs, *mine]})
+    repeats = len({key[0] for key in [*theirs, *mine]})
     comparison = Comparison()
     for key in sorted(set(theirs) | set(mine)):
         label = request_label(key, repeats)
@@ -126,16 +126,21 @@ def compare(reference_arm: str, reference_lines: list[dict], arm: str, lines: li
     return comparison
 
 
-def by_request(lines: list[dict]) -> dict[tuple[int, int], dict]:
-    return {(int(line.get("repeat") or 0), int(line["index"])): line for line in lines if not line.get("warmup")}
+RequestKey = tuple[int, int, int]  # (repeat, index, turn): a dataset's conversation shares its index
 
 
-def request_label(key: tuple[int, int], repeats: int) -> str:
-    repeat, index = key
-    return f"request {index}" + (f" of repeat {repeat}" if repeats > 1 else "")
+def by_request(lines: list[dict]) -> dict[RequestKey, dict]:
+    return {(int(line.get("repeat") or 0), int(line["index"]), int(line.get("turn") or 0)): line
+            for line in lines if not line.get("warmup")}
 
 
-def why_not_comparable(key: tuple[int, int], theirs: dict, mine: dict, reference_arm: str, arm: str) -> str | None:
+def request_label(key: RequestKey, repeats: int) -> str:
+    repeat, index, turn = key
+    return (f"request {index}" + (f" turn {turn + 1}" if turn else "")
+            + (f" of repeat {repeat}" if repeats > 1 else ""))
+
+
+def why_not_comparable(key: RequestKey, theirs: dict, mine: dict, reference_arm: str, arm: str) -> str | None:
     for name, lines in ((reference_arm, theirs), (arm, mine)):
         if key not in lines:
             return f"was not sent in {name}"

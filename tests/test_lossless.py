@@ -299,3 +299,16 @@ def test_sim_smoke_passes_the_lossless_gate(tmp_path):
     assert verdict["status"] == "passed" and verdict["value"] == 1.0
     assert verdict["detail"] == ("eagle3: 4 of 4 requests generated exactly what they did in baseline "
                                  "(100.0% exact match, gate ≥ 100.0%)")
+
+
+def test_the_turns_of_a_conversation_are_matched_turn_by_turn():
+    from harness.lossless import compare
+
+    def line(index, turn, text):
+        return {"index": index, "turn": turn, "repeat": 0, "ok": True, "text": text, "warmup": False}
+
+    plain = [line(0, 0, "a b"), line(0, 1, "c d"), line(1, 0, "e")]
+    spec = [line(0, 0, "a b"), line(0, 1, "c x"), line(1, 0, "e")]
+    found = compare("baseline", plain, "eagle3", spec)
+    assert found.identical == 2 and len(found.divergences) == 1  # turn 2 is not lost under turn 1's key
+    assert found.divergences[0].request == "request 0 turn 2"
