@@ -17,7 +17,10 @@ from harness.load import LoadResult, RequestRecord
 from harness.metrics import combine_repeats, summarize
 from harness.schema import GateConfig
 from harness.server_metrics import ONE_PLUS_ACCEPTED, TOKENS_PER_VERIFY, parse, window
-from tests.test_gate import result
+try:
+    from tests.test_gate import result
+except ImportError:  # tests/ is not a package: pytest put it on sys.path
+    from test_gate import result
 
 
 def gate_cfg(**values):
