@@ -4,6 +4,7 @@ the check of the server's prompt_tokens against the length meant (harness/prompt
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -98,10 +99,12 @@ def test_a_folder_without_tokenizer_json_stops_the_config(tmp_path):
 
 
 def test_a_real_tokenizer_json_sizes_exactly():
-    tokenizers = pytest.importorskip("tokenizers")  # not in the project's .venv; .venv-vllm has it
-    tokenizer = local_tokenizer(".cache/tiny-models/target")
+    import tokenizers  # a dependency of the project (pyproject.toml)
+
+    model = Path(__file__).resolve().parent.parent / ".cache" / "tiny-models" / "target"  # make install's
+    tokenizer = local_tokenizer(str(model))
     source = RandomWords(100, tokenizer=tokenizer)
-    exact = tokenizers.Tokenizer.from_file(".cache/tiny-models/target/tokenizer.json")
+    exact = tokenizers.Tokenizer.from_file(str(model / "tokenizer.json"))
     assert all(len(exact.encode(source.prompt(i)).ids) == 100 for i in range(5))
 
 
