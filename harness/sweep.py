@@ -56,7 +56,8 @@ def check_points(points: list[SweepPoint], conf_dir: Path) -> list[Experiment]:
 def point_overrides(point: SweepPoint, point_root: Path) -> list[str]:
     """The point's overrides as its pytest gets them: its record goes inside the sweep's."""
     kept = [o for o in point.overrides if override_key(o) != "record.root"]
-    return [*kept, f"record.root='{point_root}'"]
+    quoted = str(point_root).replace("'", "\\'")  # Hydra's quoted string: the path as it is
+    return [*kept, f"record.root='{quoted}'"]
 
 
 def point_command(overrides: list[str], conf_dir: Path, pytest_options: list[str]) -> list[str]:
@@ -77,6 +78,16 @@ def run_point(command: list[str]) -> tuple[int, bool]:
 
 
 def stop(child: subprocess.Popen) -> int:
+    """SIGINT, then SIGTERM, then SIGKILL, each after a grace period. A second Ctrl-C while
+    the point stops its servers is ignored, so it cannot cut that short and leave one behind."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        return signal_until_gone(child)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def signal_until_gone(child: subprocess.Popen) -> int:
     for sig, grace in zip((signal.SIGINT, signal.SIGTERM), STOP_GRACE_S):
         if child.poll() is not None:
             break

@@ -132,3 +132,10 @@ def test_two_points_on_the_simulator_each_a_whole_experiment(tmp_path):
     summary = (sweep_dir / "summary.md").read_text()
     rows = [line for line in summary.splitlines() if line.startswith("| 0_") or line.startswith("| 1_")]
     assert len(rows) == 4 and "status **finished**, exit status 0" in summary
+
+
+def test_pytest_multirun_points_to_specgate_sweep():
+    done = subprocess.run([sys.executable, "-m", "pytest", "suites/", "-p", "no:cacheprovider", *SIM,
+                           "workload.concurrency=1,2", "--multirun"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 4
+    assert "--multirun: a pytest session runs one experiment; run the sweep with `specgate sweep`" in done.stderr
