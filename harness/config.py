@@ -141,7 +141,7 @@ def sweep_points(overrides: list[str]) -> list[SweepPoint]:
             key = override.get_key_element()
             if not override.is_sweep_override():
                 point.append(text)
-            elif key in picked and picked[key] not in point:  # a key swept twice: Hydra's last one, once
+            elif picked[key] not in swept:  # a key swept twice: Hydra keeps the last sweep, placed once
                 point.append(picked[key])
                 swept.append(picked[key])
         points.append(SweepPoint(point, swept))

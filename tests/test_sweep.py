@@ -39,6 +39,17 @@ def test_overrides_that_sweep_nothing_are_kept_as_written():
     assert point.swept == [] and sweep.label(0, point) == "0"
 
 
+def test_a_key_swept_twice_takes_hydras_last_sweep_once():
+    points = sweep_points(["workload.concurrency=1,2", "workload.max_tokens=8", "workload.concurrency=choice(4)"])
+    assert [p.overrides for p in points] == [["workload.concurrency=4", "workload.max_tokens=8"]]
+
+
+def test_pytest_options_are_told_from_overrides_for_every_point():
+    tokens = ["+exp=sim_smoke", "-k", "eagle3", "workload.concurrency=1,2", "-o", "a=b", "-v"]
+    assert cli.split_tokens(tokens) == (["+exp=sim_smoke", "workload.concurrency=1,2"],
+                                        ["-k", "eagle3", "-o", "a=b", "-v"])
+
+
 def test_a_sweep_given_to_pytest_says_to_use_specgate_sweep():
     with pytest.raises(ConfigError, match=r"workload.concurrency=1,4 gives several values .*specgate sweep"):
         compose(["+exp=sim_smoke", "workload.concurrency=1,4"])
