@@ -3,6 +3,7 @@
     specgate list                      experiments and their one-line descriptions
     specgate show +exp=NAME [k=v ...]  the composed config of each arm
     specgate run  +exp=NAME [k=v ...]  the same as `pytest suites/ +exp=NAME ...`
+    specgate sweep +exp=NAME k=1,4 ... one whole experiment per point of a Hydra sweep
     specgate replay RUN_DIR [k=v ...]  re-run a recorded run's config; print the drift
     specgate compare RUN RUN [...]     arms x metrics side by side across runs
     specgate report RUN_DIR [-o FILE]  one self-contained HTML report
@@ -43,15 +44,37 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+VALUE_OPTIONS = {"-k", "-m", "-o", "-p", "-c", "--override-ini", "--rootdir", "--basetemp", "--junitxml", "--replay"}
+
+
+def hydra_overrides(tokens: list[str]) -> list[str]:
+    """The Hydra overrides among a command line's tokens (the rest are pytest's)."""
+    return split_tokens(tokens)[0]
+
+
+def split_tokens(tokens: list[str]) -> tuple[list[str], list[str]]:
+    """(Hydra overrides, pytest options), each in command-line order."""
+    overrides, options = [], []
+    for prev, token in zip([None, *tokens], tokens):
+        (overrides if is_override(token, prev, VALUE_OPTIONS) else options).append(token)
+    return overrides, options
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     import pytest
 
-    value_options = {"-k", "-m", "-o", "-p", "-c", "--override-ini", "--rootdir", "--basetemp", "--junitxml", "--replay"}
-    overrides = [t for prev, t in zip([None, *args.overrides], args.overrides) if is_override(t, prev, value_options)]
+    overrides = hydra_overrides(args.overrides)
     compose(overrides, args.conf_dir)  # fail fast, with the same sentence, before pytest starts
     # everything else (-k eagle3, -v, --junitxml=...) is pytest's
     pytest_args = [str(SUITES_DIR), "-p", "harness.plugin", "--conf-dir", str(args.conf_dir), *args.overrides]
     return int(pytest.main(pytest_args))
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from harness.sweep import run_sweep
+
+    overrides, pytest_options = split_tokens(args.tokens)
+    return run_sweep(overrides, pytest_options, Path(args.conf_dir).resolve(), ["specgate", "sweep", *args.tokens])
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -125,6 +148,10 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("overrides", nargs=argparse.REMAINDER,
                      help="Hydra overrides and pytest options, e.g. +exp=sim_smoke -k eagle3 -v")
     run.set_defaults(func=cmd_run)
+    sweep = commands.add_parser("sweep", help="one whole experiment per point of a Hydra sweep, one after another")
+    sweep.add_argument("tokens", nargs=argparse.REMAINDER,
+                       help="Hydra overrides with sweeps (k=1,4  k=range(1,9,2)  k=choice(a,b)) and pytest options")
+    sweep.set_defaults(func=cmd_sweep)
     return root
 
 

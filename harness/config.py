@@ -19,6 +19,8 @@ from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
 from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -111,6 +113,49 @@ def merge_overrides(arm_overrides: list[str], user_overrides: list[str]) -> list
     return kept + list(user_overrides)
 
 
+@dataclass
+class SweepPoint:
+    overrides: list[str]  # the point's whole command line: one value for every key
+    swept: list[str]  # the `key=value`s this point picked from the sweeps, in command-line order
+
+
+def sweep_points(overrides: list[str]) -> list[SweepPoint]:
+    """The points of a sweep, expanded as Hydra's multirun does (its override grammar and its
+    basic sweeper): `a=1,2 b=range(2,6,2)` is the product a=1 b=2, a=1 b=4, a=2 b=2, a=2 b=4,
+    the first key changing slowest. Overrides that sweep nothing are kept as written (the
+    basic sweeper would turn `~key` into `~key=null`, which deletes only a null)."""
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+    except HydraException as exc:
+        raise ConfigError(f"cannot parse the override: {first_line(str(exc))}") from None
+    sweeps = [o for o in parsed if o.is_sweep_override()]
+    try:
+        combinations = BasicSweeper.split_arguments(sweeps, max_batch_size=None)[0]
+    except HydraException as exc:
+        raise ConfigError(first_line(str(exc))) from None
+    points = []
+    for combination in combinations:
+        picked = {choice.split("=", 1)[0]: choice for choice in combination}
+        point, swept = [], []
+        for override, text in zip(parsed, overrides):
+            key = override.get_key_element()
+            if not override.is_sweep_override():
+                point.append(text)
+            elif picked[key] not in swept:  # a key swept twice: Hydra keeps the last sweep, placed once
+                point.append(picked[key])
+                swept.append(picked[key])
+        points.append(SweepPoint(point, swept))
+    return points
+
+
+def is_sweep(override: str) -> bool:
+    """`key=1,2`, `key=range(...)`, `key=choice(...)`: several values, one experiment each."""
+    try:
+        return OverridesParser.create().parse_override(override).is_sweep_override()
+    except HydraException:
+        return False  # compose says what is wrong with it
+
+
 def compose_config(overrides: list[str], conf_dir: Path = DEFAULT_CONF_DIR) -> tuple[DictConfig, dict[str, str]]:
     """One Hydra composition; returns the config (without `hydra`) and the group choices."""
     conf_dir = Path(conf_dir).resolve()
@@ -134,6 +179,10 @@ def compose_config(overrides: list[str], conf_dir: Path = DEFAULT_CONF_DIR) -> t
 
 def compose(overrides: list[str], conf_dir: Path = DEFAULT_CONF_DIR) -> Experiment:
     """Compose the experiment the overrides name, and each of its arms."""
+    swept = [o for o in overrides if is_sweep(o)]
+    if swept:
+        raise ConfigError(f"{swept[0]} gives several values (a sweep); run it with `specgate sweep`, "
+                          f"which runs one whole experiment per point")
     check_added_keys(overrides, conf_dir)
     base, _ = compose_config(overrides, conf_dir)
     arm_specs = OmegaConf.to_container(base.arms) or {DEFAULT_ARM: []}

@@ -45,6 +45,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--no-progress", action="store_true", default=False, help="no live progress line during loads")
     group.addoption("--replay", default=None, metavar="RUN_DIR",
                     help="re-run the recorded config of a past run (key=value overrides apply on top) and print the drift")
+    group.addoption("--multirun", action="store_true", default=False,
+                    help="not here: a sweep runs with `specgate sweep`, one pytest per point")
     group.addoption("--arm", action="append", default=[], metavar="NAME",
                     help="run only this arm's tests (repeatable, or NAME,NAME); selects by arm id, where -k "
                          "matches substrings of file and test names too")
@@ -81,6 +83,9 @@ def conf_dir(config: pytest.Config) -> Path:
 
 def pytest_configure(config: pytest.Config) -> None:
     overrides = config.stash.get(OVERRIDES, [])
+    if config.getoption("multirun"):  # one pytest is one experiment: its exit status, its record
+        raise pytest.UsageError("specgate: --multirun: a pytest session runs one experiment; run the sweep with "
+                                "`specgate sweep` and the same overrides, which runs one pytest per point")
     replay_dir, notes, replayed = config.getoption("replay"), [], None
     try:
         if replay_dir:

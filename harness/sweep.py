@@ -1,0 +1,141 @@
+"""`specgate sweep`: one whole experiment (every arm, every suite, its own run record and exit
+status) per point of a Hydra sweep, run one after another on this machine, as Hydra's
+`basic` launcher does.
+
+Every point is composed and checked before the first server starts, so a bad value in the
+last point stops the sweep at once (exit 4). Each point then runs as its own pytest process:
+nothing (a server, a signal handler, a cached config) leaks from one point into the next.
+Record layout: harness/sweep_record.py and README "Sweeps".
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from harness.config import ConfigError, Experiment, SweepPoint, compose, override_key, sweep_points
+from harness.sweep_record import SweepRecord
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+SUITES_DIR = PROJECT_ROOT / "suites"
+INTERRUPTED_EXIT = 2  # pytest's status for a run stopped by Ctrl-C
+STOP_GRACE_S = (120, 30)  # after SIGINT, then after SIGTERM: time for a point to stop its servers
+
+
+def label(index: int, point: SweepPoint) -> str:
+    """`1_concurrency-4_num_steps-2`: the point's number and what it picked, as a folder name
+    (no `=` or `,`, which an override's value could not carry unquoted)."""
+    picks = [f"{override_key(o).rsplit('.', 1)[-1]}-{o.split('=', 1)[1]}" for o in point.swept]
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", "_".join([str(index), *picks]))[:120]
+
+
+def check_points(points: list[SweepPoint], conf_dir: Path) -> list[Experiment]:
+    """Compose every point, and check what pytest would check before starting a server."""
+    from harness.plugin import load_baseline, preflight  # pytest only once a sweep runs
+    import pytest
+
+    if any(override_key(o) == "record.root" for point in points for o in point.swept):
+        raise ConfigError("record.root cannot be swept: the sweep's own folder holds every point's record")
+    experiments = []
+    for index, point in enumerate(points):
+        try:
+            experiment = compose(point.overrides, conf_dir)
+            load_baseline(experiment)
+            preflight(experiment)
+        except (ConfigError, pytest.UsageError) as exc:
+            why = str(exc).removeprefix("specgate: ")
+            raise ConfigError(f"sweep point {index} ({' '.join(point.swept) or 'no sweep'}): {why}") from None
+        experiments.append(experiment)
+    return experiments
+
+
+def point_overrides(point: SweepPoint, point_root: Path) -> list[str]:
+    """The point's overrides as its pytest gets them: its record goes inside the sweep's."""
+    kept = [o for o in point.overrides if override_key(o) != "record.root"]
+    quoted = str(point_root).replace("'", "\\'")  # Hydra's quoted string: the path as it is
+    return [*kept, f"record.root='{quoted}'"]
+
+
+def point_command(overrides: list[str], conf_dir: Path, pytest_options: list[str]) -> list[str]:
+    return [sys.executable, "-m", "pytest", str(SUITES_DIR), "-p", "harness.plugin", "--conf-dir", str(conf_dir),
+            *pytest_options, *overrides]
+
+
+def run_point(command: list[str]) -> tuple[int, bool]:
+    """The point's pytest and whether a Ctrl-C (or SIGTERM) stopped it. Its own process group,
+    so that one Ctrl-C reaches it once, from here: SIGINT (then SIGTERM), with time to stop
+    its servers and close its record as interrupted."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")]))}
+    child = subprocess.Popen(command, env=env, start_new_session=True)
+    try:
+        return child.wait(), False
+    except KeyboardInterrupt:
+        return stop(child), True
+
+
+def stop(child: subprocess.Popen) -> int:
+    """SIGINT, then SIGTERM, then SIGKILL, each after a grace period. A second Ctrl-C while
+    the point stops its servers is ignored, so it cannot cut that short and leave one behind."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        return signal_until_gone(child)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def signal_until_gone(child: subprocess.Popen) -> int:
+    for sig, grace in zip((signal.SIGINT, signal.SIGTERM), STOP_GRACE_S):
+        if child.poll() is not None:
+            break
+        child.send_signal(sig)
+        try:
+            child.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            continue
+    if child.poll() is None:
+        child.kill()
+    return child.wait()
+
+
+def run_sweep(overrides: list[str], pytest_options: list[str], conf_dir: Path, command: list[str]) -> int:
+    """Expand, check every point, run them in order. Exit status: 0 only if every point
+    exited 0, else 1; a Ctrl-C stops the sweep with the stopped point's status (2)."""
+    points = sweep_points(overrides)
+    experiments = check_points(points, conf_dir)
+    first = experiments[0]
+    record = SweepRecord(Path(first.base.record.root), first.name, command, pytest_options)
+    labels = [label(n, p) for n, p in enumerate(points)]
+    runs = [point_overrides(p, record.point_root(name)) for p, name in zip(points, labels)]
+    entries = [record.add_point(name, overrides, p.swept) for p, name, overrides in zip(points, labels, runs)]
+    record.save()
+    print(f"specgate sweep: {len(points)} point(s) of {first.name}; record {record.path}", flush=True)
+    statuses: list[int] = []
+    previous_sigterm = signal.signal(signal.SIGTERM, raise_interrupt)
+    try:
+        for overrides, entry in zip(runs, entries):
+            print(f"specgate sweep: point {entry['label']}", flush=True)
+            status, interrupted = run_point(point_command(overrides, conf_dir, pytest_options))
+            statuses.append(status)
+            record.point_ended(entry, status)
+            if interrupted:
+                raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        status = statuses[-1] if statuses and statuses[-1] != 0 else INTERRUPTED_EXIT
+        record.finish(status, interrupted=True)
+        print(f"specgate sweep: interrupted; record {record.path}", file=sys.stderr)
+        return status
+    finally:
+        signal.signal(signal.SIGTERM, previous_sigterm)
+    status = 0 if all(s == 0 for s in statuses) else 1
+    record.finish(status, interrupted=False)
+    print(f"specgate sweep: {statuses.count(0)} of {len(statuses)} point(s) exited 0; "
+          f"summary {record.path / 'summary.md'}", flush=True)
+    return status
+
+
+def raise_interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")

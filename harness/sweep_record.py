@@ -1,0 +1,133 @@
+"""A sweep's record: `<record.root>/<UTC timestamp>_<exp>_sweep/`.
+
+    points/<n>_<label>/<UTC timestamp>_<exp>/   each point's own run record (its record.root
+                                                is points/<n>_<label>, so `latest` is there too)
+    sweep.json    the points: overrides, record, exit status, and per arm the headline figures
+                  read from the point's results.json; `status` running, finished or interrupted
+    summary.md    point x arm: the headline figures and the gate verdict counts
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from harness.atomic import atomic_write
+from harness.record import FINISHED, INTERRUPTED, RUNNING, RecordError, history_members, read_run, safe_name, unique_dir
+
+# (column, how results.json's arm block gives it); `{plain}` is the run's plain arm.
+HEADLINE = (
+    ("output_tok_s", ("output_tok_s",)),
+    ("ttft_ms_p50", ("ttft_ms", "p50")),
+    ("ttft_ms_p99", ("ttft_ms", "p99")),
+    ("tpot_ms_p50", ("tpot_ms", "p50")),
+    ("tpot_ms_p99", ("tpot_ms", "p99")),
+    ("accept_length", ("accept_length",)),
+    ("verify_cycle_ms", ("verify_cycle_ms",)),
+    ("speedup", ("speedup_vs_{plain}",)),
+    ("break_even", ("break_even_accept_length_vs_{plain}",)),
+)
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def dig(block: Any, path: tuple[str, ...], plain: str | None) -> Any:
+    for key in path:
+        if not isinstance(block, dict):
+            return None
+        block = block.get(key.format(plain=plain))
+    return block
+
+
+def headline(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per arm: its status, the headline figures and how many of its gates passed and failed."""
+    plain, gates = results.get("plain_arm"), results.get("gates") or []
+    arms = {}
+    for name, block in (results.get("arms") or {}).items():
+        figures = {"status": block.get("status")}
+        figures.update({column: dig(block, path, plain) for column, path in HEADLINE})
+        verdicts = [g.get("status") for g in gates if g.get("arm") == name]
+        figures.update(gates_passed=verdicts.count("passed"), gates_failed=verdicts.count("failed"))
+        arms[name] = figures
+    return arms
+
+
+def point_record(point_root: Path) -> Path | None:
+    """The run record a point wrote: the one its `latest` names, or (a run that died) the newest."""
+    latest = point_root / "latest"
+    if latest.is_dir():
+        return latest.resolve()
+    members = history_members(point_root) if point_root.is_dir() else []
+    return members[-1] if members else None
+
+
+class SweepRecord:
+    """The sweep's folder and its sweep.json, rewritten (atomically) after every point."""
+
+    def __init__(self, root: Path, exp_name: str, command: list[str], pytest_options: list[str]):
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        self.path = unique_dir(Path(root).absolute() / f"{stamp}_{safe_name(exp_name)}_sweep")
+        self.data: dict[str, Any] = {"experiment": exp_name, "status": RUNNING, "command": command,
+                                     "pytest_options": pytest_options, "started_utc": utc_now(),
+                                     "finished_utc": None, "exit_status": None, "points": []}
+
+    def point_root(self, label: str) -> Path:
+        return self.path / "points" / label
+
+    def add_point(self, label: str, overrides: list[str], swept: list[str]) -> dict[str, Any]:
+        entry = {"label": label, "swept": swept, "overrides": overrides, "record": None,
+                 "exit_status": None, "status": "not_run", "arms": {}}
+        self.data["points"].append(entry)
+        return entry
+
+    def point_ended(self, entry: dict[str, Any], exit_status: int) -> None:
+        """What the point's run record says, read back now that its pytest has exited."""
+        entry["exit_status"] = exit_status
+        record = point_record(self.point_root(entry["label"]))
+        if record is None:
+            entry["status"] = "no_record"
+        else:
+            entry["record"] = str(record.relative_to(self.path))
+            try:
+                run = read_run(record)
+                entry["status"], entry["arms"] = run.status, headline(run.data)
+            except RecordError as exc:
+                entry["status"], entry["error"] = "unreadable", str(exc)
+        self.save()
+
+    def save(self) -> None:
+        atomic_write(self.path / "sweep.json", json.dumps(self.data, indent=2, allow_nan=False) + "\n")
+
+    def finish(self, exit_status: int, interrupted: bool) -> None:
+        self.data.update(status=INTERRUPTED if interrupted else FINISHED, finished_utc=utc_now(), exit_status=exit_status)
+        self.save()
+        atomic_write(self.path / "summary.md", summary(self.data))
+
+
+def cell(value: Any) -> str:
+    if value is None:
+        return "–"
+    return f"{value:.2f}" if isinstance(value, float) else str(value)
+
+
+def summary(data: dict[str, Any]) -> str:
+    """point x arm, one row each: the headline figures and the gate verdicts passed/failed."""
+    lines = [f"# specgate sweep: {data['experiment']}", "",
+             f"status **{data['status']}**, exit status {data['exit_status']}, {len(data['points'])} point(s)", "",
+             "| point | exit | arm | arm status | out tok/s | TTFT p50 / p99 ms | TPOT p50 / p99 ms | accept len "
+             "| verify ms | speedup | break-even | gates passed / failed |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for point in data["points"]:
+        arms = point["arms"] or {"–": {}}
+        for arm, f in arms.items():
+            lines.append(f"| {point['label']} | {cell(point['exit_status'])} | {arm} | {cell(f.get('status'))} "
+                         f"| {cell(f.get('output_tok_s'))} | {cell(f.get('ttft_ms_p50'))} / {cell(f.get('ttft_ms_p99'))} "
+                         f"| {cell(f.get('tpot_ms_p50'))} / {cell(f.get('tpot_ms_p99'))} | {cell(f.get('accept_length'))} "
+                         f"| {cell(f.get('verify_cycle_ms'))} | {cell(f.get('speedup'))} | {cell(f.get('break_even'))} "
+                         f"| {cell(f.get('gates_passed'))} / {cell(f.get('gates_failed'))} |")
+    lines += ["", "Each point's own record (summary.md, results.json) is under points/<point>/."]
+    return "\n".join(lines) + "\n"
