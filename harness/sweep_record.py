@@ -4,15 +4,19 @@
                                                 is points/<n>_<label>, so `latest` is there too)
     sweep.json    the points: overrides, record, exit status, and per arm the headline figures
                   read from the point's results.json; `status` running, finished or interrupted
-    summary.md    point x arm: the headline figures and the gate verdict counts
+    summary.md    point x arm: the headline figures and the gate verdict counts, and where
+                  each speculative arm stops paying (its crossover, see `crossovers`)
 """
 
 from __future__ import annotations
 
 import json
+import math
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from harness.atomic import atomic_write
 from harness.record import FINISHED, INTERRUPTED, RUNNING, RecordError, history_members, read_run, safe_name, unique_dir
@@ -56,6 +60,16 @@ def headline(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return arms
 
 
+def arm_concurrency(record: Path, arm: str) -> int | None:
+    """The arm's workload.concurrency as its record's config says (None for an open loop)."""
+    try:
+        cfg = yaml.safe_load((record / "arms" / safe_name(arm) / "config.yaml").read_text(encoding="utf-8"))
+        workload = cfg.get("workload") or {}
+        return None if workload.get("request_rate") else int(workload.get("concurrency") or 1)
+    except (OSError, ValueError, TypeError, AttributeError, yaml.YAMLError):
+        return None
+
+
 def point_record(point_root: Path) -> Path | None:
     """The run record a point wrote: the one its `latest` names, or (a run that died) the newest."""
     latest = point_root / "latest"
@@ -95,6 +109,8 @@ class SweepRecord:
             try:
                 run = read_run(record)
                 entry["status"], entry["arms"] = run.status, headline(run.data)
+                for arm, figures in entry["arms"].items():
+                    figures["concurrency"] = arm_concurrency(record, arm)
             except RecordError as exc:
                 entry["status"], entry["error"] = "unreadable", str(exc)
         self.save()
@@ -103,9 +119,48 @@ class SweepRecord:
         atomic_write(self.path / "sweep.json", json.dumps(self.data, indent=2, allow_nan=False) + "\n")
 
     def finish(self, exit_status: int, interrupted: bool) -> None:
-        self.data.update(status=INTERRUPTED if interrupted else FINISHED, finished_utc=utc_now(), exit_status=exit_status)
+        self.data.update(status=INTERRUPTED if interrupted else FINISHED, finished_utc=utc_now(), exit_status=exit_status,
+                         crossovers=crossovers(self.data["points"]))
         self.save()
         atomic_write(self.path / "summary.md", summary(self.data))
+
+
+def crossovers(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Where speculation stops paying: for each speculative arm (one with a speedup) and
+    each setting of the other swept keys, its speedup over the plain arm against
+    concurrency, and the highest concurrency at which it is still >= 1, interpolated
+    linearly in log2(concurrency) between the last point that pays and the first that
+    does not. `pays_through` is that concurrency; None when even the lowest point loses."""
+    series: dict[tuple[str, tuple[str, ...]], list[tuple[int, float]]] = {}
+    for point in points:
+        others = tuple(o for o in point.get("swept") or [] if not o.startswith("workload.concurrency="))
+        for arm, figures in (point.get("arms") or {}).items():
+            c, speedup = figures.get("concurrency"), figures.get("speedup")
+            if c and speedup is not None:
+                series.setdefault((arm, others), []).append((int(c), float(speedup)))
+    found = []
+    for (arm, others), curve in series.items():
+        curve = sorted(set(curve))
+        if len({c for c, _ in curve}) < 2:
+            continue  # one concurrency: no curve to cross
+        found.append({"arm": arm, "with": list(others), "points": [[c, round(v, 4)] for c, v in curve],
+                      **crossing(curve)})
+    return found
+
+
+def crossing(curve: list[tuple[int, float]]) -> dict[str, Any]:
+    """The crossover of one speedup-vs-concurrency curve (sorted by concurrency)."""
+    if curve[0][1] < 1.0:
+        return {"pays_through": None, "words": f"does not pay even at concurrency {curve[0][0]} "
+                                               f"(speedup {curve[0][1]:.2f}x)"}
+    for (c0, s0), (c1, s1) in zip(curve, curve[1:]):
+        if s1 < 1.0:  # crosses 1.0 between c0 and c1
+            x0, x1 = math.log2(c0), math.log2(c1)
+            at = 2 ** (x0 + (s0 - 1.0) / (s0 - s1) * (x1 - x0))
+            return {"pays_through": round(at, 1), "words": f"pays up to concurrency ~{at:.1f} "
+                                                           f"({s0:.2f}x at {c0}, {s1:.2f}x at {c1})"}
+    last_c, last_s = curve[-1]
+    return {"pays_through": last_c, "words": f"pays at every concurrency swept, up to {last_c} ({last_s:.2f}x there)"}
 
 
 def cell(value: Any) -> str:
@@ -129,5 +184,9 @@ def summary(data: dict[str, Any]) -> str:
                          f"| {cell(f.get('tpot_ms_p50'))} / {cell(f.get('tpot_ms_p99'))} | {cell(f.get('accept_length'))} "
                          f"| {cell(f.get('verify_cycle_ms'))} | {cell(f.get('speedup'))} | {cell(f.get('break_even'))} "
                          f"| {cell(f.get('gates_passed'))} / {cell(f.get('gates_failed'))} |")
+    if data.get("crossovers"):
+        lines += ["", "## Where speculation pays", ""]
+        lines += [f"- {x['arm']}{' with ' + ', '.join(x['with']) if x['with'] else ''}: {x['words']}"
+                  for x in data["crossovers"]]
     lines += ["", "Each point's own record (summary.md, results.json) is under points/<point>/."]
     return "\n".join(lines) + "\n"

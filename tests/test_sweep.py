@@ -150,3 +150,25 @@ def test_pytest_multirun_points_to_specgate_sweep():
                            "workload.concurrency=1,2", "--multirun"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 4
     assert "--multirun: a pytest session runs one experiment; run the sweep with `specgate sweep`" in done.stderr
+
+
+def test_the_crossover_is_where_the_speedup_falls_below_one():
+    from harness.sweep_record import crossovers
+
+    def point(c, k, speedup):
+        return {"swept": [f"workload.concurrency={c}", f"drafter.num_steps={k}"],
+                "arms": {"baseline": {"concurrency": c, "speedup": None},
+                         "eagle3": {"concurrency": c, "speedup": speedup}}}
+
+    points = [point(1, 2, 1.6), point(4, 2, 1.3), point(16, 2, 0.9), point(64, 2, 0.6),
+              point(1, 4, 1.8), point(4, 4, 1.5), point(16, 4, 1.1), point(64, 4, 1.05)]
+    found = {tuple(x["with"]): x for x in crossovers(points)}
+    k2 = found[("drafter.num_steps=2",)]
+    # between 4 (1.3x) and 16 (0.9x): 3/4 of the way in log2, 2^(2 + 0.75 * 2) = 11.3
+    assert k2["arm"] == "eagle3" and k2["pays_through"] == pytest.approx(11.3, abs=0.05)
+    assert k2["words"] == "pays up to concurrency ~11.3 (1.30x at 4, 0.90x at 16)"
+    k4 = found[("drafter.num_steps=4",)]
+    assert k4["pays_through"] == 64 and k4["words"] == "pays at every concurrency swept, up to 64 (1.05x there)"
+    losing = crossovers([point(1, 2, 0.8), point(8, 2, 0.7)])
+    assert losing[0]["pays_through"] is None and "does not pay even at concurrency 1" in losing[0]["words"]
+    assert crossovers([point(1, 2, 1.5)]) == []  # one concurrency: nothing to cross
