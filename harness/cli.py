@@ -16,14 +16,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness import __version__
+from harness import SUITES_DIR, __version__
 from harness.compare import CompareError
 from harness.secrets import redact_patterns
 from harness.config import DEFAULT_CONF_DIR, ConfigError, compose, is_override, list_experiments, to_yaml
 from harness.record import RecordError
 from harness.report import ReportError
 
-SUITES_DIR = Path(__file__).resolve().parent.parent / "suites"
 USAGE_ERROR = 4  # as pytest's usage error: a config or input mistake (2 is Ctrl-C)
 
 

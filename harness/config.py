@@ -25,6 +25,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from harness import PROJECT_ROOT
 from harness.engines import ENGINES, EngineConfigError
 from harness.engines.legacy import upgrade_config
 from harness.gate import GATES, INCONCLUSIVE
@@ -35,7 +36,7 @@ from harness.lossless import MAX_TOP_LOGPROBS
 from harness.schema import BUILD_KINDS, SpecgateConfig
 from harness.telemetry.base import NOT_SAMPLING, SOURCES
 
-DEFAULT_CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+DEFAULT_CONF_DIR = PROJECT_ROOT / "conf"
 DEFAULT_ARM = "default"
 BASELINE_MISMATCH = ("fail", "warn")  # gate.baseline_mismatch: what a reference that measured something else does
 

@@ -45,9 +45,10 @@ from typing import Any, Callable, Iterable, Mapping
 import docker
 import docker.errors
 
+from harness import PROJECT_ROOT
 from harness.schema import BUILD_KINDS
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = PROJECT_ROOT
 CONTAINERS = REPO / "containers"
 
 LABEL = "specgate"  # every image we create: {LABEL: "1"}

@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from harness import __version__
+from harness import PROJECT_ROOT, __version__
 from harness.arm import ArmFailed, ArmRun, ArmSession
 from harness.config import Arm, Experiment
 from harness.gate import Verdict, configured_gates
@@ -34,7 +34,7 @@ __all__ = ["ArmFailed", "ArmRun", "Runner", "harness_version"]
 @functools.lru_cache(maxsize=1)
 def harness_version() -> dict[str, Any]:
     """The package version and, from a git checkout, the commit and whether it was dirty."""
-    root = Path(__file__).resolve().parent.parent
+    root = PROJECT_ROOT
     info: dict[str, Any] = {"version": __version__, "git_commit": None, "git_dirty": None}
     try:
         commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)

@@ -17,11 +17,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from harness import PROJECT_ROOT, SUITES_DIR
+
 from harness.config import ConfigError, Experiment, SweepPoint, compose, override_key, sweep_points
 from harness.sweep_record import SweepRecord
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
-SUITES_DIR = PROJECT_ROOT / "suites"
 INTERRUPTED_EXIT = 2  # pytest's status for a run stopped by Ctrl-C
 STOP_GRACE_S = (120, 30)  # after SIGINT, then after SIGTERM: time for a point to stop its servers
 

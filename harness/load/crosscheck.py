@@ -78,7 +78,10 @@ class StreamTally:
 
     @property
     def text(self) -> str:
-        return "".join(self.texts)
+        """All the text, joined once: the record and the tokenizer check both read it."""
+        if len(self.texts) > 1:
+            self.texts = ["".join(self.texts)]
+        return self.texts[0] if self.texts else ""
 
 
 def usage_problem(claimed: int, tally: StreamTally, chunk_tokens: list[int], per_chunk_total: int | None,

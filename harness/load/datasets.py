@@ -33,9 +33,9 @@ import re
 from pathlib import Path
 from typing import Any, Iterator
 
+from harness import project_path
 from harness.load.conversation import Conversation, Message
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]  # the checkout: what `${project_root:}` names
 PROMPT_FIELDS = ('"prompt" (a string), "turns" (a list of strings), "messages" (an OpenAI chat list) '
                  'or "conversations" (ShareGPT)')
 SHAREGPT_HUMAN = ("human", "user")
@@ -49,8 +49,7 @@ class DatasetError(ValueError):
 
 def dataset_path(value: str | os.PathLike) -> Path:
     """Where ``workload.dataset`` points: a relative path is the project's."""
-    path = Path(value).expanduser()
-    return path if path.is_absolute() else PROJECT_ROOT / path
+    return project_path(value)
 
 
 def load_dataset(value: str | os.PathLike) -> tuple[Conversation, ...]:

@@ -28,11 +28,10 @@ thread, while the load runs.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable
 
 from harness.client import ClientError, ServerClient
-from harness.load.datasets import PROJECT_ROOT
+from harness import project_path
 
 CountPromptTokens = Callable[[str], int]
 Words = Callable[[int], list[str]]  # the first n words of one request's seeded stream
@@ -109,8 +108,7 @@ def _filled(text: str, tokens: int, target: int, count: CountPromptTokens) -> st
 
 def local_tokenizer(folder: str) -> PromptTokenizer:
     """``workload.tokenizer``: a folder with ``tokenizer.json`` (or that file itself)."""
-    path = Path(folder).expanduser()
-    path = path if path.is_absolute() else PROJECT_ROOT / path
+    path = project_path(folder)
     file = path / "tokenizer.json" if path.is_dir() else path
     if not file.is_file():
         raise SizingError(f"workload.tokenizer={folder}: no tokenizer.json at {file}")
