@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.specgate-installed
 
-.PHONY: install run test clean-runs
+.PHONY: install run test slurm clean-runs
 
 # Then a Docker engine (installed and started when missing: scripts/ensure_docker.sh),
 # Chromium for the report test, vLLM's CPU build + tiny local models for the real-engine
@@ -31,6 +31,12 @@ run: install
 # The project's own tests (including end-to-end runs of the suites in subprocesses).
 test: install
 	$(BIN)/pytest tests/ -q
+
+# A single-node SLURM cluster on this machine (root, Debian): `specgate sweep ...
+# hydra/launcher=submitit_slurm` runs its points as SLURM jobs here. Idempotent; the SLURM
+# sweep tests' fixture calls the same script.
+slurm:
+	bash scripts/ensure_slurm.sh
 
 clean-runs:
 	rm -rf runs/

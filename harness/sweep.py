@@ -1,6 +1,7 @@
 """`specgate sweep`: one whole experiment (every arm, every suite, its own run record and exit
-status) per point of a Hydra sweep, run one after another on this machine, as Hydra's
-`basic` launcher does.
+status) per point of a Hydra sweep: run one after another on this machine, as Hydra's
+`basic` launcher does (the default), or with `hydra/launcher=submitit_slurm|submitit_local`
+as jobs of that engine, through Hydra's own launcher (harness/sweep_launch.py).
 
 Every point is composed and checked before the first server starts, so a bad value in the
 last point stops the sweep at once (exit 4). Each point then runs as its own pytest process:
@@ -19,7 +20,7 @@ from pathlib import Path
 
 from harness import PROJECT_ROOT, SUITES_DIR
 
-from harness.config import ConfigError, Experiment, SweepPoint, compose, override_key, sweep_points
+from harness.config import ConfigError, Experiment, SweepPoint, compose, is_sweep, override_key, sweep_points
 from harness.sweep_record import SweepRecord
 
 INTERRUPTED_EXIT = 2  # pytest's status for a run stopped by Ctrl-C
@@ -102,8 +103,16 @@ def signal_until_gone(child: subprocess.Popen) -> int:
 
 
 def run_sweep(overrides: list[str], pytest_options: list[str], conf_dir: Path, command: list[str]) -> int:
-    """Expand, check every point, run them in order. Exit status: 0 only if every point
-    exited 0, else 1; a Ctrl-C stops the sweep with the stopped point's status (2)."""
+    """Expand, check every point, then run them: one after another here (hydra/launcher=basic,
+    the default), or as jobs of an engine through Hydra's launcher (harness/sweep_launch.py).
+    Exit status: 0 only if every point exited 0, else 1; 2 when interrupted."""
+    from harness.sweep_launch import engine_of, is_hydra_override, run_launched
+
+    hydra_overrides = [o for o in overrides if is_hydra_override(o)]
+    overrides = [o for o in overrides if not is_hydra_override(o)]
+    if any(is_sweep(o) for o in hydra_overrides):
+        raise ConfigError(f"{next(o for o in hydra_overrides if is_sweep(o))}: the launcher's settings cannot be swept")
+    engine = engine_of(hydra_overrides, conf_dir)
     points = sweep_points(overrides)
     experiments = check_points(points, conf_dir)
     first = experiments[0]
@@ -112,9 +121,20 @@ def run_sweep(overrides: list[str], pytest_options: list[str], conf_dir: Path, c
     runs = [point_overrides(p, record.point_root(name)) for p, name in zip(points, labels)]
     entries = [record.add_point(name, overrides, p.swept) for p, name, overrides in zip(points, labels, runs)]
     record.save()
-    print(f"specgate sweep: {len(points)} point(s) of {first.name}; record {record.path}", flush=True)
-    statuses: list[int] = []
+    print(f"specgate sweep: {len(points)} point(s) of {first.name} on {engine}; record {record.path}", flush=True)
     previous_sigterm = signal.signal(signal.SIGTERM, raise_interrupt)
+    try:
+        if engine == "basic":
+            return run_here(record, runs, entries, conf_dir, pytest_options)
+        return run_launched(record, entries, overrides, hydra_overrides, engine, conf_dir)
+    finally:
+        signal.signal(signal.SIGTERM, previous_sigterm)
+
+
+def run_here(record: SweepRecord, runs: list[list[str]], entries: list[dict], conf_dir: Path,
+             pytest_options: list[str]) -> int:
+    """The basic launcher: each point's pytest in turn on this machine."""
+    statuses: list[int] = []
     try:
         for overrides, entry in zip(runs, entries):
             print(f"specgate sweep: point {entry['label']}", flush=True)
@@ -128,8 +148,6 @@ def run_sweep(overrides: list[str], pytest_options: list[str], conf_dir: Path, c
         record.finish(status, interrupted=True)
         print(f"specgate sweep: interrupted; record {record.path}", file=sys.stderr)
         return status
-    finally:
-        signal.signal(signal.SIGTERM, previous_sigterm)
     status = 0 if all(s == 0 for s in statuses) else 1
     record.finish(status, interrupted=False)
     print(f"specgate sweep: {statuses.count(0)} of {len(statuses)} point(s) exited 0; "

@@ -98,7 +98,7 @@ class SweepRecord:
         self.data["points"].append(entry)
         return entry
 
-    def point_ended(self, entry: dict[str, Any], exit_status: int) -> None:
+    def point_ended(self, entry: dict[str, Any], exit_status: int | None) -> None:
         """What the point's run record says, read back now that its pytest has exited."""
         entry["exit_status"] = exit_status
         record = point_record(self.point_root(entry["label"]))
@@ -113,6 +113,13 @@ class SweepRecord:
                     figures["concurrency"] = arm_concurrency(record, arm)
             except RecordError as exc:
                 entry["status"], entry["error"] = "unreadable", str(exc)
+        self.save()
+
+    def point_failed(self, entry: dict[str, Any], reason: str, log: str | None) -> None:
+        """A point whose job (SLURM, submitit) ended without the point's exit status: failed,
+        with why and where its job's log is; whatever record the point began is read back."""
+        self.point_ended(entry, None)
+        entry.update(status="job_failed", error=reason, job_log=log)
         self.save()
 
     def save(self) -> None:

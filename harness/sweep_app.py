@@ -1,0 +1,68 @@
+"""The Hydra app that `specgate sweep ... hydra/launcher=X` runs with `--multirun`, so that
+Hydra's own sweeper expands the points and Hydra's launcher (submitit's SLURM or local
+executor) runs them, each as one job on whatever machine the engine picks.
+
+The task function runs exactly one point: the point whose number is Hydra's `job.num`, as
+the sweep record's sweep.json lists it (specgate wrote it before submitting, and checked
+every point then). It runs that point's pytest, as the basic launcher would, writes the
+point's exit status into the point's folder (which the submitting side polls), and returns
+it. The sweep record is found from `hydra.sweep.dir`, which specgate sets to its points/.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+import harness.config  # noqa: F401  (registers the schema the config tree's defaults name)
+from harness import PROJECT_ROOT
+from harness.atomic import atomic_write
+from harness.sweep import point_command
+
+EXIT_STATUS_FILE = "exit_status"  # in points/<label>/: the point's pytest exit status, once it ended
+
+
+def this_point(sweep_dir: Path, job_num: int, task_overrides: list[str]) -> dict:
+    """The sweep.json entry of this job, checked against the overrides Hydra gave the job,
+    so that a job can never run another point's configuration."""
+    data = json.loads((sweep_dir / "sweep.json").read_text(encoding="utf-8"))
+    entry = data["points"][job_num]
+    missing = [o for o in entry["swept"] if o not in task_overrides]
+    if missing:
+        raise RuntimeError(f"job {job_num} was given {' '.join(task_overrides)}, but sweep.json's point "
+                           f"{entry['label']} swept {' '.join(missing)}: not running another point's config")
+    return {**entry, "conf_dir": data["launcher"]["conf_dir"], "pytest_options": data["pytest_options"]}
+
+
+def run_here(command: list[str]) -> int:
+    """The point's pytest in this job's process group: the engine's signals (scancel's
+    SIGTERM, the local executor's SIGINT to the group) reach it directly, and it stops its
+    servers as it would under Ctrl-C; this job only waits for it (a second signal from here
+    could cut that teardown short)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")]))}
+    child = subprocess.Popen(command, env=env)
+    while True:
+        try:
+            return child.wait()
+        except KeyboardInterrupt:
+            continue
+
+
+@hydra.main(config_path=None, config_name="config", version_base=None)
+def run_one_point(cfg: DictConfig) -> int:
+    job = HydraConfig.get()
+    sweep_dir = Path(job.sweep.dir).parent
+    point = this_point(sweep_dir, job.job.num, list(job.overrides.task))
+    status = run_here(point_command(point["overrides"], Path(point["conf_dir"]), point["pytest_options"]))
+    atomic_write(sweep_dir / "points" / point["label"] / EXIT_STATUS_FILE, f"{status}\n")
+    return status
+
+
+if __name__ == "__main__":
+    run_one_point()

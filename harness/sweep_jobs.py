@@ -1,0 +1,157 @@
+"""The jobs a launched sweep submitted, as the engine that runs them sees them: which are
+still pending or running, how to cancel them all, and why one ended without its point's
+exit status. One class per engine: SLURM (submitit_slurm) and this machine's processes
+(submitit_local). Nothing here schedules anything; it asks the engine.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+# slurmstepd's last words in a job's log, e.g. `*** JOB 12 ON vm CANCELLED AT ... DUE TO TIME LIMIT ***`
+STEPD_LINE = re.compile(r"\*\*\* (JOB|STEP) \S+ ON \S+ (CANCELLED|FAILED|PREEMPTED|NODE FAIL)[^*]*\*\*\*")
+
+
+def submitted_jobs(submitit_dir: Path) -> dict[int, Path]:
+    """Hydra's job number -> the submitit folder of the job that ran it (each job folder holds
+    the pickled submission, whose third argument is the job number the launcher gave it)."""
+    from submitit.core.utils import DelayedSubmission
+
+    found = {}
+    for pickled in sorted(submitit_dir.glob("*/*_submitted.pkl")):
+        try:
+            found[int(DelayedSubmission.load(pickled).args[2])] = pickled.parent
+        except Exception:  # a half-written or foreign pickle says nothing about our points
+            continue
+    return found
+
+
+def job_log(folder: Path) -> Path | None:
+    """The job's log (stderr, where tracebacks and slurmstepd's words go), or its stdout."""
+    for pattern in ("*_log.err", "*_log.out"):
+        logs = sorted(folder.glob(pattern))
+        if logs:
+            return logs[0]
+    return None
+
+
+def failure_in_log(log: Path | None) -> str | None:
+    """The engine's or the task's last word in a job log: slurmstepd's line, else the last
+    line of a Python traceback."""
+    if log is None or not log.is_file():
+        return None
+    lines = [line.strip() for line in log.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
+    said = [m.group(0).strip("* ") for m in map(STEPD_LINE.search, lines) if m]
+    if said:  # the job's line (`JOB 5 ON vm CANCELLED AT ...`) before its step's
+        return sorted(said, key=lambda words: not words.startswith("JOB"))[0]
+    if "Traceback (most recent call last):" in lines:
+        return lines[-1]
+    return None
+
+
+def failed_result(folder: Path) -> str | None:
+    """The task's exception as submitit pickled it (the job ran and raised)."""
+    from submitit.core.utils import pickle_load
+
+    for result in folder.glob("*_result.pkl"):
+        try:
+            outcome, value = pickle_load(result)
+        except Exception:
+            continue
+        if outcome == "error":
+            return str(value).strip().splitlines()[-1]
+    return None
+
+
+class SlurmJobs:
+    """The sweep's SLURM jobs, found by the job name specgate gave them."""
+
+    def __init__(self, job_name: str):
+        self.job_name = job_name
+
+    def outstanding(self) -> list[str]:
+        done = subprocess.run(["squeue", "--noheader", f"--name={self.job_name}", "--format=%i"],
+                              capture_output=True, text=True, timeout=30)
+        return done.stdout.split()
+
+    def cancel(self, app: subprocess.Popen) -> None:
+        """The submitting app first (so that it submits nothing more), then every job of the
+        sweep: scancel's SIGTERM reaches each point's pytest, which stops its servers; SLURM
+        kills what is left after its KillWait."""
+        stop_group(app, signal.SIGTERM)
+        subprocess.run(["scancel", f"--name={self.job_name}"], capture_output=True, timeout=30)
+
+    def kill(self) -> None:
+        subprocess.run(["scancel", "--signal=KILL", f"--name={self.job_name}"], capture_output=True, timeout=30)
+
+    def state(self, folder: Path) -> str | None:
+        """`CANCELLED`, `TIMEOUT`, `NODE_FAIL`...: what slurmctld still remembers of the job
+        (for MinJobAge after it ended; the folder's name is the job id submitit got)."""
+        done = subprocess.run(["scontrol", "--oneliner", "show", "job", folder.name],
+                              capture_output=True, text=True, timeout=30)
+        found = re.search(r"JobState=(\S+)(?: Reason=(\S+))?", done.stdout)
+        if not found:
+            return None
+        state, reason = found.groups()
+        # the Reason of a cancelled job is only why it last waited (`Resources`): left out
+        said = reason not in (None, "None") and not state.startswith("CANCELLED")
+        return f"SLURM job {folder.name} {state}" + (f" ({reason})" if said else "")
+
+
+class LocalJobs:
+    """submitit_local's jobs: processes in the submitting app's process group (its job
+    controllers outlive the app when it exits early, so the group is what is watched)."""
+
+    def __init__(self, group: int):
+        self.group = group
+
+    def outstanding(self) -> list[str]:
+        return [str(pid) for pid in group_members(self.group)]
+
+    def cancel(self, app: subprocess.Popen) -> None:
+        """SIGINT to the whole group, as a Ctrl-C would: each point's pytest stops its servers."""
+        stop_group(app, signal.SIGINT)
+
+    def kill(self) -> None:
+        for pid in group_members(self.group):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def state(self, folder: Path) -> str | None:
+        return None
+
+
+def stop_group(app: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(app.pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def group_members(group: int) -> list[int]:
+    """Live processes (not zombies, which nothing may reap here) whose process group is `group`."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[2]) == group:
+            members.append(int(stat.parent.name))
+    return members
+
+
+def wait_until_none(jobs, timeout_s: float, poll_s: float = 1.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while jobs.outstanding():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(poll_s)
+    return True

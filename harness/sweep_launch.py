@@ -1,0 +1,188 @@
+"""`specgate sweep ... hydra/launcher=X`: the points run on an existing engine, through
+Hydra's own launcher plugins (hydra-submitit-launcher: `submitit_slurm`, `submitit_local`,
+and the presets in conf/hydra/launcher/). specgate does not schedule anything: it runs the
+Hydra app harness/sweep_app.py with `--multirun` and the sweep's overrides, and Hydra's
+sweeper and launcher do the fan-out. Meanwhile it watches the points' folders (a shared
+filesystem, for SLURM) and writes each point into sweep.json as it ends.
+
+A job that ends without its point's exit status (cancelled, out of time, its node lost, the
+task raised) is a failed point with the engine's reason and the path of its log. Ctrl-C
+(or SIGTERM) cancels every job of the sweep and waits until none is left.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from hydra import compose as hydra_compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.errors import HydraException
+from omegaconf.errors import OmegaConfBaseException
+
+from harness import PROJECT_ROOT
+from harness.config import ConfigError, override_key
+from harness.sweep_jobs import LocalJobs, SlurmJobs, failed_result, failure_in_log, job_log, stop_group, \
+    submitted_jobs, wait_until_none
+from harness.sweep_record import SweepRecord
+
+POLL_S = 1.0
+APP_GRACE_S = 10  # the app's time to see that its last job is gone
+CANCEL_GRACE_S = 150  # scancel's SIGTERM, then SLURM's KillWait (30 s) and the points' teardown
+ENGINES = {"SlurmLauncher": "slurm", "LocalLauncher": "local", "BasicLauncher": "basic"}
+
+
+def is_hydra_override(override: str) -> bool:
+    """`hydra/launcher=...`, `hydra.launcher.partition=...`: the launcher's, not a point's."""
+    return override_key(override).startswith(("hydra/", "hydra."))
+
+
+def engine_of(hydra_overrides: list[str], conf_dir: Path) -> str:
+    """`basic`, `slurm` or `local`: what the launcher the overrides pick runs on, composed (so a
+    misspelt launcher or parameter is one sentence before anything starts)."""
+    if not hydra_overrides:
+        return "basic"
+    GlobalHydra.instance().clear()
+    try:
+        import harness.config  # noqa: F401  (the schema the tree's defaults name)
+        with initialize_config_dir(config_dir=str(conf_dir), version_base=None):
+            cfg = hydra_compose(config_name="config", overrides=hydra_overrides, return_hydra_config=True)
+    except (HydraException, OmegaConfBaseException, ValueError) as exc:
+        raise ConfigError(f"launcher: {str(exc).splitlines()[0]}") from None
+    finally:
+        GlobalHydra.instance().clear()
+    target = str(cfg.hydra.launcher.get("_target_", "")).rsplit(".", 1)[-1]
+    if target not in ENGINES:
+        raise ConfigError(f"launcher {target or '?'}: specgate sweep runs points with hydra/launcher=basic, "
+                          f"submitit_local or submitit_slurm (or a preset of them in conf/hydra/launcher/)")
+    return ENGINES[target]
+
+
+def quoted(path: Path) -> str:
+    return "'" + str(path).replace("'", "\\'") + "'"
+
+
+def app_command(overrides: list[str], hydra_overrides: list[str], engine: str, record: SweepRecord,
+                conf_dir: Path) -> list[str]:
+    """The Hydra app with the sweep's own overrides (Hydra expands the same points again) and
+    where its jobs go: points/ of the sweep record, each job's Hydra folder in points/.jobs/."""
+    ours = [f"hydra.sweep.dir={quoted(record.path / 'points')}", "hydra.sweep.subdir=.jobs/${hydra.job.num}",
+            f"hydra.launcher.name={job_name(record)}"]
+    if engine == "slurm":  # a point never shares its node: its server owns every GPU there
+        ours.append("++hydra.launcher.additional_parameters.exclusive=true")
+    return [sys.executable, "-m", "harness.sweep_app", "--multirun", f"--config-path={conf_dir}",
+            "--config-name=config", *overrides, *ours, *hydra_overrides]  # the user's launcher settings win
+
+
+def job_name(record: SweepRecord) -> str:
+    return f"specgate_{record.path.name}"
+
+
+def run_launched(record: SweepRecord, entries: list[dict], overrides: list[str], hydra_overrides: list[str],
+                 engine: str, conf_dir: Path) -> int:
+    """Submit through the Hydra app, follow the points to their end; the sweep's exit status."""
+    record.data["launcher"] = {"engine": engine, "overrides": hydra_overrides, "job_name": job_name(record),
+                               "conf_dir": str(conf_dir), "log": "launcher.log"}
+    record.save()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")]))}
+    with open(record.path / "launcher.log", "ab") as log:  # the app's own output: Hydra's, submitit's
+        app = subprocess.Popen(app_command(overrides, hydra_overrides, engine, record, conf_dir), env=env,
+                               stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    jobs = SlurmJobs(job_name(record)) if engine == "slurm" else LocalJobs(app.pid)
+    try:
+        follow(record, entries, app, jobs)
+    except KeyboardInterrupt:
+        return interrupted(record, entries, app, jobs)
+    explain_the_rest(record, entries, jobs, app.returncode)
+    statuses = [e["exit_status"] for e in entries]
+    status = 0 if all(s == 0 for s in statuses) else 1
+    record.finish(status, interrupted=False)
+    print(f"specgate sweep: {statuses.count(0)} of {len(entries)} point(s) exited 0; "
+          f"summary {record.path / 'summary.md'}", flush=True)
+    return status
+
+
+def follow(record: SweepRecord, entries: list[dict], app: subprocess.Popen, jobs) -> None:
+    """Until the app has exited and the engine has none of the sweep's jobs left (the app
+    stops waiting at the first failed job; the others still run their points)."""
+    idle_since = None
+    while True:
+        collect(record, entries)
+        alive, left = app.poll() is None, jobs.outstanding()
+        if not alive and not left:
+            collect(record, entries)
+            return
+        if alive and not left and any((record.path / "points" / ".submitit").glob("*/*_submitted.pkl")):
+            # every job is gone but the app still waits on one: without SLURM's accounting
+            # (sacct), submitit cannot tell that a job cancelled before it began has ended
+            idle_since = idle_since or time.monotonic()
+            if time.monotonic() - idle_since > APP_GRACE_S:
+                stop_app(app)
+        time.sleep(POLL_S)
+
+
+def stop_app(app: subprocess.Popen) -> None:
+    stop_group(app, signal.SIGTERM)
+    try:
+        app.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        app.kill()
+        app.wait()
+
+
+def collect(record: SweepRecord, entries: list[dict]) -> None:
+    """Each point whose job has written its exit status, into sweep.json once."""
+    from harness.sweep_app import EXIT_STATUS_FILE
+
+    for entry in entries:
+        done = record.point_root(entry["label"]) / EXIT_STATUS_FILE
+        if entry["exit_status"] is None and entry["status"] == "not_run" and done.is_file():
+            status = int(done.read_text().strip())
+            record.point_ended(entry, status)
+            print(f"specgate sweep: point {entry['label']} exited {status}", flush=True)
+
+
+def explain_the_rest(record: SweepRecord, entries: list[dict], jobs, app_status: int | None,
+                     otherwise: str = "its job ended without the point's exit status") -> None:
+    """Every point without an exit status failed: why, from the engine and the job's log."""
+    folders = submitted_jobs(record.path / "points" / ".submitit")
+    for num, entry in enumerate(entries):
+        folder = folders.get(num)
+        log = job_log(folder) if folder else None
+        if entry["exit_status"] is not None:  # the point ended; say so too if its job was cancelled
+            entry["job_log"] = str(log.relative_to(record.path)) if log else None
+            if failure_in_log(log):
+                entry["error"] = failure_in_log(log)
+            continue
+        if folder is None:
+            reason = f"no job was submitted for it (the launcher exited {app_status}; see launcher.log)"
+        else:
+            words = [jobs.state(folder), failure_in_log(log) or failed_result(folder)]
+            reason = "; ".join(w for w in words if w) or otherwise
+        record.point_failed(entry, reason, str(log.relative_to(record.path)) if log else None)
+        print(f"specgate sweep: point {entry['label']} failed: {reason}", file=sys.stderr, flush=True)
+    record.save()
+
+
+def interrupted(record: SweepRecord, entries: list[dict], app: subprocess.Popen, jobs) -> int:
+    """Cancel every job of the sweep, wait until the engine has none left, mark the sweep
+    interrupted (exit 2). A second Ctrl-C meanwhile is ignored: the points' teardown runs."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        print("specgate sweep: interrupted; cancelling the sweep's jobs", file=sys.stderr, flush=True)
+        jobs.cancel(app)
+        stop_app(app)
+        if not wait_until_none(jobs, CANCEL_GRACE_S):
+            jobs.kill()
+            wait_until_none(jobs, 30)
+        collect(record, entries)
+        explain_the_rest(record, entries, jobs, app.returncode, otherwise="cancelled: the sweep was interrupted")
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    record.finish(2, interrupted=True)
+    print(f"specgate sweep: interrupted; record {record.path}", file=sys.stderr)
+    return 2

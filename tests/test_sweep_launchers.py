@@ -1,0 +1,169 @@
+"""`specgate sweep ... hydra/launcher=X`: the points run as jobs of a real engine through
+Hydra's submitit launcher: a single-node SLURM cluster on this machine (set up by
+scripts/ensure_slurm.sh) and submitit's local executor. Each point is still a whole
+experiment with its own record inside the sweep's; a cancelled job is a failed point with
+its reason and log; interrupting the sweep cancels its jobs and leaves none behind."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness import cli
+
+ROOT = Path(__file__).resolve().parent.parent
+SIM = ["+exp=sim_smoke", "backend=process", "workload.num_prompts=2", "workload.max_tokens=16"]
+QUIET = ["-p", "no:cacheprovider", "--no-progress"]
+# Background children of a non-interactive shell start with SIGINT ignored: reset it, so that
+# the test's SIGINT is a real Ctrl-C.
+WITH_SIGINT = [sys.executable, "-c", "import os,signal,sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                                     "os.execvp(sys.argv[1], sys.argv[1:])"]
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    done = subprocess.run(["bash", str(ROOT / "scripts" / "ensure_slurm.sh")], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, f"scripts/ensure_slurm.sh failed: {done.stderr[-2000:]}"
+
+
+def sweep(runs: Path, *tokens: str) -> subprocess.Popen:
+    return subprocess.Popen([*WITH_SIGINT, sys.executable, "-m", "harness.cli", "sweep", *SIM, *tokens,
+                             f"record.root={runs}", *QUIET], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def finished(process: subprocess.Popen, timeout: float = 300) -> tuple[int, str]:
+    try:
+        output, _ = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGINT)  # the sweep cancels its jobs on the way out
+        output, _ = process.communicate(timeout=200)
+        raise AssertionError(f"the sweep did not end in {timeout} s: {output[-3000:]}") from None
+    return process.returncode, output
+
+
+def sweep_record(runs: Path) -> tuple[Path, dict]:
+    (sweep_dir,) = runs.iterdir()
+    return sweep_dir, json.loads((sweep_dir / "sweep.json").read_text())
+
+
+def sweep_jobs(sweep_dir: Path, states: str = "PD,R,CG") -> list[str]:
+    done = subprocess.run(["squeue", "--noheader", f"--name=specgate_{sweep_dir.name}", f"--states={states}",
+                           "--format=%i"], capture_output=True, text=True, timeout=30)
+    return done.stdout.split()
+
+
+def wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = predicate()
+        if found:
+            return found
+        time.sleep(0.5)
+    raise AssertionError(f"no {what} after {timeout} s")
+
+
+def assert_point_passed(sweep_dir: Path, point: dict, concurrency: int) -> None:
+    assert (point["exit_status"], point["status"]) == (0, "finished")
+    assert f"workload.concurrency={concurrency}" in point["overrides"]
+    record = sweep_dir / point["record"]
+    assert record.parent == sweep_dir / "points" / point["label"]
+    assert json.loads((record / "results.json").read_text())["status"] == "finished"
+    assert (sweep_dir / "points" / point["label"] / "exit_status").read_text() == "0\n"
+    assert set(point["arms"]) == {"baseline", "eagle3"} and point["arms"]["eagle3"]["gates_failed"] == 0
+    assert (sweep_dir / point["job_log"]).is_file()
+
+
+def test_a_misspelt_launcher_is_one_sentence_before_anything_starts(tmp_path, capsys):
+    status = cli.main(["sweep", *SIM, "workload.concurrency=1,2", "hydra/launcher=submitit_slurmm",
+                       f"record.root={tmp_path}"])
+    assert status == 4 and "Could not find 'hydra/launcher/submitit_slurmm'" in capsys.readouterr().err
+    status = cli.main(["sweep", *SIM, "hydra/launcher=submitit_slurm", "hydra.launcher.partition=a,b",
+                       f"record.root={tmp_path}"])
+    assert status == 4 and "the launcher's settings cannot be swept" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.cluster
+def test_two_points_by_two_arms_as_slurm_jobs(slurm, tmp_path):
+    runs = tmp_path / "runs"
+    status, output = finished(sweep(runs, "workload.concurrency=1,2", "hydra/launcher=submitit_slurm",
+                                    "hydra.launcher.partition=debug"))
+    assert status == 0, output[-4000:]
+    sweep_dir, data = sweep_record(runs)
+    assert (data["status"], data["exit_status"]) == ("finished", 0)
+    assert data["launcher"]["engine"] == "slurm"
+    for point, concurrency in zip(data["points"], (1, 2)):
+        assert_point_passed(sweep_dir, point, concurrency)
+        assert "/.submitit/" in point["job_log"] and "error" not in point
+    # each point a SLURM job of the sweep's job array, on a node of its own
+    submission = next((sweep_dir / "points" / ".submitit").glob("*/*_submission.sh")).read_text()
+    assert "#SBATCH --exclusive" in submission and f"--job-name=specgate_{sweep_dir.name}" in submission
+    summary = (sweep_dir / "summary.md").read_text()
+    assert "status **finished**, exit status 0" in summary
+    assert len([line for line in summary.splitlines() if line.startswith(("| 0_", "| 1_"))]) == 4
+
+
+@pytest.mark.cluster
+def test_a_cancelled_job_is_a_failed_point_with_its_reason_and_log(slurm, tmp_path):
+    runs = tmp_path / "runs"
+    process = sweep(runs, "workload.concurrency=1,2", "hydra/launcher=submitit_slurm")
+    sweep_dir = wait_for(lambda: next(runs.glob("*_sweep"), None), 60, "sweep folder")
+    running = wait_for(lambda: sweep_jobs(sweep_dir, "R"), 60, "running job")
+    subprocess.run(["scancel", running[0]], check=True, timeout=30)
+    status, output = finished(process)
+    assert status == 1, output[-4000:]
+    _, data = sweep_record(runs)
+    (cancelled,) = [p for p in data["points"] if p.get("error")]
+    (other,) = [p for p in data["points"] if not p.get("error")]
+    assert "CANCELLED" in cancelled["error"] and cancelled["exit_status"] != 0
+    assert (sweep_dir / cancelled["job_log"]).is_file()
+    assert_point_passed(sweep_dir, other, int(other["swept"][0].split("=")[1]))  # the other job still ran its point
+    assert data["status"] == "finished" and sweep_jobs(sweep_dir) == []
+
+
+@pytest.mark.cluster
+def test_ctrl_c_cancels_every_job_and_leaves_none(slurm, tmp_path):
+    runs = tmp_path / "runs"
+    process = sweep(runs, "workload.concurrency=1,2", "hydra/launcher=submitit_slurm")
+    sweep_dir = wait_for(lambda: next(runs.glob("*_sweep"), None), 60, "sweep folder")
+    wait_for(lambda: sweep_jobs(sweep_dir, "R"), 60, "running job")
+    process.send_signal(signal.SIGINT)
+    status, output = finished(process, timeout=200)
+    assert status == 2, output[-4000:]
+    _, data = sweep_record(runs)
+    assert (data["status"], data["exit_status"]) == ("interrupted", 2)
+    assert sweep_jobs(sweep_dir) == []
+    assert all(p["exit_status"] != 0 for p in data["points"])
+    assert any("CANCELLED" in (p.get("error") or "") for p in data["points"])
+    assert "status **interrupted**" in (sweep_dir / "summary.md").read_text()
+
+
+@pytest.mark.cluster
+def test_two_points_through_submitits_local_executor(tmp_path):
+    runs = tmp_path / "runs"
+    status, output = finished(sweep(runs, "workload.concurrency=1,2", "hydra/launcher=submitit_local"))
+    assert status == 0, output[-4000:]
+    sweep_dir, data = sweep_record(runs)
+    assert (data["status"], data["exit_status"], data["launcher"]["engine"]) == ("finished", 0, "local")
+    for point, concurrency in zip(data["points"], (1, 2)):
+        assert_point_passed(sweep_dir, point, concurrency)
+    assert leftover(sweep_dir) is None
+
+
+def leftover(sweep_dir: Path) -> int | None:
+    """A process still running for this sweep (a job, a point's pytest): there must be none."""
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if str(sweep_dir).encode() in cmdline.read_bytes():
+                return int(cmdline.parent.name)
+        except OSError:
+            continue
+    return None
