@@ -42,10 +42,21 @@ def is_hydra_override(override: str) -> bool:
 
 
 def engine_of(hydra_overrides: list[str], conf_dir: Path) -> str:
-    """`basic`, `slurm` or `local`: what the launcher the overrides pick runs on, composed (so a
-    misspelt launcher or parameter is one sentence before anything starts)."""
+    """`basic`, `slurm` or `local`: what the launcher the overrides pick runs on. Its settings
+    are composed as the app will get them, so a misspelt launcher or parameter is one
+    sentence before anything starts."""
     if not hydra_overrides:
         return "basic"
+    choice = [o for o in hydra_overrides if override_key(o) == "hydra/launcher"]
+    target = str(launcher_config(choice, conf_dir).get("_target_", "")).rsplit(".", 1)[-1]
+    if target not in ENGINES:
+        raise ConfigError(f"launcher {target or '?'}: specgate sweep runs points with hydra/launcher=basic, "
+                          f"submitit_local or submitit_slurm (or a preset of them in conf/hydra/launcher/)")
+    launcher_config([*whole_node(ENGINES[target]), *hydra_overrides], conf_dir)
+    return ENGINES[target]
+
+
+def launcher_config(hydra_overrides: list[str], conf_dir: Path):
     GlobalHydra.instance().clear()
     try:
         import harness.config  # noqa: F401  (the schema the tree's defaults name)
@@ -55,11 +66,14 @@ def engine_of(hydra_overrides: list[str], conf_dir: Path) -> str:
         raise ConfigError(f"launcher: {str(exc).splitlines()[0]}") from None
     finally:
         GlobalHydra.instance().clear()
-    target = str(cfg.hydra.launcher.get("_target_", "")).rsplit(".", 1)[-1]
-    if target not in ENGINES:
-        raise ConfigError(f"launcher {target or '?'}: specgate sweep runs points with hydra/launcher=basic, "
-                          f"submitit_local or submitit_slurm (or a preset of them in conf/hydra/launcher/)")
-    return ENGINES[target]
+    return cfg.hydra.launcher
+
+
+def whole_node(engine: str) -> list[str]:
+    """A SLURM point never shares its node: its server owns every GPU there (sbatch
+    --exclusive). Placed before the user's launcher settings, so that
+    `~hydra.launcher.additional_parameters.exclusive` can take it back (a CPU-only cluster)."""
+    return ["++hydra.launcher.additional_parameters.exclusive=true"] if engine == "slurm" else []
 
 
 def quoted(path: Path) -> str:
@@ -71,9 +85,7 @@ def app_command(overrides: list[str], hydra_overrides: list[str], engine: str, r
     """The Hydra app with the sweep's own overrides (Hydra expands the same points again) and
     where its jobs go: points/ of the sweep record, each job's Hydra folder in points/.jobs/."""
     ours = [f"hydra.sweep.dir={quoted(record.path / 'points')}", "hydra.sweep.subdir=.jobs/${hydra.job.num}",
-            f"hydra.launcher.name={job_name(record)}"]
-    if engine == "slurm":  # a point never shares its node: its server owns every GPU there
-        ours.append("++hydra.launcher.additional_parameters.exclusive=true")
+            f"hydra.launcher.name={job_name(record)}", *whole_node(engine)]
     return [sys.executable, "-m", "harness.sweep_app", "--multirun", f"--config-path={conf_dir}",
             "--config-name=config", *overrides, *ours, *hydra_overrides]  # the user's launcher settings win
 
