@@ -32,12 +32,10 @@ def submitted_jobs(submitit_dir: Path) -> dict[int, Path]:
 
 
 def job_log(folder: Path) -> Path | None:
-    """The job's log (stderr, where tracebacks and slurmstepd's words go), or its stdout."""
-    for pattern in ("*_log.err", "*_log.out"):
-        logs = sorted(folder.glob(pattern))
-        if logs:
-            return logs[0]
-    return None
+    """The job's log: its stderr (where tracebacks and slurmstepd's words go), or its stdout
+    when the stderr is empty (the point's pytest writes there)."""
+    logs = sorted(folder.glob("*_log.err")) + sorted(folder.glob("*_log.out"))
+    return next((log for log in logs if log.stat().st_size), logs[0] if logs else None)
 
 
 def failure_in_log(log: Path | None) -> str | None:
@@ -83,7 +81,7 @@ class SlurmJobs:
         """The submitting app first (so that it submits nothing more), then every job of the
         sweep: scancel's SIGTERM reaches each point's pytest, which stops its servers; SLURM
         kills what is left after its KillWait."""
-        stop_group(app, signal.SIGTERM)
+        app.terminate()
         subprocess.run(["scancel", f"--name={self.job_name}"], capture_output=True, timeout=30)
 
     def kill(self) -> None:

@@ -22,17 +22,22 @@ from pathlib import Path
 from hydra import compose as hydra_compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import HydraException
+import yaml
 from omegaconf.errors import OmegaConfBaseException
 
 from harness import PROJECT_ROOT
+from harness.atomic import atomic_write
 from harness.config import ConfigError, override_key
-from harness.sweep_jobs import LocalJobs, SlurmJobs, failed_result, failure_in_log, job_log, stop_group, \
-    submitted_jobs, wait_until_none
+from harness.sweep_jobs import LocalJobs, SlurmJobs, failed_result, failure_in_log, job_log, submitted_jobs, \
+    wait_until_none
+from harness.secrets import Redactor
+from harness.servers.log import ServerLog
 from harness.sweep_record import SweepRecord
 
 POLL_S = 1.0
 APP_GRACE_S = 10  # the app's time to see that its last job is gone
 CANCEL_GRACE_S = 150  # scancel's SIGTERM, then SLURM's KillWait (30 s) and the points' teardown
+SPECGATE_OWNS = ("hydra.sweep.", "hydra.launcher.name", "hydra.launcher.submitit_folder")
 ENGINES = {"SlurmLauncher": "slurm", "LocalLauncher": "local", "BasicLauncher": "basic"}
 
 
@@ -47,6 +52,10 @@ def engine_of(hydra_overrides: list[str], conf_dir: Path) -> str:
     sentence before anything starts."""
     if not hydra_overrides:
         return "basic"
+    owned = [o for o in hydra_overrides if override_key(o).startswith(SPECGATE_OWNS)]
+    if owned:
+        raise ConfigError(f"{owned[0]}: specgate sets where a launched sweep's jobs go and what they are called "
+                          f"(inside the sweep record, so that it finds them)")
     choice = [o for o in hydra_overrides if override_key(o) == "hydra/launcher"]
     target = str(launcher_config(choice, conf_dir).get("_target_", "")).rsplit(".", 1)[-1]
     if target not in ENGINES:
@@ -85,7 +94,7 @@ def app_command(overrides: list[str], hydra_overrides: list[str], engine: str, r
     """The Hydra app with the sweep's own overrides (Hydra expands the same points again) and
     where its jobs go: points/ of the sweep record, each job's Hydra folder in points/.jobs/."""
     ours = [f"hydra.sweep.dir={quoted(record.path / 'points')}", "hydra.sweep.subdir=.jobs/${hydra.job.num}",
-            f"hydra.launcher.name={job_name(record)}", *whole_node(engine)]
+            f"hydra.launcher.name={job_name(record)}", "hydra.output_subdir=null", *whole_node(engine)]
     return [sys.executable, "-m", "harness.sweep_app", "--multirun", f"--config-path={conf_dir}",
             "--config-name=config", *overrides, *ours, *hydra_overrides]  # the user's launcher settings win
 
@@ -101,15 +110,20 @@ def run_launched(record: SweepRecord, entries: list[dict], overrides: list[str],
                                "conf_dir": str(conf_dir), "log": "launcher.log"}
     record.save()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")]))}
-    with open(record.path / "launcher.log", "ab") as log:  # the app's own output: Hydra's, submitit's
-        app = subprocess.Popen(app_command(overrides, hydra_overrides, engine, record, conf_dir), env=env,
-                               stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    redactor = Redactor()
+    redactor.learn([*overrides, *hydra_overrides])
+    app = subprocess.Popen(app_command(overrides, hydra_overrides, engine, record, conf_dir), env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                           start_new_session=True)
+    # the app's own output (Hydra's, submitit's log lines, which repeat the overrides), redacted
+    ServerLog(record.path / "launcher.log", redactor.text).follow(iter(lambda: app.stdout.read1(65536), b""), "launcher-log")
     jobs = SlurmJobs(job_name(record)) if engine == "slurm" else LocalJobs(app.pid)
     try:
-        follow(record, entries, app, jobs)
+        follow(record, entries, app, jobs, redactor)
     except KeyboardInterrupt:
         return interrupted(record, entries, app, jobs)
     explain_the_rest(record, entries, jobs, app.returncode)
+    drop_pickles(record.path / "points" / ".submitit")
     statuses = [e["exit_status"] for e in entries]
     status = 0 if all(s == 0 for s in statuses) else 1
     record.finish(status, interrupted=False)
@@ -118,17 +132,20 @@ def run_launched(record: SweepRecord, entries: list[dict], overrides: list[str],
     return status
 
 
-def follow(record: SweepRecord, entries: list[dict], app: subprocess.Popen, jobs) -> None:
+def follow(record: SweepRecord, entries: list[dict], app: subprocess.Popen, jobs, redactor: Redactor) -> None:
     """Until the app has exited and the engine has none of the sweep's jobs left (the app
     stops waiting at the first failed job; the others still run their points)."""
-    idle_since = None
+    idle_since, scrubbed = None, False
     while True:
         collect(record, entries)
         alive, left = app.poll() is None, jobs.outstanding()
+        submitted = any((record.path / "points" / ".submitit").glob("*/*_submitted.pkl"))
+        if (submitted or not alive) and not scrubbed:  # the sweeper wrote it before submitting
+            scrubbed = scrub_multirun_yaml(record.path / "points" / "multirun.yaml", redactor)
         if not alive and not left:
             collect(record, entries)
             return
-        if alive and not left and any((record.path / "points" / ".submitit").glob("*/*_submitted.pkl")):
+        if alive and not left and submitted:
             # every job is gone but the app still waits on one: without SLURM's accounting
             # (sacct), submitit cannot tell that a job cancelled before it began has ended
             idle_since = idle_since or time.monotonic()
@@ -137,8 +154,18 @@ def follow(record: SweepRecord, entries: list[dict], app: subprocess.Popen, jobs
         time.sleep(POLL_S)
 
 
+def scrub_multirun_yaml(path: Path, redactor: Redactor) -> bool:
+    """Hydra's sweeper saves the whole composed config (multirun.yaml) as the sweep starts,
+    unconditionally: rewritten through the redaction as soon as it is there."""
+    if not path.is_file():
+        return False
+    atomic_write(path, yaml.safe_dump(redactor.data(yaml.safe_load(path.read_text(encoding="utf-8"))), sort_keys=False))
+    return True
+
+
 def stop_app(app: subprocess.Popen) -> None:
-    stop_group(app, signal.SIGTERM)
+    """The app alone (not its process group, where local jobs' points may be stopping)."""
+    app.terminate()
     try:
         app.wait(timeout=30)
     except subprocess.TimeoutExpired:
@@ -180,6 +207,13 @@ def explain_the_rest(record: SweepRecord, entries: list[dict], jobs, app_status:
     record.save()
 
 
+def drop_pickles(submitit_dir: Path) -> None:
+    """submitit's pickled submissions and results hold the whole config, unredacted: once
+    every point is accounted for they say nothing more (the jobs' logs stay)."""
+    for pickled in submitit_dir.glob("*/*.pkl"):
+        pickled.unlink()
+
+
 def interrupted(record: SweepRecord, entries: list[dict], app: subprocess.Popen, jobs) -> int:
     """Cancel every job of the sweep, wait until the engine has none left, mark the sweep
     interrupted (exit 2). A second Ctrl-C meanwhile is ignored: the points' teardown runs."""
@@ -193,6 +227,7 @@ def interrupted(record: SweepRecord, entries: list[dict], app: subprocess.Popen,
             wait_until_none(jobs, 30)
         collect(record, entries)
         explain_the_rest(record, entries, jobs, app.returncode, otherwise="cancelled: the sweep was interrupted")
+        drop_pickles(record.path / "points" / ".submitit")
     finally:
         signal.signal(signal.SIGINT, previous)
     record.finish(2, interrupted=True)

@@ -23,10 +23,23 @@ die() { say "ERROR: $*"; exit 1; }
 node_state() { sinfo --noheader --nodes="$NODE" --format=%T 2>/dev/null | head -n1 || true; }
 node_ready() { case "$(node_state)" in idle*|mixed*|allocated*|completing*) return 0;; esac; return 1; }
 
+MARK="# Written by specgate's scripts/ensure_slurm.sh"
+ours() { grep -qF "$MARK" "$CONF" 2>/dev/null; }
+# The daemon's pid from its pid file, if that process is still the daemon (a pid file left
+# by a machine's earlier life may name a pid that another program has now).
+running() { local pid; pid=$(cat "/run/$1.pid" 2>/dev/null) && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$1" ]; }
+
+# Already up: a cluster someone else set up answers, or ours does with its daemons alive
+# (slurmctld reports a node idle for minutes after its slurmd died).
 if command -v sinfo >/dev/null && node_ready; then
-  exit 0  # already up: nothing to do
+  if ! ours || { running slurmctld && running slurmd && pgrep -x munged >/dev/null; }; then
+    exit 0
+  fi
 fi
 [ "$(id -u)" -eq 0 ] || die "SLURM is not up on $NODE and this is not root: run 'sudo make slurm'"
+if [ -s "$CONF" ] && ! ours; then
+  die "$CONF exists and was not written by specgate: leaving that cluster's set-up alone"
+fi
 
 install_packages() {
   command -v apt-get >/dev/null || die "no apt-get here: install slurmctld slurmd slurm-client munge by hand"
@@ -63,7 +76,7 @@ fi
 mem_mb=$(awk '/MemTotal/ {print int($2 / 1024)}' /proc/meminfo)
 [ "$mem_mb" -gt 4000 ] && mem_mb=4000
 wanted=$(cat <<EOF
-# Written by specgate's scripts/ensure_slurm.sh: a single-node cluster for sweeps and CI.
+$MARK: a single-node cluster for sweeps and CI.
 ClusterName=specgate
 SlurmctldHost=$NODE
 SlurmUser=root
@@ -91,15 +104,14 @@ if [ "$(cat "$CONF" 2>/dev/null)" != "$wanted" ]; then
   changed=1
 fi
 
-# A daemon running with an older slurm.conf is restarted (its pid from its pid file).
+# A daemon running with an older slurm.conf is restarted.
 for daemon in slurmctld slurmd; do
-  pidfile=/run/$daemon.pid
-  if [ "$changed" -eq 1 ] && [ -s "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+  if [ "$changed" -eq 1 ] && running "$daemon"; then
     say "restarting $daemon for the new slurm.conf"
-    kill "$(cat "$pidfile")"
-    for _ in $(seq 50); do kill -0 "$(cat "$pidfile")" 2>/dev/null || break; sleep 0.1; done
+    kill "$(cat "/run/$daemon.pid")"
+    for _ in $(seq 50); do running "$daemon" || break; sleep 0.1; done
   fi
-  if ! { [ -s "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; }; then
+  if ! running "$daemon"; then
     say "starting $daemon"
     "$daemon"
   fi

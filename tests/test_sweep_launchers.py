@@ -88,6 +88,9 @@ def test_a_misspelt_launcher_is_one_sentence_before_anything_starts(tmp_path, ca
     status = cli.main(["sweep", *SIM, "hydra/launcher=submitit_slurm", "hydra.launcher.partition=a,b",
                        f"record.root={tmp_path}"])
     assert status == 4 and "the launcher's settings cannot be swept" in capsys.readouterr().err
+    status = cli.main(["sweep", *SIM, "hydra/launcher=submitit_local", "hydra.sweep.dir=/elsewhere",
+                       f"record.root={tmp_path}"])
+    assert status == 4 and "hydra.sweep.dir=/elsewhere: specgate sets where" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
 
 
@@ -149,12 +152,18 @@ def test_ctrl_c_cancels_every_job_and_leaves_none(slurm, tmp_path):
 @pytest.mark.cluster
 def test_two_points_through_submitits_local_executor(tmp_path):
     runs = tmp_path / "runs"
-    status, output = finished(sweep(runs, "workload.concurrency=1,2", "hydra/launcher=submitit_local"))
+    secret = "hf_sweepsecret0123456789"
+    status, output = finished(sweep(runs, "workload.concurrency=1,2", "hydra/launcher=submitit_local",
+                                    f"+server.env.HF_TOKEN={secret}"))
     assert status == 0, output[-4000:]
     sweep_dir, data = sweep_record(runs)
     assert (data["status"], data["exit_status"], data["launcher"]["engine"]) == ("finished", 0, "local")
     for point, concurrency in zip(data["points"], (1, 2)):
         assert_point_passed(sweep_dir, point, concurrency)
+    # what Hydra's app writes (its log lines repeat the overrides, its multirun.yaml the config) is redacted
+    for written in (sweep_dir / "launcher.log", sweep_dir / "points" / "multirun.yaml"):
+        assert "HF_TOKEN" in written.read_text() and secret not in written.read_text()
+    assert not list((sweep_dir / "points" / ".submitit").glob("*/*.pkl"))  # submitit's pickles hold it unredacted
     assert leftover(sweep_dir) is None
 
 
@@ -167,3 +176,31 @@ def leftover(sweep_dir: Path) -> int | None:
         except OSError:
             continue
     return None
+
+
+def test_a_job_runs_only_the_point_its_overrides_name(tmp_path):
+    from harness.sweep_app import this_point
+
+    (tmp_path / "sweep.json").write_text(json.dumps({
+        "pytest_options": ["-v"], "launcher": {"conf_dir": "/conf"},
+        "points": [{"label": "0_concurrency-1", "swept": ["workload.concurrency=1"], "overrides": ["a"]},
+                   {"label": "1_concurrency-2", "swept": ["workload.concurrency=2"], "overrides": ["b"]}]}))
+    point = this_point(tmp_path, 1, ["+exp=sim_smoke", "workload.concurrency=2"])
+    assert (point["label"], point["overrides"], point["pytest_options"]) == ("1_concurrency-2", ["b"], ["-v"])
+    with pytest.raises(RuntimeError, match="swept workload.concurrency=1: not running another point's config"):
+        this_point(tmp_path, 0, ["+exp=sim_smoke", "workload.concurrency=2"])
+
+
+def test_a_jobs_reason_is_slurmstepds_line_or_the_tracebacks_last(tmp_path):
+    from harness.sweep_jobs import failure_in_log
+
+    log = tmp_path / "5_0_0_log.err"
+    log.write_text("srun: forcing job termination\n"
+                   "slurmstepd-vm: error: *** STEP 5.0 ON vm CANCELLED AT 2026-12-03T13:03:31 ***\n"
+                   "slurmstepd-vm: error: *** JOB 5 ON vm CANCELLED AT 2026-12-03T13:03:31 DUE TO TIME LIMIT ***\n"
+                   "submitit WARNING - Bypassing signal SIGTERM\n")
+    assert failure_in_log(log) == "JOB 5 ON vm CANCELLED AT 2026-12-03T13:03:31 DUE TO TIME LIMIT"
+    log.write_text("Traceback (most recent call last):\n  File \"x\", line 1\nRuntimeError: job 0 was given ...\n")
+    assert failure_in_log(log) == "RuntimeError: job 0 was given ..."
+    log.write_text("all went well\n")
+    assert failure_in_log(log) is None and failure_in_log(tmp_path / "absent") is None
