@@ -34,8 +34,10 @@ def label(index: int, point: SweepPoint) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", "_".join([str(index), *picks]))[:120]
 
 
-def check_points(points: list[SweepPoint], conf_dir: Path) -> list[Experiment]:
-    """Compose every point, and check what pytest would check before starting a server."""
+def check_points(points: list[SweepPoint], conf_dir: Path, here: bool = True) -> list[Experiment]:
+    """Compose every point, and check what pytest would check before starting a server. What
+    a machine must have (a GPU, the model's files, an interpreter) is checked only when the
+    points run `here`: on a cluster each point's own pytest checks its node."""
     from harness.plugin import load_baseline, preflight  # pytest only once a sweep runs
     import pytest
 
@@ -46,7 +48,8 @@ def check_points(points: list[SweepPoint], conf_dir: Path) -> list[Experiment]:
         try:
             experiment = compose(point.overrides, conf_dir)
             load_baseline(experiment)
-            preflight(experiment)
+            if here:
+                preflight(experiment)
         except (ConfigError, pytest.UsageError) as exc:
             why = str(exc).removeprefix("specgate: ")
             raise ConfigError(f"sweep point {index} ({' '.join(point.swept) or 'no sweep'}): {why}") from None
@@ -114,7 +117,7 @@ def run_sweep(overrides: list[str], pytest_options: list[str], conf_dir: Path, c
         raise ConfigError(f"{next(o for o in hydra_overrides if is_sweep(o))}: the launcher's settings cannot be swept")
     engine = engine_of(hydra_overrides, conf_dir)
     points = sweep_points(overrides)
-    experiments = check_points(points, conf_dir)
+    experiments = check_points(points, conf_dir, here=engine != "slurm")
     first = experiments[0]
     record = SweepRecord(Path(first.base.record.root), first.name, command, pytest_options)
     labels = [label(n, p) for n, p in enumerate(points)]

@@ -39,14 +39,17 @@ def job_log(folder: Path) -> Path | None:
 
 
 def failure_in_log(log: Path | None) -> str | None:
-    """The engine's or the task's last word in a job log: slurmstepd's line, else the last
-    line of a Python traceback."""
+    """The engine's or the task's last word in a job log: slurmstepd's line, else the
+    sentence the point's pytest refused its config with, else a Python traceback's last line."""
     if log is None or not log.is_file():
         return None
     lines = [line.strip() for line in log.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
     said = [m.group(0).strip("* ") for m in map(STEPD_LINE.search, lines) if m]
     if said:  # the job's line (`JOB 5 ON vm CANCELLED AT ...`) before its step's
         return sorted(said, key=lambda words: not words.startswith("JOB"))[0]
+    usage = [line.removeprefix("ERROR: ") for line in lines if line.startswith("ERROR: specgate: ")]
+    if usage:  # the point's pytest refused its config on that node (exit 4): its one sentence
+        return usage[-1]
     if "Traceback (most recent call last):" in lines:
         return lines[-1]
     return None

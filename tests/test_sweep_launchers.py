@@ -150,6 +150,22 @@ def test_ctrl_c_cancels_every_job_and_leaves_none(slurm, tmp_path):
 
 
 @pytest.mark.cluster
+def test_what_a_machine_must_have_is_checked_on_the_jobs_node(slurm, tmp_path):
+    """eagle_k2 needs a GPU: this machine, submitting, has none and says nothing; the job's node
+    has none either, and the point's own pytest refuses there (exit 4) with its sentence."""
+    runs = tmp_path / "runs"
+    status, output = finished(subprocess.Popen(
+        [sys.executable, "-m", "harness.cli", "sweep", "+exp=eagle_k2", f"record.root={runs}",
+         "hydra/launcher=submitit_slurm", *QUIET], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    assert status == 1, output[-3000:]
+    sweep_dir, data = sweep_record(runs)
+    (point,) = data["points"]
+    assert (point["exit_status"], point["status"]) == (4, "no_record")
+    assert point["error"].startswith("specgate: experiment 'eagle_k2' needs an NVIDIA GPU machine")
+    assert (sweep_dir / point["job_log"]).is_file()
+
+
+@pytest.mark.cluster
 def test_two_points_through_submitits_local_executor(tmp_path):
     runs = tmp_path / "runs"
     secret = "hf_sweepsecret0123456789"
@@ -202,5 +218,7 @@ def test_a_jobs_reason_is_slurmstepds_line_or_the_tracebacks_last(tmp_path):
     assert failure_in_log(log) == "JOB 5 ON vm CANCELLED AT 2026-12-03T13:03:31 DUE TO TIME LIMIT"
     log.write_text("Traceback (most recent call last):\n  File \"x\", line 1\nRuntimeError: job 0 was given ...\n")
     assert failure_in_log(log) == "RuntimeError: job 0 was given ..."
+    log.write_text("ERROR: specgate: experiment 'eagle_k2' needs an NVIDIA GPU machine (...)\n\n")
+    assert failure_in_log(log) == "specgate: experiment 'eagle_k2' needs an NVIDIA GPU machine (...)"
     log.write_text("all went well\n")
     assert failure_in_log(log) is None and failure_in_log(tmp_path / "absent") is None
