@@ -13,6 +13,7 @@ task raised) is a failed point with the engine's reason and the path of its log.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -72,10 +73,17 @@ def launcher_config(hydra_overrides: list[str], conf_dir: Path):
         with initialize_config_dir(config_dir=str(conf_dir), version_base=None):
             cfg = hydra_compose(config_name="config", overrides=hydra_overrides, return_hydra_config=True)
     except (HydraException, OmegaConfBaseException, ValueError) as exc:
-        raise ConfigError(f"launcher: {str(exc).splitlines()[0]}") from None
+        raise ConfigError(f"launcher: {one_sentence(str(exc))}") from None
     finally:
         GlobalHydra.instance().clear()
     return cfg.hydra.launcher
+
+
+def one_sentence(message: str) -> str:
+    """Hydra's first line, and the options it lists after it (`Available options in ...`)."""
+    first, *rest = message.replace("In 'hydra/config': ", "").splitlines()
+    listed = re.search(r"Available options in '[^']+':\n((?:\t.*\n?)+)", message)
+    return first + (f"; available: {', '.join(listed.group(1).split())}" if listed else "")
 
 
 def whole_node(engine: str) -> list[str]:

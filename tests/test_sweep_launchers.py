@@ -84,7 +84,10 @@ def assert_point_passed(sweep_dir: Path, point: dict, concurrency: int) -> None:
 def test_a_misspelt_launcher_is_one_sentence_before_anything_starts(tmp_path, capsys):
     status = cli.main(["sweep", *SIM, "workload.concurrency=1,2", "hydra/launcher=submitit_slurmm",
                        f"record.root={tmp_path}"])
-    assert status == 4 and "Could not find 'hydra/launcher/submitit_slurmm'" in capsys.readouterr().err
+    err = capsys.readouterr().err.strip()
+    assert status == 4 and err.startswith("specgate: launcher: Could not find 'hydra/launcher/submitit_slurmm'; "
+                                          "available: basic, ") and "\n" not in err
+    assert all(f" {option}" in err for option in ("slurm,", "submitit_local,", "submitit_slurm"))
     status = cli.main(["sweep", *SIM, "hydra/launcher=submitit_slurm", "hydra.launcher.partition=a,b",
                        f"record.root={tmp_path}"])
     assert status == 4 and "the launcher's settings cannot be swept" in capsys.readouterr().err
