@@ -34,6 +34,7 @@ from harness.load.sizing import SizingError, local_tokenizer
 from harness.load.requests import REQUEST_FUNCS
 from harness.lossless import MAX_TOP_LOGPROBS
 from harness.schema import BUILD_KINDS, SpecgateConfig
+from harness.servers.docker import LOOPBACK, remote_engine_host, unreachable_publish
 from harness.telemetry.base import NOT_SAMPLING, SOURCES
 
 DEFAULT_CONF_DIR = PROJECT_ROOT / "conf"
@@ -245,9 +246,15 @@ def resolve_auto_telemetry(cfg: DictConfig) -> DictConfig:
         return cfg
     cfg = cfg.copy()
     OmegaConf.set_readonly(cfg, False)
-    cfg.telemetry.source = "nvml" if cfg.server.requires_gpu else "off"
+    here = not remote_engine(cfg)  # NVML sees this machine's GPUs, not a remote engine's
+    cfg.telemetry.source = "nvml" if cfg.server.requires_gpu and here else "off"
     OmegaConf.set_readonly(cfg, True)
     return cfg
+
+
+def remote_engine(cfg: DictConfig) -> str | None:
+    """The host of the arm's Docker engine when it is reached over the network, else None."""
+    return remote_engine_host(cfg.backend.docker_host) if cfg.backend.kind == "docker" else None
 
 
 def validate(experiment: Experiment) -> None:
@@ -316,6 +323,21 @@ def check_lossless(experiment: Experiment) -> None:
                                   f"whole experiment, not in one arm's overrides)")
 
 
+def check_remote_engine(arm: Arm) -> None:
+    """A remote engine's server must be reachable from here, and its GPUs are not this
+    machine's: NVML or nvidia-smi here would sample the wrong GPUs (or none)."""
+    cfg, remote = arm.cfg, remote_engine(arm.cfg)
+    if remote is None:
+        return
+    why = unreachable_publish(cfg.backend.docker_host, cfg.backend.publish_host)
+    if why:
+        raise ConfigError(f"arm '{arm.name}': {why}")
+    if cfg.telemetry.source in ("nvml", "smi") and remote not in LOOPBACK:
+        raise ConfigError(f"arm '{arm.name}': telemetry={cfg.telemetry.source} samples this machine's GPUs, but the "
+                          f"server runs on {remote}; run specgate on {remote} itself to sample its GPUs, "
+                          f"or set telemetry=off")
+
+
 def validate_arm(arm: Arm) -> None:
     cfg = arm.cfg
     for group, kind in (("backend", cfg.backend.kind), ("build", cfg.build.kind), ("telemetry", cfg.telemetry.source)):
@@ -337,6 +359,7 @@ def validate_arm(arm: Arm) -> None:
     if not attached and cfg.build.engine and cfg.build.engine != engine.name:
         raise ConfigError(f"arm '{arm.name}': the build carries engine '{cfg.build.engine}' but server "
                           f"'{cfg.server.name}' is for engine '{engine.name}'; pick a build and a server of one engine")
+    check_remote_engine(arm)
     if cfg.telemetry.source == "sim" and not engine.simulates_gpus and not attached:
         raise ConfigError(f"arm '{arm.name}': telemetry=sim reads the simulator's GPU model, and engine "
                           f"'{engine.name}' has none")
