@@ -4,6 +4,7 @@
     specgate show +exp=NAME [k=v ...]  the composed config of each arm
     specgate run  +exp=NAME [k=v ...]  the same as `pytest suites/ +exp=NAME ...`
     specgate sweep +exp=NAME k=1,4 ... one whole experiment per point of a Hydra sweep
+    specgate capacity +exp=NAME slo.tpot_ms.p99=50 ...  per arm, the largest load meeting every SLO
     specgate replay RUN_DIR [k=v ...]  re-run a recorded run's config; print the drift
     specgate compare RUN RUN [...]     arms x metrics side by side across runs
     specgate report RUN_DIR [-o FILE]  one self-contained HTML report
@@ -74,6 +75,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     overrides, pytest_options = split_tokens(args.tokens)
     return run_sweep(overrides, pytest_options, Path(args.conf_dir).resolve(), ["specgate", "sweep", *args.tokens])
+
+
+def cmd_capacity(args: argparse.Namespace) -> int:
+    from harness.capacity_run import run_capacity
+
+    return run_capacity(args.overrides, Path(args.conf_dir).resolve(), ["specgate", "capacity", *args.overrides])
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -151,6 +158,10 @@ def parser() -> argparse.ArgumentParser:
     sweep.add_argument("tokens", nargs=argparse.REMAINDER,
                        help="Hydra overrides with sweeps (k=1,4  k=range(1,9,2)  k=choice(a,b)) and pytest options")
     sweep.set_defaults(func=cmd_sweep)
+    capacity = commands.add_parser("capacity", help="per arm, the largest concurrency or request rate that meets every SLO")
+    capacity.add_argument("overrides", nargs="*",
+                          help="Hydra overrides, e.g. +exp=sim_capacity slo.tpot_ms.p99=50 capacity.dimension=request_rate")
+    capacity.set_defaults(func=cmd_capacity)
     return root
 
 
