@@ -24,6 +24,7 @@ from harness.capacity import CapacityConfigError, SearchSettings, search
 from harness.capacity_gate import check_capacity_gates, capacity_verdicts
 from harness.capacity_record import CapacityRecord
 from harness.config import Arm, ConfigError, Experiment, compose
+from harness.load import print_progress
 from harness.outcome import ArmOutcome
 from harness.servers import Session, remove_dead_sessions_containers
 from harness.slo import METRICS, STATISTICS, Slo, goodput, misses, slos_of
@@ -149,7 +150,7 @@ class ArmSearch:
         number = len(self.found.probes)
         workload = probe_workload(self.arm.cfg.workload, self.arm.cfg.capacity, load, first=number == 0)
         try:
-            load_result, result = self.session.run_workload(workload, 0, None, None, probe=number)
+            load_result, result = self.session.run_workload(workload, 0, None, self.live_line(), probe=number)
         except ArmFailed as exc:
             raise ProbeAborted(str(exc)) from None
         missed = misses(result, self.slos)
@@ -170,6 +171,13 @@ class ArmSearch:
             raise ProbeAborted(f"arm '{self.arm.name}': the server {self.session.server.exit_description()} "
                                f"during the probe at {self.record.dimension} {load:g}")
         return not missed
+
+
+    def live_line(self):
+        """The load's live progress line on a terminal; in a log, the line each probe ends with is enough."""
+        if not sys.stderr.isatty():
+            return None
+        return lambda snapshot: print_progress(snapshot, label=f"[{self.arm.name}] ")
 
 
 def rounded(value: float | None) -> float | None:

@@ -7,7 +7,7 @@
     specgate capacity +exp=NAME slo.tpot_ms.p99=50 ...  per arm, the largest load meeting every SLO
     specgate replay RUN_DIR [k=v ...]  re-run a recorded run's config; print the drift
     specgate compare RUN RUN [...]     arms x metrics side by side across runs
-    specgate report RUN_DIR [-o FILE]  one self-contained HTML report
+    specgate report RUN_DIR [-o FILE]  one self-contained HTML report (of a run or a capacity record)
     specgate clean [--images]          remove every container (and image) specgate labelled
 """
 
@@ -99,9 +99,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from harness.capacity_report import is_capacity_record, write_capacity_report
     from harness.report import write_report
 
-    print(f"report: {write_report(args.run_dir, args.output)}")
+    write = write_capacity_report if is_capacity_record(args.run_dir) else write_report
+    print(f"report: {write(args.run_dir, args.output)}")
     return 0
 
 
@@ -140,7 +142,7 @@ def parser() -> argparse.ArgumentParser:
     compare.add_argument("runs", type=Path, nargs="+", help="run record folders or results.json files")
     compare.set_defaults(func=cmd_compare)
     report = commands.add_parser("report", help="one self-contained HTML report of a run")
-    report.add_argument("run_dir", type=Path, help="a run record folder")
+    report.add_argument("run_dir", type=Path, help="a run record folder, or a capacity record's")
     report.add_argument("-o", "--output", type=Path, default=None, help="where to write (default <run>/report.html)")
     report.set_defaults(func=cmd_report)
     clean = commands.add_parser("clean", help="remove every container specgate labelled")

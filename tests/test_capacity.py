@@ -238,6 +238,10 @@ def test_capacity_finds_the_simulators_known_capacity_per_arm_within_10_percent(
     assert {line["probe"] for line in lines if line["arm"] == "eagle3"} == set(range(len(data["arms"]["eagle3"]["probes"])))
     assert "## Probes" in (folder / "summary.md").read_text() and (folder / "config.yaml").is_file()
     assert not containers_of(folder.name)
+    assert cli.main(["report", str(folder)]) == 0  # the capacity record's own page
+    page = (folder / "report.html").read_text()
+    assert "Capacity: sim_capacity" in page and page.count('src="data:image/png;base64,') == 2  # TPOT p99, goodput
+    assert "http://" not in page and "https://" not in page  # self-contained
 
 
 def containers_of(record_name: str) -> list:
