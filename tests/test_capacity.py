@@ -270,3 +270,35 @@ def test_ctrl_c_stops_the_probe_and_the_server_and_closes_the_record(tmp_path):
     assert "status **interrupted**" in (folder / "summary.md").read_text()
     assert not containers_of(folder.name)
     assert not list(folder.rglob(".*.tmp"))  # no half-written file
+
+
+def run_capacity_cli(tmp_path, *overrides: str) -> tuple[int, dict, Path]:
+    runs = tmp_path / "runs"
+    status = cli.main(["capacity", EXP, *overrides, f"record.root={runs}"])
+    (folder,) = runs.iterdir()
+    return status, json.loads((folder / "capacity.json").read_text()), folder
+
+
+def test_a_capacity_that_reaches_max_is_a_bound_the_gate_cannot_pass_on(tmp_path):
+    status, data, folder = run_capacity_cli(tmp_path, "capacity.max=2")
+    assert (status, data["exit_status"]) == (1, 1)
+    for block in data["arms"].values():
+        assert (block["capacity"], block["reached_max"], block["first_miss"]) == (2, True, None)
+        assert [p["load"] for p in block["probes"]] == [1, 2]
+    (verdict,) = data["gates"]
+    assert verdict["status"] == "failed" and "cannot tell: eagle3 reached capacity.max" in verdict["detail"]  # 2 < 1.2 x 2, but only a bound
+    assert "**2** (capacity.max reached: a lower bound)" in (folder / "summary.md").read_text()
+    assert not containers_of(folder.name)
+
+
+def test_a_probe_whose_requests_fail_misses_and_the_search_exits_1(tmp_path):
+    status, data, folder = run_capacity_cli(tmp_path, "workload.timeout_s=0.1", "gate.min_capacity.eagle3.over=null",
+                                            "+gate.min_capacity.eagle3.at_least=1")
+    assert status == 1
+    for block in data["arms"].values():  # every request outlives 0.1 s: even the first load is not served
+        (probe,) = block["probes"]
+        assert (block["status"], block["capacity"], probe["met"], probe["good_requests"]) == ("finished", None, False, 0)
+        assert probe["failed_requests"] == 4 and "4 of 4 requests failed" in probe["misses"][-1]
+    (verdict,) = data["gates"]
+    assert verdict["status"] == "failed" and "below 1 (even the first load missed)" in verdict["detail"]
+    assert not containers_of(folder.name)
