@@ -122,30 +122,36 @@ class ArmSession:
         self.outcome.status = "measured"
 
     def measure_once(self, repeat: int, sampler: Sampler | None, progress) -> ArmResult:
+        return self.run_workload(self.arm.cfg.workload, repeat, sampler, progress)[1]
+
+    def run_workload(self, workload: Any, repeat: int, sampler: Sampler | None, progress,
+                     **flags: Any) -> tuple[LoadResult, ArmResult]:
+        """One load of `workload` (the arm's, or a capacity probe's) on the running server:
+        the requests kept (with `flags` on each line) and the load's figures."""
         cfg = self.arm.cfg
         before: list[Snapshot | None] = []  # the server's counters once the warm-up is done
         try:  # each repeat's load is its own GPU window; its warm-up is not load
-            load = run_load(cfg.workload, self.server.base_url, self.model, progress=progress,
+            load = run_load(workload, self.server.base_url, self.model, progress=progress,
                             on_tokens_flowing=sampler.mark_load_start if sampler else None,
                             on_measured_start=lambda: before.append(self.metrics_snapshot()),
                             request_extras=self.request_extras, spec_details=self.engine.spec_details,
                             count_tokens=self.engine.token_counter(cfg), prompt_tokenizer=self.prompt_tokenizer())
         except LoadInterrupted as interrupted:
-            self.keep_interrupted_load(repeat, interrupted)
+            self.keep_interrupted_load(repeat, interrupted, **flags)
             raise  # still a KeyboardInterrupt: pytest ends the run as interrupted
         except SizingError as exc:  # the server's /tokenize failed: no prompt of the asked length
             self.fail("server_failed", f"arm '{self.arm.name}': {exc}")
         finally:
             if sampler is not None:
                 sampler.mark_load_end()
-        self.keep_requests(repeat, load)
+        self.keep_requests(repeat, load, **flags)
         result = summarize(self.arm.name, load, self.server_accept_length())
         server_side = self.server_window(before)
         self.outcome.server_windows.append(server_side)
         self.check_agreement(result, server_side, repeat)
         if self.engine.spec_stats == METRICS_WINDOW:  # speculation is in the server's counters only
             result = apply_server_window(result, load, server_side)
-        return result
+        return load, result
 
     def prompt_tokenizer(self) -> PromptTokenizer | None:
         """What sizes random prompts to workload.input_len tokens: the configured tokenizer
@@ -180,14 +186,14 @@ class ArmSession:
         if self.arm.cfg.record.keep_requests:
             self.recorder.add_requests(self.arm.name, lines)
 
-    def keep_interrupted_load(self, repeat: int, interrupted: LoadInterrupted) -> None:
+    def keep_interrupted_load(self, repeat: int, interrupted: LoadInterrupted, **flags: Any) -> None:
         """Ctrl-C or SIGTERM mid-load: the requests that finished are kept, flagged
         `interrupted_load`, and the arm says it was interrupted. It gets no metrics: a cut
         load measures the interruption as much as the server."""
-        self.keep_requests(repeat, interrupted.partial, interrupted_load=True)
+        self.keep_requests(repeat, interrupted.partial, interrupted_load=True, **flags)
         self.outcome.status = "interrupted"
         self.outcome.interrupted_load = {"repeat": repeat, "finished": len(interrupted.partial.measured),
-                                         "in_flight": interrupted.in_flight}
+                                         "in_flight": interrupted.in_flight, **flags}
 
     # --- GPUs --------------------------------------------------------------------------
     def start_telemetry(self) -> Sampler | None:

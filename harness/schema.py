@@ -158,6 +158,15 @@ class SpeedupGate:
 
 
 @dataclass
+class CapacityGate:
+    """`specgate capacity`: this arm's capacity under the SLOs >= ratio x arm `over`'s, and/or >= `at_least`."""
+
+    over: Optional[str] = None  # another arm to compare with (null: no comparison)
+    ratio: float = 1.0
+    at_least: Optional[float] = None  # an absolute floor, in the capacity dimension's unit (null: none)
+
+
+@dataclass
 class LosslessGate:
     against: str = "baseline"  # the arm whose outputs this arm's must equal, request by request
     min_exact_match: float = 1.0  # share of the compared requests whose generated text must be identical
@@ -177,6 +186,7 @@ class GateConfig:
     min_speedup: Dict[str, SpeedupGate] = field(default_factory=dict)  # arm -> {over, ratio}
     accept_length_at_least_break_even: List[str] = field(default_factory=list)  # arms
     lossless: Dict[str, LosslessGate] = field(default_factory=dict)  # arm -> {against, min_exact_match}; needs temperature 0
+    min_capacity: Dict[str, CapacityGate] = field(default_factory=dict)  # arm -> {over, ratio, at_least}; specgate capacity only
     max_failed_requests: int = 0  # per arm
     # the per-request and the server-counter accept length of one window may differ by this
     # fraction of the larger (null: not compared); only where both sources exist
@@ -197,6 +207,35 @@ class GateConfig:
 
 
 @dataclass
+class SloConfig:
+    """Service-level objectives for `specgate capacity`: upper limits in ms on the latency
+    metrics as harness/metrics.py computes them; a metric or statistic left unset is no SLO."""
+
+    ttft_ms: PercentileLimits = field(default_factory=PercentileLimits)
+    tpot_ms: PercentileLimits = field(default_factory=PercentileLimits)
+    itl_ms: PercentileLimits = field(default_factory=PercentileLimits)
+    e2e_ms: PercentileLimits = field(default_factory=PercentileLimits)
+
+
+CAPACITY_DIMENSIONS = ("concurrency", "request_rate")
+
+
+@dataclass
+class CapacityConfig:
+    """How `specgate capacity` probes loads (harness/capacity.py): from `start`, times `growth`
+    until an SLO is missed or `max` is reached, then bisection."""
+
+    dimension: str = "concurrency"  # concurrency (closed loop) | request_rate (open loop, requests/s)
+    start: float = 1  # the first probe's load
+    max: float = 256  # no probe above this; a capacity that reaches it is a lower bound
+    growth: float = 2.0  # each probe up to the first miss is this many times the last
+    tolerance: float = 0.05  # request_rate: bisect until the bracket is within this fraction of the load
+    rounds: int = 2  # concurrency: a probe sends rounds x concurrency requests (at least workload.num_prompts)
+    probe_s: float = 20.0  # request_rate: a probe sends rate x probe_s requests (at least workload.num_prompts)
+    max_in_flight: int = 1024  # request_rate: the client's cap on requests in flight (queueing belongs to the server)
+
+
+@dataclass
 class RecordConfig:
     root: str = "runs"  # records go to <root>/<UTC timestamp>_<exp>/
     keep_requests: bool = True  # write requests.jsonl
@@ -213,6 +252,8 @@ class SpecgateConfig:
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     gate: GateConfig = field(default_factory=GateConfig)
     record: RecordConfig = field(default_factory=RecordConfig)
+    slo: SloConfig = field(default_factory=SloConfig)  # specgate capacity's objectives
+    capacity: CapacityConfig = field(default_factory=CapacityConfig)  # specgate capacity's search
     name: str = "default"  # experiment name (set by exp/*.yaml)
     description: str = ""  # one line, shown by `specgate list`
     plain_arm: Optional[str] = None  # the plain-decoding arm for speedup / break-even
