@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.telemetry import Sampler, TelemetryUnavailable  # noqa: E402
-from harness.telemetry.energy import trapezoid_j, window_energy  # noqa: E402
+from harness.telemetry.energy import COUNTER, trapezoid_j, window_energy  # noqa: E402
 from harness.telemetry.nvml import NvmlSource  # noqa: E402
 
 
@@ -102,7 +102,9 @@ def main() -> int:
     for info in tel.gpus:
         load = [s for s in tel.samples if s.uuid == info.uuid and s.phase == "load"]
         notes: list[str] = []
-        by_counter = window_energy(load, notes, f"GPU {info.index}") if any(s.energy_mj is not None for s in load) else None
+        by_counter = window_energy(load, notes, f"GPU {info.index}")
+        if by_counter is not None and by_counter[1] != COUNTER:  # fewer than two counter readings
+            by_counter = None
         by_power = trapezoid_j(load)
         span = load[-1].t - load[0].t if len(load) > 1 else 0.0
         print(f"GPU {info.index} {info.name} ({info.driver}), {len(load)} load samples over {span:.2f} s")

@@ -315,3 +315,31 @@ def test_sim_smoke_reports_joules_per_token_that_match_the_power_model(tmp_path)
     assert "## Energy" in summary and f"{ratio:.2f}x" in summary
     html = write_report(record).read_text()
     assert f"{per_token['eagle3']:.3f} J/token ({ratio:.2f}x of baseline)" in html
+
+
+def test_check_nvml_energy_script_prints_both_methods(monkeypatch, tmp_path, capsys):
+    """scripts/check_nvml_energy.py (for a real GPU) through a fake NVML whose counter runs
+    at 300 W: both methods print ~300 W, and --record writes what the replay above reads."""
+    import importlib.util
+    import time
+
+    class Steady(FakeNvml):
+        def nvmlDeviceGetTotalEnergyConsumption(self, h: int) -> int:
+            return int(time.perf_counter() * 300_000) + 10**9  # mJ: 300 J each second
+
+    fake = Steady([_gpu(0, power_mw=300_000)])
+    path = Path(__file__).resolve().parent.parent / "scripts" / "check_nvml_energy.py"
+    spec = importlib.util.spec_from_file_location("check_nvml_energy", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    monkeypatch.setattr(script, "NvmlSource", lambda pcie_interval_s=None: NvmlSource(fake.module(), pcie_interval_s=None))
+    record = tmp_path / "nvml_energy_fake.json"
+    monkeypatch.setattr("sys.argv", ["check_nvml_energy.py", "--seconds", "1.0", "--idle-s", "0.1", "--ramp-in-s", "0.2",
+                                     "--interval-s", "0.05", "--record", str(record)])
+    assert script.main() == 0
+    out = capsys.readouterr().out
+    watts = [float(line.split("mean")[1].split("W")[0]) for line in out.splitlines() if "mean" in line]
+    assert len(watts) == 2 and all(abs(w - 300) < 15 for w in watts), out
+    assert "power integration is" in out
+    saved = json.loads(record.read_text())
+    assert saved["windows"] and saved["reads"][0]["power_mw"] == 300_000 and saved["synthetic"] is False
