@@ -25,6 +25,7 @@ from harness.recorder import Recorder
 from harness.server_metrics import Snapshot, parse as parse_metrics, window as metrics_window
 from harness.servers import Server, ServerError, Session, make_server
 from harness.telemetry.base import TelemetryUnavailable, make_source, resolve_uuids
+from harness.telemetry.energy import chunk_arrivals, energy_summary
 from harness.telemetry.sampler import Sampler
 from harness.telemetry.summary import summarize as summarize_telemetry
 
@@ -70,6 +71,7 @@ class ArmSession:
         self.server: Server = make_server(arm.name, arm.cfg, recorder.server_log(arm.name), session, recorder.scrub)
         self.client: ServerClient | None = None
         self.model = ""
+        self.streamed: list[tuple[float, int]] = []  # (arrival, tokens) of every chunk: joules per token
 
     # --- the server --------------------------------------------------------------------
     def start(self) -> None:
@@ -145,6 +147,7 @@ class ArmSession:
             if sampler is not None:
                 sampler.mark_load_end()
         self.keep_requests(repeat, load, **flags)
+        self.streamed += chunk_arrivals(load.records)
         result = summarize(self.arm.name, load, self.server_accept_length())
         server_side = self.server_window(before)
         self.outcome.server_windows.append(server_side)
@@ -223,7 +226,8 @@ class ArmSession:
         finally:
             telemetry = sampler.stop()
             sampler.source.close()
-        self.outcome.gpu = {**summarize_telemetry(telemetry), "ramp_in_s": telemetry.ramp_in_s}
+        self.outcome.gpu = {**summarize_telemetry(telemetry), "ramp_in_s": telemetry.ramp_in_s,
+                            "energy": energy_summary(telemetry, self.streamed)}
         self.recorder.write_telemetry(self.arm.name, telemetry)
 
     # --- the server's own view ---------------------------------------------------------

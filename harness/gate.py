@@ -740,3 +740,42 @@ def min_gpu_util_under_load(ctx: GateContext) -> list[Verdict]:
         return at_least(name, arm, util, floor, f"{label} utilization under load (median)", " %")
 
     return per_gpu(name, ctx, floor, judge)
+
+
+@register("joules_per_token", "gpu", ("max_joules_per_token",), keyed_arms("max_joules_per_token"))
+def max_joules_per_token(ctx: GateContext) -> list[Verdict]:
+    """GPU energy per output token over the load window at most gate.max_joules_per_token[arm]
+    (all the arm's GPUs together; harness/telemetry/energy.py says how it is measured)."""
+    name, arm, gate = "max_joules_per_token", ctx.arm, ctx.gate
+    if arm not in gate.max_joules_per_token:
+        return [not_configured(name, arm)]
+    ceiling = float(gate.max_joules_per_token[arm])
+    if (missing := telemetry_missing(name, ctx, ceiling)) is not None:
+        return missing
+    if (short := no_load_samples(name, arm, ctx.gpu, ceiling, gate)) is not None:
+        return short
+    energy = ctx.gpu.get("energy") or {}
+    value = energy.get("joules_per_token")
+    if value is None:
+        return [energy_unmeasured(name, arm, energy, ceiling, gate)]
+    return [Verdict(name, arm, value <= ceiling, value, ceiling,
+                    f"{arm}: {value:.3f} J per output token ({energy['joules']:.1f} J over {energy['seconds']:.2f} s "
+                    f"of load, {energy['output_tokens']} tokens, {energy_method_words(energy['method'])}) "
+                    f"{'is within' if value <= ceiling else 'exceeds'} the limit {ceiling:g} J/token")]
+
+
+def energy_method_words(method: str | None) -> str:
+    return {"energy_counter": "from the GPUs' energy counters",
+            "power_integration": "from power samples integrated over time (no energy counter)",
+            "mixed": "from energy counters and, where they were missing, integrated power"}.get(str(method), str(method))
+
+
+def energy_unmeasured(name: str, arm: str, energy: dict, ceiling: float, gate: Any) -> Verdict:
+    """No joules per token: a load too short to difference two samples is inconclusive;
+    anything else (nothing read, no energy block, no token in the window) failed to measure."""
+    why = energy.get("why") or "the gpu block has no energy figures"
+    if energy.get("why_kind") == "too_short":
+        return Verdict(name, arm, inconclusive_passes(gate), None, ceiling,
+                       f"{arm}: energy per token cannot be judged: {why}; a longer load can be judged "
+                       f"(gate.inconclusive={gate.inconclusive})", inconclusive=True)
+    return Verdict(name, arm, False, None, ceiling, f"{arm}: energy per token was not measured: {why}")

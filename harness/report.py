@@ -197,7 +197,7 @@ def arm_card(record_dir: Path, arm: str, result: Any) -> dict[str, Any]:
     errors = result.get("errors") if isinstance(result.get("errors"), dict) else {}
     return {"name": arm, "status": status, "status_class": status_class(status),
             "error": text(result.get("error")), "errors": [(text(m), text(c)) for m, c in errors.items()],
-            "server": server_facts(result), "gpus": gpu_facts(result.get("gpu")),
+            "server": server_facts(result), "gpus": gpu_facts(result.get("gpu")) + energy_facts(result),
             "telemetry_png": png_file_uri(record_dir / "arms" / arm / "telemetry.png")}
 
 
@@ -231,6 +231,24 @@ def gpu_facts(gpu: Any) -> list[str]:
                 parts.append(f"{label} {v:.0f} {unit}")
         lines.append(", ".join(parts))
     return lines
+
+
+def energy_facts(result: dict[str, Any]) -> list[str]:
+    """The arm's GPU energy over the load window and per output token, in one line, with
+    its ratio to the plain arm's where the record has one."""
+    gpu = result.get("gpu")
+    energy = gpu.get("energy") if isinstance(gpu, dict) else None
+    if not isinstance(energy, dict):
+        return []
+    per_token = number(energy.get("joules_per_token"))
+    if per_token is None:
+        return [f"energy per token not measured: {text(energy.get('why'))}"]
+    line = (f"energy {number(energy.get('joules')) or 0:.1f} J over {number(energy.get('seconds')) or 0:.2f} s of load "
+            f"({energy.get('method')}), {energy.get('output_tokens')} tokens: {per_token:.3f} J/token")
+    for key, value in result.items():
+        if key.startswith("joules_per_token_vs_") and number(value) is not None:
+            line += f" ({value:.2f}x of {key.removeprefix('joules_per_token_vs_')})"
+    return [line]
 
 
 # --- requests.jsonl -----------------------------------------------------------------------

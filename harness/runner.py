@@ -28,6 +28,7 @@ from harness.secrets import redact_patterns
 from harness.servers import Session, remove_dead_sessions_containers
 from harness.images import ImageError
 from harness.summary import format_summary
+from harness.telemetry.energy import joules_per_token_ratio
 
 __all__ = ["ArmFailed", "ArmRun", "Runner", "harness_version"]
 
@@ -174,6 +175,9 @@ class Runner:
             versus = ({f"{k}_vs_{plain}": v for k, v in self.comparison(arm.name).items()}
                       if outcome.result is not None else {})
             arms[arm.name] = outcome.to_json(versus) if arm.name in self.outcomes else {"status": "not_run"}
+            energy_ratio = joules_per_token_ratio(outcome.gpu, self.gpu.get(plain)) if arm.name != plain else None
+            if energy_ratio is not None:  # a cross-arm figure, keyed as speedup_vs_<plain> is
+                arms[arm.name][f"joules_per_token_vs_{plain}"] = energy_ratio
             if outcome.result is not None:
                 for category, ratio in category_speedups(outcome.result, self.plain_result(arm.name)).items():
                     arms[arm.name]["categories"][category][f"speedup_vs_{plain}"] = ratio

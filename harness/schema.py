@@ -204,6 +204,7 @@ class GateConfig:
     fail_on_throttle_reasons: List[str] = field(default_factory=lambda: [
         "HwSlowdown", "HwThermalSlowdown", "SwThermalSlowdown", "HwPowerBrakeSlowdown"])  # any under load fails
     min_gpu_util_under_load_pct: Optional[float] = 50.0  # below: the load did not really reach the GPU
+    max_joules_per_token: Dict[str, float] = field(default_factory=dict)  # arm -> ceiling (GPU J per output token)
 
 
 @dataclass

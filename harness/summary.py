@@ -10,6 +10,7 @@ from harness.agreement import client_decoded_tokens, sentence, server_decode_ms_
 from harness.engines.base import ITL_PER_TOKEN
 from harness.metric_registry import metric_value, summary_columns
 from harness.metrics import ArmResult, acceptance_per_position, category_speedups
+from harness.telemetry.energy import joules_per_token_ratio
 
 def arm_cells(result: ArmResult, comparison: dict[str, float | None]) -> list[str]:
     """One arm's row: the registry's summary columns, then requests ok/failed in one cell.
@@ -64,6 +65,7 @@ def format_summary(experiment, results: dict[str, ArmResult], arm_status: dict[s
     lines += category_section(experiment, results)
     lines += noise_section(experiment, results) + server_section(experiment, results, arm_status)
     lines += gpu_section(experiment, gpu or {})
+    lines += energy_section(experiment, gpu or {})
     lines += ["", "## Gates", ""]
     if not verdicts:
         lines.append("No gate was evaluated.")
@@ -154,6 +156,27 @@ def gpu_section(experiment, gpu: dict[str, dict]) -> list[str]:
     header = ["arm", "GPU", "SM MHz idle", "SM MHz load", "ratio to max", "W idle", "W load", "util % load",
               "°C load", "reasons under load"]
     return ["", "## GPUs (median; load = tokens streaming, after the ramp-in)", ""] + markdown_table(header, rows)
+
+
+def energy_section(experiment, gpu: dict[str, dict]) -> list[str]:
+    """Per arm: GPU energy over the load window, joules per output token, and that against
+    the plain arm's (does speculation cost energy per token?)."""
+    plain = getattr(experiment, "plain_arm", None)
+    rows = []
+    for arm in experiment.arm_names:
+        energy = (gpu.get(arm) or {}).get("energy")
+        if not energy:
+            continue
+        ratio = joules_per_token_ratio(gpu.get(arm), gpu.get(plain)) if plain and arm != plain else None
+        rows.append([arm, energy.get("method") or "-", cell(energy.get("joules"), "{:.1f}"),
+                     cell(energy.get("seconds"), "{:.2f}"), cell(energy.get("mean_power_w"), "{:.0f}"),
+                     cell(energy.get("output_tokens"), "{:d}"), cell(energy.get("joules_per_token"), "{:.3f}"),
+                     cell(ratio, "{:.2f}x"), energy.get("why") or ""])
+    if not rows:
+        return []
+    header = ["arm", "method", "J", "s", "W (all GPUs)", "tokens", "J/token", f"J/token vs {plain or '-'}", "why not"]
+    return ["", "## Energy (all GPUs, load window after the ramp-in; tokens streamed in the same span)", "",
+            *markdown_table(header, rows)]
 
 
 def server_section(experiment, results: dict[str, ArmResult], arm_status: dict[str, dict]) -> list[str]:
