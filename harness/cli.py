@@ -6,7 +6,7 @@
     specgate sweep +exp=NAME k=1,4 ... one whole experiment per point of a Hydra sweep
     specgate replay RUN_DIR [k=v ...]  re-run a recorded run's config; print the drift
     specgate compare RUN RUN [...]     arms x metrics side by side across runs
-    specgate report RUN_DIR [-o FILE]  one self-contained HTML report
+    specgate report RUN_DIR [-o FILE]  one self-contained HTML report (of a run, or of a sweep: its break-even map)
     specgate clean [--images]          remove every container (and image) specgate labelled
 """
 
@@ -93,8 +93,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from harness.report import write_report
+    from harness.sweep_report import is_sweep, write_sweep_report
 
-    print(f"report: {write_report(args.run_dir, args.output)}")
+    write = write_sweep_report if is_sweep(args.run_dir) else write_report  # a sweep: its break-even map
+    print(f"report: {write(args.run_dir, args.output)}")
     return 0
 
 
@@ -132,8 +134,8 @@ def parser() -> argparse.ArgumentParser:
     compare = commands.add_parser("compare", help="arms x metrics side by side across runs")
     compare.add_argument("runs", type=Path, nargs="+", help="run record folders or results.json files")
     compare.set_defaults(func=cmd_compare)
-    report = commands.add_parser("report", help="one self-contained HTML report of a run")
-    report.add_argument("run_dir", type=Path, help="a run record folder")
+    report = commands.add_parser("report", help="one self-contained HTML report of a run or a sweep")
+    report.add_argument("run_dir", type=Path, help="a run record folder, or a sweep's folder (its break-even map)")
     report.add_argument("-o", "--output", type=Path, default=None, help="where to write (default <run>/report.html)")
     report.set_defaults(func=cmd_report)
     clean = commands.add_parser("clean", help="remove every container specgate labelled")
