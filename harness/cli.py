@@ -7,7 +7,8 @@
     specgate capacity +exp=NAME slo.tpot_ms.p99=50 ...  per arm, the largest load meeting every SLO
     specgate replay RUN_DIR [k=v ...]  re-run a recorded run's config; print the drift
     specgate compare RUN RUN [...]     arms x metrics side by side across runs
-    specgate report RUN_DIR [-o FILE]  one self-contained HTML report (of a run or a capacity record)
+    specgate report RUN_DIR [-o FILE]  one self-contained HTML report (of a run, a capacity record,
+                                       or a sweep: its break-even map)
     specgate clean [--images]          remove every container (and image) specgate labelled
 """
 
@@ -101,8 +102,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from harness.capacity_report import is_capacity_record, write_capacity_report
     from harness.report import write_report
+    from harness.sweep_report import is_sweep, write_sweep_report
 
-    write = write_capacity_report if is_capacity_record(args.run_dir) else write_report
+    if is_sweep(args.run_dir):
+        write = write_sweep_report  # its break-even map
+    elif is_capacity_record(args.run_dir):
+        write = write_capacity_report
+    else:
+        write = write_report
     print(f"report: {write(args.run_dir, args.output)}")
     return 0
 
@@ -141,8 +148,8 @@ def parser() -> argparse.ArgumentParser:
     compare = commands.add_parser("compare", help="arms x metrics side by side across runs")
     compare.add_argument("runs", type=Path, nargs="+", help="run record folders or results.json files")
     compare.set_defaults(func=cmd_compare)
-    report = commands.add_parser("report", help="one self-contained HTML report of a run")
-    report.add_argument("run_dir", type=Path, help="a run record folder, or a capacity record's")
+    report = commands.add_parser("report", help="one self-contained HTML report of a run, a capacity record or a sweep")
+    report.add_argument("run_dir", type=Path, help="a run record folder, a capacity record's, or a sweep's (its break-even map)")
     report.add_argument("-o", "--output", type=Path, default=None, help="where to write (default <run>/report.html)")
     report.set_defaults(func=cmd_report)
     clean = commands.add_parser("clean", help="remove every container specgate labelled")

@@ -33,8 +33,10 @@ from harness.load.datasets import DatasetError, load_dataset
 from harness.load.sizing import SizingError, local_tokenizer
 from harness.load.requests import REQUEST_FUNCS
 from harness.lossless import MAX_TOP_LOGPROBS
+from harness import schema
 from harness.schema import BUILD_KINDS, SpecgateConfig
 from harness.servers.docker import LOOPBACK, remote_engine_host, unreachable_publish
+from harness.sweep_gate import SweepGateError, check as check_sweep_gate
 from harness.telemetry.base import NOT_SAMPLING, SOURCES
 
 DEFAULT_CONF_DIR = PROJECT_ROOT / "conf"
@@ -279,6 +281,10 @@ def validate(experiment: Experiment) -> None:
     if not 0.5 < gate.confidence < 1.0:
         raise ConfigError(f"gate.confidence must be between 0.5 and 1 (e.g. 0.95), got {gate.confidence}")
     check_lossless(experiment)
+    try:  # judged only by `specgate sweep`, but a wrong arm name is wrong in any run
+        check_sweep_gate(OmegaConf.to_container(experiment.base.sweep_gate), experiment.arm_names, experiment.plain_arm)
+    except SweepGateError as exc:
+        raise ConfigError(str(exc)) from None
     for arm in experiment.arms:
         validate_arm(arm)
 
@@ -469,9 +475,22 @@ def explain(exc: Exception, conf_dir: Path) -> str:
         full_key = re.search(r"full_key: (\S+)", text)
         key = full_key.group(1) if full_key else "a value"
         return f"{key}: '{bad_value.group(1)}' is not a valid {bad_value.group(3).lower()}"
+    wrong_shape = re.search(r"Invalid type assigned: \w+ is not a subclass of (\w+)\. value: (.*)", text)
+    if wrong_shape:
+        full_key = re.search(r"full_key: (\S+)", text)
+        key = full_key.group(1) if full_key else "a value"
+        return f"{key} must be {struct_shape(wrong_shape.group(1))}, got {wrong_shape.group(2).strip()}"
     if "mismatched input" in text or "no viable alternative" in text or "extraneous input" in text:
         return f"cannot parse the override: {first_line(text)}"
     return first_line(text)
+
+
+def struct_shape(name: str) -> str:
+    """`a mapping of over, ratio` for a schema dataclass (what a value of that type looks like)."""
+    node = getattr(schema, name, None)
+    if dataclasses.is_dataclass(node):
+        return "a mapping of " + ", ".join(f.name for f in dataclasses.fields(node))
+    return f"a {name}"
 
 
 def exception_chain(exc: BaseException | None) -> list[BaseException]:

@@ -60,6 +60,9 @@ class SimModelConfig:
     prefill_base_ms: float = 5.0
     prefill_ms_per_token: float = 0.05
     batch_scaling: float = 0.01
+    # tokens per target-model pass past which it is compute-bound (its time then grows in
+    # proportion to them): a plain step passes batch tokens, a verify batch x num_draft_tokens; null: no knee
+    compute_knee_tokens: Optional[float] = None
     max_running_requests: int = 256
     startup_s: float = 1.0
     seed: int = 0
@@ -237,6 +240,20 @@ class CapacityConfig:
 
 
 @dataclass
+class SpeedupThrough:
+    concurrency: int = 1  # every swept point at or below this concurrency ...
+    ratio: float = 1.0  # ... must reach this output tok/s ratio over the plain arm
+
+
+@dataclass
+class SweepGateConfig:
+    """Gates on a whole sweep over concurrency, judged when it finishes (harness/sweep_gate.py)."""
+
+    min_speedup_through: Dict[str, SpeedupThrough] = field(default_factory=dict)  # arm -> {concurrency, ratio}
+    crossover_at_least: Dict[str, float] = field(default_factory=dict)  # arm -> the lowest crossover concurrency
+
+
+@dataclass
 class RecordConfig:
     root: str = "runs"  # records go to <root>/<UTC timestamp>_<exp>/
     keep_requests: bool = True  # write requests.jsonl
@@ -252,6 +269,7 @@ class SpecgateConfig:
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     gate: GateConfig = field(default_factory=GateConfig)
+    sweep_gate: SweepGateConfig = field(default_factory=SweepGateConfig)
     record: RecordConfig = field(default_factory=RecordConfig)
     slo: SloConfig = field(default_factory=SloConfig)  # specgate capacity's objectives
     capacity: CapacityConfig = field(default_factory=CapacityConfig)  # specgate capacity's search

@@ -20,6 +20,7 @@ from pathlib import Path
 from harness import PROJECT_ROOT, SUITES_DIR
 
 from harness.config import ConfigError, Experiment, SweepPoint, compose, override_key, sweep_points
+from harness import sweep_gate
 from harness.sweep_record import SweepRecord
 
 INTERRUPTED_EXIT = 2  # pytest's status for a run stopped by Ctrl-C
@@ -40,6 +41,8 @@ def check_points(points: list[SweepPoint], conf_dir: Path) -> list[Experiment]:
 
     if any(override_key(o) == "record.root" for point in points for o in point.swept):
         raise ConfigError("record.root cannot be swept: the sweep's own folder holds every point's record")
+    if any(override_key(o).startswith("sweep_gate.") for point in points for o in point.swept):
+        raise ConfigError("sweep_gate cannot be swept: its gates judge the whole sweep, once")
     experiments = []
     for index, point in enumerate(points):
         try:
@@ -103,7 +106,8 @@ def signal_until_gone(child: subprocess.Popen) -> int:
 
 def run_sweep(overrides: list[str], pytest_options: list[str], conf_dir: Path, command: list[str]) -> int:
     """Expand, check every point, run them in order. Exit status: 0 only if every point
-    exited 0, else 1; a Ctrl-C stops the sweep with the stopped point's status (2)."""
+    exited 0 and no sweep gate failed, else 1; a Ctrl-C stops the sweep with the stopped
+    point's status (2)."""
     points = sweep_points(overrides)
     experiments = check_points(points, conf_dir)
     first = experiments[0]
@@ -130,8 +134,11 @@ def run_sweep(overrides: list[str], pytest_options: list[str], conf_dir: Path, c
         return status
     finally:
         signal.signal(signal.SIGTERM, previous_sigterm)
-    status = 0 if all(s == 0 for s in statuses) else 1
+    verdicts = record.judge(first.base.sweep_gate)
+    status = 0 if all(s == 0 for s in statuses) and not sweep_gate.failed(verdicts) else 1
     record.finish(status, interrupted=False)
+    for verdict in verdicts:
+        print(f"specgate sweep gate: {sweep_gate.describe(verdict)}", flush=True)
     print(f"specgate sweep: {statuses.count(0)} of {len(statuses)} point(s) exited 0; "
           f"summary {record.path / 'summary.md'}", flush=True)
     return status
