@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from harness.agreement import disagreements
+from harness.client_bound import judge as judge_client
 from harness.client import ClientError, ServerClient
 from harness.config import Arm
 from harness.engines import Engine, engine_of
@@ -116,6 +117,7 @@ class ArmSession:
             if sampler is not None:
                 self.finish_telemetry(sampler)
         self.outcome.result = result = combine_repeats(name, repeats)
+        result.client.update(judge_client(result, result.client, cfg.gate.client_bound))
         self.outcome.server = self.server.describe()  # what the load taught (e.g. a slow health route)
         if not alive:
             self.fail("server_died", self.server.failure(

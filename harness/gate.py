@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Literal
 
 from harness.change import evidence, judge
+from harness.client_bound import guard_client_bound
 from harness.lossless import compare as compare_outputs, summary as describe_outputs
 from harness.metric_registry import METRICS, break_even_accept_length, compared_by_default, metric, metric_value, speedup
 from harness.metrics import ArmResult, spread
@@ -213,6 +214,7 @@ def min_output_tok_s(ctx: GateContext) -> list[Verdict]:
     if (missing := unmeasured(name, ctx)) is not None:
         return missing
     verdicts = [at_least(name, arm, ctx.result.output_tok_s, gate.min_output_tok_s[arm], "output throughput", " tok/s")]
+    verdicts = guard_client_bound(verdicts, ctx.result, ["output_tok_s"], inconclusive_passes(gate))
     return guard_noise(verdicts, ctx.result, ["output_tok_s"], gate)
 
 
@@ -230,7 +232,9 @@ def max_latency(metric: str) -> Callable[[GateContext], list[Verdict]]:
             return missing
         distribution = getattr(ctx.result, metric)
         label = metric.removesuffix("_ms").upper()
-        return [guard_noise([at_most(f"{name}.{s}", arm, getattr(distribution, s), limits[s], f"{label} {s}", " ms")],
+        return [guard_noise(guard_client_bound([at_most(f"{name}.{s}", arm, getattr(distribution, s), limits[s],
+                                                         f"{label} {s}", " ms")],
+                                                ctx.result, [f"{metric}.{s}"], inconclusive_passes(gate)),
                             ctx.result, [f"{metric}.{s}"], gate)[0] for s in stats]
 
     check.__doc__ = f"Each configured statistic of {metric.removesuffix('_ms').upper()} within gate.{name}[arm] (ms)."
@@ -239,6 +243,28 @@ def max_latency(metric: str) -> Callable[[GateContext], list[Verdict]]:
 
 max_ttft_ms = register("max_ttft_ms", "throughput", ("max_ttft_ms",), keyed_arms("max_ttft_ms"))(max_latency("ttft_ms"))
 max_itl_ms = register("max_itl_ms", "throughput", ("max_itl_ms",), keyed_arms("max_itl_ms"))(max_latency("itl_ms"))
+
+
+@register("client_kept_up", "throughput", ("client_bound", "allow_client_bound"))
+def client_kept_up(ctx: GateContext) -> list[Verdict]:
+    """No figure of the arm is the client's own lag (gate.client_bound, harness/client_bound.py);
+    gate.allow_client_bound=true makes a client-bound arm a warning instead of a failure."""
+    name, arm, gate = "client_bound", ctx.arm, ctx.gate
+    if (missing := unmeasured(name, ctx)) is not None:
+        return missing
+    client = ctx.result.client or {}
+    if "client_bound" not in client:
+        return [skipped(name, arm, f"{arm}: the client's health was not measured for this result")]
+    lag_p99, limit = (client.get("loop_lag_ms") or {}).get("p99"), gate.client_bound.loop_lag_ms_p99
+    if not client["client_bound"]:
+        return [Verdict(name, arm, True, lag_p99, limit, f"{arm}: {client['verdict']}")]
+    if gate.allow_client_bound:
+        return [Verdict(name, arm, True, lag_p99, limit,
+                        f"{arm}: WARNING, {client['verdict']}; allowed by gate.allow_client_bound=true")]
+    return [Verdict(name, arm, False, lag_p99, limit,
+                    f"{arm}: {client['verdict']}. A benchmark must not judge a server by its client's lag: give "
+                    f"the client a less busy machine or fewer requests in flight, or set "
+                    f"gate.allow_client_bound=true to record it as a warning")]
 
 
 # --- speculative decoding -----------------------------------------------------------------------

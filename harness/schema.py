@@ -176,6 +176,15 @@ class LosslessGate:
 
 
 @dataclass
+class ClientBoundConfig:
+    """When the client's own lag makes an arm's figures the client's (harness/client_bound.py)."""
+
+    loop_lag_ms_p99: float = 20.0  # event-loop lag p99 above this may distort latencies ...
+    send_gap_ms_p99: float = 10.0  # send gap p99 above this may distort throughput ...
+    min_share: float = 0.1  # ... when it is also at least this share of the figure (E2E p50 for a send gap)
+
+
+@dataclass
 class GateConfig:
     """Thresholds. Each field is read by a gate of harness/gate.py's registry (its `keys`),
     except repeats and max_cv, which shape every measurement and its noise guard."""
@@ -208,6 +217,8 @@ class GateConfig:
         "HwSlowdown", "HwThermalSlowdown", "SwThermalSlowdown", "HwPowerBrakeSlowdown"])  # any under load fails
     min_gpu_util_under_load_pct: Optional[float] = 50.0  # below: the load did not really reach the GPU
     max_joules_per_token: Dict[str, float] = field(default_factory=dict)  # arm -> ceiling (GPU J per output token)
+    client_bound: ClientBoundConfig = field(default_factory=ClientBoundConfig)  # is the client the bottleneck?
+    allow_client_bound: bool = False  # true: a client-bound arm is a warning, not a failed run
 
 
 @dataclass
