@@ -188,6 +188,7 @@ def compose(overrides: list[str], conf_dir: Path = DEFAULT_CONF_DIR) -> Experime
         raise ConfigError(f"{swept[0]} gives several values (a sweep); run it with `specgate sweep`, "
                           f"which runs one whole experiment per point")
     check_added_keys(overrides, conf_dir)
+    check_deleted_keys(overrides, conf_dir)
     base, _ = compose_config(overrides, conf_dir)
     arm_specs = OmegaConf.to_container(base.arms) or {DEFAULT_ARM: []}
     arms = []
@@ -195,6 +196,7 @@ def compose(overrides: list[str], conf_dir: Path = DEFAULT_CONF_DIR) -> Experime
         merged = merge_overrides(list(arm_overrides), overrides)
         try:
             check_added_keys(list(arm_overrides), conf_dir)
+            check_deleted_keys(list(arm_overrides), conf_dir)
             cfg, choices = compose_config(merged, conf_dir)
         except ConfigError as exc:
             raise ConfigError(f"arm '{name}': {exc}") from None
@@ -221,8 +223,24 @@ def check_added_keys(overrides: list[str], conf_dir: Path) -> None:
             raise ConfigError(unknown_key(key, override) + "; `+` adds only keys the schema knows")
 
 
-def schema_knows(path: list[str], node: type = SpecgateConfig) -> bool:
-    """Whether the dotted `path` is a key of the typed schema (or lies under a mapping)."""
+def check_deleted_keys(overrides: list[str], conf_dir: Path) -> None:
+    """`~key` deletes a key. A key of the typed schema is one every config has (the code reads
+    it), so deleting it would only fail later, obscurely: say how to turn it off instead.
+    Entries of a mapping (`~server.env.HF_HOME`, `~arms.eagle3`) and groups may go."""
+    for override in overrides:
+        if not override.startswith("~"):
+            continue
+        key = override_key(override)
+        if "/" in key or ("." not in key and (Path(conf_dir) / key).is_dir()):
+            continue  # a config group: the defaults list, which Hydra checks
+        if schema_knows(key.split("."), entries=False):
+            raise ConfigError(f"{override} would delete '{key}', which every config has; set it instead "
+                              f"(e.g. {key}=null where it may be null, or an empty value)")
+
+
+def schema_knows(path: list[str], node: type = SpecgateConfig, entries: bool = True) -> bool:
+    """Whether the dotted `path` is a key of the typed schema (or, with `entries`, lies under
+    a mapping such as server.env)."""
     for index, part in enumerate(path):
         hints = typing.get_type_hints(node)
         if part not in hints:
@@ -235,7 +253,7 @@ def schema_knows(path: list[str], node: type = SpecgateConfig) -> bool:
             node = kind
             continue
         if typing.get_origin(kind) in (dict, typing.Dict):
-            return True  # a free-form mapping: any key below it
+            return entries or index == len(path) - 1  # a free-form mapping: any key below it
         return index == len(path) - 1  # a value: nothing below it
     return True
 
