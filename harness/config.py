@@ -33,7 +33,10 @@ from harness.load.datasets import DatasetError, load_dataset
 from harness.load.sizing import SizingError, local_tokenizer
 from harness.load.requests import REQUEST_FUNCS
 from harness.lossless import MAX_TOP_LOGPROBS
+from harness import schema
 from harness.schema import BUILD_KINDS, SpecgateConfig
+from harness.servers.docker import LOOPBACK, remote_engine_host, unreachable_publish
+from harness.sweep_gate import SweepGateError, check as check_sweep_gate
 from harness.telemetry.base import NOT_SAMPLING, SOURCES
 
 DEFAULT_CONF_DIR = PROJECT_ROOT / "conf"
@@ -185,6 +188,7 @@ def compose(overrides: list[str], conf_dir: Path = DEFAULT_CONF_DIR) -> Experime
         raise ConfigError(f"{swept[0]} gives several values (a sweep); run it with `specgate sweep`, "
                           f"which runs one whole experiment per point")
     check_added_keys(overrides, conf_dir)
+    check_deleted_keys(overrides, conf_dir)
     base, _ = compose_config(overrides, conf_dir)
     arm_specs = OmegaConf.to_container(base.arms) or {DEFAULT_ARM: []}
     arms = []
@@ -192,6 +196,7 @@ def compose(overrides: list[str], conf_dir: Path = DEFAULT_CONF_DIR) -> Experime
         merged = merge_overrides(list(arm_overrides), overrides)
         try:
             check_added_keys(list(arm_overrides), conf_dir)
+            check_deleted_keys(list(arm_overrides), conf_dir)
             cfg, choices = compose_config(merged, conf_dir)
         except ConfigError as exc:
             raise ConfigError(f"arm '{name}': {exc}") from None
@@ -218,8 +223,24 @@ def check_added_keys(overrides: list[str], conf_dir: Path) -> None:
             raise ConfigError(unknown_key(key, override) + "; `+` adds only keys the schema knows")
 
 
-def schema_knows(path: list[str], node: type = SpecgateConfig) -> bool:
-    """Whether the dotted `path` is a key of the typed schema (or lies under a mapping)."""
+def check_deleted_keys(overrides: list[str], conf_dir: Path) -> None:
+    """`~key` deletes a key. A key of the typed schema is one every config has (the code reads
+    it), so deleting it would only fail later, obscurely: say how to turn it off instead.
+    Entries of a mapping (`~server.env.HF_HOME`, `~arms.eagle3`) and groups may go."""
+    for override in overrides:
+        if not override.startswith("~"):
+            continue
+        key = override_key(override)
+        if "/" in key or ("." not in key and (Path(conf_dir) / key).is_dir()):
+            continue  # a config group: the defaults list, which Hydra checks
+        if schema_knows(key.split("."), entries=False):
+            raise ConfigError(f"{override} would delete '{key}', which every config has; set it instead "
+                              f"(e.g. {key}=null where it may be null, or an empty value)")
+
+
+def schema_knows(path: list[str], node: type = SpecgateConfig, entries: bool = True) -> bool:
+    """Whether the dotted `path` is a key of the typed schema (or, with `entries`, lies under
+    a mapping such as server.env)."""
     for index, part in enumerate(path):
         hints = typing.get_type_hints(node)
         if part not in hints:
@@ -232,7 +253,7 @@ def schema_knows(path: list[str], node: type = SpecgateConfig) -> bool:
             node = kind
             continue
         if typing.get_origin(kind) in (dict, typing.Dict):
-            return True  # a free-form mapping: any key below it
+            return entries or index == len(path) - 1  # a free-form mapping: any key below it
         return index == len(path) - 1  # a value: nothing below it
     return True
 
@@ -245,9 +266,15 @@ def resolve_auto_telemetry(cfg: DictConfig) -> DictConfig:
         return cfg
     cfg = cfg.copy()
     OmegaConf.set_readonly(cfg, False)
-    cfg.telemetry.source = "nvml" if cfg.server.requires_gpu else "off"
+    here = not remote_engine(cfg)  # NVML sees this machine's GPUs, not a remote engine's
+    cfg.telemetry.source = "nvml" if cfg.server.requires_gpu and here else "off"
     OmegaConf.set_readonly(cfg, True)
     return cfg
+
+
+def remote_engine(cfg: DictConfig) -> str | None:
+    """The host of the arm's Docker engine when it is reached over the network, else None."""
+    return remote_engine_host(cfg.backend.docker_host) if cfg.backend.kind == "docker" else None
 
 
 def validate(experiment: Experiment) -> None:
@@ -272,6 +299,10 @@ def validate(experiment: Experiment) -> None:
     if not 0.5 < gate.confidence < 1.0:
         raise ConfigError(f"gate.confidence must be between 0.5 and 1 (e.g. 0.95), got {gate.confidence}")
     check_lossless(experiment)
+    try:  # judged only by `specgate sweep`, but a wrong arm name is wrong in any run
+        check_sweep_gate(OmegaConf.to_container(experiment.base.sweep_gate), experiment.arm_names, experiment.plain_arm)
+    except SweepGateError as exc:
+        raise ConfigError(str(exc)) from None
     for arm in experiment.arms:
         validate_arm(arm)
 
@@ -316,6 +347,21 @@ def check_lossless(experiment: Experiment) -> None:
                                   f"whole experiment, not in one arm's overrides)")
 
 
+def check_remote_engine(arm: Arm) -> None:
+    """A remote engine's server must be reachable from here, and its GPUs are not this
+    machine's: NVML or nvidia-smi here would sample the wrong GPUs (or none)."""
+    cfg, remote = arm.cfg, remote_engine(arm.cfg)
+    if remote is None:
+        return
+    why = unreachable_publish(cfg.backend.docker_host, cfg.backend.publish_host)
+    if why:
+        raise ConfigError(f"arm '{arm.name}': {why}")
+    if cfg.telemetry.source in ("nvml", "smi") and remote not in LOOPBACK:
+        raise ConfigError(f"arm '{arm.name}': telemetry={cfg.telemetry.source} samples this machine's GPUs, but the "
+                          f"server runs on {remote}; run specgate on {remote} itself to sample its GPUs, "
+                          f"or set telemetry=off")
+
+
 def validate_arm(arm: Arm) -> None:
     cfg = arm.cfg
     for group, kind in (("backend", cfg.backend.kind), ("build", cfg.build.kind), ("telemetry", cfg.telemetry.source)):
@@ -337,6 +383,7 @@ def validate_arm(arm: Arm) -> None:
     if not attached and cfg.build.engine and cfg.build.engine != engine.name:
         raise ConfigError(f"arm '{arm.name}': the build carries engine '{cfg.build.engine}' but server "
                           f"'{cfg.server.name}' is for engine '{engine.name}'; pick a build and a server of one engine")
+    check_remote_engine(arm)
     if cfg.telemetry.source == "sim" and not engine.simulates_gpus and not attached:
         raise ConfigError(f"arm '{arm.name}': telemetry=sim reads the simulator's GPU model, and engine "
                           f"'{engine.name}' has none")
@@ -446,9 +493,22 @@ def explain(exc: Exception, conf_dir: Path) -> str:
         full_key = re.search(r"full_key: (\S+)", text)
         key = full_key.group(1) if full_key else "a value"
         return f"{key}: '{bad_value.group(1)}' is not a valid {bad_value.group(3).lower()}"
+    wrong_shape = re.search(r"Invalid type assigned: \w+ is not a subclass of (\w+)\. value: (.*)", text)
+    if wrong_shape:
+        full_key = re.search(r"full_key: (\S+)", text)
+        key = full_key.group(1) if full_key else "a value"
+        return f"{key} must be {struct_shape(wrong_shape.group(1))}, got {wrong_shape.group(2).strip()}"
     if "mismatched input" in text or "no viable alternative" in text or "extraneous input" in text:
         return f"cannot parse the override: {first_line(text)}"
     return first_line(text)
+
+
+def struct_shape(name: str) -> str:
+    """`a mapping of over, ratio` for a schema dataclass (what a value of that type looks like)."""
+    node = getattr(schema, name, None)
+    if dataclasses.is_dataclass(node):
+        return "a mapping of " + ", ".join(f.name for f in dataclasses.fields(node))
+    return f"a {name}"
 
 
 def exception_chain(exc: BaseException | None) -> list[BaseException]:

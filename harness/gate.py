@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Literal
 
 from harness.change import evidence, judge
+from harness.client_bound import guard_client_bound
 from harness.lossless import compare as compare_outputs, summary as describe_outputs
 from harness.metric_registry import METRICS, break_even_accept_length, compared_by_default, metric, metric_value, speedup
 from harness.metrics import ArmResult, spread
@@ -213,6 +214,7 @@ def min_output_tok_s(ctx: GateContext) -> list[Verdict]:
     if (missing := unmeasured(name, ctx)) is not None:
         return missing
     verdicts = [at_least(name, arm, ctx.result.output_tok_s, gate.min_output_tok_s[arm], "output throughput", " tok/s")]
+    verdicts = guard_client_bound(verdicts, ctx.result, ["output_tok_s"], inconclusive_passes(gate))
     return guard_noise(verdicts, ctx.result, ["output_tok_s"], gate)
 
 
@@ -230,7 +232,9 @@ def max_latency(metric: str) -> Callable[[GateContext], list[Verdict]]:
             return missing
         distribution = getattr(ctx.result, metric)
         label = metric.removesuffix("_ms").upper()
-        return [guard_noise([at_most(f"{name}.{s}", arm, getattr(distribution, s), limits[s], f"{label} {s}", " ms")],
+        return [guard_noise(guard_client_bound([at_most(f"{name}.{s}", arm, getattr(distribution, s), limits[s],
+                                                         f"{label} {s}", " ms")],
+                                                ctx.result, [f"{metric}.{s}"], inconclusive_passes(gate)),
                             ctx.result, [f"{metric}.{s}"], gate)[0] for s in stats]
 
     check.__doc__ = f"Each configured statistic of {metric.removesuffix('_ms').upper()} within gate.{name}[arm] (ms)."
@@ -239,6 +243,28 @@ def max_latency(metric: str) -> Callable[[GateContext], list[Verdict]]:
 
 max_ttft_ms = register("max_ttft_ms", "throughput", ("max_ttft_ms",), keyed_arms("max_ttft_ms"))(max_latency("ttft_ms"))
 max_itl_ms = register("max_itl_ms", "throughput", ("max_itl_ms",), keyed_arms("max_itl_ms"))(max_latency("itl_ms"))
+
+
+@register("client_kept_up", "throughput", ("client_bound", "allow_client_bound"))
+def client_kept_up(ctx: GateContext) -> list[Verdict]:
+    """No figure of the arm is the client's own lag (gate.client_bound, harness/client_bound.py);
+    gate.allow_client_bound=true makes a client-bound arm a warning instead of a failure."""
+    name, arm, gate = "client_bound", ctx.arm, ctx.gate
+    if (missing := unmeasured(name, ctx)) is not None:
+        return missing
+    client = ctx.result.client or {}
+    if "client_bound" not in client:
+        return [skipped(name, arm, f"{arm}: the client's health was not measured for this result")]
+    lag_p99, limit = (client.get("loop_lag_ms") or {}).get("p99"), gate.client_bound.loop_lag_ms_p99
+    if not client["client_bound"]:
+        return [Verdict(name, arm, True, lag_p99, limit, f"{arm}: {client['verdict']}")]
+    if gate.allow_client_bound:
+        return [Verdict(name, arm, True, lag_p99, limit,
+                        f"{arm}: WARNING, {client['verdict']}; allowed by gate.allow_client_bound=true")]
+    return [Verdict(name, arm, False, lag_p99, limit,
+                    f"{arm}: {client['verdict']}. A benchmark must not judge a server by its client's lag: give "
+                    f"the client a less busy machine or fewer requests in flight, or set "
+                    f"gate.allow_client_bound=true to record it as a warning")]
 
 
 # --- speculative decoding -----------------------------------------------------------------------
@@ -740,3 +766,42 @@ def min_gpu_util_under_load(ctx: GateContext) -> list[Verdict]:
         return at_least(name, arm, util, floor, f"{label} utilization under load (median)", " %")
 
     return per_gpu(name, ctx, floor, judge)
+
+
+@register("joules_per_token", "gpu", ("max_joules_per_token",), keyed_arms("max_joules_per_token"))
+def max_joules_per_token(ctx: GateContext) -> list[Verdict]:
+    """GPU energy per output token over the load window at most gate.max_joules_per_token[arm]
+    (all the arm's GPUs together; harness/telemetry/energy.py says how it is measured)."""
+    name, arm, gate = "max_joules_per_token", ctx.arm, ctx.gate
+    if arm not in gate.max_joules_per_token:
+        return [not_configured(name, arm)]
+    ceiling = float(gate.max_joules_per_token[arm])
+    if (missing := telemetry_missing(name, ctx, ceiling)) is not None:
+        return missing
+    if (short := no_load_samples(name, arm, ctx.gpu, ceiling, gate)) is not None:
+        return short
+    energy = ctx.gpu.get("energy") or {}
+    value = energy.get("joules_per_token")
+    if value is None:
+        return [energy_unmeasured(name, arm, energy, ceiling, gate)]
+    return [Verdict(name, arm, value <= ceiling, value, ceiling,
+                    f"{arm}: {value:.3f} J per output token ({energy['joules']:.1f} J over {energy['seconds']:.2f} s "
+                    f"of load, {energy['output_tokens']} tokens, {energy_method_words(energy['method'])}) "
+                    f"{'is within' if value <= ceiling else 'exceeds'} the limit {ceiling:g} J/token")]
+
+
+def energy_method_words(method: str | None) -> str:
+    return {"energy_counter": "from the GPUs' energy counters",
+            "power_integration": "from power samples integrated over time (no energy counter)",
+            "mixed": "from energy counters and, where they were missing, integrated power"}.get(str(method), str(method))
+
+
+def energy_unmeasured(name: str, arm: str, energy: dict, ceiling: float, gate: Any) -> Verdict:
+    """No joules per token: a load too short to difference two samples is inconclusive;
+    anything else (nothing read, no energy block, no token in the window) failed to measure."""
+    why = energy.get("why") or "the gpu block has no energy figures"
+    if energy.get("why_kind") == "too_short":
+        return Verdict(name, arm, inconclusive_passes(gate), None, ceiling,
+                       f"{arm}: energy per token cannot be judged: {why}; a longer load can be judged "
+                       f"(gate.inconclusive={gate.inconclusive})", inconclusive=True)
+    return Verdict(name, arm, False, None, ceiling, f"{arm}: energy per token was not measured: {why}")

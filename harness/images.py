@@ -112,14 +112,25 @@ def docker_client(docker_host: str | None = None) -> docker.DockerClient:
     """A client of the engine at `docker_host` (default: DOCKER_HOST or the local socket)."""
     where = docker_host or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
     try:
-        client = docker.DockerClient(base_url=docker_host) if docker_host else docker.from_env()
+        # ssh:// through the system's ssh, as the docker CLI does: it honours ~/.ssh/config,
+        # the agent and known_hosts (the SDK's own paramiko transport is not installed)
+        ssh = (docker_host or os.environ.get("DOCKER_HOST") or "").startswith("ssh://")
+        client = (docker.DockerClient(base_url=docker_host, use_ssh_client=ssh) if docker_host
+                  else docker.from_env(use_ssh_client=ssh))
         client.ping()
     except docker.errors.DockerException as exc:
-        raise ImageError(
-            f"no Docker engine answers at {where} ({_few_words(exc)}); start one with "
-            f"scripts/ensure_docker.sh (as root; `make install` runs it) or set DOCKER_HOST"
-        ) from None
+        raise ImageError(f"no Docker engine answers at {where} ({_few_words(exc)}); {engine_hint(where)}") from None
     return client
+
+
+def engine_hint(where: str) -> str:
+    """What to do about an engine that does not answer: start the local one, or reach the remote one."""
+    if where.startswith("ssh://"):
+        return (f"check that `ssh {where.removeprefix('ssh://')} docker info` works from this machine "
+                f"(key, known_hosts, and the docker CLI and engine on that host)")
+    if where.startswith("tcp://"):
+        return "check that the engine on that host listens there (dockerd -H tcp://...) and that this machine reaches it"
+    return "start one with scripts/ensure_docker.sh (as root; `make install` runs it) or set DOCKER_HOST"
 
 
 def ensure_image(build_cfg: Any, client: docker.DockerClient, progress: Progress | None = None) -> ImageInfo:

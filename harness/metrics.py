@@ -47,6 +47,7 @@ import numpy as np
 
 from harness import prompt_length
 from harness.load import LoadResult, RequestRecord
+from harness.load.client_health import combine_client_blocks
 from harness.metric_registry import metric_value, noise_metrics
 
 
@@ -99,6 +100,9 @@ class ArmResult:
     request_accept_lengths: list[float] = field(default_factory=list, repr=False)
     correct_drafts_histogram: list[int] = field(default_factory=list)  # Σ over requests: cycles by accepted drafts
     prompt_length: Optional[dict] = None  # sized prompts' server counts against input_len (harness/prompt_length.py)
+    # the client's own health over the load (harness/load/client_health.py) and, once judged, whether
+    # its figures are the client's (harness/client_bound.py); {}: not measured
+    client: dict = field(default_factory=dict)
 
     @property
     def requests(self) -> dict[str, int]:
@@ -130,6 +134,7 @@ class ArmResult:
             **({"acceptance_per_position": acceptance_per_position(self.correct_drafts_histogram)}
                if sum(self.correct_drafts_histogram) else {}),
             **({"prompt_length": dict(self.prompt_length)} if self.prompt_length else {}),
+            **({"client": dict(self.client)} if self.client else {}),
         }
 
 
@@ -200,6 +205,7 @@ def summarize(arm: str, load: LoadResult, server_accept_length: Optional[float] 
     res.correct_drafts_histogram = summed_histograms(r.spec_correct_drafts_histogram for r in spec)
     res.categories = by_category(ok)
     res.prompt_length = prompt_length.judge(measured, load.api, load.prompt_sizing)
+    res.client = dict(load.client or {})
     return res
 
 
@@ -345,6 +351,7 @@ def combine_repeats(arm: str, results: list[ArmResult]) -> ArmResult:
     combined.correct_drafts_histogram = summed_histograms(r.correct_drafts_histogram for r in results)
     combined.prompt_length = prompt_length.combine([r.prompt_length for r in results])
     combined.duration_s = sum(r.duration_s for r in results)
+    combined.client = combine_client_blocks([r.client for r in results])
     combined.noise = {path: s for path in noise_metrics()
                       if (s := spread([metric_value(r, path) for r in results])) is not None}
     return combined

@@ -29,8 +29,9 @@ def append_step_summary(text: str) -> None:
 
 
 class Recorder:
-    def __init__(self, experiment: Experiment):
+    def __init__(self, experiment: Experiment, kind: str = ""):
         self.experiment = experiment
+        self.kind = kind  # "" for a run; e.g. "capacity": the folder is <ts>_<exp>_capacity
         self._record: RunRecord | None = None
 
     @property
@@ -55,7 +56,8 @@ class Recorder:
         base = OmegaConf.to_container(experiment.base, resolve=True)
         for data in (base, *configs.values()):
             redactor.learn(data)
-        record = RunRecord(Path(experiment.base.record.root), experiment.name, redactor)
+        name = f"{experiment.name}_{self.kind}" if self.kind else experiment.name
+        record = RunRecord(Path(experiment.base.record.root), name, redactor)
         record.write_yaml("config.yaml", base)
         record.write_yaml("overrides.yaml", {"command_line": experiment.overrides,
                                              "arms": {a.name: a.overrides for a in experiment.arms}})

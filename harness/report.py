@@ -22,6 +22,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
+from harness.client_bound import bound_figures
 from harness.compare import GATE_STATUSES, gate_status, noise_cv
 from harness.metric_registry import Metric, metric_value, number, report_metrics
 from harness.atomic import atomic_write
@@ -73,6 +74,7 @@ def report_context(run: RunData, requests: list[dict[str, Any]]) -> dict[str, An
         "columns": [m.shown_label(plain_arm) for m in columns],
         "arm_rows": [arm_row(arm, run.arms.get(arm), columns, plain_arm) for arm in arms],
         "category_rows": category_rows(run.arms, arms, plain_arm),
+        "client_rows": client_rows(run.arms, arms),
         "gates": gates,
         "gate_counts": {s: sum(g["status"] == s for g in gates) for s in GATE_STATUSES},
         "latency_chart": latency_chart(samples, arms),
@@ -95,6 +97,25 @@ def category_rows(blocks: dict[str, Any], arms: list[str], plain_arm: Optional[s
             rows.append([arm, str(name), show(c.get("requests")), show(c.get("accept_length")),
                          show(c.get("stream_tok_s")), "-" if speedup is None else f"{speedup:.2f}x",
                          show(c.get("ttft_ms_p50")), show(c.get("tpot_ms_p50"))])
+    return rows
+
+
+def client_rows(blocks: dict[str, Any], arms: list[str]) -> list[dict[str, Any]]:
+    """Per arm, the client's own health (results.json `client`) and its verdict in words."""
+    rows = []
+    for arm in arms:
+        block = blocks.get(arm) if isinstance(blocks.get(arm), dict) else {}
+        client = block.get("client")
+        if not isinstance(client, dict) or not client:
+            continue
+        lag, gap, cpu = (client.get(k) if isinstance(client.get(k), dict) else {}
+                         for k in ("loop_lag_ms", "send_gap_ms", "cpu"))
+        percent = lambda v: "-" if number(v) is None else f"{number(v):.0%}"
+        rows.append({"arm": arm, "bound": bool(client.get("client_bound")),
+                     "cells": [show(lag.get(s)) for s in ("p50", "p99", "max")]
+                     + [show(gap.get(s)) for s in ("p50", "p99", "max")]
+                     + [percent(cpu.get("process_share_of_one_core")), percent(cpu.get("loop_thread_share_of_one_core"))],
+                     "verdict": text(client.get("verdict"))})
     return rows
 
 
@@ -160,12 +181,14 @@ def verdict(run: RunData, gates: list[dict[str, Any]]) -> dict[str, str]:
 def arm_row(arm: str, result: Any, columns: list[Metric], plain_arm: Optional[str]) -> dict[str, Any]:
     result = result if isinstance(result, dict) else {}
     cells = []
+    bound = bound_figures(result)
     for metric in columns:
         key = metric.key(plain_arm)
         value = number(result.get(key) if metric.between_arms else metric_value(result, key))
         cv = noise_cv(result, key)
         cells.append({"value": metric.format(value), "cv": None if cv is None else f"±{cv * 100:.1f}%",
-                      "bad": metric.count and metric.better == "lower" and bool(value)})
+                      "bad": metric.count and metric.better == "lower" and bool(value),
+                      "client_bound": key in bound})
     status = text(result.get("status")) or "unknown"
     return {"arm": arm, "status": status, "status_class": status_class(status), "cells": cells}
 
@@ -197,7 +220,7 @@ def arm_card(record_dir: Path, arm: str, result: Any) -> dict[str, Any]:
     errors = result.get("errors") if isinstance(result.get("errors"), dict) else {}
     return {"name": arm, "status": status, "status_class": status_class(status),
             "error": text(result.get("error")), "errors": [(text(m), text(c)) for m, c in errors.items()],
-            "server": server_facts(result), "gpus": gpu_facts(result.get("gpu")),
+            "server": server_facts(result), "gpus": gpu_facts(result.get("gpu")) + energy_facts(result),
             "telemetry_png": png_file_uri(record_dir / "arms" / arm / "telemetry.png")}
 
 
@@ -231,6 +254,24 @@ def gpu_facts(gpu: Any) -> list[str]:
                 parts.append(f"{label} {v:.0f} {unit}")
         lines.append(", ".join(parts))
     return lines
+
+
+def energy_facts(result: dict[str, Any]) -> list[str]:
+    """The arm's GPU energy over the load window and per output token, in one line, with
+    its ratio to the plain arm's where the record has one."""
+    gpu = result.get("gpu")
+    energy = gpu.get("energy") if isinstance(gpu, dict) else None
+    if not isinstance(energy, dict):
+        return []
+    per_token = number(energy.get("joules_per_token"))
+    if per_token is None:
+        return [f"energy per token not measured: {text(energy.get('why'))}"]
+    line = (f"energy {number(energy.get('joules')) or 0:.1f} J over {number(energy.get('seconds')) or 0:.2f} s of load "
+            f"({energy.get('method')}), {energy.get('output_tokens')} tokens: {per_token:.3f} J/token")
+    for key, value in result.items():
+        if key.startswith("joules_per_token_vs_") and number(value) is not None:
+            line += f" ({value:.2f}x of {key.removeprefix('joules_per_token_vs_')})"
+    return [line]
 
 
 # --- requests.jsonl -----------------------------------------------------------------------

@@ -26,7 +26,9 @@ from harness.record import FINISHED, INTERRUPTED, RUNNING, RunData
 from harness.replay import drift_rows, drift_table
 from harness.secrets import redact_patterns
 from harness.servers import Session, remove_dead_sessions_containers
+from harness.images import ImageError
 from harness.summary import format_summary
+from harness.telemetry.energy import joules_per_token_ratio
 
 __all__ = ["ArmFailed", "ArmRun", "Runner", "harness_version"]
 
@@ -75,7 +77,7 @@ class Runner:
         self.session.run = self.start_record().name
         arm_session = self.open_sessions[name] = ArmSession(arm, outcome, self.recorder, self.session, self.progress)
         try:
-            self.remove_dead_sessions_containers(arm)
+            self.remove_dead_sessions_containers(arm, arm_session)
             arm_session.start()
             self.save()  # says which arm was measuring, should the run die (kill -9) during its load
             arm_session.measure()
@@ -93,12 +95,16 @@ class Runner:
         if arm_session is not None:
             arm_session.stop()
 
-    def remove_dead_sessions_containers(self, arm: Arm) -> None:
-        """Once per container engine: what dead specgate sessions left behind goes first."""
+    def remove_dead_sessions_containers(self, arm: Arm, arm_session: ArmSession) -> None:
+        """Once per container engine: what dead specgate sessions left behind goes first.
+        An engine that does not answer fails the arm in one sentence (ArmFailed)."""
         engine = (arm.cfg.backend.kind, arm.cfg.backend.docker_host)
         if engine not in self.cleaned_engines:
+            try:
+                remove_dead_sessions_containers(arm.cfg, self.session)
+            except ImageError as exc:
+                arm_session.fail("server_failed", f"arm '{arm.name}': {exc}")
             self.cleaned_engines.add(engine)
-            remove_dead_sessions_containers(arm.cfg, self.session)
 
     def note_environment(self, name: str, processes: list, keys: list[str]) -> None:
         """The configured variables as each server process really has them (record only)."""
@@ -169,6 +175,9 @@ class Runner:
             versus = ({f"{k}_vs_{plain}": v for k, v in self.comparison(arm.name).items()}
                       if outcome.result is not None else {})
             arms[arm.name] = outcome.to_json(versus) if arm.name in self.outcomes else {"status": "not_run"}
+            energy_ratio = joules_per_token_ratio(outcome.gpu, self.gpu.get(plain)) if arm.name != plain else None
+            if energy_ratio is not None:  # a cross-arm figure, keyed as speedup_vs_<plain> is
+                arms[arm.name][f"joules_per_token_vs_{plain}"] = energy_ratio
             if outcome.result is not None:
                 for category, ratio in category_speedups(outcome.result, self.plain_result(arm.name)).items():
                     arms[arm.name]["categories"][category][f"speedup_vs_{plain}"] = ratio

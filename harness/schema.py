@@ -60,6 +60,9 @@ class SimModelConfig:
     prefill_base_ms: float = 5.0
     prefill_ms_per_token: float = 0.05
     batch_scaling: float = 0.01
+    # tokens per target-model pass past which it is compute-bound (its time then grows in
+    # proportion to them): a plain step passes batch tokens, a verify batch x num_draft_tokens; null: no knee
+    compute_knee_tokens: Optional[float] = None
     max_running_requests: int = 256
     startup_s: float = 1.0
     seed: int = 0
@@ -158,9 +161,27 @@ class SpeedupGate:
 
 
 @dataclass
+class CapacityGate:
+    """`specgate capacity`: this arm's capacity under the SLOs >= ratio x arm `over`'s, and/or >= `at_least`."""
+
+    over: Optional[str] = None  # another arm to compare with (null: no comparison)
+    ratio: float = 1.0
+    at_least: Optional[float] = None  # an absolute floor, in the capacity dimension's unit (null: none)
+
+
+@dataclass
 class LosslessGate:
     against: str = "baseline"  # the arm whose outputs this arm's must equal, request by request
     min_exact_match: float = 1.0  # share of the compared requests whose generated text must be identical
+
+
+@dataclass
+class ClientBoundConfig:
+    """When the client's own lag makes an arm's figures the client's (harness/client_bound.py)."""
+
+    loop_lag_ms_p99: float = 20.0  # event-loop lag p99 above this may distort latencies ...
+    send_gap_ms_p99: float = 10.0  # send gap p99 above this may distort throughput ...
+    min_share: float = 0.1  # ... when it is also at least this share of the figure (E2E p50 for a send gap)
 
 
 @dataclass
@@ -177,6 +198,7 @@ class GateConfig:
     min_speedup: Dict[str, SpeedupGate] = field(default_factory=dict)  # arm -> {over, ratio}
     accept_length_at_least_break_even: List[str] = field(default_factory=list)  # arms
     lossless: Dict[str, LosslessGate] = field(default_factory=dict)  # arm -> {against, min_exact_match}; needs temperature 0
+    min_capacity: Dict[str, CapacityGate] = field(default_factory=dict)  # arm -> {over, ratio, at_least}; specgate capacity only
     max_failed_requests: int = 0  # per arm
     # the per-request and the server-counter accept length of one window may differ by this
     # fraction of the larger (null: not compared); only where both sources exist
@@ -194,6 +216,52 @@ class GateConfig:
     fail_on_throttle_reasons: List[str] = field(default_factory=lambda: [
         "HwSlowdown", "HwThermalSlowdown", "SwThermalSlowdown", "HwPowerBrakeSlowdown"])  # any under load fails
     min_gpu_util_under_load_pct: Optional[float] = 50.0  # below: the load did not really reach the GPU
+    max_joules_per_token: Dict[str, float] = field(default_factory=dict)  # arm -> ceiling (GPU J per output token)
+    client_bound: ClientBoundConfig = field(default_factory=ClientBoundConfig)  # is the client the bottleneck?
+    allow_client_bound: bool = False  # true: a client-bound arm is a warning, not a failed run
+
+
+@dataclass
+class SloConfig:
+    """Service-level objectives for `specgate capacity`: upper limits in ms on the latency
+    metrics as harness/metrics.py computes them; a metric or statistic left unset is no SLO."""
+
+    ttft_ms: PercentileLimits = field(default_factory=PercentileLimits)
+    tpot_ms: PercentileLimits = field(default_factory=PercentileLimits)
+    itl_ms: PercentileLimits = field(default_factory=PercentileLimits)
+    e2e_ms: PercentileLimits = field(default_factory=PercentileLimits)
+
+
+CAPACITY_DIMENSIONS = ("concurrency", "request_rate")
+
+
+@dataclass
+class CapacityConfig:
+    """How `specgate capacity` probes loads (harness/capacity.py): from `start`, times `growth`
+    until an SLO is missed or `max` is reached, then bisection."""
+
+    dimension: str = "concurrency"  # concurrency (closed loop) | request_rate (open loop, requests/s)
+    start: float = 1  # the first probe's load
+    max: float = 256  # no probe above this; a capacity that reaches it is a lower bound
+    growth: float = 2.0  # each probe up to the first miss is this many times the last
+    tolerance: float = 0.05  # request_rate: bisect until the bracket is within this fraction of the load
+    rounds: int = 2  # concurrency: a probe sends rounds x concurrency requests (at least workload.num_prompts)
+    probe_s: float = 20.0  # request_rate: a probe sends rate x probe_s requests (at least workload.num_prompts)
+    max_in_flight: int = 1024  # request_rate: the client's cap on requests in flight (queueing belongs to the server)
+
+
+@dataclass
+class SpeedupThrough:
+    concurrency: int = 1  # every swept point at or below this concurrency ...
+    ratio: float = 1.0  # ... must reach this output tok/s ratio over the plain arm
+
+
+@dataclass
+class SweepGateConfig:
+    """Gates on a whole sweep over concurrency, judged when it finishes (harness/sweep_gate.py)."""
+
+    min_speedup_through: Dict[str, SpeedupThrough] = field(default_factory=dict)  # arm -> {concurrency, ratio}
+    crossover_at_least: Dict[str, float] = field(default_factory=dict)  # arm -> the lowest crossover concurrency
 
 
 @dataclass
@@ -212,7 +280,10 @@ class SpecgateConfig:
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     gate: GateConfig = field(default_factory=GateConfig)
+    sweep_gate: SweepGateConfig = field(default_factory=SweepGateConfig)
     record: RecordConfig = field(default_factory=RecordConfig)
+    slo: SloConfig = field(default_factory=SloConfig)  # specgate capacity's objectives
+    capacity: CapacityConfig = field(default_factory=CapacityConfig)  # specgate capacity's search
     name: str = "default"  # experiment name (set by exp/*.yaml)
     description: str = ""  # one line, shown by `specgate list`
     plain_arm: Optional[str] = None  # the plain-decoding arm for speedup / break-even

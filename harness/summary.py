@@ -7,16 +7,23 @@ from typing import Any
 
 from harness import prompt_length
 from harness.agreement import client_decoded_tokens, sentence, server_decode_ms_per_token
+from harness.client_bound import bound_figures
 from harness.engines.base import ITL_PER_TOKEN
 from harness.metric_registry import metric_value, summary_columns
 from harness.metrics import ArmResult, acceptance_per_position, category_speedups
+from harness.telemetry.energy import joules_per_token_ratio
 
 def arm_cells(result: ArmResult, comparison: dict[str, float | None]) -> list[str]:
     """One arm's row: the registry's summary columns, then requests ok/failed in one cell.
-    Cross-arm metrics (speedup, break-even) come from `comparison`, keyed by metric path."""
+    Cross-arm metrics (speedup, break-even) come from `comparison`, keyed by metric path.
+    A figure that is the client's own lag is marked `*` (see the Client health section)."""
+    bound = bound_figures(result)
     cells = [m.format_column(comparison.get(m.path) if m.between_arms else metric_value(result, m.path))
-             for m in summary_columns()]
+             + (CLIENT_BOUND_MARK if m.path in bound else "") for m in summary_columns()]
     return cells + [f"{result.requests_ok}/{result.requests_failed}"]
+
+
+CLIENT_BOUND_MARK = "*"
 
 
 def column_names() -> list[str]:
@@ -49,6 +56,9 @@ def format_summary(experiment, results: dict[str, ArmResult], arm_status: dict[s
     lines += ["Latencies in ms; accept length is run-scoped and token-weighted "
               "(Σ completion tokens ÷ Σ verify cycles over measured requests).", ""]
     lines += markdown_table(header, rows)
+    if any(bound_figures(r) for r in results.values()):
+        lines.append(f"\n{CLIENT_BOUND_MARK} client-bound: the figure is the client's own lag, not the server's "
+                     f"(see Client health).")
     for arm in experiment.arm_names:
         r = results.get(arm)
         if r is not None and r.accept_length_source == "server_cumulative":
@@ -64,6 +74,8 @@ def format_summary(experiment, results: dict[str, ArmResult], arm_status: dict[s
     lines += category_section(experiment, results)
     lines += noise_section(experiment, results) + server_section(experiment, results, arm_status)
     lines += gpu_section(experiment, gpu or {})
+    lines += energy_section(experiment, gpu or {})
+    lines += client_section(experiment, results)
     lines += ["", "## Gates", ""]
     if not verdicts:
         lines.append("No gate was evaluated.")
@@ -156,6 +168,27 @@ def gpu_section(experiment, gpu: dict[str, dict]) -> list[str]:
     return ["", "## GPUs (median; load = tokens streaming, after the ramp-in)", ""] + markdown_table(header, rows)
 
 
+def energy_section(experiment, gpu: dict[str, dict]) -> list[str]:
+    """Per arm: GPU energy over the load window, joules per output token, and that against
+    the plain arm's (does speculation cost energy per token?)."""
+    plain = getattr(experiment, "plain_arm", None)
+    rows = []
+    for arm in experiment.arm_names:
+        energy = (gpu.get(arm) or {}).get("energy")
+        if not energy:
+            continue
+        ratio = joules_per_token_ratio(gpu.get(arm), gpu.get(plain)) if plain and arm != plain else None
+        rows.append([arm, energy.get("method") or "-", cell(energy.get("joules"), "{:.1f}"),
+                     cell(energy.get("seconds"), "{:.2f}"), cell(energy.get("mean_power_w"), "{:.0f}"),
+                     cell(energy.get("output_tokens"), "{:d}"), cell(energy.get("joules_per_token"), "{:.3f}"),
+                     cell(ratio, "{:.2f}x"), energy.get("why") or ""])
+    if not rows:
+        return []
+    header = ["arm", "method", "J", "s", "W (all GPUs)", "tokens", "J/token", f"J/token vs {plain or '-'}", "why not"]
+    return ["", "## Energy (all GPUs, load window after the ramp-in; tokens streamed in the same span)", "",
+            *markdown_table(header, rows)]
+
+
 def server_section(experiment, results: dict[str, ArmResult], arm_status: dict[str, dict]) -> list[str]:
     """What the client measured beside what the server's own /metrics histograms say over
     the same window (first repeat), each pair of the same meaning (harness/agreement.py),
@@ -201,3 +234,25 @@ def disagreement_lines(experiment, results: dict[str, ArmResult], arm_status: di
              for arm in experiment.arm_names
              for entry in arm_status.get(arm, {}).get("client_server_disagreement") or []]
     return ([""] + [f"- {line}" for line in found]) if found else []
+
+
+def client_section(experiment, results: dict[str, ArmResult]) -> list[str]:
+    """Per arm, the client's own health over its load and whether its figures are the
+    client's (harness/load/client_health.py, harness/client_bound.py), in one line."""
+    lines = []
+    for arm in experiment.arm_names:
+        client = results[arm].client if arm in results else None
+        if not client:
+            continue
+        lag, gap, cpu = client.get("loop_lag_ms") or {}, client.get("send_gap_ms") or {}, client.get("cpu") or {}
+        state = "CLIENT-BOUND" if client.get("client_bound") else "ok"
+        lines.append(f"- {arm}: {state}: event-loop lag p50/p99/max {spread_cell(lag)} ms; send gap p50/p99/max "
+                     f"{spread_cell(gap)} ms; CPU {cell(cpu.get('process_share_of_one_core'), '{:.0%}')} of one core "
+                     f"(event loop {cell(cpu.get('loop_thread_share_of_one_core'), '{:.0%}')}; "
+                     f"{cell(cpu.get('process_share_of_all_cores'), '{:.0%}')} of {cpu.get('cores', '?')} cores). "
+                     f"{client.get('verdict', '')}")
+    return ["", "## Client health (is the load generator keeping up?)", ""] + lines if lines else []
+
+
+def spread_cell(block: dict) -> str:
+    return "/".join(cell(block.get(s), "{:.1f}") for s in ("p50", "p99", "max"))

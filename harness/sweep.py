@@ -17,10 +17,12 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from harness import PROJECT_ROOT, SUITES_DIR
 
 from harness.config import ConfigError, Experiment, SweepPoint, compose, is_sweep, override_key, sweep_points
+from harness import sweep_gate
 from harness.sweep_record import SweepRecord
 
 INTERRUPTED_EXIT = 2  # pytest's status for a run stopped by Ctrl-C
@@ -43,6 +45,8 @@ def check_points(points: list[SweepPoint], conf_dir: Path, here: bool = True) ->
 
     if any(override_key(o) == "record.root" for point in points for o in point.swept):
         raise ConfigError("record.root cannot be swept: the sweep's own folder holds every point's record")
+    if any(override_key(o).startswith("sweep_gate.") for point in points for o in point.swept):
+        raise ConfigError("sweep_gate cannot be swept: its gates judge the whole sweep, once")
     experiments = []
     for index, point in enumerate(points):
         try:
@@ -108,7 +112,8 @@ def signal_until_gone(child: subprocess.Popen) -> int:
 def run_sweep(overrides: list[str], pytest_options: list[str], conf_dir: Path, command: list[str]) -> int:
     """Expand, check every point, then run them: one after another here (hydra/launcher=basic,
     the default), or as jobs of an engine through Hydra's launcher (harness/sweep_launch.py).
-    Exit status: 0 only if every point exited 0, else 1; 2 when interrupted."""
+    Exit status: 0 only if every point exited 0 and no sweep gate failed, else 1; 2 when
+    interrupted."""
     from harness.sweep_launch import engine_of, is_hydra_override, run_launched
 
     hydra_overrides = [o for o in overrides if is_hydra_override(o)]
@@ -128,14 +133,14 @@ def run_sweep(overrides: list[str], pytest_options: list[str], conf_dir: Path, c
     previous_sigterm = signal.signal(signal.SIGTERM, raise_interrupt)
     try:
         if engine == "basic":
-            return run_here(record, runs, entries, conf_dir, pytest_options)
-        return run_launched(record, entries, overrides, hydra_overrides, engine, conf_dir)
+            return run_here(record, runs, entries, conf_dir, pytest_options, first.base.sweep_gate)
+        return run_launched(record, entries, overrides, hydra_overrides, engine, conf_dir, first.base.sweep_gate)
     finally:
         signal.signal(signal.SIGTERM, previous_sigterm)
 
 
 def run_here(record: SweepRecord, runs: list[list[str]], entries: list[dict], conf_dir: Path,
-             pytest_options: list[str]) -> int:
+             pytest_options: list[str], gates: Any) -> int:
     """The basic launcher: each point's pytest in turn on this machine."""
     statuses: list[int] = []
     try:
@@ -151,8 +156,17 @@ def run_here(record: SweepRecord, runs: list[list[str]], entries: list[dict], co
         record.finish(status, interrupted=True)
         print(f"specgate sweep: interrupted; record {record.path}", file=sys.stderr)
         return status
-    status = 0 if all(s == 0 for s in statuses) else 1
+    return finish_sweep(record, statuses, gates)
+
+
+def finish_sweep(record: SweepRecord, statuses: list[int | None], gates: Any) -> int:
+    """Every point ended: the sweep gates judged on them, the record closed; 0 only if every
+    point exited 0 and no sweep gate failed, else 1."""
+    verdicts = record.judge(gates)
+    status = 0 if all(s == 0 for s in statuses) and not sweep_gate.failed(verdicts) else 1
     record.finish(status, interrupted=False)
+    for verdict in verdicts:
+        print(f"specgate sweep gate: {sweep_gate.describe(verdict)}", flush=True)
     print(f"specgate sweep: {statuses.count(0)} of {len(statuses)} point(s) exited 0; "
           f"summary {record.path / 'summary.md'}", flush=True)
     return status

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from hydra import compose as hydra_compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
@@ -29,10 +30,11 @@ from omegaconf.errors import OmegaConfBaseException
 from harness import PROJECT_ROOT
 from harness.atomic import atomic_write
 from harness.config import ConfigError, override_key
-from harness.sweep_jobs import LocalJobs, SlurmJobs, failed_result, failure_in_log, job_log, submitted_jobs, \
-    wait_until_none
 from harness.secrets import Redactor
 from harness.servers.log import ServerLog
+from harness.sweep import finish_sweep
+from harness.sweep_jobs import LocalJobs, SlurmJobs, failed_result, failure_in_log, job_log, submitted_jobs, \
+    wait_until_none
 from harness.sweep_record import SweepRecord
 
 POLL_S = 1.0
@@ -112,7 +114,7 @@ def job_name(record: SweepRecord) -> str:
 
 
 def run_launched(record: SweepRecord, entries: list[dict], overrides: list[str], hydra_overrides: list[str],
-                 engine: str, conf_dir: Path) -> int:
+                 engine: str, conf_dir: Path, gates: Any) -> int:
     """Submit through the Hydra app, follow the points to their end; the sweep's exit status."""
     record.data["launcher"] = {"engine": engine, "overrides": hydra_overrides, "job_name": job_name(record),
                                "conf_dir": str(conf_dir), "log": "launcher.log"}
@@ -132,12 +134,7 @@ def run_launched(record: SweepRecord, entries: list[dict], overrides: list[str],
         return interrupted(record, entries, app, jobs)
     explain_the_rest(record, entries, jobs, app.returncode)
     drop_pickles(record.path / "points" / ".submitit")
-    statuses = [e["exit_status"] for e in entries]
-    status = 0 if all(s == 0 for s in statuses) else 1
-    record.finish(status, interrupted=False)
-    print(f"specgate sweep: {statuses.count(0)} of {len(entries)} point(s) exited 0; "
-          f"summary {record.path / 'summary.md'}", flush=True)
-    return status
+    return finish_sweep(record, [e["exit_status"] for e in entries], gates)
 
 
 def follow(record: SweepRecord, entries: list[dict], app: subprocess.Popen, jobs, redactor: Redactor) -> None:

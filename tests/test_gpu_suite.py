@@ -56,7 +56,7 @@ def test_a_load_that_never_streams_is_a_failed_measurement(tmp_path):
 def test_without_a_driver_nvml_gpu_tests_are_skipped_not_passed(tmp_path):
     proc = run_suites("+exp=sim_smoke", "telemetry=nvml", f"record.root={tmp_path}", "-k", "gpu and baseline")
     assert proc.returncode == 0, proc.stdout[-3000:]
-    assert "no NVIDIA driver" in proc.stdout and "3 skipped" in proc.stdout
+    assert "no NVIDIA driver" in proc.stdout and "4 skipped" in proc.stdout  # the four GPU gates
     assert "no NVIDIA driver" in results(tmp_path)["arms"]["baseline"]["gpu"]["unavailable"]
 
 

@@ -365,7 +365,8 @@ def test_gamma_arrivals_drive_sends_capped_by_concurrency():
     sent: list[int] = []
     active = [0, 0]  # now, most
 
-    async def send(i: int) -> None:
+    async def send(i: int, scheduled: float) -> None:
+        assert scheduled <= time.perf_counter()  # due already: an arrival is never sent early
         sent.append(i)
         active[0] += 1
         active[1] = max(active)

@@ -139,11 +139,13 @@ def test_model_is_pure_arithmetic():
         assert g1["throttle_reasons"] == [] and g1["gpu_util_pct"] > 85
     t[0] = 11.0
     hot = m.read()
-    assert all(abs(g["sm_clock_mhz"] - 2600) <= 3 and 248 <= g["power_w"] <= 301 for g in hot)
+    # 4 plain streams: 85 W + 615 W x (0.3 + 0.7 x 4/68) x spread(0.97-1.03) = 288-301 W
+    assert all(abs(g["sm_clock_mhz"] - 2600) <= 3 and 286 <= g["power_w"] <= 303 for g in hot)
     # The energy counter integrates the power curve exactly: load power for 11 s, less
     # the 0.3 s exponential rise from idle power.
     for g, e, state in zip(hot, e0, m.gpus):
-        joules = state.load_w * 11.0 + (state.idle_w - state.load_w) * 0.3 * (1 - math.exp(-11.0 / 0.3))
+        load_w = m.load_power_w(state, 4)
+        joules = load_w * 11.0 + (state.idle_w - load_w) * 0.3 * (1 - math.exp(-11.0 / 0.3))
         assert (g["energy_mj"] - e) / 1000 == pytest.approx(joules, abs=0.01)
     m.set_running(0)
     t[0] = 30.0
@@ -163,6 +165,40 @@ def test_model_throttle_modes():
     assert pw["power_limit_w"] == 250.0 and abs(pw["power_w"] - 250.0) <= 1.5
     with pytest.raises(ValueError, match="--sim-gpu-throttle"):
         SimGpuModel(throttle="fire")
+
+
+def test_model_power_rises_with_the_work_per_pass():
+    """Power follows the running count and the tokens each pass processes: more streams
+    draw more, a 3-token verify pass more than a plain step, never past the 700 W limit;
+    a thermally capped clock draws proportionally less dynamic power."""
+    plain, spec = SimGpuModel(tp_size=1), SimGpuModel(tp_size=1, tokens_per_forward=3)
+    (g,), (h,) = plain.gpus, spec.gpus
+    assert plain.load_power_w(g, 0) == g.idle_w
+    watts = [plain.load_power_w(g, n) for n in (1, 4, 64, 1024)]
+    assert watts == sorted(watts) and 265 <= watts[0] <= 285 and 640 <= watts[-1] <= 700
+    assert spec.load_power_w(h, 1) == pytest.approx(plain.load_power_w(g, 3))  # work = streams x tokens per pass
+    assert spec.load_power_w(h, 1) > plain.load_power_w(g, 1)
+    assert SimGpuModel(tp_size=1, tokens_per_forward=3).load_power_w(h, 10**6) <= 700.0
+    capped = SimGpuModel(tp_size=1, throttle="thermal")
+    (c,) = capped.gpus
+    dynamic = lambda model, gpu: model.load_power_w(gpu, 1) - gpu.idle_w
+    assert dynamic(capped, c) == pytest.approx(dynamic(plain, g) * 1800 / 2600)
+    # the count drives the power: the energy counter's rate follows it
+    t = [0.0]
+    m = SimGpuModel(tp_size=1, clock=lambda: t[0])
+    (k,) = m.gpus
+    m.set_running(1)
+    t[0] = 4.0
+    e1 = m.read()[0]["energy_mj"]
+    t[0] = 5.0
+    e2 = m.read()[0]["energy_mj"]
+    m.set_running(64)
+    t[0] = 10.0
+    e3 = m.read()[0]["energy_mj"]
+    t[0] = 11.0
+    e4 = m.read()[0]["energy_mj"]
+    assert (e2 - e1) / 1000 == pytest.approx(m.load_power_w(k, 1), abs=0.5)  # joules in 1 s = watts
+    assert (e4 - e3) / 1000 == pytest.approx(m.load_power_w(k, 64), abs=0.5)
 
 
 # ------------------------------------------------------------- the HTTP route

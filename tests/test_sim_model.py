@@ -112,3 +112,87 @@ def test_acceptance_follows_the_prompts_content():
     assert m.accept_probs_for("Tell me a story") == [0.6, 0.667]
     assert m.expected_accept_length([0.9, 0.85]) == pytest.approx(1 + 0.9 + 0.9 * 0.85)
     assert m.expected_accept_length() == pytest.approx(1 + 0.6 + 0.6 * 0.667)
+
+
+# --- the compute-bound knee and the break-even map's truth -------------------------------------
+
+def knee_model(**changes) -> SimModel:
+    """conf/exp/sim_crossover's model: server=sim's timing, EAGLE-3 (2 steps, 3 tokens), knee 12."""
+    settings = dict(decode_ms=4.0, draft_step_ms=1.0, verify_base_ms=4.0, verify_per_token_ms=0.5,
+                    accept_probs=[0.8, 0.75], batch_scaling=0.01, speculative=True, num_steps=2,
+                    num_draft_tokens=3, compute_knee_tokens=12)
+    return SimModel(**{**settings, **changes})
+
+
+def test_without_a_knee_every_step_costs_what_it_did():
+    for knee in (None, 0):
+        m = knee_model(compute_knee_tokens=knee)
+        for b in (1, 4, 16, 64, 256):
+            assert m.decode_step_ms(b) == 4.0 * (1 + 0.01 * (b - 1))  # exactly the old arithmetic
+            assert m.verify_cycle_ms(b) == (2 * 1.0 + 4.0 + 0.5 * 3) * (1 + 0.01 * (b - 1))
+            assert m.expected_speedup(b) == pytest.approx(2.4 * 4.0 / 7.5)  # flat: 1.28x at any batch
+    assert knee_model(compute_knee_tokens=None).expected_crossover_batch() == 256  # pays at every batch it runs
+    assert SimModel(speculative=True).expected_crossover_batch() is None  # the seed box: 0.82x even at batch 1
+
+
+def test_a_pass_turns_compute_bound_past_the_knee_in_proportion_to_its_tokens():
+    m = knee_model()
+    bf = m.batch_factor
+    assert m.decode_step_ms(12) == pytest.approx(4.0 * bf(12))  # 12 tokens: at the knee, still memory-bound
+    assert m.decode_step_ms(24) == pytest.approx(4.0 * bf(24) * 2)  # twice the knee: twice the time
+    # a verify passes batch x 3 tokens: at the knee from batch 4, twice past it at batch 8
+    assert m.verify_cycle_ms(4) == pytest.approx((2.0 + 5.5) * bf(4))
+    assert m.verify_cycle_ms(8) == pytest.approx((2.0 + 5.5 * 2) * bf(8))  # draft steps stay memory-bound
+    assert m.verify_cycle_ms(16) == pytest.approx((2.0 + 5.5 * 4) * bf(16))
+
+
+def test_speedup_falls_past_the_verify_knee_and_the_crossover_is_where_it_reaches_one():
+    m = knee_model()
+    assert m.expected_speedup(1) == pytest.approx(1.28) and m.expected_speedup(4) == pytest.approx(1.28)
+    assert m.expected_speedup(8) == pytest.approx(2.4 * 4.0 / 13.0)  # 0.74x
+    assert m.expected_speedup(16) == pytest.approx(2.4 * 4.0 * 16 / 12 / 24.0)  # both compute-bound: 0.53x
+    # between batch 4 and 12 the speedup is 2.4 x 4 / (2 + 5.5 x 3b / 12): 1.0 at b = 7.6 x 12 / 16.5
+    crossover = m.expected_crossover_batch()
+    assert crossover == pytest.approx(7.6 * 12 / 16.5, abs=1e-6)  # 5.527
+    assert m.expected_speedup(crossover) >= 1.0 > m.expected_speedup(crossover + 1e-3)
+    plain = knee_model(speculative=False)
+    assert plain.expected_speedup(8) == 1.0 and plain.expected_crossover_batch() == 256
+
+
+def test_the_knee_flag_reaches_the_model_and_zero_means_none():
+    base = ["--model-path", "m", "--speculative-algorithm", "EAGLE3"]
+    assert SimModel.from_args(parse_args([*base, "--sim-compute-knee-tokens", "12"])).compute_knee_tokens == 12
+    assert SimModel.from_args(parse_args([*base, "--sim-compute-knee-tokens", "0"])).compute_knee_tokens is None
+    assert SimModel.from_args(parse_args(base)).compute_knee_tokens is None
+    with pytest.raises(SystemExit):
+        parse_args([*base, "--sim-compute-knee-tokens", "-4"])
+
+
+def test_the_experiments_knee_reaches_the_server_flags():
+    from harness.config import compose
+    from harness.engines.sim import sim_args, truth_model
+
+    crossover = compose(["+exp=sim_crossover"]).arm("eagle3").cfg
+    flags = sim_args(crossover.server.sim)
+    assert flags[flags.index("--sim-compute-knee-tokens") + 1] == "12.0"
+    assert truth_model(crossover).expected_crossover_batch() == pytest.approx(5.527, abs=0.001)
+    assert "--sim-compute-knee-tokens" not in sim_args(compose(["+exp=sim_smoke"]).arm("eagle3").cfg.server.sim)
+    seed_box = truth_model(compose(["+exp=eagle_k2_sim"]).arm("eagle3").cfg)
+    assert seed_box.expected_speedup(1) == pytest.approx(2.0 * 12.2 / 29.9, abs=0.001)  # unchanged at concurrency 1
+    assert seed_box.expected_speedup(16) == pytest.approx(seed_box.expected_speedup(1))  # 48 tokens: under the knee
+    assert seed_box.expected_speedup(64) < 0.5  # 192 tokens: the verify pass is past its knee, plain is not
+
+
+def test_the_scheduler_times_a_step_by_its_running_batch():
+    """The knee reaches measured figures because every decode step is timed at the batch running."""
+    from harness.sim.scheduler import Scheduler, SimRequest
+    from harness.sim.tokens import OutputPlan
+
+    for model in (knee_model(), knee_model(speculative=False)):
+        scheduler = Scheduler(model, None, None, [])
+        for rid in range(8):
+            request = SimRequest(rid, 10, 100, -1, OutputPlan(0, 0, True), random.Random(rid))
+            request.histogram = [0] * (model.num_steps + 1)
+            scheduler.running[rid] = request
+        duration, items = scheduler._decode_step()
+        assert len(items) == 8 and duration * 1000 == pytest.approx(model.step_ms(8))

@@ -173,10 +173,12 @@ def test_two_points_through_submitits_local_executor(tmp_path):
     runs = tmp_path / "runs"
     secret = "hf_sweepsecret0123456789"
     status, output = finished(sweep(runs, "workload.concurrency=1,2", "hydra/launcher=submitit_local",
-                                    f"+server.env.HF_TOKEN={secret}"))
+                                    f"+server.env.HF_TOKEN={secret}", "+sweep_gate.crossover_at_least.eagle3=2"))
     assert status == 0, output[-4000:]
     sweep_dir, data = sweep_record(runs)
     assert (data["status"], data["exit_status"], data["launcher"]["engine"]) == ("finished", 0, "local")
+    # the sweep gates are judged on launched points as on basic ones
+    assert [(v["name"], v["status"]) for v in data["sweep_gates"]] == [("crossover_at_least", "passed")]
     for point, concurrency in zip(data["points"], (1, 2)):
         assert_point_passed(sweep_dir, point, concurrency)
     # what Hydra's app writes (its log lines repeat the overrides, its multirun.yaml the config) is redacted

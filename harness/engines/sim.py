@@ -12,6 +12,8 @@ from harness.engines.base import EngineConfigError
 from harness.engines.sglang import SGLang
 from harness.load.crosscheck import CountTokens
 from harness.load.sizing import PromptTokenizer
+from harness.sim.cli import parse_args
+from harness.sim.model import SimModel
 from harness.sim.tokens import count_output_tokens, count_tokens
 
 
@@ -53,6 +55,16 @@ class Simulator(SGLang):
         if cfg.server.sim is None and cfg.backend.kind != "attach":
             raise EngineConfigError(f"server '{cfg.server.name}' has no `sim:` timing model, which the "
                                     f"simulator needs (e.g. server=sim)")
+        knee = None if cfg.server.sim is None else cfg.server.sim.compute_knee_tokens
+        if knee is not None and knee < 0:
+            raise EngineConfigError(f"server.sim.compute_knee_tokens is a number of tokens (0 or null: no knee), "
+                                    f"got {knee}")
         if cfg.server.sim is not None and not 0.0 <= cfg.server.sim.lossy_rate <= 1.0:
             raise EngineConfigError(f"server.sim.lossy_rate is the share of accepted draft tokens that come out "
                                     f"wrong, between 0 and 1, got {cfg.server.sim.lossy_rate}")
+
+
+def truth_model(cfg: DictConfig) -> SimModel:
+    """The timing model a simulator started for this arm's config runs (its own launch flags,
+    parsed as the simulator parses them): the truth a test measures the harness against."""
+    return SimModel.from_args(parse_args(Simulator().args(cfg, 0, "127.0.0.1")))

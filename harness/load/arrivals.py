@@ -1,11 +1,13 @@
 """Arrival processes: when the next measured request is sent.
 
-An arrival process drives ``send(index)`` for each index that ``claim()`` hands out
-(``claim()`` returns None once the load is complete) and returns when every request it
-sent has ended.  ``concurrency`` always caps how many are in flight.
+An arrival process drives ``send(index, scheduled)`` for each index that ``claim()`` hands
+out (``claim()`` returns None once the load is complete) and returns when every request it
+sent has ended.  ``concurrency`` always caps how many are in flight.  ``scheduled`` is the
+perf_counter time the process meant the request to go: how late it really went is the
+client's send gap (:mod:`harness.load.client_health`).
 
 * :class:`ClosedLoop` (``request_rate`` null): ``concurrency`` workers, each sends its
-  next request as soon as its previous one ends.
+  next request as soon as its previous one ends (scheduled then: its slot freed).
 * :class:`PoissonArrivals` (``request_rate`` set): exponential gaps at that rate from
   ``random.Random(seed)``; an arrival waits for a free slot.
 * :class:`GammaArrivals`: gamma-distributed gaps with the same mean; ``burstiness`` < 1
@@ -22,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
 Claim = Callable[[], "int | None"]
-Send = Callable[[int], Awaitable[Any]]
+Send = Callable[[int, float], Awaitable[Any]]  # (index, scheduled perf_counter time)
 
 
 class ArrivalProcess(ABC):
@@ -36,11 +38,13 @@ class ClosedLoop(ArrivalProcess):
     concurrency: int
 
     async def drive(self, claim: Claim, send: Send) -> None:
-        async def worker() -> None:
+        async def worker(freed: float) -> None:
             while (i := claim()) is not None:
-                await send(i)
+                await send(i, freed)
+                freed = time.perf_counter()  # its request ended: the slot is free again
 
-        await asyncio.gather(*(worker() for _ in range(self.concurrency)))
+        began = time.perf_counter()  # every slot is free when the load begins
+        await asyncio.gather(*(worker(began) for _ in range(self.concurrency)))
 
 
 @dataclass(frozen=True)
@@ -63,11 +67,14 @@ class OpenLoop(ArrivalProcess):
         rng = random.Random(self.seed)
         slots = asyncio.Semaphore(self.concurrency)
         tasks: set[asyncio.Task] = set()
+        freed = 0.0  # when a slot was last released
 
-        async def send_in_slot(i: int) -> None:
+        async def send_in_slot(i: int, scheduled: float) -> None:
+            nonlocal freed
             try:
-                await send(i)
+                await send(i, scheduled)
             finally:
+                freed = time.perf_counter()
                 slots.release()
 
         t_next = time.perf_counter()
@@ -76,12 +83,15 @@ class OpenLoop(ArrivalProcess):
                 delay = t_next - time.perf_counter()
                 if delay > 0:
                     await asyncio.sleep(delay)
+                capped = slots.locked()
                 await slots.acquire()
                 i = claim()
                 if i is None:
                     slots.release()
                     break
-                task = asyncio.create_task(send_in_slot(i))
+                # held back by the cap: due when a slot freed (the latest release, so a gap is never overstated)
+                scheduled = max(t_next, freed) if capped else t_next
+                task = asyncio.create_task(send_in_slot(i, scheduled))
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
                 t_next += self.gap(rng)

@@ -17,6 +17,8 @@ class RequestRecord:
     dataset_row: int | None = None  # the dataset row it came from (0-based), None without a dataset
     category: str | None = None  # that row's category
     send_time: float = 0.0  # perf_counter seconds
+    # when the arrival process meant it to go (perf_counter s; harness/load/client_health.py): None: not scheduled
+    scheduled_time: float | None = None
     chunk_times: list[float] = field(default_factory=list)  # arrival of each chunk that carried tokens
     chunk_tokens: list[int] = field(default_factory=list)  # tokens in that chunk
     status: int | None = None  # HTTP status
@@ -48,6 +50,11 @@ class RequestRecord:
         return self.chunk_times[0] - self.send_time if self.chunk_times else None
 
     @property
+    def send_gap_s(self) -> float | None:
+        """How late the client sent it: send time minus its scheduled time."""
+        return self.send_time - self.scheduled_time if self.scheduled_time is not None and self.send_time else None
+
+    @property
     def e2e_s(self) -> float | None:
         return self.end_time - self.send_time if self.end_time is not None else None
 
@@ -77,6 +84,7 @@ class RequestRecord:
             "error": self.error,
             "send_ms": ms(self.send_time - t0),
             "end_ms": ms(None if self.end_time is None else self.end_time - t0),
+            "send_gap_ms": ms(self.send_gap_s),
             "ttft_ms": ms(self.ttft_s),
             "e2e_ms": ms(self.e2e_s),
             "decode_ms": ms(self.decode_s),
@@ -105,6 +113,7 @@ class LoadResult:
     model: str
     run_start: float = 0.0  # before the first warm-up request: t0 of requests.jsonl
     prompt_sizing: str | None = None  # what counted the prompts' tokens (harness.load.sizing); None: not sized
+    client: dict | None = None  # the client's own health over the load (harness/load/client_health.py)
 
     @property
     def measured(self) -> list[RequestRecord]:

@@ -12,6 +12,11 @@ history; a turn that fails ends its conversation (the next has no answer to carr
 of a row from the end of the source's order; then the arrival process sends the measured
 ones.
 
+While the measured requests run, the client watches itself
+(:mod:`harness.load.client_health`): a ticker measures the event loop's lag, the CPU
+clocks are read at both ends, and each request keeps the time it was scheduled for, so
+the load's ``client`` block says whether the client kept up.
+
 One ``asyncio.run`` and one ``aiohttp.ClientSession`` per load.  Ctrl-C (or SIGTERM,
 which the plugin turns into KeyboardInterrupt): asyncio cancels the load task, the session
 is closed on the way out, and ``LoadInterrupted`` (a KeyboardInterrupt) reaches the caller
@@ -27,6 +32,7 @@ from typing import Any, Callable
 
 from harness.load.conversation import Conversation
 from harness.load.arrivals import ArrivalProcess, arrival_process
+from harness.load.client_health import CpuMark, LoopLagTicker, client_block
 from harness.load.crosscheck import CountTokens
 from harness.load.progress import LoadCounter, ProgressSnapshot
 from harness.load.prompts import PromptSource, RandomWords, prompt_source
@@ -143,19 +149,23 @@ class _Load:
         self.records: list[RequestRecord] = []
         self.ended: set[int] = set()  # id() of each record whose request ran to its end
         self.run_start: float | None = None
+        self.lag_ticker = LoopLagTicker()
+        self.cpu_marks: list[CpuMark] = []  # at the measured requests' start and end
 
     def claim(self) -> int | None:
         return self.budget.claim(self.counter.measure_start)
 
-    async def one(self, session, index: int, warmup: bool) -> None:
-        """Entry ``index``: its conversation's turns in order (a warm-up: the first turn only)."""
+    async def one(self, session, index: int, warmup: bool, scheduled: float | None = None) -> None:
+        """Entry ``index``: its conversation's turns in order (a warm-up: the first turn only).
+        ``scheduled``: when the arrival process meant it to go; a next turn's is when the
+        turn before it ended."""
         conversation = await self.conversation(-1 - index if warmup else index)
         turns = 1 if warmup else len(conversation.turns)
         answers: list[str] = []
         for turn in range(turns):
             rec = RequestRecord(index=index, warmup=warmup, turn=turn, dataset_row=conversation.row,
                                 category=conversation.category, run_start=self.run_start,
-                                intended_prompt_tokens=conversation.intended_prompt_tokens)
+                                intended_prompt_tokens=conversation.intended_prompt_tokens, scheduled_time=scheduled)
             body = self.request.body(conversation.messages(turn, answers), conversation.max_tokens)
             keep_answer = turn + 1 < turns
             await self.send(session, rec, body, keep_answer)
@@ -163,6 +173,7 @@ class _Load:
                 return  # the next turn would have no answer in its history
             if keep_answer:
                 answers.append(rec.answer or "")
+            scheduled = rec.end_time
 
     async def conversation(self, index: int) -> Conversation:
         """Entry ``index``'s conversation; one the server must size (a duration's prompts past
@@ -220,7 +231,7 @@ class _Load:
                 self.counter.in_warmup = False
                 if self.on_measured_start is not None:
                     await asyncio.to_thread(self.on_measured_start)
-                await self.arrivals.drive(self.claim, lambda i: self.one(session, i, False))
+                await self.measure(session)
             finally:
                 for task in background:
                     task.cancel()
@@ -231,6 +242,26 @@ class _Load:
         if self.progress:
             self.progress(self.counter.snapshot(final=True))
         return self.result(run_start)
+
+    async def measure(self, session) -> None:
+        """The measured requests, with the client's own health watched around them."""
+        lag = asyncio.create_task(self.lag_ticker.run())
+        self.cpu_marks = [CpuMark.now()]
+        try:
+            await self.arrivals.drive(self.claim, lambda i, scheduled: self.one(session, i, False, scheduled))
+            self.cpu_marks.append(CpuMark.now())
+        finally:
+            lag.cancel()
+            try:
+                await lag
+            except asyncio.CancelledError:
+                pass
+
+    def client_health(self, records: list[RequestRecord]) -> dict | None:
+        """The ``client`` block of a load that ran to its end (an interrupted one has none)."""
+        if len(self.cpu_marks) != 2:
+            return None
+        return client_block(self.lag_ticker.lags_s, *self.cpu_marks, records, self.lag_ticker.interval_s)
 
     def interrupted(self) -> LoadInterrupted:
         """What an interrupted load leaves: the requests that ended, and how many measured
@@ -249,4 +280,5 @@ class _Load:
         else:
             start = end = time.perf_counter()
         return LoadResult(records=records, start_time=start, end_time=end, api=self.request.api,
-                          model=self.request.model, run_start=run_start, prompt_sizing=self.prompt_sizing)
+                          model=self.request.model, run_start=run_start, prompt_sizing=self.prompt_sizing,
+                          client=self.client_health(records))

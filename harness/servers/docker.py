@@ -30,14 +30,36 @@ from harness.servers.processes import INSPECT_SCRIPT, ServerProcess, parse_inspe
 CONTAINER_PORT = 30000  # inside the container; docker picks the host side
 
 
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def remote_engine_host(docker_host: str | None) -> str | None:
+    """The host name of a Docker engine reached over the network (ssh://user@gpu-box,
+    tcp://gpu-box:2376), or None for the local socket (including DOCKER_HOST=unix://...)."""
+    if docker_host and not docker_host.startswith(("unix://", "npipe://")):
+        return urlparse(docker_host).hostname or None
+    return None
+
+
 def client_host(docker_host: str | None, publish_host: str) -> str:
-    """Where this machine reaches a published port: the local publish address, or the
-    remote engine's host name (ssh://user@gpu-box, tcp://gpu-box:2376)."""
-    if docker_host and not docker_host.startswith("unix://"):
-        host = urlparse(docker_host).hostname
-        if host:
-            return host
-    return "127.0.0.1" if publish_host in ("0.0.0.0", "") else publish_host
+    """Where this machine reaches a published port. A specific publish address is used as
+    it is (the remote box's own address, or loopback when the engine is local or on this
+    machine); an all-interfaces publish (0.0.0.0) is reached at the engine's host name."""
+    remote = remote_engine_host(docker_host)
+    if publish_host not in ("0.0.0.0", "", "::"):
+        return publish_host
+    return remote or "127.0.0.1"
+
+
+def unreachable_publish(docker_host: str | None, publish_host: str) -> str | None:
+    """Why this machine could not reach a port published on `publish_host` of the engine at
+    `docker_host`, or None: a remote engine's loopback is that box's own."""
+    remote = remote_engine_host(docker_host)
+    if remote and remote not in LOOPBACK and publish_host in LOOPBACK:
+        return (f"backend.publish_host {publish_host} publishes the server on {remote}'s own loopback, which "
+                f"this machine cannot reach; set backend.publish_host=0.0.0.0 (every interface of {remote}) "
+                f"or to an address of {remote} that this machine reaches")
+    return None
 
 
 def device_requests(cfg: DictConfig) -> list[DeviceRequest]:
@@ -50,9 +72,12 @@ def device_requests(cfg: DictConfig) -> list[DeviceRequest]:
 
 def read_only_mounts(cfg: DictConfig) -> dict[str, dict[str, str]]:
     """Model and drafter checkpoints at the same path inside, read-only (absolute paths
-    only: the simulator's model path is just a name)."""
+    only: the simulator's model path is just a name). On a remote engine the paths are the
+    engine's machine's, so they cannot be checked from here."""
     paths = [cfg.server.model_path, cfg.drafter.model_path if cfg.drafter.algorithm else None]
-    return {p: {"bind": p, "mode": "ro"} for p in paths if p and Path(p).is_absolute() and Path(p).exists()}
+    remote = remote_engine_host(cfg.backend.docker_host) is not None  # the paths are the engine's box's
+    return {p: {"bind": p, "mode": "ro"} for p in paths
+            if p and Path(p).is_absolute() and (remote or Path(p).exists())}
 
 
 def venv_site_packages(python: str, image_python: str) -> Path:

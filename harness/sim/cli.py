@@ -53,6 +53,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sim-prefill-base-ms", type=float, default=5.0)
     p.add_argument("--sim-prefill-ms-per-token", type=float, default=0.05)
     p.add_argument("--sim-batch-scaling", type=float, default=0.01)
+    p.add_argument("--sim-compute-knee-tokens", type=_non_negative, default=None,
+                   help="tokens per target-model pass past which it is compute-bound and its time grows in "
+                        "proportion to them (a plain step passes batch tokens, a verify batch x num_draft_tokens); "
+                        "unset or 0: no knee (see harness/sim/model.py)")
     p.add_argument("--sim-max-running-requests", type=int, default=256)
     p.add_argument("--sim-startup-s", type=float, default=1.0)
     p.add_argument("--sim-seed", type=int, default=0)
@@ -73,6 +77,13 @@ def _share(text: str) -> float:
     value = float(text)
     if not 0.0 <= value <= 1.0:
         raise argparse.ArgumentTypeError(f"{text} is not a share between 0 and 1")
+    return value
+
+
+def _non_negative(text: str) -> float:
+    value = float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} is negative")
     return value
 
 

@@ -1,4 +1,5 @@
-"""The simulator's GPUs: one per TP rank, with clocks that ramp from idle to boost under load.
+"""The simulator's GPUs: one per TP rank, with clocks that ramp from idle to boost under load
+and power that rises with the work each forward pass does.
 
 Not part of SGLang's surface: the simulator serves these readings at ``GET /sim/gpu`` so
 that the telemetry source ``sim`` (``harness.telemetry.sim``) has something to sample.
@@ -12,14 +13,29 @@ running request):
 quantity           idle                        busy                                   time const.
 =================  ==========================  =====================================  ==========
 SM/graphics clock  2330-2360 MHz (per GPU)     ``--sim-gpu-boost-mhz`` (2600)         ``--sim-gpu-ramp-s`` (1.5 s)
-power              ~85 W                       250-300 W (per GPU)                    0.3 s
+power              ~85 W                       the power model below (~275-700 W)     0.3 s
 utilization        0 %                         ~95 % GPU, ~55 % memory                0.15 s
 temperature        ~33 C                       ~62 C                                  30 s
 =================  ==========================  =====================================  ==========
 
 What an H200 does: its idle SM clock reads ~2.3 GHz (the session's idle readings were
-2325-2362 MHz at 84-86 W), the reported max is 2617 MHz.  The energy counter (mJ)
-integrates the power curve exactly.  Reasons: ``GpuIdle`` while idle, none while busy.
+2325-2362 MHz at 84-86 W), the reported max is 2617 MHz, its power limit is 700 W.
+
+**Power model.** A forward pass processes ``work = running x tokens_per_forward`` tokens
+(1 per request for plain decoding; ``--speculative-num-draft-tokens`` per request for a
+verify pass, the drafter's own small passes left out). Decode at a small batch is
+memory-bound and already draws a good share of the dynamic power (streaming the weights);
+more tokens per pass add compute until the GPU is near its limit::
+
+    activity = 0.3 + 0.7 * work / (work + 64)
+    power    = idle + (700 W - idle) * activity * (clock / boost) * spread
+
+so one plain stream draws ~275 W, a 3-token verify of one stream ~290 W, 64 plain
+streams ~485 W and 1024 ~675 W; ``spread`` (0.97-1.03, seeded per GPU) keeps GPUs
+apart as real ones are; a capped clock (throttling) draws proportionally less. The
+energy counter (mJ since "driver load") integrates the power curve exactly, so energy
+per token is whatever the work per token costs: speculation does more work per pass and
+pays for it with fewer passes per token. Reasons: ``GpuIdle`` while idle, none while busy.
 
 ``--sim-gpu-throttle thermal|power`` is a fault switch: under load the clock is held at
 ``--sim-gpu-throttle-mhz`` (1800) and the reasons say why (``SwThermalSlowdown`` +
@@ -41,8 +57,10 @@ IDLE_MHZ = (2333.0, 2357.0)  # read noise of ±3 MHz keeps readings within 2330-
 MAX_MHZ = 2617.0
 MEM_MHZ = 3201.0
 IDLE_W = 85.0
-LOAD_W = (250.0, 300.0)
-POWER_LIMIT_W = 700.0
+POWER_LIMIT_W = 700.0  # an H200's board power limit: the model's peak draw
+BASE_ACTIVITY = 0.3  # share of the dynamic power a forward of one token already draws (memory-bound)
+HALF_WORK_TOKENS = 64.0  # tokens per forward at which the compute-bound rest is half used
+SPREAD = (0.97, 1.03)  # per-GPU scale of the dynamic power
 POWER_CAP_W = 250.0  # the enforced limit under --sim-gpu-throttle power
 IDLE_C = 33.0
 LOAD_C = 62.0
@@ -81,7 +99,7 @@ class _Gpu:
     rank: int
     idle_mhz: float
     idle_w: float
-    load_w: float
+    spread: float  # this GPU's scale of the dynamic power
     idle_c: float
     clock: float
     power: float
@@ -102,6 +120,7 @@ class SimGpuModel:
         throttle: str = "none",
         throttle_mhz: float = 1800.0,
         clock: Callable[[], float] = time.perf_counter,
+        tokens_per_forward: int = 1,
     ):
         if throttle not in THROTTLE_MODES:
             raise ValueError(f"--sim-gpu-throttle must be one of {', '.join(THROTTLE_MODES)}, not {throttle!r}")
@@ -110,6 +129,7 @@ class SimGpuModel:
         self.max_mhz = max(MAX_MHZ, boost_mhz)
         self.throttle = throttle
         self.throttle_mhz = throttle_mhz
+        self.tokens_per_forward = max(1, int(tokens_per_forward))
         self._clock = clock
         self._lock = threading.Lock()
         self.running = 0
@@ -125,7 +145,7 @@ class SimGpuModel:
                     rank=rank,
                     idle_mhz=idle_mhz,
                     idle_w=idle_w,
-                    load_w=rng.uniform(*LOAD_W),
+                    spread=rng.uniform(*SPREAD),
                     idle_c=idle_c,
                     clock=idle_mhz,
                     power=idle_w,
@@ -145,6 +165,8 @@ class SimGpuModel:
             boost_mhz=ns.sim_gpu_boost_mhz,
             throttle=ns.sim_gpu_throttle,
             throttle_mhz=ns.sim_gpu_throttle_mhz,
+            # a verify pass processes the draft tokens of every request at once
+            tokens_per_forward=(ns.speculative_num_draft_tokens or 1) if ns.speculative_algorithm else 1,
         )
 
     # ------------------------------------------------------------------ state
@@ -155,12 +177,26 @@ class SimGpuModel:
     def power_limit_w(self) -> float:
         return POWER_CAP_W if self.throttle == "power" else POWER_LIMIT_W
 
+    def load_clock_mhz(self) -> float:
+        return self.throttle_mhz if self.throttle != "none" else self.boost_mhz
+
+    def load_power_w(self, g: _Gpu, running: int) -> float:
+        """The power model: what GPU ``g`` draws with ``running`` requests (see the module doc)."""
+        if running <= 0:
+            return g.idle_w
+        if self.throttle == "power":  # the clock is lowered *because* the draw hit the cap
+            return self.power_limit_w()
+        work = running * self.tokens_per_forward
+        activity = BASE_ACTIVITY + (1.0 - BASE_ACTIVITY) * work / (work + HALF_WORK_TOKENS)
+        power = g.idle_w + (POWER_LIMIT_W - g.idle_w) * activity * (self.load_clock_mhz() / self.boost_mhz) * g.spread
+        return min(power, self.power_limit_w())
+
     def _targets(self, g: _Gpu) -> tuple[float, float, float, float, float]:
         """(clock, power, temperature, util, mem util) the GPU heads for right now."""
         if not self.busy:
             return g.idle_mhz, g.idle_w, g.idle_c, 0.0, 0.0
-        clock = self.throttle_mhz if self.throttle != "none" else self.boost_mhz
-        power = self.power_limit_w() if self.throttle == "power" else g.load_w
+        clock = self.load_clock_mhz()
+        power = self.load_power_w(g, self.running)
         temp = THERMAL_C if self.throttle == "thermal" else LOAD_C
         return clock, power, temp, BUSY_UTIL, BUSY_MEM_UTIL
 
@@ -179,10 +215,9 @@ class SimGpuModel:
         self.t = t
 
     def set_running(self, n: int, t: float | None = None) -> None:
-        """The scheduler's running-request count changed (cheap when busy-ness did not)."""
+        """The scheduler's running-request count changed (power follows the count)."""
         with self._lock:
-            if (n > 0) == self.busy:
-                self.running = n
+            if n == self.running:
                 return
             self._advance(self._clock() if t is None else t)
             self.running = n
@@ -231,4 +266,5 @@ class SimGpuModel:
             "max_mhz": self.max_mhz,
             "throttle": self.throttle,
             "throttle_mhz": self.throttle_mhz,
+            "tokens_per_forward": self.tokens_per_forward,
         }

@@ -15,6 +15,25 @@ repetition accept far more than open prose): ``accept_by_text`` maps a marker te
 own ``accept_probs``; a request whose prompt contains a marker uses the first such
 marker's probabilities (in the mapping's order), any other request ``accept_probs``. So
 each kind of content has a known true accept length (:meth:`SimModel.expected_accept_length`).
+
+**The compute-bound knee (a roofline in one number).** A step's cost above is what a
+decode pass costs while it is *memory-bound*: reading the weights (the step's batch-1 time)
+and each running request's KV cache (``batch_scaling`` per extra request). A forward pass of
+the target model over ``n`` tokens turns *compute-bound* once ``n`` passes the knee,
+``compute_knee_tokens`` (the roofline's ridge expressed in tokens: the arithmetic of that
+many tokens takes as long as the memory traffic), and from there its time grows in
+proportion to ``n``::
+
+    pass(n, b) = memory-bound cost(b) x max(1, n / compute_knee_tokens)
+
+``n`` is ``b`` for a plain decode step and ``b x num_draft_tokens`` for the verify forward,
+so verification turns compute-bound ``num_draft_tokens`` times sooner than plain decoding:
+that is why speculation stops paying as batches grow. Draft steps are the small draft
+model's (a few percent of the target's arithmetic per token), whose own knee lies far past
+any batch the simulator runs, so they stay memory-bound. Prefill already costs per token
+(``prefill_ms_per_token``) and is left as it is. No knee (``None`` or 0) is the plain model
+above, exactly. :meth:`SimModel.expected_speedup` and :meth:`SimModel.expected_crossover_batch`
+give the truth a sweep over concurrency measures.
 """
 
 from __future__ import annotations
@@ -22,6 +41,10 @@ from __future__ import annotations
 import argparse
 import json
 from dataclasses import dataclass, field
+
+# Points of the log grid from batch 1 to max_running_requests that the crossover search scans
+# before it bisects (fine enough that a speedup curve cannot cross 1.0 twice between two).
+CROSSOVER_GRID = 2000
 
 # Algorithms that SGLang runs as draft-then-verify speculative decoding.
 SPECULATIVE_ALGORITHMS = frozenset({"EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "MTP"})
@@ -80,6 +103,7 @@ class SimModel:
     speculative: bool = False
     num_steps: int = 2
     num_draft_tokens: int = 3
+    compute_knee_tokens: float | None = None  # tokens per target pass past which it is compute-bound; None/0: never
 
     def __post_init__(self) -> None:
         # Keep exactly one conditional probability per draft step.
@@ -116,23 +140,34 @@ class SimModel:
             speculative=speculative,
             num_steps=int(num_steps),
             num_draft_tokens=int(num_draft),
+            compute_knee_tokens=getattr(ns, "sim_compute_knee_tokens", None) or None,
         )
 
     # ------------------------------------------------------------------ timing
-    def batch_factor(self, batch: int = 1) -> float:
+    def batch_factor(self, batch: float = 1) -> float:
         """Slow-down of one step that runs ``batch`` requests together."""
         return 1.0 + self.batch_scaling * (max(1, batch) - 1)
 
-    def decode_step_ms(self, batch: int = 1) -> float:
-        """One plain (non-speculative) decode step."""
-        return self.decode_ms * self.batch_factor(batch)
+    def compute_factor(self, tokens: float) -> float:
+        """Slow-down of a target-model pass over ``tokens`` tokens past the compute-bound knee
+        (1.0 up to the knee, or with no knee): its time grows in proportion to the tokens."""
+        knee = self.compute_knee_tokens
+        if not knee or tokens <= knee:
+            return 1.0
+        return tokens / knee
 
-    def verify_cycle_ms(self, batch: int = 1) -> float:
-        """One speculative cycle: all draft steps plus the verify forward."""
+    def decode_step_ms(self, batch: float = 1) -> float:
+        """One plain (non-speculative) decode step: one target pass over ``batch`` tokens."""
+        return self.decode_ms * self.batch_factor(batch) * self.compute_factor(max(1, batch))
+
+    def verify_cycle_ms(self, batch: float = 1) -> float:
+        """One speculative cycle: all draft steps plus the verify forward, which passes
+        ``batch x num_draft_tokens`` tokens through the target model."""
+        compute = self.compute_factor(max(1, batch) * self.num_draft_tokens)
         one = (
             self.num_steps * self.draft_step_ms
-            + self.verify_base_ms
-            + self.verify_per_token_ms * self.num_draft_tokens
+            + self.verify_base_ms * compute
+            + self.verify_per_token_ms * self.num_draft_tokens * compute
         )
         return one * self.batch_factor(batch)
 
@@ -170,3 +205,30 @@ class SimModel:
     def expected_itl_ms(self, batch: int = 1) -> float:
         """Time between streamed chunks of one request in steady state (one chunk per step)."""
         return self.step_ms(batch)
+
+    # ------------------------------------------------------------ break-even map
+    def expected_speedup(self, batch: float = 1) -> float:
+        """The speculative config's steady-state output tok/s over plain decoding's, both at a
+        running batch of ``batch`` (real-valued): accept length x plain step / verify cycle."""
+        if not self.speculative:
+            return 1.0
+        return self.expected_accept_length() * self.decode_step_ms(batch) / self.verify_cycle_ms(batch)
+
+    def expected_crossover_batch(self) -> float | None:
+        """The highest running batch (real-valued, 1 to max_running_requests) at which
+        speculation still pays (expected_speedup >= 1): found on a fine log grid, then by
+        bisection. None when it pays at no batch; max_running_requests when it pays at every
+        batch the server runs."""
+        top = float(max(1, self.max_running_requests))
+        grid = [top ** (i / CROSSOVER_GRID) for i in range(CROSSOVER_GRID + 1)]
+        paying = [b for b in grid if self.expected_speedup(b) >= 1.0]
+        if not paying:
+            return None
+        low = paying[-1]
+        if low >= top:
+            return top
+        high = grid[grid.index(low) + 1]
+        for _ in range(60):  # the bracket shrinks far below any batch that matters
+            mid = (low + high) / 2
+            low, high = (mid, high) if self.expected_speedup(mid) >= 1.0 else (low, mid)
+        return low

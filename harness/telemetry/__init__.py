@@ -1,6 +1,7 @@
 """GPU telemetry: sources (``nvml``, ``smi``, ``sim``) behind one interface, a background
 ``Sampler`` that tags samples idle / ramp_in / load / after against the load marks, and
-the summary, CSV and plot of what it read.  Only this package knows NVML.
+the summary, CSV and plot of what it read, and the energy per output token over the
+load (``energy``).  Only this package knows NVML.
 
 ``driver.nvidia_driver_status`` (the pre-flight driver check) lives here too.
 """

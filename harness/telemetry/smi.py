@@ -2,8 +2,10 @@
 binding cannot be used (e.g. a container with the driver's tools but no matching lib).
 
 Every read runs ``nvidia-smi`` once for all GPUs (tens of ms, more with many GPUs):
-prefer ``nvml`` at 10 Hz.  ``nvidia-smi --query-gpu`` offers no energy counter and no
-PCIe throughput, so those fields are always None here (listed in ``disabled_fields``).
+prefer ``nvml`` at 10 Hz.  ``nvidia-smi --query-gpu`` offers no energy counter (its field
+lists have ``power.draw``, ``.average`` and ``.instant``, no total energy) and no PCIe
+throughput, so those fields are always None here (listed in ``disabled_fields``); energy
+per token is then integrated from ``power.draw`` (harness/telemetry/energy.py).
 Drivers before R535 name the reasons field ``clocks_throttle_reasons.active``; it is
 used when ``clocks_event_reasons.active`` is refused.
 """
