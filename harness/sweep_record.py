@@ -211,5 +211,10 @@ def summary(data: dict[str, Any]) -> str:
     if data.get("sweep_gates"):
         lines += ["", "## Sweep gates", ""]
         lines += [f"- {sweep_gate.describe(v)}" for v in data["sweep_gates"]]
+    failed = [p for p in data["points"] if p.get("error")]
+    if failed:  # a launched sweep's jobs: why each ended as it did, and its log
+        lines += ["", "## Why points failed", ""]
+        lines += [f"- {p['label']}: {p['error']}" + (f" (log: {p['job_log']})" if p.get("job_log") else "")
+                  for p in failed]
     lines += ["", "Each point's own record (summary.md, results.json) is under points/<point>/."]
     return "\n".join(lines) + "\n"

@@ -166,6 +166,7 @@ def test_what_a_machine_must_have_is_checked_on_the_jobs_node(slurm, tmp_path):
     assert (point["exit_status"], point["status"]) == (4, "no_record")
     assert point["error"].startswith("specgate: experiment 'eagle_k2' needs an NVIDIA GPU machine")
     assert (sweep_dir / point["job_log"]).is_file()
+    assert f"- 0: {point['error']} (log: {point['job_log']})" in (sweep_dir / "summary.md").read_text()
 
 
 @pytest.mark.cluster
