@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from omegaconf import DictConfig
 import harness.config  # noqa: F401  (registers the schema the config tree's defaults name)
 from harness import PROJECT_ROOT
 from harness.atomic import atomic_write
-from harness.sweep import point_command
+from harness.sweep import point_command, signal_until_gone
 
 EXIT_STATUS_FILE = "exit_status"  # in points/<label>/: the point's pytest exit status, once it ended
 
@@ -44,14 +45,28 @@ def run_here(command: list[str]) -> int:
     """The point's pytest in this job's process group: the engine's signals (scancel's
     SIGTERM, the local executor's SIGINT to the group) reach it directly, and it stops its
     servers as it would under Ctrl-C; this job only waits for it (a second signal from here
-    could cut that teardown short)."""
+    could cut that teardown short).
+
+    Near the time limit submitit's own signal (SIGUSR2, `signal_delay_s` before it) raises in
+    this job instead: the point is then stopped as by a Ctrl-C, its servers with it, before
+    the job ends with submitit's error and SLURM kills whatever is left."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")]))}
-    child = subprocess.Popen(command, env=env)
-    while True:
-        try:
-            return child.wait()
-        except KeyboardInterrupt:
-            continue
+    child = subprocess.Popen(command, env=env, preexec_fn=ignore_time_limit_signal)
+    try:
+        while True:
+            try:
+                return child.wait()
+            except KeyboardInterrupt:
+                continue
+    except BaseException:
+        signal_until_gone(child)
+        raise
+
+
+def ignore_time_limit_signal() -> None:
+    """SLURM sends the time-limit signal (SIGUSR2) to every process of the job, and its default
+    action ends a process at once: the point's pytest ignores it and is stopped by this job."""
+    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
 
 
 @hydra.main(config_path=None, config_name="config", version_base=None)

@@ -56,7 +56,8 @@ def failure_in_log(log: Path | None) -> str | None:
 
 
 def failed_result(folder: Path) -> str | None:
-    """The task's exception as submitit pickled it (the job ran and raised)."""
+    """The task's exception as submitit pickled it: the job raised (submitit's own error), or
+    Hydra caught what the task raised and returned it as a failed JobReturn."""
     from submitit.core.utils import pickle_load
 
     for result in folder.glob("*_result.pkl"):
@@ -66,6 +67,10 @@ def failed_result(folder: Path) -> str | None:
             continue
         if outcome == "error":
             return str(value).strip().splitlines()[-1]
+        try:
+            value.return_value  # a failed JobReturn raises what the task raised
+        except Exception as exc:
+            return f"{type(exc).__name__}: {exc}"
     return None
 
 
@@ -99,6 +104,8 @@ class SlurmJobs:
         if not found:
             return None
         state, reason = found.groups()
+        if state == "COMPLETED":  # the batch script ended normally: says nothing of the point
+            return None
         # the Reason of a cancelled job is only why it last waited (`Resources`): left out
         said = reason not in (None, "None") and not state.startswith("CANCELLED")
         return f"SLURM job {folder.name} {state}" + (f" ({reason})" if said else "")
