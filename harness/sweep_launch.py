@@ -205,7 +205,8 @@ def explain_the_rest(record: SweepRecord, entries: list[dict], jobs, app_status:
         if folder is None:
             reason = f"no job was submitted for it (the launcher exited {app_status}; see launcher.log)"
         else:
-            words = [jobs.state(folder), failure_in_log(log) or failed_result(folder)]
+            # what the task raised, as submitit kept it, before anything read off the log
+            words = [jobs.state(folder), failed_result(folder) or failure_in_log(log)]
             reason = "; ".join(w for w in words if w) or otherwise
         record.point_failed(entry, reason, str(log.relative_to(record.path)) if log else None)
         print(f"specgate sweep: point {entry['label']} failed: {reason}", file=sys.stderr, flush=True)
