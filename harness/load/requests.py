@@ -42,8 +42,9 @@ What was generated is kept too (:mod:`harness.load.details`): the text always, a
 output token ids and top logprobs where the engine returns them (asked for through
 ``extras`` only when a lossless gate compares arms).
 
-The read loops are the measurement's hot path: one clock read per SSE line, no work per
-chunk beyond parsing it, appending its time, token count, text, ids and logprobs, and
+The read loops are the measurement's hot path: one clock read per read off the socket
+(:func:`sse_payloads`; the events in one read arrived together), no work per chunk beyond
+parsing it (orjson), appending its time, token count, text, ids and logprobs, and
 tallying its text's bytes; the ids and logprobs are put in order once the stream ended.
 The answer's text (content only) is also kept when asked (``keep_answer``: a next turn
 needs it in its history), into ``record.answer``.

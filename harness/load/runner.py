@@ -17,7 +17,9 @@ While the measured requests run, the client watches itself
 clocks are read at both ends, and each request keeps the time it was scheduled for, so
 the load's ``client`` block says whether the client kept up.
 
-One ``asyncio.run`` and one ``aiohttp.ClientSession`` per load.  Ctrl-C (or SIGTERM,
+One ``asyncio.run`` and one ``aiohttp.ClientSession`` per load, or per load process with
+``workload.client_processes`` > 1 (:mod:`harness.load.processes` splits the load and merges
+the processes' results into the same LoadResult).  Ctrl-C (or SIGTERM,
 which the plugin turns into KeyboardInterrupt): asyncio cancels the load task, the session
 is closed on the way out, and ``LoadInterrupted`` (a KeyboardInterrupt) reaches the caller
 carrying the requests that had finished, so they are not lost with the load.
