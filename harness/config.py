@@ -402,9 +402,12 @@ def validate_arm(arm: Arm) -> None:
         raise ConfigError(f"workload '{workload.name}' needs num_prompts or duration_s")
     if workload.tokenizer is not None:
         check_tokenizer(workload.tokenizer)
-    for key in ("max_tokens", "concurrency"):
+    for key in ("max_tokens", "concurrency", "client_processes"):
         if workload[key] < 1:
             raise ConfigError(f"workload.{key} must be at least 1, got {workload[key]}")
+    if workload.client_processes > workload.concurrency:
+        raise ConfigError(f"workload.client_processes={workload.client_processes} is more than workload.concurrency="
+                          f"{workload.concurrency}: each load process needs at least one request in flight")
     for key in ("num_prompts", "max_turns", "request_rate", "duration_s", "timeout_s", "first_byte_timeout_s"):
         if workload[key] is not None and workload[key] <= 0:
             raise ConfigError(f"workload.{key} must be greater than 0, got {workload[key]}")

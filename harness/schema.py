@@ -129,6 +129,12 @@ class WorkloadConfig:
     timeout_s: float = 300.0  # per request, the whole of it
     first_byte_timeout_s: Optional[float] = 60.0  # until the response's first byte (headers); null = only timeout_s
     seed: int = 0
+    # open the load's connections (one per request in flight) before its measured requests, so
+    # none of them is a new connection; TTFT never holds a connect either way (README "Client health")
+    prewarm_connections: bool = False
+    # load processes, each its own event loop and connections, the measured requests split among
+    # them (harness/load/processes.py): one event loop drives about one core at most
+    client_processes: int = 1
     # top logprobs asked for and kept per output token, with the token ids (0: ids only);
     # null: 2 when gate.lossless is configured (its near-tie margin needs two), else neither
     logprobs: Optional[int] = None

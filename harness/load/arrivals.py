@@ -63,7 +63,11 @@ class OpenLoop(ArrivalProcess):
     def gap(self, rng: random.Random) -> float:
         """Seconds from one arrival to the next."""
 
-    async def drive(self, claim: Claim, send: Send) -> None:
+    async def drive(self, claim: Claim, send: Send, deal: tuple[int, int] = (0, 1)) -> None:
+        """``deal=(slot, of)``: this load process sends only arrivals ``k`` with ``k % of ==
+        slot`` of the one seeded schedule (:class:`DealtArrivals`); the others' arrivals
+        are passed over, so the processes together send the whole schedule."""
+        slot, of = deal
         rng = random.Random(self.seed)
         slots = asyncio.Semaphore(self.concurrency)
         tasks: set[asyncio.Task] = set()
@@ -78,8 +82,13 @@ class OpenLoop(ArrivalProcess):
                 slots.release()
 
         t_next = time.perf_counter()
+        k = 0  # the arrival's place in the whole schedule
         try:
             while True:
+                if k % of != slot:  # another process's arrival
+                    t_next += self.gap(rng)
+                    k += 1
+                    continue
                 delay = t_next - time.perf_counter()
                 if delay > 0:
                     await asyncio.sleep(delay)
@@ -95,6 +104,7 @@ class OpenLoop(ArrivalProcess):
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
                 t_next += self.gap(rng)
+                k += 1
             if tasks:
                 await asyncio.gather(*tasks)
         finally:  # Ctrl-C or an error: no request task outlives the load
@@ -122,6 +132,20 @@ class GammaArrivals(OpenLoop):
 
     def gap(self, rng: random.Random) -> float:
         return rng.gammavariate(self.burstiness, 1.0 / (self.rate * self.burstiness))
+
+
+@dataclass(frozen=True)
+class DealtArrivals(ArrivalProcess):
+    """One load process's share of an open loop's schedule: arrivals ``slot``, ``slot +
+    of``, ... of the same seeded schedule every process draws (so together they send it
+    all, at its times), capped by the open loop's ``concurrency`` (this process's share)."""
+
+    schedule: OpenLoop
+    slot: int
+    of: int
+
+    async def drive(self, claim: Claim, send: Send) -> None:
+        await self.schedule.drive(claim, send, deal=(self.slot, self.of))
 
 
 def arrival_process(workload: Any) -> ArrivalProcess:

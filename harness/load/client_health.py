@@ -137,3 +137,29 @@ def combine_client_blocks(blocks: list[dict]) -> dict:
 def worst(values: list[float | None]) -> float | None:
     present = [v for v in values if v is not None]
     return max(present) if present else None
+
+
+def merge_process_blocks(blocks: list[dict | None], records: Iterable[RequestRecord]) -> dict | None:
+    """The ``client`` block of a load split over processes (workload.client_processes): the
+    loop lag the worst process's (each stamps its own requests, so the worst loop is what
+    can distort a figure); the send gap over every request; the CPU seconds summed (the
+    client's whole cost), its shares over the longest window, and the busiest event loop's
+    thread share of its core (each loop has one core to run out of). None when a process
+    left none (an interrupted load)."""
+    if not blocks or any(b is None for b in blocks):
+        return None
+    lags = [b["loop_lag_ms"] for b in blocks]
+    loop_lag = {**{s: worst([p[s] for p in lags]) for s in WORST_OF}, "n": sum(p["n"] for p in lags)}
+    cpus = [b["cpu"] for b in blocks]
+    wall = max(c["wall_s"] for c in cpus)
+    process, thread = sum(c["process_cpu_s"] for c in cpus), sum(c["loop_thread_cpu_s"] for c in cpus)
+    cores = cpus[0]["cores"]
+
+    def share(cpu: float, of_cores: int = 1) -> float | None:
+        return round(cpu / (wall * of_cores), 4) if wall > 0 else None
+
+    cpu = {"wall_s": round(wall, 4), "process_cpu_s": round(process, 4), "loop_thread_cpu_s": round(thread, 4),
+           "cores": cores, "process_share_of_one_core": share(process), "process_share_of_all_cores": share(process, cores),
+           "loop_thread_share_of_one_core": worst([c["loop_thread_share_of_one_core"] for c in cpus])}
+    return {"tick_ms": blocks[0]["tick_ms"], "processes": len(blocks), "loop_lag_ms": loop_lag,
+            "send_gap_ms": spread_ms(send_gaps_s(records)), "cpu": cpu}

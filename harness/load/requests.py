@@ -42,8 +42,9 @@ What was generated is kept too (:mod:`harness.load.details`): the text always, a
 output token ids and top logprobs where the engine returns them (asked for through
 ``extras`` only when a lossless gate compares arms).
 
-The read loops are the measurement's hot path: one clock read per SSE line, no work per
-chunk beyond parsing it, appending its time, token count, text, ids and logprobs, and
+The read loops are the measurement's hot path: one clock read per read off the socket
+(:func:`sse_payloads`; the events in one read arrived together), no work per chunk beyond
+parsing it (orjson), appending its time, token count, text, ids and logprobs, and
 tallying its text's bytes; the ids and logprobs are put in order once the stream ended.
 The answer's text (content only) is also kept when asked (``keep_answer``: a next turn
 needs it in its history), into ``record.answer``.
@@ -59,6 +60,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Sequence
 
 import aiohttp
+import orjson
 
 from harness.client import JSON_HEADERS, _error_of, _StreamFailure, _loads, _sse_payload, server_error_message
 from harness.load.conversation import as_text
@@ -70,6 +72,7 @@ SpecDetails = Callable[[dict], "dict | None"]
 RequestExtras = Callable[[str], dict]
 Prompt = str | Sequence[dict[str, str]]  # a prompt's text, or a chat's messages ({role, content})
 
+MAX_LINE_BYTES = 16 * 1024**2  # /generate streams its cumulative text: long lines
 STALL_S = 1.0  # a timed-out stream silent this long (or half the timeout) had stalled, not merely run long
 
 
@@ -116,10 +119,10 @@ class RequestFunc(ABC):
         server/network trouble -- that becomes ``rec.error``; cancellation (Ctrl-C) does
         propagate."""
         url = base_url.rstrip("/") + self.path
-        rec.send_time = time.perf_counter()
+        rec.send_time = time.perf_counter()  # moved to the body's write by the session's trace, once it happens
         try:
             async with asyncio.timeout(timeout_s):
-                async with await _post_until_first_byte(session, url, body, first_byte_timeout_s) as resp:
+                async with await _post_until_first_byte(session, url, body, first_byte_timeout_s, rec) as resp:
                     rec.status = resp.status
                     if resp.status != 200:
                         text = await resp.read()
@@ -148,12 +151,13 @@ class RequestFunc(ABC):
 
 
 async def _post_until_first_byte(session: aiohttp.ClientSession, url: str, body: dict,
-                                 first_byte_timeout_s: float | None) -> aiohttp.ClientResponse:
-    """POST ``body``; the response once its status line and headers are in."""
+                                 first_byte_timeout_s: float | None, rec: RequestRecord) -> aiohttp.ClientResponse:
+    """POST ``body``; the response once its status line and headers are in. ``rec``'s
+    send time is stamped when the body goes to the socket (:func:`make_session`'s trace)."""
     deadline = asyncio.timeout(first_byte_timeout_s)
     try:
         async with deadline:
-            return await session.post(url, json=body, headers=JSON_HEADERS)
+            return await session.post(url, data=orjson.dumps(body), headers=JSON_HEADERS, trace_request_ctx=[rec])
     except TimeoutError:
         if not deadline.expired():  # aiohttp's own connect timeout: not ours to name
             raise
@@ -280,22 +284,77 @@ def request_func(api: str, model: str, sampling: Sampling, extras: dict | None =
     return cls(model, sampling, extras, spec_details, count_tokens)
 
 
-def make_session(concurrency: int, read_bufsize: int = 16 * 1024**2) -> aiohttp.ClientSession:
-    """One session for a whole load: connector limit >= concurrency, no total timeout
-    (per-request timeouts are applied by :meth:`RequestFunc.stream`)."""
-    connector = aiohttp.TCPConnector(limit=max(1, int(concurrency)) + 8, limit_per_host=0)
+def make_session(concurrency: int, read_bufsize: int = 256 * 1024) -> aiohttp.ClientSession:
+    """One session for a whole load: connections kept alive and reused (a connector limit
+    above the concurrency, so a request never waits for a connection), no total timeout
+    (per-request timeouts are applied by :meth:`RequestFunc.stream`). Its trace stamps each
+    request's send time when its body is handed to the socket (see :func:`_stamp_sent`)."""
+    connector = aiohttp.TCPConnector(limit=max(1, int(concurrency)) + 8, limit_per_host=0, keepalive_timeout=60)
+    trace = aiohttp.TraceConfig()
+    trace.on_request_chunk_sent.append(_stamp_sent)
     return aiohttp.ClientSession(
         connector=connector,
         timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
-        read_bufsize=read_bufsize,  # /generate streams cumulative text: long lines
+        read_bufsize=read_bufsize,  # what one read takes off the socket; a line may be longer (sse_payloads)
+        trace_configs=[trace],
     )
+
+
+async def _stamp_sent(session: aiohttp.ClientSession, ctx: Any, params: Any) -> None:
+    """The request's body is about to be written to the socket (aiohttp calls this right
+    before the transport write; the connection is open, the headers go with the body): its
+    send time, as close to the socket as aiohttp lets a client see. So a request's TTFT holds
+    neither the client's own queueing before it (a burst of sends on one event loop) nor a
+    new connection's set-up; both are in its send gap (harness/load/client_health.py)."""
+    pending = ctx.trace_request_ctx
+    if pending:  # the first chunk only (a JSON body is one)
+        pending.pop().send_time = time.perf_counter()
+
+
+async def prewarm(session: aiohttp.ClientSession, base_url: str, connections: int) -> None:
+    """Open ``connections`` connections in ``session``'s pool before the measured load
+    (``workload.prewarm_connections``): that many GETs of ``/v1/models`` at once, each
+    connection back in the pool, kept alive, when its answer has been read."""
+    url = base_url.rstrip("/") + "/v1/models"
+
+    async def one() -> None:
+        async with session.get(url) as resp:
+            await resp.read()
+
+    await asyncio.gather(*(one() for _ in range(max(0, connections))))
+
+
+async def sse_payloads(content: aiohttp.StreamReader, max_line: int = MAX_LINE_BYTES):
+    """Each SSE data payload of the stream with the time its bytes were read: one clock read
+    and one await per read off the socket, however many events it held (they arrived
+    together), rather than one per line. Lines to skip (blank, comments, ``event:``) are
+    skipped; a line longer than ``max_line`` is a bad stream (what aiohttp's readline says
+    of one longer than its buffer)."""
+    clock = time.perf_counter
+    rest = b""
+    while True:
+        data = await content.readany()
+        if not data:
+            break
+        t = clock()
+        lines = (rest + data if rest else data).split(b"\n")
+        rest = lines.pop()
+        if len(rest) > max_line:
+            raise ValueError(f"Chunk too big: an SSE line longer than {max_line} bytes")
+        for line in lines:
+            payload = _sse_payload(line)
+            if payload is not None:
+                yield t, payload
+    if rest:  # a last line without its newline
+        payload = _sse_payload(rest)
+        if payload is not None:
+            yield clock(), payload
 
 
 async def _read_openai(content: aiohttp.StreamReader, rec: RequestRecord, chat: bool,
                        spec_details: SpecDetails | None, count_tokens: CountTokens | None,
                        keep_answer: bool = False) -> None:
     times, toks = rec.chunk_times, rec.chunk_tokens
-    clock = time.perf_counter
     tally = StreamTally()
     answer: list[str] | None = [] if keep_answer else None  # the content only: reasoning is not sent back
     id_chunks: list[list[int]] = []  # each chunk's choice.token_ids, where asked for
@@ -305,11 +364,7 @@ async def _read_openai(content: aiohttp.StreamReader, rec: RequestRecord, chat: 
     saw_done = False
     final_usage = None
     spec = None
-    async for line in content:
-        t = clock()
-        payload = _sse_payload(line)
-        if payload is None:
-            continue
+    async for t, payload in sse_payloads(content):
         if payload == b"[DONE]":
             saw_done = True
             continue
@@ -406,7 +461,6 @@ def _settle_usage(rec: RequestRecord, final_usage: dict | None, per_chunk_total:
 
 async def _read_generate(content: aiohttp.StreamReader, rec: RequestRecord, keep_answer: bool = False) -> None:
     times, toks = rec.chunk_times, rec.chunk_tokens
-    clock = time.perf_counter
     last_ct = 0
     saw_done = False
     meta: dict = {}
@@ -415,11 +469,7 @@ async def _read_generate(content: aiohttp.StreamReader, rec: RequestRecord, keep
     id_chunks: list[list[int]] = []
     logprob_chunks: list[list] = []
     top_chunks: list[list] = []
-    async for line in content:
-        t = clock()
-        payload = _sse_payload(line)
-        if payload is None:
-            continue
+    async for t, payload in sse_payloads(content):
         if payload == b"[DONE]":
             saw_done = True
             continue

@@ -17,7 +17,9 @@ While the measured requests run, the client watches itself
 clocks are read at both ends, and each request keeps the time it was scheduled for, so
 the load's ``client`` block says whether the client kept up.
 
-One ``asyncio.run`` and one ``aiohttp.ClientSession`` per load.  Ctrl-C (or SIGTERM,
+One ``asyncio.run`` and one ``aiohttp.ClientSession`` per load, or per load process with
+``workload.client_processes`` > 1 (:mod:`harness.load.processes` splits the load and merges
+the processes' results into the same LoadResult).  Ctrl-C (or SIGTERM,
 which the plugin turns into KeyboardInterrupt): asyncio cancels the load task, the session
 is closed on the way out, and ``LoadInterrupted`` (a KeyboardInterrupt) reaches the caller
 carrying the requests that had finished, so they are not lost with the load.
@@ -38,7 +40,7 @@ from harness.load.progress import LoadCounter, ProgressSnapshot
 from harness.load.prompts import PromptSource, RandomWords, prompt_source
 from harness.load.records import LoadResult, RequestRecord
 from harness.load.sizing import PromptTokenizer
-from harness.load.requests import RequestExtras, RequestFunc, Sampling, SpecDetails, make_session, request_func
+from harness.load.requests import RequestExtras, RequestFunc, Sampling, SpecDetails, make_session, prewarm, request_func
 
 
 class LoadInterrupted(KeyboardInterrupt):
@@ -79,8 +81,24 @@ def run_load(
     ``prompt_tokenizer`` sizes random-word prompts to ``workload.input_len`` tokens
     (:mod:`harness.load.sizing`); one that asks the server sizes every prompt the load
     will send before the warm-up, so its requests are not measured."""
+    request = make_request_func(workload, model, request_extras, spec_details, count_tokens)
+    if int(getattr(workload, "client_processes", 1) or 1) > 1:
+        from harness.load.processes import run_split_load  # the processes' own module; it builds on this one
+
+        return run_split_load(workload, base_url, request, progress, on_tokens_flowing, on_measured_start,
+                              prompt_tokenizer)
+    load = _Load(workload, base_url, request, progress, on_tokens_flowing, on_measured_start, prompt_tokenizer)
+    try:
+        return asyncio.run(load.run())
+    except KeyboardInterrupt as exc:
+        raise load.interrupted() from exc
+
+
+def make_request_func(workload: Any, model: str, request_extras: RequestExtras | None,
+                      spec_details: SpecDetails | None, count_tokens: CountTokens | None) -> RequestFunc:
+    """The workload's request function, with the engine's hooks."""
     api = str(workload.api)
-    request = request_func(
+    return request_func(
         api,
         model,
         Sampling(int(workload.max_tokens), float(workload.temperature), bool(workload.ignore_eos)),
@@ -88,11 +106,6 @@ def run_load(
         spec_details=spec_details,
         count_tokens=count_tokens,
     )
-    load = _Load(workload, base_url, request, progress, on_tokens_flowing, on_measured_start, prompt_tokenizer)
-    try:
-        return asyncio.run(load.run())
-    except KeyboardInterrupt as exc:
-        raise load.interrupted() from exc
 
 
 @dataclass
@@ -125,19 +138,25 @@ class RequestBudget:
 
 
 class _Load:
+    """One event loop's load. A load split over processes (:mod:`harness.load.processes`)
+    runs one per process, each with its own ``budget`` (its share of the requests) and
+    ``arrivals`` (its share of the concurrency or of the arrival schedule)."""
+
     def __init__(self, workload: Any, base_url: str, request: RequestFunc,
                  progress: Callable[[ProgressSnapshot], None] | None,
                  on_tokens_flowing: Callable[[float], None] | None,
-                 on_measured_start: Callable[[], None] | None, prompt_tokenizer: PromptTokenizer | None = None):
+                 on_measured_start: Callable[[], None] | None, prompt_tokenizer: PromptTokenizer | None = None,
+                 budget: RequestBudget | None = None, arrivals: ArrivalProcess | None = None):
         self.base_url = base_url
         self.request = request
         self.prompts: PromptSource = prompt_source(workload, prompt_tokenizer)
         sized = prompt_tokenizer is not None and isinstance(self.prompts, RandomWords)
         self.prompt_sizing = prompt_tokenizer.source if sized else None
-        self.arrivals: ArrivalProcess = arrival_process(workload)
-        self.budget = RequestBudget.of(workload)
+        self.arrivals: ArrivalProcess = arrivals or arrival_process(workload)
+        self.budget = budget or RequestBudget.of(workload)
         self.concurrency = max(1, int(workload.concurrency or 1))
         self.warmup_requests = int(workload.warmup_requests or 0)
+        self.prewarm_connections = bool(getattr(workload, "prewarm_connections", False))
         self.timeout_s = float(workload.timeout_s)
         first_byte = workload.first_byte_timeout_s
         self.first_byte_timeout_s = None if first_byte is None else float(first_byte)
@@ -229,6 +248,8 @@ class _Load:
                 for k in range(self.warmup_requests):
                     await self.one(session, k, True)
                 self.counter.in_warmup = False
+                if self.prewarm_connections:
+                    await prewarm(session, self.base_url, self.concurrency)
                 if self.on_measured_start is not None:
                     await asyncio.to_thread(self.on_measured_start)
                 await self.measure(session)

@@ -14,6 +14,7 @@ from aiohttp.abc import AbstractAccessLogger
 
 from harness.sim import serving
 from harness.sim.cli import server_args_dict
+from harness.sim.emissions import EmissionLog
 from harness.sim.errors import CONTENT_TYPE_ERROR, json_response, validation_error
 from harness.sim.manager import EngineClient
 from harness.sim.tokens import OutputPlan
@@ -49,6 +50,7 @@ class SimServer:
         self.started = time.monotonic()
         self.status = "Starting"
         self.gracefully_exit = False
+        self.emissions = EmissionLog(bool(getattr(ns, "sim_record_emissions", False)))  # GET /sim/emissions
 
     # --------------------------------------------------------------- status
     def is_up(self) -> bool:
@@ -78,8 +80,7 @@ class SimServer:
                 [{"type": "json_invalid", "loc": ("body", pos), "msg": "JSON decode error", "input": {}, "ctx": {"error": msg}}]
             )
 
-    @staticmethod
-    async def _run(request: web.Request, work: Awaitable[web.StreamResponse]) -> web.StreamResponse:
+    async def _run(self, request: web.Request, work: Awaitable[web.StreamResponse]) -> web.StreamResponse:
         """Run a generation handler; on any exit close its engine generator (abort if unfinished)."""
         try:
             return await work
@@ -90,6 +91,7 @@ class SimServer:
             gen = request.get(serving.GEN_KEY)
             if gen is not None:
                 await gen.aclose()
+            self.emissions.finish(request)
 
     # ------------------------------------------------------------- routes
     async def health(self, request: web.Request) -> web.Response:
@@ -218,7 +220,15 @@ class SimServer:
         gpu = self.engine.gpu
         return json_response({"gpus": gpu.read(), **gpu.describe()})
 
+    async def emissions_route(self, request: web.Request) -> web.Response:
+        """Simulator-only (not SGLang): each finished streaming request's arrival and chunk
+        emission times (harness/sim/emissions.py); DELETE empties the list."""
+        if request.method == "DELETE":
+            return json_response({"cleared": self.emissions.clear()})
+        return json_response(self.emissions.payload())
+
     async def chat(self, request: web.Request) -> web.StreamResponse:
+        self.emissions.start(request)
         body = await self.read_json(request)
         if isinstance(body, web.Response):
             return body
@@ -228,6 +238,7 @@ class SimServer:
         return await self._run(request, serving.chat_completions(request, self.engine, p))
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
+        self.emissions.start(request)
         body = await self.read_json(request)
         if isinstance(body, web.Response):
             return body
@@ -237,6 +248,7 @@ class SimServer:
         return await self._run(request, serving.completions(request, self.engine, p))
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
+        self.emissions.start(request)
         body = await self.read_json(request)
         if isinstance(body, web.Response):
             return body
@@ -264,6 +276,8 @@ def build_app(server: SimServer) -> web.Application:
     r.add_get("/flush_cache", s.flush_cache, allow_head=False)
     r.add_post("/flush_cache", s.flush_cache)
     r.add_get("/sim/gpu", s.sim_gpu, allow_head=False)  # simulator-only
+    r.add_get("/sim/emissions", s.emissions_route, allow_head=False)  # simulator-only
+    r.add_delete("/sim/emissions", s.emissions_route)
     r.add_post("/v1/chat/completions", s.chat)
     r.add_post("/v1/completions", s.completions)
     r.add_post("/generate", s.generate)

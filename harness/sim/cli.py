@@ -63,6 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sim-lossy-rate", type=_share, default=0.0,
                    help="fault switch: this share of accepted draft tokens comes out as the runner-up token "
                         "(speculation that is not lossless; seeded, the same positions every run)")
+    _bool_flag(p, "--sim-record-emissions", "keep each streaming request's arrival and chunk emission times "
+               "for GET /sim/emissions (the truth benchmarks/clients.py checks clients against)")
     _bool_flag(p, "--sim-scrub-worker-env", "start worker processes with a minimal environment")
     # --- simulated GPUs (GET /sim/gpu; see harness/sim/gpu.py) -----------------
     p.add_argument("--sim-gpu-ramp-s", type=float, default=1.5, help="time constant of the idle->boost clock ramp")

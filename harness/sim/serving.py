@@ -32,6 +32,7 @@ from typing import Any
 
 from aiohttp import web
 
+from harness.sim.emissions import trace_of
 from harness.sim.errors import bad_request, dumps, invalid_field, json_response, missing_field, validation_error
 from harness.sim.manager import EngineClient, ReqState
 from harness.sim.tokens import OutputPlan, chat_prompt_tokens, count_tokens, logprob_entries, plan_output
@@ -349,6 +350,8 @@ async def chat_completions(request: web.Request, engine: EngineClient, p: GenPar
     head = f'data: {{"id":"{rid}","object":"chat.completion.chunk","created":{created},"model":{dumps(p.model)},"choices":[{{"index":0,"delta":'
     tail = ',"logprobs":null,"finish_reason":null,"matched_stop":null}]}\n\n'
     resp = await _start_sse(request)
+    trace = trace_of(request)
+    emitted = 0  # output tokens in the chunks written so far
     first = True
     st = None
     position = 0  # of the next output token
@@ -365,6 +368,9 @@ async def chat_completions(request: web.Request, engine: EngineClient, p: GenPar
             # StreamChunk(usage=UsageInfo.model_dump()) on content chunks only: its last field;
             # cumulative, as of the tokens in this chunk (meta_info.completion_tokens).
             content += (',"usage":' + dumps(_usage(st)) if p.continuous_usage else "") + "}\n\n"
+            if trace is not None:
+                trace.chunk(st.completion_tokens - emitted)
+            emitted = st.completion_tokens
             await resp.write(content.encode())
         position += len(ids)
     assert st is not None
@@ -422,6 +428,8 @@ async def completions(request: web.Request, engine: EngineClient, p: GenParams) 
 
     head = f'data: {{"id":"{rid}","object":"text_completion","created":{created},"model":{dumps(p.model)},"choices":[{{"index":0,"text":'
     resp = await _start_sse(request)
+    trace = trace_of(request)
+    emitted = 0  # output tokens in the chunks written so far
     st = None
     position = offset = 0  # of the next output token, and of its first character
     async for st, updates in gen:
@@ -430,6 +438,9 @@ async def completions(request: web.Request, engine: EngineClient, p: GenParams) 
         finish = updates[-1].finish if updates else None
         logprobs = _completion_logprobs(p, position, ids, offset)
         position, offset = position + len(ids), offset + len(text)
+        if trace is not None:
+            trace.chunk(st.completion_tokens - emitted)
+        emitted = st.completion_tokens
         await resp.write(
             (
                 head
@@ -553,6 +564,8 @@ async def generate(request: web.Request, engine: EngineClient, p: GenParams, rid
         return json_response({"text": "".join(text_parts), "output_ids": ids, "meta_info": meta})
 
     resp = await _start_sse(request)
+    trace = trace_of(request)
+    emitted = 0  # output tokens in the chunks written so far
     text = ""
     ids_json = ""  # grown incrementally: SGLang re-sends cumulative ids every chunk
     async for st, updates in gen:
@@ -568,6 +581,9 @@ async def generate(request: web.Request, engine: EngineClient, p: GenParams, rid
         if logprobs is not None:
             meta.update(logprobs.meta())
         chunk = '{"text":' + dumps(text) + ',"output_ids":[' + ids_json + '],"meta_info":' + dumps(meta) + "}"
+        if trace is not None:
+            trace.chunk(st.completion_tokens - emitted)
+        emitted = st.completion_tokens
         await resp.write(b"data: " + chunk.encode() + b"\n\n")
     await resp.write(DONE)
     await resp.write_eof()
