@@ -61,9 +61,9 @@ def check_points(points: list[SweepPoint], conf_dir: Path, here: bool = True) ->
     return experiments
 
 
-def point_overrides(point: SweepPoint, point_root: Path) -> list[str]:
+def point_overrides(overrides: list[str], point_root: Path) -> list[str]:
     """The point's overrides as its pytest gets them: its record goes inside the sweep's."""
-    kept = [o for o in point.overrides if override_key(o) != "record.root"]
+    kept = [o for o in overrides if override_key(o) != "record.root"]
     quoted = str(point_root).replace("'", "\\'")  # Hydra's quoted string: the path as it is
     return [*kept, f"record.root='{quoted}'"]
 
@@ -126,7 +126,8 @@ def run_sweep(overrides: list[str], pytest_options: list[str], conf_dir: Path, c
     first = experiments[0]
     record = SweepRecord(Path(first.base.record.root), first.name, command, pytest_options)
     labels = [label(n, p) for n, p in enumerate(points)]
-    runs = [point_overrides(p, record.point_root(name)) for p, name in zip(points, labels)]
+    record.learn_secrets([*overrides, *pytest_options, *(o for p in points for o in p.overrides)])
+    runs = [point_overrides(p.overrides, record.point_root(name)) for p, name in zip(points, labels)]
     entries = [record.add_point(name, overrides, p.swept) for p, name, overrides in zip(points, labels, runs)]
     record.save()
     print(f"specgate sweep: {len(points)} point(s) of {first.name} on {engine}; record {record.path}", flush=True)

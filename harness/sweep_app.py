@@ -24,7 +24,8 @@ from omegaconf import DictConfig
 import harness.config  # noqa: F401  (registers the schema the config tree's defaults name)
 from harness import PROJECT_ROOT
 from harness.atomic import atomic_write
-from harness.sweep import point_command, signal_until_gone
+from harness.secrets import Redactor
+from harness.sweep import point_command, point_overrides, signal_until_gone
 
 EXIT_STATUS_FILE = "exit_status"  # in points/<label>/: the point's pytest exit status, once it ended
 
@@ -34,7 +35,10 @@ def this_point(sweep_dir: Path, job_num: int, task_overrides: list[str]) -> dict
     so that a job can never run another point's configuration."""
     data = json.loads((sweep_dir / "sweep.json").read_text(encoding="utf-8"))
     entry = data["points"][job_num]
-    missing = [o for o in entry["swept"] if o not in task_overrides]
+    redactor = Redactor()  # sweep.json holds the overrides as written: any secret redacted
+    redactor.learn(task_overrides)
+    shown = redactor.data(list(task_overrides))
+    missing = [o for o in entry["swept"] if o not in shown]
     if missing:
         raise RuntimeError(f"job {job_num} was given {' '.join(task_overrides)}, but sweep.json's point "
                            f"{entry['label']} swept {' '.join(missing)}: not running another point's config")
@@ -73,8 +77,10 @@ def ignore_time_limit_signal() -> None:
 def run_one_point(cfg: DictConfig) -> int:
     job = HydraConfig.get()
     sweep_dir = Path(job.sweep.dir).parent
-    point = this_point(sweep_dir, job.job.num, list(job.overrides.task))
-    status = run_here(point_command(point["overrides"], Path(point["conf_dir"]), point["pytest_options"]))
+    task = list(job.overrides.task)  # the point's own overrides, secrets included (sweep.json has them redacted)
+    point = this_point(sweep_dir, job.job.num, task)
+    overrides = point_overrides(task, sweep_dir / "points" / point["label"])
+    status = run_here(point_command(overrides, Path(point["conf_dir"]), point["pytest_options"]))
     atomic_write(sweep_dir / "points" / point["label"] / EXIT_STATUS_FILE, f"{status}\n")
     return status
 

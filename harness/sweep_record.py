@@ -22,6 +22,7 @@ from omegaconf import OmegaConf
 
 from harness import sweep_gate
 from harness.atomic import atomic_write
+from harness.secrets import Redactor
 from harness.record import FINISHED, INTERRUPTED, RUNNING, RecordError, history_members, read_run, safe_name, unique_dir
 
 # (column, how results.json's arm block gives it); `{plain}` is the run's plain arm.
@@ -89,6 +90,7 @@ class SweepRecord:
     def __init__(self, root: Path, exp_name: str, command: list[str], pytest_options: list[str]):
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         self.path = unique_dir(Path(root).absolute() / f"{stamp}_{safe_name(exp_name)}_sweep")
+        self.redactor = Redactor()
         self.data: dict[str, Any] = {"experiment": exp_name, "status": RUNNING, "command": command,
                                      "pytest_options": pytest_options, "started_utc": utc_now(),
                                      "finished_utc": None, "exit_status": None, "points": []}
@@ -134,14 +136,20 @@ class SweepRecord:
         self.data["sweep_gates"] = verdicts
         return verdicts
 
+    def learn_secrets(self, overrides: list[str]) -> None:
+        """The secrets the overrides carry (`server.env.HF_TOKEN=...`): kept in memory, where
+        the points' commands need them, but never written."""
+        self.redactor.learn(overrides)
+
     def save(self) -> None:
-        atomic_write(self.path / "sweep.json", json.dumps(self.data, indent=2, allow_nan=False) + "\n")
+        shown = self.redactor.data(self.data)
+        atomic_write(self.path / "sweep.json", json.dumps(shown, indent=2, allow_nan=False) + "\n")
 
     def finish(self, exit_status: int, interrupted: bool) -> None:
         self.data.update(status=INTERRUPTED if interrupted else FINISHED, finished_utc=utc_now(), exit_status=exit_status,
                          crossovers=crossovers(self.data["points"]))
         self.save()
-        atomic_write(self.path / "summary.md", summary(self.data))
+        atomic_write(self.path / "summary.md", self.redactor.text(summary(self.redactor.data(self.data))))
 
 
 def crossovers(points: list[dict[str, Any]]) -> list[dict[str, Any]]:

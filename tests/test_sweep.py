@@ -119,11 +119,16 @@ def test_an_interrupted_point_ends_the_sweep_as_interrupted(tmp_path, monkeypatc
 
 def test_two_points_on_the_simulator_each_a_whole_experiment(tmp_path):
     runs = tmp_path / "runs"
+    secret = "hf_basicsweepsecret0123456789"
     done = subprocess.run([sys.executable, "-m", "harness.cli", "sweep", *SIM, "workload.concurrency=1,2",
-                           f"record.root={runs}", "-p", "no:cacheprovider", "--no-progress"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+                           f"+server.env.HF_TOKEN={secret}", f"record.root={runs}", "-p", "no:cacheprovider",
+                           "--no-progress"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     (sweep_dir,) = runs.iterdir()
+    # a secret override reaches the points but no file of the sweep (sweep.json keeps the overrides)
+    assert "+server.env.HF_TOKEN=***" in (sweep_dir / "sweep.json").read_text()
+    assert [f for f in sweep_dir.rglob("*") if f.is_file() and secret.encode() in f.read_bytes()] == []
+    assert secret not in done.stdout + done.stderr
     assert sweep_dir.name.endswith("_sim_smoke_sweep")
     data = json.loads((sweep_dir / "sweep.json").read_text())
     assert (data["status"], data["exit_status"]) == ("finished", 0)

@@ -202,8 +202,11 @@ def test_two_points_through_submitits_local_executor(tmp_path):
     for point, concurrency in zip(data["points"], (1, 2)):
         assert_point_passed(sweep_dir, point, concurrency)
     # what Hydra's app writes (its log lines repeat the overrides, its multirun.yaml the config) is redacted
-    for written in (sweep_dir / "launcher.log", sweep_dir / "points" / "multirun.yaml"):
+    for written in (sweep_dir / "launcher.log", sweep_dir / "points" / "multirun.yaml", sweep_dir / "sweep.json"):
         assert "HF_TOKEN" in written.read_text() and secret not in written.read_text()
+    # ... and so is every other file of the sweep: its summary, the points' records, the jobs' logs
+    holding = [str(f.relative_to(sweep_dir)) for f in sweep_dir.rglob("*") if f.is_file() and secret.encode() in f.read_bytes()]
+    assert holding == []
     assert not list((sweep_dir / "points" / ".submitit").glob("*/*.pkl"))  # submitit's pickles hold it unredacted
     assert leftover(sweep_dir) is None
 
