@@ -185,7 +185,7 @@ def compose(overrides: list[str], conf_dir: Path = DEFAULT_CONF_DIR) -> Experime
     """Compose the experiment the overrides name, and each of its arms."""
     swept = [o for o in overrides if is_sweep(o)]
     if swept:
-        raise ConfigError(f"{swept[0]} gives several values (a sweep); run it with `specgate sweep`, "
+        raise ConfigError(f"{swept[0]} gives several values (a sweep); run it with `specgate sweep` (or pytest --multirun), "
                           f"which runs one whole experiment per point")
     check_added_keys(overrides, conf_dir)
     check_deleted_keys(overrides, conf_dir)

@@ -47,7 +47,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--replay", default=None, metavar="RUN_DIR",
                     help="re-run the recorded config of a past run (key=value overrides apply on top) and print the drift")
     group.addoption("--multirun", action="store_true", default=False,
-                    help="not here: a sweep runs with `specgate sweep`, one pytest per point")
+                    help="run the overrides' Hydra sweep (k=1,4 ...) as `specgate sweep` does: one whole "
+                         "experiment, in its own pytest, per point")
     group.addoption("--arm", action="append", default=[], metavar="NAME",
                     help="run only this arm's tests (repeatable, or NAME,NAME); selects by arm id, where -k "
                          "matches substrings of file and test names too")
@@ -82,11 +83,25 @@ def conf_dir(config: pytest.Config) -> Path:
     return local if (local / "config.yaml").is_file() else DEFAULT_CONF_DIR
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> int | None:
+    """`pytest suites/ +exp=NAME --multirun k=1,4`: this pytest runs no tests itself but the
+    sweep (harness/sweep.py), one pytest per point, and exits with the sweep's status. One
+    pytest session is one experiment: its record, its exit status. (`-m` stays pytest's.)"""
+    if not config.getoption("multirun"):
+        return None
+    from harness.sweep import run_sweep  # the sweep's machinery only when one is asked for
+
+    overrides = config.stash.get(OVERRIDES, [])
+    options = [a for a in config.invocation_params.args if a not in overrides and a != "--multirun"]
+    try:
+        return run_sweep(overrides, options, conf_dir(config), ["pytest", *config.invocation_params.args])
+    except ConfigError as exc:
+        raise pytest.UsageError(redact_patterns(f"specgate: {exc}")) from None
+
+
 def pytest_configure(config: pytest.Config) -> None:
     overrides = config.stash.get(OVERRIDES, [])
-    if config.getoption("multirun"):  # one pytest is one experiment: its exit status, its record
-        raise pytest.UsageError("specgate: --multirun: a pytest session runs one experiment; run the sweep with "
-                                "`specgate sweep` and the same overrides, which runs one pytest per point")
     replay_dir, notes, replayed = config.getoption("replay"), [], None
     try:
         if replay_dir:

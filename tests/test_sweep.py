@@ -51,7 +51,7 @@ def test_pytest_options_are_told_from_overrides_for_every_point():
 
 
 def test_a_sweep_given_to_pytest_says_to_use_specgate_sweep():
-    with pytest.raises(ConfigError, match=r"workload.concurrency=1,4 gives several values .*specgate sweep"):
+    with pytest.raises(ConfigError, match=r"workload.concurrency=1,4 gives several values .*specgate sweep` \(or pytest --multirun\)"):
         compose(["+exp=sim_smoke", "workload.concurrency=1,4"])
 
 
@@ -150,11 +150,29 @@ def test_two_points_on_the_simulator_each_a_whole_experiment(tmp_path):
     assert len(rows) == 4 and "status **finished**, exit status 0" in summary
 
 
-def test_pytest_multirun_points_to_specgate_sweep():
+def test_pytest_multirun_runs_the_sweep(tmp_path):
+    """`pytest suites/ ... --multirun k=1,2` is `specgate sweep`: one pytest per point, the sweep's
+    record and exit status; pytest options (-k ARM) reach every point."""
+    runs = tmp_path / "runs"
+    done = subprocess.run([sys.executable, "-m", "pytest", "suites/", "-p", "no:cacheprovider", "--no-progress", *SIM,
+                           "workload.concurrency=1,2", "--multirun", "-k", "baseline", f"record.root={runs}"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (sweep_dir,) = runs.iterdir()
+    data = json.loads((sweep_dir / "sweep.json").read_text())
+    assert (data["status"], data["exit_status"]) == ("finished", 0)
+    assert [p["swept"] for p in data["points"]] == [["workload.concurrency=1"], ["workload.concurrency=2"]]
+    assert all(set(p["arms"]) == {"baseline", "eagle3"} and p["arms"]["eagle3"]["status"] == "not_run"
+               for p in data["points"])  # -k baseline: the one arm, in every point
+
+
+def test_pytest_multirun_with_a_bad_point_exits_4_before_any_server(tmp_path):
     done = subprocess.run([sys.executable, "-m", "pytest", "suites/", "-p", "no:cacheprovider", *SIM,
-                           "workload.concurrency=1,2", "--multirun"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+                           "workload.concurrency=1,0", "--multirun", f"record.root={tmp_path}"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 4
-    assert "--multirun: a pytest session runs one experiment; run the sweep with `specgate sweep`" in done.stderr
+    assert "sweep point 1 (workload.concurrency=0)" in done.stderr
+    assert not any(tmp_path.iterdir())
 
 
 def test_the_crossover_is_where_the_speedup_falls_below_one():
