@@ -43,7 +43,7 @@ from typing import Any, Callable
 from harness.load.arrivals import ClosedLoop, DealtArrivals, OpenLoop, arrival_process
 from harness.load.client_health import merge_process_blocks
 from harness.load.progress import ProgressSnapshot
-from harness.load.records import LoadResult, RequestRecord
+from harness.load.records import LoadResult, RequestRecord, measured_window
 from harness.load.requests import RequestFunc
 from harness.load.runner import LoadInterrupted, RequestBudget, _Load
 from harness.load.sizing import PromptTokenizer
@@ -278,12 +278,7 @@ def merge_results(results: list[LoadResult], api: str, model: str, interrupted: 
     run_start = min((res.run_start for res in results), default=time.perf_counter())
     for rec in records:
         rec.run_start = run_start
-    measured = [r for r in records if not r.warmup]
-    if measured:
-        start = min(r.send_time for r in measured)
-        end = max(r.end_time if r.end_time is not None else r.send_time for r in measured)
-    else:
-        start = end = time.perf_counter()
+    start, end = measured_window(records)
     client = None if interrupted else merge_process_blocks([res.client for res in results], records)
     sizing = next((res.prompt_sizing for res in results if res.prompt_sizing), None)
     return LoadResult(records=records, start_time=start, end_time=end, api=api, model=model, run_start=run_start,

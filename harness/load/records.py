@@ -6,6 +6,7 @@ the load runner, metrics and the recorder can all share it without a cycle.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 
@@ -122,3 +123,13 @@ class LoadResult:
     @property
     def duration_s(self) -> float:
         return max(0.0, self.end_time - self.start_time)
+
+
+def measured_window(records: list[RequestRecord]) -> tuple[float, float]:
+    """(first send, last end) of the measured requests: the load's window (now, now without any)."""
+    measured = [r for r in records if not r.warmup]
+    if not measured:
+        now = time.perf_counter()
+        return now, now
+    return (min(r.send_time for r in measured),
+            max(r.end_time if r.end_time is not None else r.send_time for r in measured))

@@ -38,7 +38,7 @@ from harness.load.client_health import CpuMark, LoopLagTicker, client_block
 from harness.load.crosscheck import CountTokens
 from harness.load.progress import LoadCounter, ProgressSnapshot
 from harness.load.prompts import PromptSource, RandomWords, prompt_source
-from harness.load.records import LoadResult, RequestRecord
+from harness.load.records import LoadResult, RequestRecord, measured_window
 from harness.load.sizing import PromptTokenizer
 from harness.load.requests import RequestExtras, RequestFunc, Sampling, SpecDetails, make_session, prewarm, request_func
 
@@ -294,12 +294,7 @@ class _Load:
 
     def result(self, run_start: float, records: list[RequestRecord] | None = None) -> LoadResult:
         records = self.records if records is None else records
-        measured = [r for r in records if not r.warmup]
-        if measured:
-            start = min(r.send_time for r in measured)
-            end = max(r.end_time if r.end_time is not None else r.send_time for r in measured)
-        else:
-            start = end = time.perf_counter()
+        start, end = measured_window(records)
         return LoadResult(records=records, start_time=start, end_time=end, api=self.request.api,
                           model=self.request.model, run_start=run_start, prompt_sizing=self.prompt_sizing,
                           client=self.client_health(records))
