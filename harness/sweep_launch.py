@@ -203,7 +203,9 @@ def explain_the_rest(record: SweepRecord, entries: list[dict], jobs, app_status:
                 entry["error"] = failure_in_log(log)
             continue
         if folder is None:
-            reason = f"no job was submitted for it (the launcher exited {app_status}; see launcher.log)"
+            why = failure_in_log(record.path / "launcher.log")  # e.g. sbatch's own refusal
+            reason = (f"no job was submitted for it{': ' + why if why else ''} "
+                      f"(the launcher exited {app_status}; see launcher.log)")
         else:
             # what the task raised, as submitit kept it, before anything read off the log
             words = [jobs.state(folder), failed_result(folder) or failure_in_log(log)]

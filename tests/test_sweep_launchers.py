@@ -250,3 +250,18 @@ def test_a_jobs_reason_is_slurmstepds_line_or_the_tracebacks_last(tmp_path):
     assert failure_in_log(log) == "specgate: experiment 'eagle_k2' needs an NVIDIA GPU machine (...)"
     log.write_text("all went well\n")
     assert failure_in_log(log) is None and failure_in_log(tmp_path / "absent") is None
+
+
+@pytest.mark.cluster
+def test_a_submission_slurm_refuses_fails_every_point_with_sbatchs_reason(slurm, tmp_path):
+    runs = tmp_path / "runs"
+    status, output = finished(sweep(runs, "workload.concurrency=1,2", "hydra/launcher=submitit_slurm",
+                                    "hydra.launcher.partition=nope"), timeout=120)
+    assert status == 1, output[-3000:]
+    sweep_dir, data = sweep_record(runs)
+    assert (data["status"], data["exit_status"]) == ("finished", 1)
+    for point in data["points"]:
+        assert point["status"] == "job_failed"
+        assert point["error"].startswith("no job was submitted for it: sbatch: error: Batch job submission failed: "
+                                         "Invalid partition name specified"), point["error"]
+    assert leftover(sweep_dir) is None
