@@ -51,6 +51,12 @@ class SearchSettings:
         if not 0 < capacity.tolerance < 1:
             raise CapacityConfigError(f"capacity.tolerance is a fraction of the load in (0, 1) (0.05: 5 %), "
                                       f"got {capacity.tolerance}")
+        # a probe must be the load it names: at least one request per slot in flight, some
+        # seconds of arrivals, a client that lets the queue form at the server
+        for key, least in (("rounds", 1), ("probe_s", 1e-9), ("max_in_flight", 1)):
+            if getattr(capacity, key) < least:
+                raise CapacityConfigError(f"capacity.{key} must be {'> 0' if key == 'probe_s' else '≥ 1'}, "
+                                          f"got {getattr(capacity, key)} (a probe must be the load it names)")
         if integer:  # whole requests in flight: every load the search makes is an int
             start, maximum = int(start), int(maximum)
         return cls(start, maximum, float(capacity.growth), integer, float(capacity.tolerance))

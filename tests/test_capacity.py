@@ -32,7 +32,8 @@ EXP = "+exp=sim_capacity"
 
 
 def settings(**changes) -> SearchSettings:
-    base = dict(dimension="concurrency", start=1, max=256, growth=2.0, tolerance=0.05)
+    base = dict(dimension="concurrency", start=1, max=256, growth=2.0, tolerance=0.05, rounds=2, probe_s=20.0,
+                max_in_flight=1024)
     return SearchSettings.of(SimpleNamespace(**{**base, **changes}))
 
 
@@ -71,6 +72,9 @@ def test_never_missing_up_to_max_is_a_lower_bound_at_max():
     ({"max": 0.5, "start": 1}, "capacity.max must be a whole number at least capacity.start (1), got 0.5"),
     ({"growth": 1.0}, "capacity.growth must be > 1"),
     ({"dimension": "request_rate", "tolerance": 0}, "capacity.tolerance is a fraction of the load in (0, 1)"),
+    ({"rounds": 0}, "capacity.rounds must be ≥ 1, got 0 (a probe must be the load it names)"),
+    ({"probe_s": 0}, "capacity.probe_s must be > 0"),
+    ({"max_in_flight": 0}, "capacity.max_in_flight must be ≥ 1"),
 ])
 def test_settings_that_cannot_make_a_search_say_why(changes, words):
     with pytest.raises(CapacityConfigError) as raised:
