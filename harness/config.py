@@ -165,10 +165,15 @@ def compose_config(overrides: list[str], conf_dir: Path = DEFAULT_CONF_DIR) -> t
     conf_dir = Path(conf_dir).resolve()
     if not (conf_dir / "config.yaml").is_file():
         raise ConfigError(f"no config tree at {conf_dir} (expected {conf_dir / 'config.yaml'})")
+    overrides, entries = split_new_entries(list(overrides))
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(conf_dir), version_base=None):
-            cfg = hydra_compose(config_name="config", overrides=list(overrides), return_hydra_config=True)
+            cfg = hydra_compose(config_name="config", overrides=overrides, return_hydra_config=True)
+        for entry in entries:  # merged, as the experiment's own YAML would be (new keys allowed
+            OmegaConf.set_struct(cfg, False)  # in the mapping only: the schema types still refuse typos)
+            cfg = OmegaConf.merge(cfg, entry)
+            OmegaConf.set_struct(cfg, True)
     except (HydraException, OmegaConfBaseException, ValueError) as exc:
         raise ConfigError(explain(exc, conf_dir)) from None
     finally:
@@ -179,6 +184,49 @@ def compose_config(overrides: list[str], conf_dir: Path = DEFAULT_CONF_DIR) -> t
         upgrade_config(cfg)  # a conf tree that still names old build kinds
     OmegaConf.set_readonly(cfg, True)
     return cfg, choices
+
+
+def split_new_entries(overrides: list[str]) -> tuple[list[str], list[dict]]:
+    """`+gate.min_speedup.eagle4.ratio=1.3` or `+gate.min_speedup.eagle4={over: baseline}`
+    adds an entry to a mapping whose values are a schema type (arm -> {over, ratio}). Hydra
+    adds it as an empty mapping first, which the type refuses; OmegaConf's merge takes it
+    whole. So such overrides become nested data merged after composing, and the rest stays
+    Hydra's: (Hydra's overrides, the entries to merge)."""
+    kept, entries = [], []
+    for override in overrides:
+        path = override_key(override).split(".")
+        if not override.startswith("+") or "=" not in override or typed_entry_at(path) is None:
+            kept.append(override)
+            continue
+        try:
+            value = OverridesParser.create().parse_override(override).value()
+        except HydraException:
+            kept.append(override)  # Hydra says what is wrong with it
+            continue
+        for key in reversed(path):
+            value = {key: value}
+        entries.append(value)
+    return kept, entries
+
+
+def typed_entry_at(path: list[str], node: type = SpecgateConfig) -> int | None:
+    """The index in `path` of an entry of a mapping whose values are a schema dataclass, or None."""
+    for index, part in enumerate(path):
+        kind = typing.get_type_hints(node).get(part)
+        if kind is None:
+            return None
+        args = [a for a in typing.get_args(kind) if a is not type(None)]
+        if typing.get_origin(kind) is typing.Union and len(args) == 1:
+            kind = args[0]
+        if dataclasses.is_dataclass(kind):
+            node = kind
+            continue
+        if typing.get_origin(kind) in (dict, typing.Dict):
+            value_type = typing.get_args(kind)[1] if typing.get_args(kind) else None
+            has_entry = index + 1 < len(path)
+            return index + 1 if has_entry and dataclasses.is_dataclass(value_type) else None
+        return None
+    return None
 
 
 def compose(overrides: list[str], conf_dir: Path = DEFAULT_CONF_DIR) -> Experiment:

@@ -109,6 +109,21 @@ def test_plus_still_adds_entries_to_mappings_and_groups():
     assert arm.cfg.server.env.HF_HOME == "/tmp/hf"
 
 
+def test_plus_adds_a_new_entry_to_a_mapping_of_schema_types():
+    """Hydra adds `+gate.min_capacity.eagle3.ratio=2` as an empty mapping first, which the
+    entry's type refuses; specgate merges such entries whole, one field or all at once."""
+    base = compose(["+exp=sim_smoke", "+gate.min_capacity.eagle3.ratio=2",
+                    "+sweep_gate.min_speedup_through.eagle3={concurrency: 16, ratio: 1.1}",
+                    "+gate.min_speedup.baseline={over: eagle3, ratio: 0.5}"]).base
+    assert (base.gate.min_capacity.eagle3.ratio, base.gate.min_capacity.eagle3.over) == (2.0, None)
+    assert dict(base.sweep_gate.min_speedup_through.eagle3) == {"concurrency": 16, "ratio": 1.1}
+    assert base.gate.min_speedup.baseline.over == "eagle3"
+    with pytest.raises(ConfigError, match=re.escape("gate.min_capacity.eagle3.rati: no such key")):
+        compose(["+exp=sim_smoke", "+gate.min_capacity.eagle3.rati=2"])
+    with pytest.raises(ConfigError, match=re.escape("'abc' is not a valid float")):
+        compose(["+exp=sim_smoke", "+gate.min_capacity.eagle3.ratio=abc"])
+
+
 @pytest.mark.parametrize("key", ["plain_arm", "workload.max_tokens", "server.env", "gate.min_speedup"])
 def test_tilde_cannot_delete_a_key_every_config_has(key):
     """Deleting a schema key would fail later, in a traceback (`~plain_arm` did)."""
