@@ -125,8 +125,12 @@ def test_a_server_that_dies_mid_load_keeps_what_finished_and_says_it_died(tmp_pa
     measured = [line for line in lines if not line["warmup"]]
     assert len(measured) == MEASURED and sum(line["ok"] for line in measured) == 3
     assert "connection dropped mid-stream" in measured[3]["error"]  # the one it died in
-    assert all("cannot connect" in line["error"] for line in measured[4:])
-    assert summary.count("request(s) failed:") == 2  # died in one, refused the rest: two reasons
+    # the rest were refused; the first may have reached the dying server's socket (reset, no response)
+    gone = ("cannot connect", "the connection closed before any response")
+    assert all(any(reason in line["error"] for reason in gone) for line in measured[4:]), \
+        [line["error"] for line in measured[4:]]
+    assert "cannot connect" in measured[-1]["error"]
+    assert summary.count("request(s) failed:") in (2, 3)  # died in one, (reset one,) refused the rest
 
 
 def test_a_slow_health_route_is_slow_not_a_dead_server(tmp_path):

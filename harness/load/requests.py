@@ -139,8 +139,11 @@ class RequestFunc(ABC):
             rec.error = _timeout_message(timeout_s, rec.chunk_times, time.perf_counter())
         except aiohttp.ClientConnectorError as e:
             rec.error = f"cannot connect to {url}: {e.os_error or e}"
-        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, ConnectionResetError) as e:
-            rec.error = f"connection dropped mid-stream after {len(rec.chunk_times)} token chunks: {type(e).__name__}: {e}"
+        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError,
+                ConnectionResetError) as e:
+            rec.error = (f"connection dropped mid-stream after {len(rec.chunk_times)} token chunks: {type(e).__name__}: {e}"
+                         if rec.status is not None else  # no status line yet: e.g. a server going away
+                         f"the connection closed before any response: {type(e).__name__}: {e}")
         except aiohttp.ClientError as e:
             rec.error = f"{type(e).__name__}: {e}"
         except ValueError as e:  # aiohttp: line longer than read_bufsize ("Chunk too big")
