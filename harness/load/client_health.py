@@ -93,13 +93,13 @@ def cpu_block(start: CpuMark, end: CpuMark, cores: int | None = None) -> dict:
 
 
 def spread_ms(seconds: Iterable[float]) -> dict:
-    """p50, p99, max and count of durations given in seconds, in ms (None without any)."""
+    """mean, p50, p99, max and count of durations given in seconds, in ms (None without any)."""
     a = np.asarray(list(seconds), dtype=float) * 1000.0
     if a.size == 0:
-        return {"p50": None, "p99": None, "max": None, "n": 0}
+        return {"mean": None, "p50": None, "p99": None, "max": None, "n": 0}
     p50, p99 = np.percentile(a, [50, 99])
-    return {"p50": round(float(p50), 3), "p99": round(float(p99), 3), "max": round(float(a.max()), 3),
-            "n": int(a.size)}
+    return {"mean": round(float(a.mean()), 3), "p50": round(float(p50), 3), "p99": round(float(p99), 3),
+            "max": round(float(a.max()), 3), "n": int(a.size)}
 
 
 def send_gaps_s(records: Iterable[RequestRecord]) -> list[float]:
@@ -114,7 +114,7 @@ def client_block(lags_s: list[float], start: CpuMark, end: CpuMark, records: Ite
             "send_gap_ms": spread_ms(send_gaps_s(records)), "cpu": cpu_block(start, end)}
 
 
-WORST_OF = ("p50", "p99", "max")
+WORST_OF = ("mean", "p50", "p99", "max")
 
 
 def combine_client_blocks(blocks: list[dict]) -> dict:
@@ -126,7 +126,7 @@ def combine_client_blocks(blocks: list[dict]) -> dict:
     combined = {"tick_ms": blocks[0]["tick_ms"], "repeats": len(blocks)}
     for name in ("loop_lag_ms", "send_gap_ms"):
         parts = [b[name] for b in blocks]
-        combined[name] = {**{s: worst([p[s] for p in parts]) for s in WORST_OF}, "n": sum(p["n"] for p in parts)}
+        combined[name] = {**{s: worst([p.get(s) for p in parts]) for s in WORST_OF}, "n": sum(p["n"] for p in parts)}
     cpus = [b["cpu"] for b in blocks]
     combined["cpu"] = {key: (worst([c[key] for c in cpus]) if "share" in key else
                              c0 if key == "cores" else round(sum(c[key] for c in cpus), 4))
@@ -149,7 +149,7 @@ def merge_process_blocks(blocks: list[dict | None], records: Iterable[RequestRec
     if not blocks or any(b is None for b in blocks):
         return None
     lags = [b["loop_lag_ms"] for b in blocks]
-    loop_lag = {**{s: worst([p[s] for p in lags]) for s in WORST_OF}, "n": sum(p["n"] for p in lags)}
+    loop_lag = {**{s: worst([p.get(s) for p in lags]) for s in WORST_OF}, "n": sum(p["n"] for p in lags)}
     cpus = [b["cpu"] for b in blocks]
     wall = max(c["wall_s"] for c in cpus)
     process, thread = sum(c["process_cpu_s"] for c in cpus), sum(c["loop_thread_cpu_s"] for c in cpus)
