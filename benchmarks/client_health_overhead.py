@@ -26,8 +26,8 @@ import harness.load.runner as load_runner  # noqa: E402
 from telemetry_overhead import free_port, start_sim  # noqa: E402
 from harness.load import run_load  # noqa: E402
 from harness.load.client_health import LoopLagTicker  # noqa: E402
-from harness.metrics import summarize  # noqa: E402
-from harness.schema import WorkloadConfig  # noqa: E402
+from harness.measure.metrics import summarize  # noqa: E402
+from harness.config.schema import WorkloadConfig  # noqa: E402
 
 HOUR_S = 3600.0
 

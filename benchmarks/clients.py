@@ -354,8 +354,8 @@ def write(rows: list[Row], out_dir: Path, quick: bool, notes: dict) -> Path:
 def specgate_worker(url: str, c: int, n: int, out: str, extra: list[str]) -> None:
     """One specgate load in this process, its summarized figures to ``out``."""
     from harness.load import run_load
-    from harness.metrics import summarize
-    from harness.schema import WorkloadConfig
+    from harness.measure.metrics import summarize
+    from harness.config.schema import WorkloadConfig
 
     settings = dict(kv.split("=", 1) for kv in extra)
     w = WorkloadConfig(name=f"clients_c{c}", api="completions", input_len=INPUT_LEN, tokenizer=str(TOKENIZER),

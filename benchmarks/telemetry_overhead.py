@@ -23,10 +23,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness.client import ServerClient  # noqa: E402
+from harness.servers.client import ServerClient  # noqa: E402
 from harness.load import run_load  # noqa: E402
-from harness.metrics import summarize  # noqa: E402
-from harness.schema import WorkloadConfig  # noqa: E402
+from harness.measure.metrics import summarize  # noqa: E402
+from harness.config.schema import WorkloadConfig  # noqa: E402
 from harness.telemetry.base import make_source  # noqa: E402
 from harness.telemetry.sampler import Sampler  # noqa: E402
 

@@ -1,7 +1,7 @@
 """How often the reference-run gate cries wolf, and how often it catches a real slowdown.
 
 Measured on the simulator with the process backend, each run a fresh server and one load,
-judged by the same gate the suites run (harness.gate.no_regression_against_reference,
+judged by the same gate the suites run (harness.gates.registry.no_regression_against_reference,
 with the default compared metrics and settings):
 
 - **false alarms**: N + 1 identical runs, each compared with the one before it (as CI
@@ -34,11 +34,11 @@ from omegaconf import OmegaConf
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from harness.config import compose  # noqa: E402
+from harness.config.compose import compose  # noqa: E402
 from harness.engines import engine_of  # noqa: E402
-from harness.gate import GateContext, no_regression_against_reference  # noqa: E402
+from harness.gates.registry import GateContext, no_regression_against_reference  # noqa: E402
 from harness.load import run_load  # noqa: E402
-from harness.metrics import ArmResult, summarize  # noqa: E402
+from harness.measure.metrics import ArmResult, summarize  # noqa: E402
 from harness.servers.process import ProcessServer  # noqa: E402
 
 WORKLOADS = {

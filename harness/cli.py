@@ -19,11 +19,11 @@ import sys
 from pathlib import Path
 
 from harness import SUITES_DIR, __version__
-from harness.compare import CompareError
-from harness.secrets import redact_patterns
-from harness.config import DEFAULT_CONF_DIR, ConfigError, compose, is_override, list_experiments, to_yaml
-from harness.record import RecordError
-from harness.report import ReportError
+from harness.report.compare import CompareError
+from harness.record.secrets import redact_patterns
+from harness.config.compose import DEFAULT_CONF_DIR, ConfigError, compose, is_override, list_experiments, to_yaml
+from harness.record.store import RecordError
+from harness.report.html import ReportError
 
 USAGE_ERROR = 4  # as pytest's usage error: a config or input mistake (2 is Ctrl-C)
 
@@ -72,14 +72,14 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from harness.sweep import run_sweep
+    from harness.sweep.driver import run_sweep
 
     overrides, pytest_options = split_tokens(args.tokens)
     return run_sweep(overrides, pytest_options, Path(args.conf_dir).resolve(), ["specgate", "sweep", *args.tokens])
 
 
 def cmd_capacity(args: argparse.Namespace) -> int:
-    from harness.capacity_run import run_capacity
+    from harness.capacity.driver import run_capacity
 
     return run_capacity(args.overrides, Path(args.conf_dir).resolve(), ["specgate", "capacity", *args.overrides])
 
@@ -93,16 +93,16 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from harness.compare import compare_runs
+    from harness.report.compare import compare_runs
 
     print(compare_runs(args.runs), end="")
     return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from harness.capacity_report import is_capacity_record, write_capacity_report
-    from harness.report import write_report
-    from harness.sweep_report import is_sweep, write_sweep_report
+    from harness.capacity.report import is_capacity_record, write_capacity_report
+    from harness.report.html import write_report
+    from harness.sweep.report import is_sweep, write_sweep_report
 
     if is_sweep(args.run_dir):
         write = write_sweep_report  # its break-even map
@@ -117,7 +117,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_clean(args: argparse.Namespace) -> int:
     """Remove every container specgate labelled (e.g. after a kill -9), on the local
     engine or --docker-host; with --images also the images it built."""
-    from harness.images import ImageError, docker_client
+    from harness.servers.images import ImageError, docker_client
     from harness.servers.labels import LABEL, remove_containers
 
     try:

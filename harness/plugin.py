@@ -19,17 +19,17 @@ from typing import Callable
 
 import pytest
 
-from harness import gate
-from harness.baseline_match import check_baseline
-from harness.config import DEFAULT_CONF_DIR, ConfigError, Experiment, compose, is_override, remote_engine
-from harness.gate import GateContext, comparisons, gates_of
-from harness.record import RecordError, RunData, read_reference_runs
-from harness.replay import read_replayed, replay_experiment
+from harness.gates import registry as gate
+from harness.gates.baseline_match import check_baseline
+from harness.config.compose import DEFAULT_CONF_DIR, ConfigError, Experiment, compose, is_override, remote_engine
+from harness.gates.registry import GateContext, comparisons, gates_of
+from harness.record.store import RecordError, RunData, read_reference_runs
+from harness.run.replay import read_replayed, replay_experiment
 from harness.engines import engine_of
-from harness.drafter_fit import DrafterMismatch, check_drafter_fit
+from harness.run.drafter_fit import DrafterMismatch, check_drafter_fit
 from harness.load import print_progress
-from harness.runner import ArmFailed, ArmRun, Runner
-from harness.secrets import redact_patterns
+from harness.run.runner import ArmFailed, ArmRun, Runner
+from harness.record.secrets import redact_patterns
 from harness.telemetry.driver import nvidia_driver_status
 
 OVERRIDES = pytest.StashKey[list]()
@@ -86,11 +86,11 @@ def conf_dir(config: pytest.Config) -> Path:
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> int | None:
     """`pytest suites/ +exp=NAME --multirun k=1,4`: this pytest runs no tests itself but the
-    sweep (harness/sweep.py), one pytest per point, and exits with the sweep's status. One
+    sweep (harness/sweep/driver.py), one pytest per point, and exits with the sweep's status. One
     pytest session is one experiment: its record, its exit status. (`-m` stays pytest's.)"""
     if not config.getoption("multirun"):
         return None
-    from harness.sweep import run_sweep  # the sweep's machinery only when one is asked for
+    from harness.sweep.driver import run_sweep  # the sweep's machinery only when one is asked for
 
     overrides = config.stash.get(OVERRIDES, [])
     options = [a for a in config.invocation_params.args if a not in overrides and a != "--multirun"]

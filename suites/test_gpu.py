@@ -3,7 +3,7 @@ window where the client sees tokens stream, after a ramp-in — never from a sle
 request that may have failed (an HTTP 400 reads idle clocks and learns nothing).
 Without an NVIDIA driver, nvml/smi telemetry is skipped ("no NVIDIA driver"), not passed;
 with telemetry off, skipped too.
-The tests are the GPU gates of harness/gate.py's registry, one test per gate."""
+The tests are the GPU gates of harness/gates/registry.py's registry, one test per gate."""
 
 from harness.plugin import gate_tests
 

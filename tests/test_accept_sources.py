@@ -9,14 +9,14 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
-from harness import gate
-from harness.config import ConfigError, compose
+from harness.gates import registry as gate
+from harness.config.compose import ConfigError, compose
 from harness.engines.sglang import SGLang
 from harness.engines.vllm import VLLM
 from harness.load import LoadResult, RequestRecord
-from harness.metrics import combine_repeats, summarize
-from harness.schema import GateConfig
-from harness.server_metrics import ONE_PLUS_ACCEPTED, TOKENS_PER_VERIFY, parse, window
+from harness.measure.metrics import combine_repeats, summarize
+from harness.config.schema import GateConfig
+from harness.measure.server_metrics import ONE_PLUS_ACCEPTED, TOKENS_PER_VERIFY, parse, window
 try:
     from tests.test_gate import result
 except ImportError:  # tests/ is not a package: pytest put it on sys.path

@@ -1,15 +1,15 @@
 """Client vs server: each figure beside the server's of the same meaning, and a
-disagreement flagged in results.json and the summary (harness/agreement.py)."""
+disagreement flagged in results.json and the summary (harness/measure/agreement.py)."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
-from harness.agreement import DISAGREEMENT_RATIO, OUTSIDE_SERVER_MS, disagreements, sentence
+from harness.measure.agreement import DISAGREEMENT_RATIO, OUTSIDE_SERVER_MS, disagreements, sentence
 from harness.engines.base import ITL_PER_STEP, ITL_PER_TOKEN
-from harness.metrics import ArmResult, Stat
-from harness.outcome import ArmOutcome
-from harness.summary import format_summary
+from harness.measure.metrics import ArmResult, Stat
+from harness.run.outcome import ArmOutcome
+from harness.report.summary import format_summary
 
 # 4 requests of 300 tokens: 4 x 299 decoded after the prefill token
 REQUESTS, TOKENS = 4, 1200

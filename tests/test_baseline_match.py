@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.baseline_match import check_baseline, differences, model_name
-from harness.config import ConfigError, compose
-from harness.record import read_run
+from harness.gates.baseline_match import check_baseline, differences, model_name
+from harness.config.compose import ConfigError, compose
+from harness.record.store import read_run
 
 
 def record(folder: Path, arm_cfgs: dict[str, dict]) -> Path:

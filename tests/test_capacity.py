@@ -15,17 +15,17 @@ import docker
 import pytest
 
 from harness import cli
-from harness.capacity import CapacityConfigError, SearchSettings, search
-from harness.capacity_gate import capacity_verdicts, check_capacity_gates
-from harness.capacity_run import probe_workload
-from harness.config import ConfigError, compose
+from harness.capacity.search import CapacityConfigError, SearchSettings, search
+from harness.capacity.gates import capacity_verdicts, check_capacity_gates
+from harness.capacity.driver import probe_workload
+from harness.config.compose import ConfigError, compose
 from harness.engines import engine_of
 from harness.load import LoadResult, RequestRecord
-from harness.metrics import ArmResult, Stat
+from harness.measure.metrics import ArmResult, Stat
 from harness.servers.labels import RUN
 from harness.sim.cli import parse_args as sim_parse_args
 from harness.sim.model import SimModel
-from harness.slo import Slo, goodput, misses, slos_of
+from harness.capacity.slo import Slo, goodput, misses, slos_of
 
 ROOT = Path(__file__).resolve().parent.parent
 EXP = "+exp=sim_capacity"

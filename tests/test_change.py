@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from harness import gate
-from harness.change import evidence, judge
-from harness.metrics import ArmResult, Stat
-from harness.schema import GateConfig
+from harness.gates import registry as gate
+from harness.gates.change import evidence, judge
+from harness.measure.metrics import ArmResult, Stat
+from harness.config.schema import GateConfig
 
 
 def lines(n: int, seed: int, step_ms: float = 4.0, tokens: int = 64, ttft_ms: float = 20.0, concurrency: int = 1,

@@ -1,4 +1,4 @@
-"""harness.client and the load's request functions (harness.load.requests) against a fake
+"""harness.servers.client and the load's request functions (harness.load.requests) against a fake
 SGLang over real loopback HTTP (no mocks of aiohttp).
 
 The fake server (FakeSGLang) reproduces the SSE shapes of SGLang 0.5.x:
@@ -22,8 +22,8 @@ import time
 import pytest
 from aiohttp import web
 
-from harness import client
-from harness.client import (
+from harness.servers import client
+from harness.servers.client import (
     ClientError,
     ServerBadResponse,
     ServerClient,

@@ -18,16 +18,16 @@ from types import SimpleNamespace
 import pytest
 from omegaconf import OmegaConf
 
-from harness.client import ServerClient
-from harness.client_bound import guard_client_bound, judge
-from harness.gate import GateContext, client_kept_up, max_itl_ms, max_ttft_ms, min_output_tok_s
+from harness.servers.client import ServerClient
+from harness.gates.client_bound import guard_client_bound, judge
+from harness.gates.registry import GateContext, client_kept_up, max_itl_ms, max_ttft_ms, min_output_tok_s
 from harness.load import RequestRecord, run_load
 from harness.load.arrivals import ClosedLoop, PoissonArrivals
 from harness.load.client_health import (CpuMark, LoopLagTicker, client_block, combine_client_blocks, cpu_block,
                                         send_gaps_s, spread_ms)
-from harness.metrics import ArmResult, Stat, summarize
-from harness.schema import ClientBoundConfig, GateConfig, WorkloadConfig
-from harness.summary import format_summary
+from harness.measure.metrics import ArmResult, Stat, summarize
+from harness.config.schema import ClientBoundConfig, GateConfig, WorkloadConfig
+from harness.report.summary import format_summary
 
 ROOT = Path(__file__).resolve().parent.parent
 

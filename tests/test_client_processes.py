@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from harness.client import ServerClient
+from harness.servers.client import ServerClient
 from harness.load import LoadResult, RequestRecord, run_load
 from harness.load.arrivals import DealtArrivals, PoissonArrivals
 from harness.load.client_health import merge_process_blocks
 from harness.load.processes import DealtBudget, SharedBudget, merge_results, split_concurrency
-from harness.metrics import summarize
-from harness.schema import WorkloadConfig
+from harness.measure.metrics import summarize
+from harness.config.schema import WorkloadConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -190,7 +190,7 @@ def test_ctrl_c_keeps_the_finished_requests_and_leaves_no_process(sim_url, tmp_p
     script.write_text(textwrap.dedent(f"""
         import os, sys
         from harness.load import run_load
-        from harness.schema import WorkloadConfig
+        from harness.config.schema import WorkloadConfig
         w = WorkloadConfig(api="completions", prompt="x", max_tokens=30, ignore_eos=True, concurrency=4,
                            num_prompts=100000, warmup_requests=0, client_processes=2)
         print("started", os.getpid(), flush=True)

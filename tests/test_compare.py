@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.compare import CompareError, compare_data, compare_runs
-from harness.record import RecordError
+from harness.report.compare import CompareError, compare_data, compare_runs
+from harness.record.store import RecordError
 
 
 def arm(tok_s, ttft_p99, ok=8, failed=0, accept=None, **extra):
@@ -115,8 +115,8 @@ def test_no_path_at_all():
 
 
 def test_a_folder_of_runs_is_a_history(tmp_path):
-    from harness.compare import compare_data
-    from harness.record import is_history, read_runs
+    from harness.report.compare import compare_data
+    from harness.record.store import is_history, read_runs
 
     history = tmp_path / "main"
     for i, tok_s in enumerate((100.0, 104.0, 98.0)):

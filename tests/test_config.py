@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from harness.config import ConfigError, compose, list_experiments, merge_overrides, override_key
+from harness.config.compose import ConfigError, compose, list_experiments, merge_overrides, override_key
 
 CONF = Path(__file__).resolve().parent.parent / "conf"
 EXPERIMENTS = sorted(p.stem for p in (CONF / "exp").glob("*.yaml"))
@@ -179,7 +179,7 @@ def test_an_attach_url_ending_in_v1_is_said_at_once():
 
 
 def test_a_per_category_threshold_must_be_numbers():
-    from harness.config import ConfigError, compose
+    from harness.config.compose import ConfigError, compose
 
     ok = compose(["+exp=sim_smoke", "gate.min_accept_length={eagle3:{all:2.0,code:2.5}}"])
     assert ok.base.gate.min_accept_length["eagle3"]["code"] == 2.5

@@ -16,7 +16,7 @@ from harness.load import run_load
 from harness.load.conversation import Conversation, Message
 from harness.load.datasets import DatasetError, load_dataset
 from harness.load.prompts import DatasetPrompts, prompt_source
-from harness.schema import WorkloadConfig
+from harness.config.schema import WorkloadConfig
 
 try:
     from tests.fake_openai import FakeOpenAI

@@ -14,9 +14,9 @@ import docker
 import pytest
 from omegaconf import OmegaConf
 
-from harness.config import compose
+from harness.config.compose import compose
 from harness.servers import ServerError
-from harness.images import ImageInfo
+from harness.servers.images import ImageInfo
 from harness.servers.docker import DockerServer, host_venv_mounts, venv_site_packages
 from harness.servers.labels import LABEL, SESSION, Session, container_labels, remove_containers
 

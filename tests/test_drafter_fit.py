@@ -5,8 +5,8 @@ import json
 import pytest
 from omegaconf import OmegaConf
 
-from harness.drafter_fit import DrafterMismatch, check_drafter_fit
-from harness.schema import SpecgateConfig
+from harness.run.drafter_fit import DrafterMismatch, check_drafter_fit
+from harness.config.schema import SpecgateConfig
 
 K25_TARGET = {"architectures": ["KimiK25ForConditionalGeneration"],
               "text_config": {"hidden_size": 7168, "vocab_size": 163840}}

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from harness import gate
-from harness.schema import GateConfig
+from harness.gates import registry as gate
+from harness.config.schema import GateConfig
 from harness.telemetry import GpuInfo, Telemetry
 from harness.telemetry.energy import energy_summary, joules_per_token_ratio, trapezoid_j
 from harness.telemetry.nvml import NvmlSource
@@ -289,7 +289,7 @@ def test_sim_smoke_reports_joules_per_token_that_match_the_power_model(tmp_path)
     import subprocess
     import sys
 
-    from harness.report import write_report
+    from harness.report.html import write_report
     from harness.sim.gpu import SimGpuModel
 
     root = Path(__file__).resolve().parent.parent

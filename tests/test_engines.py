@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from harness.config import ConfigError, compose
+from harness.config.compose import ConfigError, compose
 from harness.engines import ENGINES, engine_of
 from harness.engines.base import Engine, Launch
 from harness.engines.legacy import upgrade_config
@@ -187,7 +187,7 @@ def test_an_old_record_replays_as_it_ran(tmp_path):
     """A record written when build.kind was `sim` and the simulator's engine `sglang`."""
     import yaml
 
-    from harness.replay import replay_experiment
+    from harness.run.replay import replay_experiment
 
     experiment = compose(["+exp=sim_smoke"])
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from harness import gate
-from harness.config import ConfigError, compose
-from harness.metrics import ArmResult, Stat
-from harness.schema import GateConfig
+from harness.gates import registry as gate
+from harness.config.compose import ConfigError, compose
+from harness.measure.metrics import ArmResult, Stat
+from harness.config.schema import GateConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -110,7 +110,7 @@ def test_unreliable_verdicts_say_so_in_their_record():
 def test_every_gate_has_one_signature_a_suite_and_known_config_keys():
     fields = {f.name for f in dataclasses.fields(GateConfig)}
     general = {"repeats", "max_cv"}  # read by the runner and the noise guard of every gate
-    general |= {"min_capacity"}  # judged by `specgate capacity` (harness/capacity_gate.py), not a suite
+    general |= {"min_capacity"}  # judged by `specgate capacity` (harness/capacity/gates.py), not a suite
     read = set()
     for registered in gate.GATES.values():
         assert registered.suite in ("throughput", "speculative", "gpu", "baseline")

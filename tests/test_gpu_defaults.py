@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.config import compose, list_experiments
+from harness.config.compose import compose, list_experiments
 
 CONF = Path(__file__).resolve().parent.parent / "conf"
 

@@ -1,4 +1,4 @@
-"""Server images (harness/images.py) against the real Docker engine.
+"""Server images (harness/servers/images.py) against the real Docker engine.
 
 `make install` starts an engine (scripts/ensure_docker.sh) and builds the simulator's
 images, so these tests expect an engine and fail, saying so, when none answers. Everything
@@ -22,8 +22,8 @@ import docker
 import pytest
 import requests
 
-from harness import images
-from harness.images import BuildContext, ImageError, ImageInfo, docker_client, ensure_image
+from harness.servers import images
+from harness.servers.images import BuildContext, ImageError, ImageInfo, docker_client, ensure_image
 
 REPO = Path(__file__).resolve().parents[1]
 TEST_KIND = "specgate-test"  # specgate.kind label of the images built by these tests
@@ -286,7 +286,7 @@ def test_prune_removes_only_sim_images_of_other_code(client: docker.DockerClient
 
 
 def test_the_debian_mirror_comes_from_this_machines_apt_sources(tmp_path, monkeypatch):
-    from harness import images
+    from harness.servers import images
 
     listing, folder = tmp_path / "sources.list", tmp_path / "sources.list.d"
     folder.mkdir()

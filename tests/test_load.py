@@ -25,7 +25,7 @@ from harness.engines import ENGINES
 SGLANG = ENGINES["sglang"]
 sglang_request_extras, sglang_spec_details = SGLANG.request_extras, SGLANG.spec_details
 from harness.load.runner import RequestBudget
-from harness.schema import WorkloadConfig
+from harness.config.schema import WorkloadConfig
 
 try:
     from tests.test_client import FakeSGLang
@@ -221,7 +221,7 @@ def test_ctrl_c_propagates_and_closes_cleanly(fake, tmp_path):
         import sys, warnings
         warnings.simplefilter("always")
         from harness.load import run_load
-        from harness.schema import WorkloadConfig
+        from harness.config.schema import WorkloadConfig
         w = WorkloadConfig(api="chat", prompt="slow", max_tokens=10, concurrency=4, num_prompts=8,
                            warmup_requests=0, timeout_s=60)
         print("started", flush=True)
@@ -401,7 +401,7 @@ def test_records_import_nothing_from_the_harness():
 def test_burstiness_from_config_picks_gamma_arrivals():
     from pathlib import Path
 
-    from harness.config import compose
+    from harness.config.compose import compose
 
     conf = Path(__file__).resolve().parent.parent / "conf"
     workload = compose(["workload.request_rate=5", "workload.burstiness=0.5"], conf).arms[0].cfg.workload

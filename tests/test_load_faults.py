@@ -17,12 +17,12 @@ from omegaconf import OmegaConf
 from openai import OpenAI
 from openai.types import Completion
 
-from harness.client import ServerClient
+from harness.servers.client import ServerClient
 from harness.engines import ENGINES
 from harness.load import RequestRecord, run_load
 from harness.load.crosscheck import SLACK_TOKENS, StreamTally, usage_problem
 from harness.load.requests import Sampling, _json_instead_of_stream, make_session, request_func
-from harness.schema import WorkloadConfig
+from harness.config.schema import WorkloadConfig
 from harness.sim.tokens import count_output_tokens, plan_output, render
 
 try:

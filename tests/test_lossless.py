@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from harness import gate
-from harness.config import ConfigError, compose
+from harness.gates import registry as gate
+from harness.config.compose import ConfigError, compose
 from harness.engines import ENGINES
 from harness.load import run_load
 from harness.load.details import keep_generate, keep_openai
 from harness.load.records import RequestRecord
-from harness.lossless import NEAR_TIE_NATS, compare, summary, top_logprobs_to_ask
-from harness.metrics import ArmResult, Stat
-from harness.schema import GateConfig, WorkloadConfig
+from harness.gates.lossless import NEAR_TIE_NATS, compare, summary, top_logprobs_to_ask
+from harness.measure.metrics import ArmResult, Stat
+from harness.config.schema import GateConfig, WorkloadConfig
 
 try:
     from tests.test_sim import FAST, SPEC, Sim
@@ -302,7 +302,7 @@ def test_sim_smoke_passes_the_lossless_gate(tmp_path):
 
 
 def test_the_turns_of_a_conversation_are_matched_turn_by_turn():
-    from harness.lossless import compare
+    from harness.gates.lossless import compare
 
     def line(index, turn, text):
         return {"index": index, "turn": turn, "repeat": 0, "ok": True, "text": text, "warmup": False}

@@ -1,4 +1,4 @@
-"""harness.metrics on hand-made records with known answers."""
+"""harness.measure.metrics on hand-made records with known answers."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 import pytest
 
 from harness.load import LoadResult, RequestRecord
-from harness.metric_registry import break_even_accept_length, speedup
-from harness.metrics import ArmResult, Stat, combine_repeats, summarize
+from harness.measure.registry import break_even_accept_length, speedup
+from harness.measure.metrics import ArmResult, Stat, combine_repeats, summarize
 
 
 def rec(index, send, chunk_times, chunk_tokens, verify=None, warmup=False, error=None, status=200):
@@ -130,8 +130,8 @@ def test_to_json_block():
 
 # --- the metric registry ----------------------------------------------------------------------
 
-from harness import metric_registry  # noqa: E402
-from harness.metric_registry import Metric, cross_arm, metric_value  # noqa: E402
+from harness.measure import registry as metric_registry  # noqa: E402
+from harness.measure.registry import Metric, cross_arm, metric_value  # noqa: E402
 
 
 def test_one_lookup_reads_a_result_and_its_record_alike():
@@ -169,8 +169,8 @@ def test_every_metric_says_which_direction_is_better():
 
 
 def test_a_new_metric_is_one_registry_entry(monkeypatch, tmp_path):
-    from harness.compare import compare_data
-    from harness.summary import column_names
+    from harness.report.compare import compare_data
+    from harness.report.summary import column_names
 
     e2e_p99 = Metric("e2e_ms.p99", "E2E p99 ms", "ms", "{:.0f}", "lower", noise=True, column="E2E p99")
     monkeypatch.setattr(metric_registry, "METRICS", (*metric_registry.METRICS, e2e_p99))
@@ -187,7 +187,7 @@ def test_a_new_metric_is_one_registry_entry(monkeypatch, tmp_path):
 def test_failure_reasons_that_differ_only_in_numbers_are_one_reason_with_a_count():
     from collections import Counter
 
-    from harness.metrics import group_errors
+    from harness.measure.metrics import group_errors
 
     counts = Counter({f"connection dropped mid-stream after {n} token chunks: ServerDisconnectedError": 1
                       for n in range(13)})
@@ -201,7 +201,7 @@ def test_failure_reasons_that_differ_only_in_numbers_are_one_reason_with_a_count
 
 
 def test_figures_break_down_by_the_prompts_category():
-    from harness.metrics import category_speedups, combine_repeats
+    from harness.measure.metrics import category_speedups, combine_repeats
 
     # code: 10 tokens in 4 cycles over 0.23 s; prose: 3 tokens in 2 cycles over 0.12 s (+ a failed prose request)
     code = rec(0, 1.00, [1.10, 1.13, 1.16, 1.19, 1.22], [1, 3, 2, 3, 1], verify=4)

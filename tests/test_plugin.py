@@ -4,7 +4,7 @@ an option's value for one."""
 import pytest
 
 from harness.plugin import is_override, ordered_arms
-from harness.config import compose
+from harness.config.compose import compose
 
 VALUE_OPTIONS = {"-k", "-o", "-m", "--conf-dir"}
 

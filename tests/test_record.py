@@ -6,10 +6,10 @@ import os
 
 import pytest
 
-from harness.config import compose
-from harness.record import (RecordError, Redactor, RunRecord, atomic_write, load_results, read_reference_runs,
+from harness.config.compose import compose
+from harness.record.store import (RecordError, Redactor, RunRecord, atomic_write, load_results, read_reference_runs,
                             read_run, read_runs)
-from harness.runner import Runner
+from harness.run.runner import Runner
 
 
 def test_record_layout_and_latest_link(tmp_path):

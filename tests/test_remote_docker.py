@@ -23,7 +23,7 @@ from pathlib import Path
 import docker
 import pytest
 
-from harness.config import ConfigError, compose
+from harness.config.compose import ConfigError, compose
 from harness.servers.docker import client_host, unreachable_publish
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.record import RecordError
-from harness.report import write_report
+from harness.record.store import RecordError
+from harness.report.html import write_report
 
 ROOT = Path(__file__).resolve().parent.parent
 WIDTH, HEIGHT = 1280, 2000

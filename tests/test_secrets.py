@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.config import compose
-from harness.secrets import REDACTED, Redactor, secret_name
+from harness.config.compose import compose
+from harness.record.secrets import REDACTED, Redactor, secret_name
 from harness.servers.process import ProcessServer
 
 ROOT = Path(__file__).resolve().parents[1]

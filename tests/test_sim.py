@@ -21,8 +21,8 @@ from openai.types import Completion
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from prometheus_client.parser import text_string_to_metric_families
 
-from harness import server_metrics
-from harness.agreement import DISAGREEMENT_RATIO
+from harness.measure import server_metrics
+from harness.measure.agreement import DISAGREEMENT_RATIO
 from harness.engines.sim import Simulator
 from harness.sim.metrics import SimMetrics
 

@@ -1,5 +1,5 @@
 """workload.input_len in tokens: prompts sized by a tokenizer (harness/load/sizing.py), and
-the check of the server's prompt_tokens against the length meant (harness/prompt_length.py)."""
+the check of the server's prompt_tokens against the length meant (harness/measure/prompt_length.py)."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from harness.config import ConfigError, compose
+from harness.config.compose import ConfigError, compose
 from harness.engines import ENGINES
 from harness.load import RequestRecord, run_load
 from harness.load.prompts import RandomWords
 from harness.load.sizing import MAX_COUNTS, PromptTokenizer, SizingError, local_tokenizer, server_tokenizer, sized_words
-from harness.metrics import summarize
-from harness.prompt_length import combine, judge, sentence
-from harness.schema import WorkloadConfig
+from harness.measure.metrics import summarize
+from harness.measure.prompt_length import combine, judge, sentence
+from harness.config.schema import WorkloadConfig
 from harness.sim.tokens import count_tokens
 
 try:

@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from harness import cli, sweep
-from harness.config import ConfigError, compose, sweep_points
-from harness.sweep_record import headline
+from harness import cli
+
+from harness.sweep import driver as sweep
+from harness.config.compose import ConfigError, compose, sweep_points
+from harness.sweep.record import headline
 
 ROOT = Path(__file__).resolve().parent.parent
 SIM = ["+exp=sim_smoke", "backend=process", "workload.num_prompts=2", "workload.max_tokens=16"]
@@ -176,7 +178,7 @@ def test_pytest_multirun_with_a_bad_point_exits_4_before_any_server(tmp_path):
 
 
 def test_the_crossover_is_where_the_speedup_falls_below_one():
-    from harness.sweep_record import crossovers
+    from harness.sweep.record import crossovers
 
     def point(c, k, speedup):
         return {"swept": [f"workload.concurrency={c}", f"drafter.num_steps={k}"],

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from harness import cli
-from harness.config import compose
+from harness.config.compose import compose
 from harness.engines.sim import truth_model
 
 ROOT = Path(__file__).resolve().parent.parent

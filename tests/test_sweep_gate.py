@@ -1,4 +1,4 @@
-"""Sweep gates (harness/sweep_gate.py): their config checked before any server starts, their
+"""Sweep gates (harness/sweep/gates.py): their config checked before any server starts, their
 verdicts (passed, failed, not evaluable with the reason) on a sweep's points and crossovers.
 The real sweep that a failed sweep gate turns into exit status 1 is in test_sweep_crossover.py."""
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from harness import cli
-from harness.config import ConfigError, compose
-from harness.sweep_gate import FAILED, NOT_EVALUABLE, PASSED, describe, judge
-from harness.sweep_record import crossovers, summary
+from harness.config.compose import ConfigError, compose
+from harness.sweep.gates import FAILED, NOT_EVALUABLE, PASSED, describe, judge
+from harness.sweep.record import crossovers, summary
 
 EXP = ["+exp=sim_crossover", "backend=process"]
 

@@ -223,7 +223,7 @@ def leftover(sweep_dir: Path) -> int | None:
 
 
 def test_a_job_runs_only_the_point_its_overrides_name(tmp_path):
-    from harness.sweep_app import this_point
+    from harness.sweep.app import this_point
 
     (tmp_path / "sweep.json").write_text(json.dumps({
         "pytest_options": ["-v"], "launcher": {"conf_dir": "/conf"},
@@ -236,7 +236,7 @@ def test_a_job_runs_only_the_point_its_overrides_name(tmp_path):
 
 
 def test_a_jobs_reason_is_slurmstepds_line_or_the_tracebacks_last(tmp_path):
-    from harness.sweep_jobs import failure_in_log
+    from harness.sweep.jobs import failure_in_log
 
     log = tmp_path / "5_0_0_log.err"
     log.write_text("srun: forcing job termination\n"

@@ -4,7 +4,7 @@
 #
 #   build-base.sh SUITE MIRROR OUT_TAR PACKAGE...
 #
-# harness/images.py calls this and imports OUT_TAR as specgate/sim-base:<hash>.
+# harness/servers/images.py calls this and imports OUT_TAR as specgate/sim-base:<hash>.
 # Needs root and debootstrap (scripts/ensure_docker.sh installs it). ~1 minute.
 set -euo pipefail
 [ $# -ge 4 ] || { echo "usage: $0 SUITE MIRROR OUT_TAR PACKAGE..." >&2; exit 2; }

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from omegaconf import DictConfig
 
 if TYPE_CHECKING:
-    from harness.client import ServerClient
+    from harness.servers.client import ServerClient
     from harness.load.crosscheck import CountTokens
     from harness.load.sizing import PromptTokenizer
 
@@ -77,7 +77,7 @@ class PrometheusNames:
     ITL_PER_TOKEN (SGLang) counts every token after the first, so sum ÷ count is the decode
     time per token, the client's TPOT; ITL_PER_STEP (vLLM) counts engine steps, so under
     speculation (several tokens a step) sum ÷ count is the time per step, and the time per
-    token needs the token count from elsewhere (harness/agreement.py)."""
+    token needs the token count from elsewhere (harness/measure/agreement.py)."""
 
     ttft_histogram: str | None = None  # seconds; *_sum and *_count are differenced
     itl_histogram: str | None = None
@@ -170,7 +170,7 @@ class Engine:
 
     # --- info routes -------------------------------------------------------------------
     def server_version(self, client: "ServerClient") -> str | None:
-        from harness.client import ClientError
+        from harness.servers.client import ClientError
 
         for path in self.version_routes:
             try:

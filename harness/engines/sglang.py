@@ -10,7 +10,7 @@ from omegaconf import DictConfig
 from harness.engines.base import ITL_PER_TOKEN, PER_REQUEST, PrometheusNames, PythonEngine
 
 if TYPE_CHECKING:
-    from harness.client import ServerClient
+    from harness.servers.client import ServerClient
 
 
 class SGLang(PythonEngine):
@@ -87,7 +87,7 @@ class SGLang(PythonEngine):
     def server_accept_length(self, client: "ServerClient") -> float | None:
         """/get_server_info's internal_states[0].avg_spec_accept_length: cumulative over the
         server's life (warm-up and earlier runs included), so only a labelled fallback."""
-        from harness.client import ClientError
+        from harness.servers.client import ClientError
 
         try:
             info = client.get_json("/get_server_info")

@@ -21,7 +21,7 @@ window (after the warm-up, until the last measured request ended):
 The ticker is the only thing added to the load's loop: one wake-up per 10 ms, a clock
 read and a list append (measured in README "Client health": well under 1 % of a core).
 Whether these figures make the arm's latencies the client's is judged elsewhere
-(:mod:`harness.client_bound`), against the gate's thresholds.
+(:mod:`harness.gates.client_bound`), against the gate's thresholds.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What a request generated, beyond its timings: its text and, where the engine returned
 them, its output token ids and the top logprobs at each position. The lossless gate
-(harness/lossless.py) compares arms on these.
+(harness/gates/lossless.py) compares arms on these.
 
 The read loops only append what each event carries (one reference per chunk); the
 functions here turn those pieces into per-position lists once the stream has ended, so

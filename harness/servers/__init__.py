@@ -34,7 +34,7 @@ def remove_dead_sessions_containers(cfg: DictConfig, session: Session) -> list[s
     that dead specgate sessions left behind. Returns their names (for the log)."""
     if cfg.backend.kind != "docker":
         return []
-    from harness.images import docker_client
+    from harness.servers.images import docker_client
     from harness.servers.labels import remove_containers
 
     return remove_containers(docker_client(cfg.backend.docker_host), only_dead=True, keep_session=session.id)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from harness.client import ClientError, ServerClient, ServerRefused
+from harness.servers.client import ClientError, ServerClient, ServerRefused
 from harness.engines import engine_of
 from harness.servers.base import Server
 from harness.servers.log import ServerLog

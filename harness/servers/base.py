@@ -68,7 +68,7 @@ class Server(ABC):
     def wait_healthy(self, timeout_s: float, paths: tuple[str, ...]) -> None:
         """Poll the engine's health routes while watching the server, so a crash fails at
         once (with how it ended) and a hang fails at the deadline, both with the log tail."""
-        from harness.client import ClientError, ServerClient
+        from harness.servers.client import ClientError, ServerClient
 
         try:
             ServerClient(self.base_url).wait_healthy(timeout_s, is_alive=self.is_alive, paths=paths)

@@ -21,7 +21,7 @@ from omegaconf import DictConfig
 
 from harness.engines import engine_of
 from harness.engines.base import DEFAULT_IMAGE_PYTHON, Launch
-from harness.images import ImageError, ImageInfo, docker_client, ensure_image
+from harness.servers.images import ImageError, ImageInfo, docker_client, ensure_image
 from harness.servers.base import Server, ServerError
 from harness.servers.labels import Session, container_labels
 from harness.servers.log import ServerLog

@@ -9,7 +9,7 @@ import threading
 from pathlib import Path
 from typing import Callable, Iterable
 
-from harness.secrets import Redactor
+from harness.record.secrets import Redactor
 
 Scrub = Callable[[str], str]
 PATTERNS_ONLY: Scrub = Redactor().text  # when no record supplied the values it learned

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.atomic import atomic_file
+from harness.record.atomic import atomic_file
 
 from harness.telemetry.base import SAMPLE_FIELDS, THROTTLE_REASONS, GpuSample
 from harness.telemetry.sampler import PHASES, Telemetry, window_of

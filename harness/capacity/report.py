@@ -1,0 +1,104 @@
+"""`specgate report CAPACITY_DIR`: one self-contained HTML page for a capacity record
+(harness/capacity/record.py), beside the run report (harness/report/html.py, whose chart helper
+it borrows): each SLO'd statistic and the goodput against the load, per arm, with the SLO
+line and each arm's capacity marked, then every probe. Template: templates/capacity.html.j2.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+import jinja2
+from matplotlib.figure import Figure
+
+from harness.record.atomic import atomic_write
+from harness.capacity.record import capacity_words, cell
+from harness.record.store import RecordError
+from harness.report.html import ARM_COLORS, TEMPLATES, ReportError, figure_uri
+
+
+def is_capacity_record(path: Path) -> bool:
+    return (Path(path) / "capacity.json").is_file()
+
+
+def write_capacity_report(folder: Path, out: Optional[Path] = None) -> Path:
+    """Render `folder`'s capacity.json to HTML (default `<folder>/report.html`); return its path."""
+    file = Path(folder) / "capacity.json"
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise RecordError(f"{file} is not a readable capacity record ({exc}).") from None
+    out = Path(out) if out is not None else Path(folder) / "report.html"
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    html = env.get_template("capacity.html.j2").render(**context(data, Path(folder).name))
+    try:
+        atomic_write(out, html)
+    except OSError as exc:
+        raise ReportError(f"cannot write the report to {out} ({exc.strerror or exc}).") from None
+    return out
+
+
+def context(data: dict[str, Any], label: str) -> dict[str, Any]:
+    arms = data.get("arms") or {}
+    start = (data.get("search") or {}).get("start", 0)
+    return {
+        "label": label,
+        "data": data,
+        "slos": [f"{s['metric']}.{s['statistic']} ≤ {s['limit_ms']:g} ms" for s in data.get("slos") or []],
+        "capacities": [(arm, capacity_words(block, start).replace("**", "")) for arm, block in arms.items()],
+        "charts": [chart for chart in (slo_chart(data, slo) for slo in data.get("slos") or []) if chart]
+                  + [c for c in [goodput_chart(data)] if c],
+        "probes": [probe_row(arm, p) for arm, block in arms.items() for p in block.get("probes") or []],
+    }
+
+
+def probe_row(arm: str, probe: dict[str, Any]) -> list[str]:
+    stat = lambda metric, key: cell((probe.get(metric) or {}).get(key))  # noqa: E731
+    return [arm, str(probe["probe"]), cell(probe["load"]), "yes" if probe["met"] else "no",
+            f"{stat('ttft_ms', 'p50')} / {stat('ttft_ms', 'p99')}", f"{stat('tpot_ms', 'p50')} / {stat('tpot_ms', 'p99')}",
+            stat("itl_ms", "p99"), stat("e2e_ms", "p99"), cell(probe.get("output_tok_s")),
+            cell(probe.get("goodput_rps")), "; ".join(probe.get("misses") or []) or "–"]
+
+
+def series(data: dict[str, Any], value) -> dict[str, list[tuple[float, float]]]:
+    """arm -> [(load, value)] sorted by load, probes without the value left out."""
+    found = {}
+    for arm, block in (data.get("arms") or {}).items():
+        points = sorted((p["load"], value(p)) for p in block.get("probes") or [] if value(p) is not None)
+        if points:
+            found[arm] = points
+    return found
+
+
+def load_chart(data: dict[str, Any], points: dict[str, list[tuple[float, float]]], ylabel: str,
+               limit: float | None = None) -> Optional[str]:
+    if not points:
+        return None
+    fig = Figure(figsize=(6.4, 3.4), layout="constrained")
+    ax = fig.add_subplot()
+    for index, (arm, curve) in enumerate(points.items()):
+        color = ARM_COLORS[index % len(ARM_COLORS)]
+        ax.plot([x for x, _ in curve], [y for _, y in curve], "o-", color=color, label=arm)
+        capacity = ((data.get("arms") or {}).get(arm) or {}).get("capacity")
+        if capacity is not None:
+            ax.axvline(capacity, color=color, linestyle=":", linewidth=1)
+    if limit is not None:
+        ax.axhline(limit, color="#b42318", linestyle="--", linewidth=1, label=f"SLO {limit:g} ms")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel(f"{data.get('dimension', 'load')} (dotted: each arm's capacity)")
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize=8)
+    return figure_uri(fig)
+
+
+def slo_chart(data: dict[str, Any], slo: dict[str, Any]) -> Optional[str]:
+    metric, stat = slo["metric"], slo["statistic"]
+    points = series(data, lambda p: (p.get(metric) or {}).get(stat))
+    return load_chart(data, points, f"{metric.removesuffix('_ms')} {stat} (ms)", slo["limit_ms"])
+
+
+def goodput_chart(data: dict[str, Any]) -> Optional[str]:
+    return load_chart(data, series(data, lambda p: p.get("goodput_rps")), "goodput (req/s meeting every SLO)")

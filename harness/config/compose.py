@@ -1,0 +1,603 @@
+"""Compose an experiment from the Hydra config tree: the only module that knows Hydra.
+
+`compose(overrides)` turns command-line overrides (`+exp=sim_smoke workload.max_tokens=64`)
+into an `Experiment`: one typed, validated config per arm. Everything a user can get wrong
+here raises `ConfigError` with one sentence that names the key and the valid choices.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import difflib
+import re
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hydra import compose as hydra_compose
+from hydra import initialize_config_dir
+from hydra.core.config_store import ConfigStore
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.errors import HydraException
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from harness import PROJECT_ROOT
+from harness.engines import ENGINES, EngineConfigError
+from harness.engines.legacy import upgrade_config
+from harness.gates.registry import GATES, INCONCLUSIVE
+from harness.load.datasets import DatasetError, load_dataset
+from harness.load.sizing import SizingError, local_tokenizer
+from harness.load.requests import REQUEST_FUNCS
+from harness.gates.lossless import MAX_TOP_LOGPROBS
+from harness.config import schema
+from harness.config.schema import BUILD_KINDS, SpecgateConfig
+from harness.servers.docker import LOOPBACK, remote_engine_host, unreachable_publish
+from harness.sweep.gates import SweepGateError, check as check_sweep_gate
+from harness.telemetry.base import NOT_SAMPLING, SOURCES
+
+DEFAULT_CONF_DIR = PROJECT_ROOT / "conf"
+DEFAULT_ARM = "default"
+BASELINE_MISMATCH = ("fail", "warn")  # gate.baseline_mismatch: what a reference that measured something else does
+
+KNOWN_KINDS = {
+    "backend": {"docker", "process", "attach"},
+    "build": set(BUILD_KINDS),
+    "telemetry": {*SOURCES, *NOT_SAMPLING},
+}
+
+ConfigStore.instance().store(name="specgate_schema", node=SpecgateConfig)
+# `${project_root:}` in a config: this checkout's folder, for paths to things the set-up
+# builds here (the engine venvs, the tiny models). Records keep the resolved absolute path.
+if not OmegaConf.has_resolver("project_root"):
+    OmegaConf.register_new_resolver("project_root", lambda: str(DEFAULT_CONF_DIR.parent))
+
+
+class ConfigError(Exception):
+    """A config the user wrote cannot be composed or validated (one sentence)."""
+
+
+@dataclass
+class Arm:
+    name: str
+    cfg: DictConfig  # the fully composed config of this arm (read-only)
+    overrides: list[str]  # the arm's own overrides on top of the experiment
+    choices: dict[str, str]  # group -> option picked, e.g. {"drafter": "eagle3_k25"}
+
+
+@dataclass
+class Experiment:
+    name: str
+    description: str
+    base: DictConfig  # the composed config before arm overrides
+    arms: list[Arm]
+    overrides: list[str] = field(default_factory=list)  # from the command line
+
+    def arm(self, name: str) -> Arm:
+        for arm in self.arms:
+            if arm.name == name:
+                return arm
+        raise KeyError(name)
+
+    @property
+    def arm_names(self) -> list[str]:
+        return [arm.name for arm in self.arms]
+
+    @property
+    def plain_arm(self) -> str | None:
+        return self.base.plain_arm
+
+
+OVERRIDE_TOKEN = re.compile(r"^(\+{1,2}|~)?[A-Za-z_][\w.@/-]*(=|$)")
+
+
+def is_override(token: str, previous: str | None, value_options: set[str]) -> bool:
+    """A Hydra override: `key=value`, `+key=value`, `~key`, that is not a path on disk and
+    not the value of a preceding pytest option (`-k a=b`, `-o x=y`)."""
+    if token.startswith("-") or previous in value_options:
+        return False
+    if not OVERRIDE_TOKEN.match(token) or ("=" not in token and not token.startswith("~")):
+        return False
+    return not os.path.exists(token.split("::")[0])
+
+
+
+def override_key(override: str) -> str:
+    """`+workload.max_tokens=5` -> `workload.max_tokens` (the part that names what changes)."""
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def merge_overrides(arm_overrides: list[str], user_overrides: list[str]) -> list[str]:
+    """Arm overrides first, the command line last and winning over an arm on the same key."""
+    user_keys = {override_key(o) for o in user_overrides}
+    kept = [o for o in arm_overrides if override_key(o) not in user_keys]
+    return kept + list(user_overrides)
+
+
+@dataclass
+class SweepPoint:
+    overrides: list[str]  # the point's whole command line: one value for every key
+    swept: list[str]  # the `key=value`s this point picked from the sweeps, in command-line order
+
+
+def sweep_points(overrides: list[str]) -> list[SweepPoint]:
+    """The points of a sweep, expanded as Hydra's multirun does (its override grammar and its
+    basic sweeper): `a=1,2 b=range(2,6,2)` is the product a=1 b=2, a=1 b=4, a=2 b=2, a=2 b=4,
+    the first key changing slowest. Overrides that sweep nothing are kept as written (the
+    basic sweeper would turn `~key` into `~key=null`, which deletes only a null)."""
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+    except HydraException as exc:
+        raise ConfigError(f"cannot parse the override: {first_line(str(exc))}") from None
+    sweeps = [o for o in parsed if o.is_sweep_override()]
+    try:
+        combinations = BasicSweeper.split_arguments(sweeps, max_batch_size=None)[0]
+    except HydraException as exc:
+        raise ConfigError(first_line(str(exc))) from None
+    points = []
+    for combination in combinations:
+        picked = {choice.split("=", 1)[0]: choice for choice in combination}
+        point, swept = [], []
+        for override, text in zip(parsed, overrides):
+            key = override.get_key_element()
+            if not override.is_sweep_override():
+                point.append(text)
+            elif picked[key] not in swept:  # a key swept twice: Hydra keeps the last sweep, placed once
+                point.append(picked[key])
+                swept.append(picked[key])
+        points.append(SweepPoint(point, swept))
+    return points
+
+
+def is_sweep(override: str) -> bool:
+    """`key=1,2`, `key=range(...)`, `key=choice(...)`: several values, one experiment each."""
+    try:
+        return OverridesParser.create().parse_override(override).is_sweep_override()
+    except HydraException:
+        return False  # compose says what is wrong with it
+
+
+def compose_config(overrides: list[str], conf_dir: Path = DEFAULT_CONF_DIR) -> tuple[DictConfig, dict[str, str]]:
+    """One Hydra composition; returns the config (without `hydra`) and the group choices."""
+    conf_dir = Path(conf_dir).resolve()
+    if not (conf_dir / "config.yaml").is_file():
+        raise ConfigError(f"no config tree at {conf_dir} (expected {conf_dir / 'config.yaml'})")
+    overrides, entries = split_new_entries(list(overrides))
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(conf_dir), version_base=None):
+            cfg = hydra_compose(config_name="config", overrides=overrides, return_hydra_config=True)
+        for entry in entries:  # merged, as the experiment's own YAML would be (new keys allowed
+            OmegaConf.set_struct(cfg, False)  # in the mapping only: the schema types still refuse typos)
+            cfg = OmegaConf.merge(cfg, entry)
+            OmegaConf.set_struct(cfg, True)
+    except (HydraException, OmegaConfBaseException, ValueError) as exc:
+        raise ConfigError(explain(exc, conf_dir)) from None
+    finally:
+        GlobalHydra.instance().clear()
+    choices = {k: str(v) for k, v in cfg.hydra.runtime.choices.items() if not k.startswith("hydra")}
+    with open_dict(cfg):
+        del cfg["hydra"]
+        upgrade_config(cfg)  # a conf tree that still names old build kinds
+    OmegaConf.set_readonly(cfg, True)
+    return cfg, choices
+
+
+def split_new_entries(overrides: list[str]) -> tuple[list[str], list[dict]]:
+    """`+gate.min_speedup.eagle4.ratio=1.3` or `+gate.min_speedup.eagle4={over: baseline}`
+    adds an entry to a mapping whose values are a schema type (arm -> {over, ratio}). Hydra
+    adds it as an empty mapping first, which the type refuses; OmegaConf's merge takes it
+    whole. So such overrides become nested data merged after composing, and the rest stays
+    Hydra's: (Hydra's overrides, the entries to merge)."""
+    kept, entries = [], []
+    for override in overrides:
+        path = override_key(override).split(".")
+        if not override.startswith("+") or "=" not in override or typed_entry_at(path) is None:
+            kept.append(override)
+            continue
+        try:
+            value = OverridesParser.create().parse_override(override).value()
+        except HydraException:
+            kept.append(override)  # Hydra says what is wrong with it
+            continue
+        for key in reversed(path):
+            value = {key: value}
+        entries.append(value)
+    return kept, entries
+
+
+def typed_entry_at(path: list[str], node: type = SpecgateConfig) -> int | None:
+    """The index in `path` of an entry of a mapping whose values are a schema dataclass, or None."""
+    for index, part in enumerate(path):
+        kind = typing.get_type_hints(node).get(part)
+        if kind is None:
+            return None
+        args = [a for a in typing.get_args(kind) if a is not type(None)]
+        if typing.get_origin(kind) is typing.Union and len(args) == 1:
+            kind = args[0]
+        if dataclasses.is_dataclass(kind):
+            node = kind
+            continue
+        if typing.get_origin(kind) in (dict, typing.Dict):
+            value_type = typing.get_args(kind)[1] if typing.get_args(kind) else None
+            has_entry = index + 1 < len(path)
+            return index + 1 if has_entry and dataclasses.is_dataclass(value_type) else None
+        return None
+    return None
+
+
+def compose(overrides: list[str], conf_dir: Path = DEFAULT_CONF_DIR) -> Experiment:
+    """Compose the experiment the overrides name, and each of its arms."""
+    swept = [o for o in overrides if is_sweep(o)]
+    if swept:
+        raise ConfigError(f"{swept[0]} gives several values (a sweep); run it with `specgate sweep` (or pytest --multirun), "
+                          f"which runs one whole experiment per point")
+    check_added_keys(overrides, conf_dir)
+    check_deleted_keys(overrides, conf_dir)
+    base, _ = compose_config(overrides, conf_dir)
+    arm_specs = OmegaConf.to_container(base.arms) or {DEFAULT_ARM: []}
+    arms = []
+    for name, arm_overrides in arm_specs.items():
+        merged = merge_overrides(list(arm_overrides), overrides)
+        try:
+            check_added_keys(list(arm_overrides), conf_dir)
+            check_deleted_keys(list(arm_overrides), conf_dir)
+            cfg, choices = compose_config(merged, conf_dir)
+        except ConfigError as exc:
+            raise ConfigError(f"arm '{name}': {exc}") from None
+        arms.append(Arm(name=name, cfg=resolve_auto_telemetry(cfg), overrides=list(arm_overrides), choices=choices))
+    experiment = Experiment(
+        name=base.name, description=base.description, base=resolve_auto_telemetry(base), arms=arms,
+        overrides=list(overrides),
+    )
+    validate(experiment)
+    return experiment
+
+
+def check_added_keys(overrides: list[str], conf_dir: Path) -> None:
+    """`+key=value` adds a key, which Hydra allows anywhere: a typo (`+workload.max_tokns=5`)
+    would be silently ignored. Only keys the schema knows may be added (and anything under
+    a free-form mapping such as server.env or gate.min_output_tok_s); `+exp=NAME` adds a group."""
+    for override in overrides:
+        if not override.startswith("+") or "=" not in override:
+            continue
+        key = override_key(override)
+        if "/" in key or ("." not in key and (Path(conf_dir) / key).is_dir()):
+            continue  # a config group (+exp=NAME)
+        if not schema_knows(key.split(".")):
+            raise ConfigError(unknown_key(key, override) + "; `+` adds only keys the schema knows")
+
+
+def check_deleted_keys(overrides: list[str], conf_dir: Path) -> None:
+    """`~key` deletes a key. A key of the typed schema is one every config has (the code reads
+    it), so deleting it would only fail later, obscurely: say how to turn it off instead.
+    Entries of a mapping (`~server.env.HF_HOME`, `~arms.eagle3`) and groups may go."""
+    for override in overrides:
+        if not override.startswith("~"):
+            continue
+        key = override_key(override)
+        if "/" in key or ("." not in key and (Path(conf_dir) / key).is_dir()):
+            continue  # a config group: the defaults list, which Hydra checks
+        if schema_knows(key.split("."), entries=False):
+            raise ConfigError(f"{override} would delete '{key}', which every config has; set it instead "
+                              f"(e.g. {key}=null where it may be null, or an empty value)")
+
+
+def schema_knows(path: list[str], node: type = SpecgateConfig, entries: bool = True) -> bool:
+    """Whether the dotted `path` is a key of the typed schema (or, with `entries`, lies under
+    a mapping such as server.env)."""
+    for index, part in enumerate(path):
+        hints = typing.get_type_hints(node)
+        if part not in hints:
+            return False
+        kind = hints[part]
+        args = [a for a in typing.get_args(kind) if a is not type(None)]
+        if typing.get_origin(kind) is typing.Union and len(args) == 1:  # Optional[X]
+            kind = args[0]
+        if dataclasses.is_dataclass(kind):
+            node = kind
+            continue
+        if typing.get_origin(kind) in (dict, typing.Dict):
+            return entries or index == len(path) - 1  # a free-form mapping: any key below it
+        return index == len(path) - 1  # a value: nothing below it
+    return True
+
+
+def resolve_auto_telemetry(cfg: DictConfig) -> DictConfig:
+    """`telemetry.source: auto` (the default) samples NVML when the server needs a GPU and
+    nothing otherwise, so a GPU experiment never skips its clock gates for want of a
+    setting. Resolved here, so records and `specgate show` say what actually ran."""
+    if cfg.telemetry.source != "auto":
+        return cfg
+    cfg = cfg.copy()
+    OmegaConf.set_readonly(cfg, False)
+    here = not remote_engine(cfg)  # NVML sees this machine's GPUs, not a remote engine's
+    cfg.telemetry.source = "nvml" if cfg.server.requires_gpu and here else "off"
+    OmegaConf.set_readonly(cfg, True)
+    return cfg
+
+
+def remote_engine(cfg: DictConfig) -> str | None:
+    """The host of the arm's Docker engine when it is reached over the network, else None."""
+    return remote_engine_host(cfg.backend.docker_host) if cfg.backend.kind == "docker" else None
+
+
+def validate(experiment: Experiment) -> None:
+    """Checks the schema cannot express: references between arms, required values, kinds."""
+    names = set(experiment.arm_names)
+    gate = experiment.base.gate
+    if experiment.plain_arm is not None and experiment.plain_arm not in names:
+        raise ConfigError(f"plain_arm '{experiment.plain_arm}' is not an arm; arms: {', '.join(sorted(names))}")
+    for registered in GATES.values():
+        for arm_name in registered.arms(gate):
+            if arm_name not in names:
+                raise ConfigError(f"{registered.key_names} names arm '{arm_name}', which is not an arm; "
+                                  f"arms: {', '.join(sorted(names))}")
+        if registered.needs_plain_arm and registered.arms(gate) and experiment.plain_arm is None:
+            raise ConfigError(f"{registered.key_names} needs plain_arm (the plain-decoding arm to compare with)")
+    if gate.inconclusive not in INCONCLUSIVE:
+        raise ConfigError(f"gate.inconclusive '{gate.inconclusive}' is unknown; valid: {', '.join(INCONCLUSIVE)}")
+    check_per_category_floors("min_accept_length", gate.min_accept_length)
+    if gate.baseline_mismatch not in BASELINE_MISMATCH:
+        raise ConfigError(f"gate.baseline_mismatch '{gate.baseline_mismatch}' is unknown; "
+                          f"valid: {', '.join(BASELINE_MISMATCH)}")
+    if not 0.5 < gate.confidence < 1.0:
+        raise ConfigError(f"gate.confidence must be between 0.5 and 1 (e.g. 0.95), got {gate.confidence}")
+    check_lossless(experiment)
+    try:  # judged only by `specgate sweep`, but a wrong arm name is wrong in any run
+        check_sweep_gate(OmegaConf.to_container(experiment.base.sweep_gate), experiment.arm_names, experiment.plain_arm)
+    except SweepGateError as exc:
+        raise ConfigError(str(exc)) from None
+    for arm in experiment.arms:
+        validate_arm(arm)
+
+
+def check_per_category_floors(key: str, thresholds) -> None:
+    """`gate.<key>: {arm: 2.0}` or `{arm: {all: 2.0, code: 2.5}}`: numbers, nothing else."""
+    for arm, value in thresholds.items():
+        entries = value.items() if isinstance(value, DictConfig) else [(None, value)]
+        for category, floor in entries:
+            if isinstance(floor, bool) or not isinstance(floor, (int, float)):
+                where = f"gate.{key}.{arm}" + (f".{category}" if category is not None else "")
+                raise ConfigError(f"{where} must be a number (or, per category, {{all: 2.0, code: 2.5}}), "
+                                  f"got {floor!r}")
+
+# Workload keys that decide what a request generates: arms compared by gate.lossless must share them.
+OUTPUT_SHAPING_KEYS = ("api", "prompt", "input_len", "dataset", "max_turns", "tokenizer", "max_tokens", "ignore_eos",
+                       "temperature", "seed")
+
+
+def check_lossless(experiment: Experiment) -> None:
+    """gate.lossless compares outputs request by request under greedy decoding: both arms
+    at temperature 0, sending the same requests."""
+    for name, spec in experiment.base.gate.lossless.items():
+        if spec.against == name:
+            raise ConfigError(f"gate.lossless.{name}.against names arm '{name}' itself; compare it with another "
+                              f"arm (e.g. the plain-decoding one)")
+        if not 0.0 <= spec.min_exact_match <= 1.0:
+            raise ConfigError(f"gate.lossless.{name}.min_exact_match is a share of requests between 0 and 1, "
+                              f"got {spec.min_exact_match}")
+        arm, against = experiment.arm(name), experiment.arm(spec.against)
+        for compared in (arm, against):
+            temperature = compared.cfg.workload.temperature
+            if temperature != 0:
+                where = "" if temperature == experiment.base.workload.temperature else f" in arm '{compared.name}'"
+                raise ConfigError(f"gate.lossless compares outputs under greedy decoding: workload.temperature "
+                                  f"must be 0, got {temperature}{where}")
+        for key in OUTPUT_SHAPING_KEYS:
+            if arm.cfg.workload[key] != against.cfg.workload[key]:
+                raise ConfigError(f"gate.lossless compares arm '{name}' with '{spec.against}' request by request, "
+                                  f"but they send different requests: workload.{key} is {arm.cfg.workload[key]!r} in "
+                                  f"'{name}' and {against.cfg.workload[key]!r} in '{spec.against}' (set it for the "
+                                  f"whole experiment, not in one arm's overrides)")
+
+
+def check_remote_engine(arm: Arm) -> None:
+    """A remote engine's server must be reachable from here, and its GPUs are not this
+    machine's: NVML or nvidia-smi here would sample the wrong GPUs (or none)."""
+    cfg, remote = arm.cfg, remote_engine(arm.cfg)
+    if remote is None:
+        return
+    why = unreachable_publish(cfg.backend.docker_host, cfg.backend.publish_host)
+    if why:
+        raise ConfigError(f"arm '{arm.name}': {why}")
+    if cfg.telemetry.source in ("nvml", "smi") and remote not in LOOPBACK:
+        raise ConfigError(f"arm '{arm.name}': telemetry={cfg.telemetry.source} samples this machine's GPUs, but the "
+                          f"server runs on {remote}; run specgate on {remote} itself to sample its GPUs, "
+                          f"or set telemetry=off")
+
+
+def validate_arm(arm: Arm) -> None:
+    cfg = arm.cfg
+    for group, kind in (("backend", cfg.backend.kind), ("build", cfg.build.kind), ("telemetry", cfg.telemetry.source)):
+        if kind not in KNOWN_KINDS[group]:
+            valid = ", ".join(sorted(KNOWN_KINDS[group]))
+            raise ConfigError(f"arm '{arm.name}': {group} '{kind}' is not available; valid: {valid}")
+    attached = cfg.backend.kind == "attach"  # a server someone else started: no build of ours
+    if attached and not cfg.backend.url:
+        raise ConfigError("backend=attach needs backend.url=http://HOST:PORT (the running server)")
+    if attached and not re.match(r"^https?://[^/]+", cfg.backend.url):
+        raise ConfigError(f"backend.url '{cfg.backend.url}' is not an http(s) URL, e.g. http://127.0.0.1:30000")
+    if attached and re.match(r"^https?://[^/]+/.*v1/?$", cfg.backend.url):
+        raise ConfigError(f"backend.url '{cfg.backend.url}' ends in /v1: give the server's root, e.g. "
+                          f"{cfg.backend.url.rstrip('/')[:-3].rstrip('/')} (specgate adds /v1/chat/completions, /health ... itself)")
+    if cfg.server.engine not in ENGINES:
+        raise ConfigError(f"arm '{arm.name}': server.engine '{cfg.server.engine}' is unknown; "
+                          f"valid: {', '.join(sorted(ENGINES))}")
+    engine = ENGINES[cfg.server.engine]
+    if not attached and cfg.build.engine and cfg.build.engine != engine.name:
+        raise ConfigError(f"arm '{arm.name}': the build carries engine '{cfg.build.engine}' but server "
+                          f"'{cfg.server.name}' is for engine '{engine.name}'; pick a build and a server of one engine")
+    check_remote_engine(arm)
+    if cfg.telemetry.source == "sim" and not engine.simulates_gpus and not attached:
+        raise ConfigError(f"arm '{arm.name}': telemetry=sim reads the simulator's GPU model, and engine "
+                          f"'{engine.name}' has none")
+    workload = cfg.workload
+    if workload.api not in REQUEST_FUNCS:
+        raise ConfigError(f"workload.api '{workload.api}' is unknown; valid: {', '.join(REQUEST_FUNCS)}")
+    try:
+        engine.check(cfg)
+    except EngineConfigError as exc:
+        raise ConfigError(f"arm '{arm.name}': {exc}") from None
+    if workload.dataset is not None:
+        check_dataset(workload.dataset)
+    elif workload.prompt is None and workload.input_len is None:
+        raise ConfigError(f"workload '{workload.name}' needs a dataset, a prompt or an input_len")
+    if workload.num_prompts is None and workload.duration_s is None:
+        raise ConfigError(f"workload '{workload.name}' needs num_prompts or duration_s")
+    if workload.tokenizer is not None:
+        check_tokenizer(workload.tokenizer)
+    for key in ("max_tokens", "concurrency", "client_processes"):
+        if workload[key] < 1:
+            raise ConfigError(f"workload.{key} must be at least 1, got {workload[key]}")
+    if workload.client_processes > workload.concurrency:
+        raise ConfigError(f"workload.client_processes={workload.client_processes} is more than workload.concurrency="
+                          f"{workload.concurrency}: each load process needs at least one request in flight")
+    for key in ("num_prompts", "max_turns", "request_rate", "duration_s", "timeout_s", "first_byte_timeout_s"):
+        if workload[key] is not None and workload[key] <= 0:
+            raise ConfigError(f"workload.{key} must be greater than 0, got {workload[key]}")
+    if workload.warmup_requests < 0:
+        raise ConfigError(f"workload.warmup_requests cannot be negative, got {workload.warmup_requests}")
+    if workload.logprobs is not None and not 0 <= workload.logprobs <= MAX_TOP_LOGPROBS:
+        raise ConfigError(f"workload.logprobs is how many top logprobs to keep per output token, 0 to "
+                          f"{MAX_TOP_LOGPROBS} (0: token ids only), got {workload.logprobs}")
+    if cfg.gate.max_failed_requests < 0:
+        raise ConfigError(f"gate.max_failed_requests cannot be negative, got {cfg.gate.max_failed_requests}")
+    gap = cfg.gate.max_accept_length_source_gap
+    if gap is not None and not 0 <= gap < 1:
+        raise ConfigError(f"gate.max_accept_length_source_gap must be a fraction in [0, 1) (0.02: 2 %) or null, got {gap}")
+    check_record_root(cfg.record.root)
+    if workload.burstiness is not None and workload.burstiness <= 0:
+        raise ConfigError(f"workload.burstiness must be > 0 (the gamma shape; 1 is Poisson), got {workload.burstiness}")
+
+
+def check_dataset(dataset: str) -> None:
+    """workload.dataset must be a readable file of well-formed rows: a bad one is found
+    here, before any server starts, not mid-load."""
+    try:
+        load_dataset(dataset)
+    except DatasetError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def check_tokenizer(folder: str) -> None:
+    """workload.tokenizer must be a tokenizer this machine can read, found before any server starts."""
+    try:
+        local_tokenizer(folder)
+    except SizingError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def check_record_root(root: str) -> None:
+    """record.root must be a folder that can be made: not under a regular file."""
+    path = Path(root).absolute()
+    for parent in [path, *path.parents]:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ConfigError(f"record.root {root}: {parent} is a file, so no record folder can be made there")
+            return
+
+
+def list_experiments(conf_dir: Path = DEFAULT_CONF_DIR) -> dict[str, str]:
+    """Experiment name -> its one-line description (read from conf/exp/*.yaml)."""
+    found = {}
+    for path in sorted((Path(conf_dir) / "exp").glob("*.yaml")):
+        cfg = OmegaConf.load(path)
+        found[path.stem] = str(cfg.get("description", "")).strip()
+    return found
+
+
+def to_yaml(cfg: DictConfig) -> str:
+    return OmegaConf.to_yaml(cfg, resolve=True)
+
+
+def open_dict(cfg: DictConfig):
+    from omegaconf import open_dict as _open_dict
+
+    return _open_dict(cfg)
+
+
+# --- turning Hydra's exceptions into one sentence -------------------------------------
+
+
+def explain(exc: Exception, conf_dir: Path) -> str:
+    """One sentence naming the key and the valid choices, from Hydra's/OmegaConf's error."""
+    text = "\n".join(str(e) for e in exception_chain(exc))
+    missing_option = re.search(r"Could not find '([^']+)/([^']+)'", text)
+    if missing_option:
+        group, option = missing_option.groups()
+        return unknown_option(group, option, conf_dir)
+    missing_group = re.search(r"Could not (?:load|find) '([^'/]+)'", text)
+    if missing_group and not (conf_dir / missing_group.group(1)).is_dir():
+        return unknown_key(missing_group.group(1), text)
+    key_missing = re.search(r"Key '([^']+)' not in '([^']+)'", text) or re.search(
+        r"Key '([^']+)' is not in struct", text
+    )
+    if key_missing:
+        full_key = re.search(r"full_key: (\S+)", text)
+        return unknown_key(full_key.group(1) if full_key else key_missing.group(1), text)
+    bad_value = re.search(r"Value '([^']*)' (?:of type '([^']+)' )?could not be converted to (\w+)", text)
+    if bad_value:
+        full_key = re.search(r"full_key: (\S+)", text)
+        key = full_key.group(1) if full_key else "a value"
+        return f"{key}: '{bad_value.group(1)}' is not a valid {bad_value.group(3).lower()}"
+    wrong_shape = re.search(r"Invalid type assigned: \w+ is not a subclass of (\w+)\. value: (.*)", text)
+    if wrong_shape:
+        full_key = re.search(r"full_key: (\S+)", text)
+        key = full_key.group(1) if full_key else "a value"
+        return f"{key} must be {struct_shape(wrong_shape.group(1))}, got {wrong_shape.group(2).strip()}"
+    if "mismatched input" in text or "no viable alternative" in text or "extraneous input" in text:
+        return f"cannot parse the override: {first_line(text)}"
+    return first_line(text)
+
+
+def struct_shape(name: str) -> str:
+    """`a mapping of over, ratio` for a schema dataclass (what a value of that type looks like)."""
+    node = getattr(schema, name, None)
+    if dataclasses.is_dataclass(node):
+        return "a mapping of " + ", ".join(f.name for f in dataclasses.fields(node))
+    return f"a {name}"
+
+
+def exception_chain(exc: BaseException | None) -> list[BaseException]:
+    chain = []
+    while exc is not None and exc not in chain:
+        chain.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    return chain
+
+
+def unknown_option(group: str, option: str, conf_dir: Path) -> str:
+    choices = sorted(p.stem for p in (conf_dir / group).glob("*.yaml"))
+    hint = close_match(option, choices)
+    return f"{group}={option}: no such option in '{group}'; valid choices: {', '.join(choices)}{hint}"
+
+
+def unknown_key(full_key: str, text: str) -> str:
+    """A key that the schema does not have: list the keys its parent does have."""
+    parent_path, _, leaf = full_key.rpartition(".")
+    node = OmegaConf.structured(SpecgateConfig)
+    for part in filter(None, parent_path.split(".")):
+        node = node.get(part) if isinstance(node, DictConfig) else None
+        if node is None:
+            break
+    if isinstance(node, DictConfig) and len(node) == 0:
+        return f"{full_key}: '{parent_path}' has no entry '{leaf}' here; add one with +{full_key}=..."
+    if isinstance(node, DictConfig):
+        valid = sorted(str(k) for k in node.keys())
+        hint = close_match(leaf, valid)
+        where = f"'{parent_path}'" if parent_path else "the top level"
+        return f"{full_key}: no such key in {where}; valid keys: {', '.join(valid)}{hint}"
+    return f"{full_key}: no such key ({first_line(text)})"
+
+
+def close_match(word: str, choices: list[str]) -> str:
+    match = difflib.get_close_matches(word, choices, n=1)
+    return f" (did you mean '{match[0]}'?)" if match else ""
+
+
+def first_line(text: str) -> str:
+    return next((line.strip() for line in text.splitlines() if line.strip()), text)

@@ -1,0 +1,296 @@
+"""Typed schema of the config tree (registered in Hydra's ConfigStore by config.py).
+
+Every group in conf/ is checked against one of these dataclasses at compose time, so a
+mistyped key or a value of the wrong type stops the run before anything starts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+
+@dataclass
+class BackendConfig:
+    kind: str = "docker"  # docker | process | attach
+    url: Optional[str] = None  # attach: the server's base URL, e.g. http://127.0.0.1:30000
+    startup_timeout_s: float = 120.0  # health deadline; a server not healthy by then fails the arm
+    shutdown_timeout_s: float = 10.0  # SIGTERM grace before SIGKILL
+    health_timeout_s: float = 30.0  # attach: how long a health check after a load may take before the server counts as gone
+    # docker only
+    docker_host: Optional[str] = None  # null: the local engine; or ssh://user@host, tcp://host:2376
+    publish_host: str = "127.0.0.1"  # the host address the server port is published on
+    shm_size: Optional[str] = None  # e.g. "32g"; null: the engine's default
+    ipc_host: bool = False  # ipc_mode=host (NCCL/CUDA IPC between TP workers)
+    ulimits: Dict[str, int] = field(default_factory=dict)  # e.g. {memlock: -1, stack: 67108864}
+
+
+BUILD_KINDS = ("simulator", "release", "patched", "host_venv")  # the recipes of harness/servers/images.py
+
+
+@dataclass
+class BuildConfig:
+    """What is started, and from which image. `kind` is the recipe (harness/servers/images.py),
+    `engine` the engine the build carries, which must be the server's."""
+
+    kind: str = "simulator"  # simulator | release | patched | host_venv
+    engine: Optional[str] = None  # the engine this build carries (checked against server.engine)
+    image: Optional[str] = None  # release: the image tag; patched: the release it builds FROM
+    python: Optional[str] = None  # process backend: the interpreter (null = the harness's own); host_venv: the venv's
+    image_python: Optional[str] = None  # the interpreter inside the image (null = python3)
+    module: Optional[str] = None  # python -m <module> (null = the engine's own)
+    version: Optional[str] = None  # the release this build stands for (recorded)
+    context: Optional[str] = None  # patched, host_venv: the recipe's folder (repo-relative), e.g. containers/vllm-cpu
+    suite: Optional[str] = None  # host_venv: the Debian suite of the base image (its python3 must be the venv's)
+    patches: List[str] = field(default_factory=list)  # patched: patch files (repo-relative)
+    git_ref: Optional[str] = None  # patched: or check out this git ref of the engine
+    build_args: Dict[str, str] = field(default_factory=dict)  # extra docker build args
+
+
+@dataclass
+class SimModelConfig:
+    """Timing model of the simulator (see harness/sim/model.py)."""
+
+    decode_step_ms: float = 12.2
+    draft_step_ms: float = 3.0
+    verify_base_ms: float = 12.2
+    verify_per_token_ms: float = 3.9
+    accept_probs: List[float] = field(default_factory=lambda: [0.6, 0.667])
+    accept_by_text: Dict[str, List[float]] = field(default_factory=dict)  # marker in the prompt -> its accept_probs
+    prefill_base_ms: float = 5.0
+    prefill_ms_per_token: float = 0.05
+    batch_scaling: float = 0.01
+    # tokens per target-model pass past which it is compute-bound (its time then grows in
+    # proportion to them): a plain step passes batch tokens, a verify batch x num_draft_tokens; null: no knee
+    compute_knee_tokens: Optional[float] = None
+    max_running_requests: int = 256
+    startup_s: float = 1.0
+    seed: int = 0
+    scrub_worker_env: bool = False
+    gpu_boost_mhz: float = 2600.0  # the simulated GPUs' boost clock under load (idle ~2330-2360 MHz)
+    gpu_ramp_s: float = 1.5  # time constant of the ramp from idle to boost
+    gpu_throttle: str = "none"  # none | thermal | power: a fault that caps clocks under load
+    lossy_rate: float = 0.0  # a fault: this share of accepted draft tokens comes out wrong (speculative arms only)
+
+
+@dataclass
+class ServerConfig:
+    name: str = "sim"
+    engine: str = "sim"  # a class in harness/engines (launch command, health routes, spec stats, ...)
+    model_path: str = "sim/model"
+    served_model_name: Optional[str] = None
+    tp_size: int = 1
+    host: str = "127.0.0.1"
+    port: int = 0  # 0: pick a free loopback port per arm
+    requires_gpu: bool = False  # fail fast with one sentence when no NVIDIA driver is present
+    dtype: Optional[str] = None  # engines that take it: --dtype (e.g. float32 on CPU)
+    max_model_len: Optional[int] = None  # engines that take it: --max-model-len
+    max_num_seqs: Optional[int] = None  # engines that take it: --max-num-seqs
+    gpus: Optional[List[int]] = None  # docker: GPU indices to pass; null = all when requires_gpu
+    extra_args: List[str] = field(default_factory=list)  # passed to the launcher verbatim
+    env: Dict[str, str] = field(default_factory=dict)
+    sim: Optional[SimModelConfig] = None  # only for engine=sim
+
+
+@dataclass
+class NcclConfig:
+    name: str = "default"
+    env: Dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class DrafterConfig:
+    name: str = "none"
+    algorithm: Optional[str] = None  # EAGLE3 | EAGLE | NEXTN | null (plain decoding)
+    model_path: Optional[str] = None
+    num_steps: Optional[int] = None
+    eagle_topk: Optional[int] = None
+    num_draft_tokens: Optional[int] = None
+
+
+@dataclass
+class WorkloadConfig:
+    name: str = "count_to_100"
+    api: str = "chat"  # chat | completions | generate
+    prompt: Optional[str] = None  # fixed prompt; null = random prompts of input_len tokens
+    input_len: Optional[int] = None  # random prompts: input length in tokens, as the served model's tokenizer counts them
+    tokenizer: Optional[str] = None  # a local folder with the model's tokenizer.json to size input_len with; null = the server's /tokenize
+    dataset: Optional[str] = None  # a local JSONL/JSON file of prompts (repo-relative or absolute); wins over prompt and input_len
+    max_turns: Optional[int] = None  # dataset rows: send at most this many turns of each (1: single-turn); null = all
+    max_tokens: int = 500  # output length asked for
+    ignore_eos: bool = False  # true: every request generates exactly max_tokens
+    temperature: float = 0.0
+    concurrency: int = 1  # closed loop: this many requests in flight
+    request_rate: Optional[float] = None  # open loop: Poisson arrivals per second (null = closed loop)
+    burstiness: Optional[float] = None  # open loop: gamma arrivals with this shape (1 or null = Poisson; < 1 burstier)
+    num_prompts: Optional[int] = 10  # measured prompts (after warm-up): requests, or dataset rows (one request per turn)
+    duration_s: Optional[float] = None  # or: send for this long instead of num_prompts
+    warmup_requests: int = 1  # sent first, excluded from every metric
+    timeout_s: float = 300.0  # per request, the whole of it
+    first_byte_timeout_s: Optional[float] = 60.0  # until the response's first byte (headers); null = only timeout_s
+    seed: int = 0
+    # open the load's connections (one per request in flight) before its measured requests, so
+    # none of them is a new connection; TTFT never holds a connect either way (README "Client health")
+    prewarm_connections: bool = False
+    # load processes, each its own event loop and connections, the measured requests split among
+    # them (harness/load/processes.py): one event loop drives about one core at most
+    client_processes: int = 1
+    # top logprobs asked for and kept per output token, with the token ids (0: ids only);
+    # null: 2 when gate.lossless is configured (its near-tie margin needs two), else neither
+    logprobs: Optional[int] = None
+
+
+@dataclass
+class TelemetryConfig:
+    source: str = "auto"  # auto (nvml when server.requires_gpu, else off) | off | nvml | smi | sim (the simulator's GPUs)
+    interval_s: float = 0.1  # sampling period (10 Hz)
+    idle_s: float = 1.0  # the idle snapshot: sampled before any request is sent
+    ramp_in_s: float = 2.0  # excluded after the first token arrives: clocks need time to boost
+    after_s: float = 1.0  # keep sampling this long after the load, to see clocks fall back
+    gpus: Optional[List[str]] = None  # indices or UUIDs to sample; null = the GPUs the server uses
+
+
+@dataclass
+class PercentileLimits:
+    """Upper limits in ms on a latency distribution; unset statistics are not gated."""
+
+    mean: Optional[float] = None
+    p50: Optional[float] = None
+    p90: Optional[float] = None
+    p99: Optional[float] = None
+
+
+@dataclass
+class SpeedupGate:
+    over: str = "baseline"  # the plain-decoding arm to compare with
+    ratio: float = 1.0  # this arm's output tok/s >= ratio x the other arm's
+
+
+@dataclass
+class CapacityGate:
+    """`specgate capacity`: this arm's capacity under the SLOs >= ratio x arm `over`'s, and/or >= `at_least`."""
+
+    over: Optional[str] = None  # another arm to compare with (null: no comparison)
+    ratio: float = 1.0
+    at_least: Optional[float] = None  # an absolute floor, in the capacity dimension's unit (null: none)
+
+
+@dataclass
+class LosslessGate:
+    against: str = "baseline"  # the arm whose outputs this arm's must equal, request by request
+    min_exact_match: float = 1.0  # share of the compared requests whose generated text must be identical
+
+
+@dataclass
+class ClientBoundConfig:
+    """When the client's own lag makes an arm's figures the client's (harness/gates/client_bound.py)."""
+
+    loop_lag_ms_p99: float = 20.0  # event-loop lag p99 above this may distort latencies ...
+    send_gap_ms_p99: float = 10.0  # send gap p99 above this may distort throughput ...
+    min_share: float = 0.1  # ... when it is also at least this share of the figure (E2E p50 for a send gap)
+
+
+@dataclass
+class GateConfig:
+    """Thresholds. Each field is read by a gate of harness/gates/registry.py's registry (its `keys`),
+    except repeats and max_cv, which shape every measurement and its noise guard."""
+
+    min_output_tok_s: Dict[str, float] = field(default_factory=dict)  # arm -> floor
+    max_ttft_ms: Dict[str, PercentileLimits] = field(default_factory=dict)  # arm -> {p50: ms, p99: ms}
+    max_itl_ms: Dict[str, PercentileLimits] = field(default_factory=dict)  # arm -> {p50: ms, ...}
+    # arm -> floor, or {all: floor, <category>: floor, ...} for prompts that carry categories
+    min_accept_length: Dict[str, Any] = field(default_factory=dict)
+    max_accept_length: Dict[str, float] = field(default_factory=dict)  # arm -> ceiling (e.g. a draft that must not be accepted)
+    min_speedup: Dict[str, SpeedupGate] = field(default_factory=dict)  # arm -> {over, ratio}
+    accept_length_at_least_break_even: List[str] = field(default_factory=list)  # arms
+    lossless: Dict[str, LosslessGate] = field(default_factory=dict)  # arm -> {against, min_exact_match}; needs temperature 0
+    min_capacity: Dict[str, CapacityGate] = field(default_factory=dict)  # arm -> {over, ratio, at_least}; specgate capacity only
+    max_failed_requests: int = 0  # per arm
+    # the per-request and the server-counter accept length of one window may differ by this
+    # fraction of the larger (null: not compared); only where both sources exist
+    max_accept_length_source_gap: Optional[float] = 0.02
+    repeats: int = 1  # run each arm's workload this many times on the same server; metrics become medians
+    max_cv: float = 0.05  # a gated metric whose coefficient of variation over the repeats exceeds this is unreliable
+    baseline: Optional[str] = None  # the reference run: a run dir or results.json to compare with (regression gating)
+    baseline_mismatch: str = "fail"  # a reference that measured another engine/model/workload: fail | warn
+    tolerance: float = 0.02  # allowed regression vs the reference run when a comparison gives none
+    latency_noise_floor_ms: float = 0.5  # without samples to draw an interval from: smaller latency moves are jitter
+    compare: Dict[str, str] = field(default_factory=dict)  # metric -> allowed regression, e.g. output_tok_s: "3%"
+    confidence: float = 0.95  # a regression fails only when it exceeds the allowed change with this confidence
+    inconclusive: str = "warn"  # what an inconclusive comparison does: fail | warn | pass
+    min_clock_ratio_under_load: Optional[float] = None  # SM clock under load >= ratio x max SM clock, every GPU
+    fail_on_throttle_reasons: List[str] = field(default_factory=lambda: [
+        "HwSlowdown", "HwThermalSlowdown", "SwThermalSlowdown", "HwPowerBrakeSlowdown"])  # any under load fails
+    min_gpu_util_under_load_pct: Optional[float] = 50.0  # below: the load did not really reach the GPU
+    max_joules_per_token: Dict[str, float] = field(default_factory=dict)  # arm -> ceiling (GPU J per output token)
+    client_bound: ClientBoundConfig = field(default_factory=ClientBoundConfig)  # is the client the bottleneck?
+    allow_client_bound: bool = False  # true: a client-bound arm is a warning, not a failed run
+
+
+@dataclass
+class SloConfig:
+    """Service-level objectives for `specgate capacity`: upper limits in ms on the latency
+    metrics as harness/measure/metrics.py computes them; a metric or statistic left unset is no SLO."""
+
+    ttft_ms: PercentileLimits = field(default_factory=PercentileLimits)
+    tpot_ms: PercentileLimits = field(default_factory=PercentileLimits)
+    itl_ms: PercentileLimits = field(default_factory=PercentileLimits)
+    e2e_ms: PercentileLimits = field(default_factory=PercentileLimits)
+
+
+CAPACITY_DIMENSIONS = ("concurrency", "request_rate")
+
+
+@dataclass
+class CapacityConfig:
+    """How `specgate capacity` probes loads (harness/capacity/search.py): from `start`, times `growth`
+    until an SLO is missed or `max` is reached, then bisection."""
+
+    dimension: str = "concurrency"  # concurrency (closed loop) | request_rate (open loop, requests/s)
+    start: float = 1  # the first probe's load
+    max: float = 256  # no probe above this; a capacity that reaches it is a lower bound
+    growth: float = 2.0  # each probe up to the first miss is this many times the last
+    tolerance: float = 0.05  # request_rate: bisect until the bracket is within this fraction of the load
+    rounds: int = 2  # concurrency: a probe sends rounds x concurrency requests (at least workload.num_prompts)
+    probe_s: float = 20.0  # request_rate: a probe sends rate x probe_s requests (at least workload.num_prompts)
+    max_in_flight: int = 1024  # request_rate: the client's cap on requests in flight (queueing belongs to the server)
+
+
+@dataclass
+class SpeedupThrough:
+    concurrency: int = 1  # every swept point at or below this concurrency ...
+    ratio: float = 1.0  # ... must reach this output tok/s ratio over the plain arm
+
+
+@dataclass
+class SweepGateConfig:
+    """Gates on a whole sweep over concurrency, judged when it finishes (harness/sweep/gates.py)."""
+
+    min_speedup_through: Dict[str, SpeedupThrough] = field(default_factory=dict)  # arm -> {concurrency, ratio}
+    crossover_at_least: Dict[str, float] = field(default_factory=dict)  # arm -> the lowest crossover concurrency
+
+
+@dataclass
+class RecordConfig:
+    root: str = "runs"  # records go to <root>/<UTC timestamp>_<exp>/
+    keep_requests: bool = True  # write requests.jsonl
+
+
+@dataclass
+class SpecgateConfig:
+    backend: BackendConfig = field(default_factory=BackendConfig)
+    build: BuildConfig = field(default_factory=BuildConfig)
+    server: ServerConfig = field(default_factory=ServerConfig)
+    nccl: NcclConfig = field(default_factory=NcclConfig)
+    drafter: DrafterConfig = field(default_factory=DrafterConfig)
+    workload: WorkloadConfig = field(default_factory=WorkloadConfig)
+    telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
+    gate: GateConfig = field(default_factory=GateConfig)
+    sweep_gate: SweepGateConfig = field(default_factory=SweepGateConfig)
+    record: RecordConfig = field(default_factory=RecordConfig)
+    slo: SloConfig = field(default_factory=SloConfig)  # specgate capacity's objectives
+    capacity: CapacityConfig = field(default_factory=CapacityConfig)  # specgate capacity's search
+    name: str = "default"  # experiment name (set by exp/*.yaml)
+    description: str = ""  # one line, shown by `specgate list`
+    plain_arm: Optional[str] = None  # the plain-decoding arm for speedup / break-even
+    arms: Dict[str, List[str]] = field(default_factory=dict)  # arm -> overrides; empty = one arm "default"

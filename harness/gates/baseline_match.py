@@ -1,0 +1,110 @@
+"""Is a reference run a fair comparison? A regression gate compares this run with a
+recorded one (gate.baseline); that is only meaningful when both measured the same thing:
+the same engine, the same model and the same workload. Otherwise a "regression" is just
+the change of workload, and the merge gate cries wolf (or hides a real one).
+
+What must match, per arm present in both runs: `server.engine`, the model
+(`server.model_path`, by its last path component when it is a local path, so a record
+made in another checkout still matches) and every `workload` key except those that only
+size or bound the load (how many requests, how long, the warm-up, the timeouts): those
+change the number of samples, not what one sample measures.
+
+The reference's configs are read from the record (`arms/<arm>/config.yaml`); a key the
+reference does not have (an older record) or that was redacted cannot be compared and is
+left out. `gate.baseline_mismatch` says what a mismatch does: `fail` (the default: a
+config error before any server starts) or `warn` (compare anyway, said in the header and
+the summary). In a history folder, runs that measured something else are left out of the
+history, with a note; only when none is left is that a mismatch of the whole baseline.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+from omegaconf import OmegaConf
+
+from harness.config.compose import ConfigError, Experiment
+from harness.record.store import REDACTED, RunData, safe_name
+
+# Workload keys that size or bound a load rather than shape each request.
+LOAD_SIZE_KEYS = frozenset({"num_prompts", "duration_s", "warmup_requests", "timeout_s", "first_byte_timeout_s"})
+
+
+def identity(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """What one arm measured, as flat `group.key -> value` pairs."""
+    server = cfg.get("server") or {}
+    found = {"server.engine": server.get("engine"), "server.model": model_name(server.get("model_path"))}
+    for key, value in (cfg.get("workload") or {}).items():
+        if key not in LOAD_SIZE_KEYS:
+            found[f"workload.{key}"] = value
+    return found
+
+
+def model_name(path: Any) -> Any:
+    """A local model path by its folder name (checkouts differ); a hub id as it is."""
+    if isinstance(path, str) and path.startswith("/"):
+        return Path(path).name
+    return path
+
+
+def differences(current: Mapping[str, Any], reference: Mapping[str, Any]) -> list[str]:
+    """`key: X there, Y here` for each identity key both runs have and that differs."""
+    mine, theirs = identity(current), identity(reference)
+    out = []
+    for key, value in theirs.items():
+        if key not in mine or value == REDACTED or mine[key] == REDACTED:
+            continue
+        if value != mine[key]:
+            out.append(f"{key}: {value!r} there, {mine[key]!r} here")
+    return out
+
+
+def recorded_arm_config(run: RunData, arm: str) -> dict[str, Any] | None:
+    """The arm's config as the reference record kept it (None when it kept none)."""
+    file = run.path.parent / "arms" / safe_name(arm) / "config.yaml"
+    try:
+        data = yaml.safe_load(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def run_differences(experiment: Experiment, run: RunData) -> dict[str, list[str]]:
+    """Per arm measured in both: what the reference measured differently ({} when nothing)."""
+    found = {}
+    for arm in experiment.arms:
+        if arm.name not in run.arms:
+            continue
+        recorded = recorded_arm_config(run, arm.name)
+        if recorded is None:
+            continue
+        diff = differences(OmegaConf.to_container(arm.cfg, resolve=True), recorded)
+        if diff:
+            found[arm.name] = diff
+    return found
+
+
+def describe(run: RunData, diffs: dict[str, list[str]]) -> str:
+    arm, diff = next(iter(diffs.items()))
+    more = f" (and {len(diffs) - 1} other arm(s))" if len(diffs) > 1 else ""
+    return f"the reference run {run.label} measured arm '{arm}' differently{more}: {'; '.join(diff)}"
+
+
+def check_baseline(experiment: Experiment, runs: list[RunData]) -> tuple[list[RunData], list[str]]:
+    """The runs to compare with and notes to show; ConfigError when the reference measured
+    something else and gate.baseline_mismatch is `fail`."""
+    policy = experiment.base.gate.baseline_mismatch  # fail | warn (checked with the config)
+    mismatched = {run.label: (run, d) for run in runs if (d := run_differences(experiment, run))}
+    if not mismatched:
+        return runs, []
+    if policy == "warn":
+        return runs, [f"gate.baseline_mismatch=warn: comparing anyway, though {describe(run, d)}"
+                      for run, d in mismatched.values()]
+    if len(runs) > 1 and len(mismatched) < len(runs):  # a history: drop the odd ones out
+        kept = [run for run in runs if run.label not in mismatched]
+        return kept, [f"gate.baseline: left out of the history, as {describe(run, d)}" for run, d in mismatched.values()]
+    run, diff = next(iter(mismatched.values()))
+    raise ConfigError(f"gate.baseline: {describe(run, diff)}; its numbers would judge that change, not this "
+                      f"run's: measure the same thing, or set gate.baseline_mismatch=warn to compare anyway")

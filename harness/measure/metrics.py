@@ -1,0 +1,357 @@
+"""Per-request records -> one arm's numbers (:class:`ArmResult`).
+
+Only measured (non-warm-up) requests that succeeded enter the timing and token
+metrics; failed ones are counted and their error messages tallied.
+
+Definitions (all over this run's ok measured requests):
+
+* ``output_tok_s``   = sum(completion_tokens) / measured window (first send -> last end).
+* ``ttft_ms``        = first token chunk - send, per request.
+* ``itl_ms``         = gaps between consecutive token chunks (per chunk; under
+  speculative decoding one chunk usually carries several tokens).
+* ``tpot_ms``        = decode_s / (completion_tokens - 1), per request (the first token
+  comes from prefill, so a request with n tokens has n - 1 decoded after it).
+* ``decode_step_ms`` = sum(decode_s) / sum(completion_tokens - 1): time per decoded token.
+  For a plain-decoding arm this is the decode step.
+* ``accept_length``  = sum(completion_tokens) / sum(spec_verify_ct): run-scoped and token
+  weighted, which is how SGLang defines a request's ``spec_accept_length``
+  (completion_tokens / verify_ct), summed over the run.  Note it counts the prefill token
+  in the numerator, as SGLang does (a bias of 1/verify_ct per request).  It is not the
+  mean of per-request ratios (that would over-weight short requests).  When no request
+  carries verify counts, the server's cumulative average (/get_server_info) is used if
+  given, labelled ``accept_length_source = "server_cumulative"``.
+* ``verify_cycle_ms`` = sum(decode_s) / sum(spec_verify_ct): one draft+verify cycle (the
+  decode span from first to last chunk holds exactly the verify cycles).
+* ``accept_length_per_request``: the spread of each request's own completion_tokens /
+  spec_verify_ct (p10/p50/p90, min, max, a histogram in ACCEPT_LENGTH_BIN-wide bins):
+  the run's accept length is one number, this says whether every request got it or a few
+  got far more than the rest.
+* ``acceptance_per_position``: where the engine gives each request's verify cycles by
+  accepted drafts (SGLang's ``spec_correct_drafts_histogram``), the fraction of cycles
+  whose draft position i (1, 2, ...) was accepted: Σ cycles with ≥ i accepted ÷ Σ cycles.
+
+Break-even: speculative decoding wins when accept_length > verify_cycle / plain_step
+(:func:`harness.measure.registry.break_even_accept_length`).  No data gives None, never 0.
+Which of these numbers are reported where is the metric registry's business
+(:mod:`harness.measure.registry`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Iterable, Optional
+
+import numpy as np
+
+from harness.measure import prompt_length
+from harness.load import LoadResult, RequestRecord
+from harness.load.client_health import combine_client_blocks
+from harness.measure.registry import metric_value, noise_metrics
+
+
+def _r(x: Optional[float], nd: int = 4) -> Optional[float]:
+    return None if x is None else round(float(x), nd)
+
+
+@dataclass
+class Stat:
+    mean: Optional[float] = None
+    p50: Optional[float] = None
+    p90: Optional[float] = None
+    p99: Optional[float] = None
+    n: int = 0
+
+    @classmethod
+    def of(cls, values: Iterable[float]) -> "Stat":
+        a = np.asarray(list(values), dtype=float)
+        if a.size == 0:
+            return cls()
+        p50, p90, p99 = np.percentile(a, [50, 90, 99])
+        return cls(mean=float(a.mean()), p50=float(p50), p90=float(p90), p99=float(p99), n=int(a.size))
+
+    def to_json(self) -> dict:
+        return {"mean": _r(self.mean), "p50": _r(self.p50), "p90": _r(self.p90), "p99": _r(self.p99)}
+
+
+@dataclass
+class ArmResult:
+    arm: str
+    output_tok_s: Optional[float] = None
+    request_per_s: Optional[float] = None
+    ttft_ms: Stat = field(default_factory=Stat)
+    itl_ms: Stat = field(default_factory=Stat)
+    tpot_ms: Stat = field(default_factory=Stat)
+    e2e_ms: Stat = field(default_factory=Stat)
+    decode_step_ms: Optional[float] = None
+    accept_length: Optional[float] = None
+    accept_length_source: Optional[str] = None  # "run" | "server_cumulative" | None
+    verify_cycle_ms: Optional[float] = None
+    requests_ok: int = 0
+    requests_failed: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+    completion_tokens: int = 0
+    duration_s: float = 0.0
+    repeats: int = 1  # workload runs combined into this result (medians, see combine_repeats)
+    noise: dict[str, dict] = field(default_factory=dict)  # metric path -> spread over the repeats
+    categories: dict[str, dict] = field(default_factory=dict)  # a dataset's category -> its figures (by_category)
+    # each speculative request's completion_tokens / spec_verify_ct (the distribution's samples)
+    request_accept_lengths: list[float] = field(default_factory=list, repr=False)
+    correct_drafts_histogram: list[int] = field(default_factory=list)  # Σ over requests: cycles by accepted drafts
+    prompt_length: Optional[dict] = None  # sized prompts' server counts against input_len (harness/measure/prompt_length.py)
+    # the client's own health over the load (harness/load/client_health.py) and, once judged, whether
+    # its figures are the client's (harness/gates/client_bound.py); {}: not measured
+    client: dict = field(default_factory=dict)
+
+    @property
+    def requests(self) -> dict[str, int]:
+        """The request counts under the path results.json gives them (`requests.ok`)."""
+        return {"ok": self.requests_ok, "failed": self.requests_failed}
+
+    def to_json(self) -> dict:
+        return {
+            "repeats": self.repeats,
+            "noise": self.noise,
+            "output_tok_s": _r(self.output_tok_s, 3),
+            "request_per_s": _r(self.request_per_s, 4),
+            "ttft_ms": self.ttft_ms.to_json(),
+            "itl_ms": self.itl_ms.to_json(),
+            "tpot_ms": self.tpot_ms.to_json(),
+            "e2e_ms": self.e2e_ms.to_json(),
+            "accept_length": _r(self.accept_length),
+            "accept_length_source": self.accept_length_source,
+            "verify_cycle_ms": _r(self.verify_cycle_ms),
+            "decode_step_ms": _r(self.decode_step_ms),
+            "requests": {"ok": self.requests_ok, "failed": self.requests_failed},
+            "errors": dict(self.errors),
+            "completion_tokens": self.completion_tokens,
+            "duration_s": _r(self.duration_s, 4),
+            **({"categories": {name: dict(block) for name, block in self.categories.items()}}
+               if self.categories else {}),
+            **({"accept_length_per_request": accept_length_distribution(self.request_accept_lengths)}
+               if self.request_accept_lengths else {}),
+            **({"acceptance_per_position": acceptance_per_position(self.correct_drafts_histogram)}
+               if sum(self.correct_drafts_histogram) else {}),
+            **({"prompt_length": dict(self.prompt_length)} if self.prompt_length else {}),
+            **({"client": dict(self.client)} if self.client else {}),
+        }
+
+
+def _error_of(r: RequestRecord) -> str:
+    if r.error:
+        return r.error
+    if r.status is not None and r.status != 200:
+        return f"HTTP {r.status}"
+    return "request did not complete"
+
+
+def group_errors(counts: "Counter[str] | dict[str, int]") -> dict[str, int]:
+    """Failure reasons once each, with a count: messages that differ only in their numbers
+    ("... after 3 token chunks", "... after 17 token chunks") are one reason, shown with N
+    for the numbers that differ."""
+    shapes: dict[str, dict[str, int]] = {}
+    for message, count in counts.items():
+        shape = re.sub(r"\d+(?:\.\d+)?", "N", message)
+        shapes.setdefault(shape, {})
+        shapes[shape][message] = shapes[shape].get(message, 0) + count
+    grouped = {}
+    for shape, messages in shapes.items():
+        text = next(iter(messages)) if len(messages) == 1 else shape
+        grouped[text] = sum(messages.values())
+    return dict(sorted(grouped.items(), key=lambda kv: -kv[1]))
+
+
+def summarize(arm: str, load: LoadResult, server_accept_length: Optional[float] = None) -> ArmResult:
+    measured = load.measured
+    ok = [r for r in measured if r.ok and r.completion_tokens is not None]
+    failed = [r for r in measured if not (r.ok and r.completion_tokens is not None)]
+    window = load.end_time - load.start_time if measured else 0.0
+
+    total_ct = sum(r.completion_tokens for r in ok)
+    res = ArmResult(
+        arm=arm,
+        requests_ok=len(ok),
+        requests_failed=len(failed),
+        errors=group_errors(Counter(_error_of(r) for r in failed)),
+        completion_tokens=total_ct,
+        duration_s=max(0.0, window),
+    )
+    if ok and window > 0:
+        res.output_tok_s = total_ct / window
+        res.request_per_s = len(ok) / window
+
+    res.ttft_ms = Stat.of(r.ttft_s * 1000.0 for r in ok if r.ttft_s is not None)
+    res.e2e_ms = Stat.of(r.e2e_s * 1000.0 for r in ok if r.e2e_s is not None)
+    itl = [np.diff(np.asarray(r.chunk_times)) * 1000.0 for r in ok if len(r.chunk_times) > 1]
+    res.itl_ms = Stat.of(np.concatenate(itl) if itl else [])
+
+    decoding = [r for r in ok if r.completion_tokens > 1 and r.decode_s is not None]
+    res.tpot_ms = Stat.of(r.decode_s * 1000.0 / (r.completion_tokens - 1) for r in decoding)
+    steps = sum(r.completion_tokens - 1 for r in decoding)
+    if steps > 0:
+        res.decode_step_ms = sum(r.decode_s for r in decoding) * 1000.0 / steps
+
+    spec = [r for r in ok if r.spec_verify_ct]
+    verify = sum(r.spec_verify_ct for r in spec)
+    if verify > 0:
+        res.accept_length = sum(r.completion_tokens for r in spec) / verify
+        res.accept_length_source = "run"
+        res.verify_cycle_ms = sum(r.decode_s or 0.0 for r in spec) * 1000.0 / verify
+    elif server_accept_length is not None:
+        res.accept_length = float(server_accept_length)
+        res.accept_length_source = "server_cumulative"
+    res.request_accept_lengths = [r.completion_tokens / r.spec_verify_ct for r in spec]
+    res.correct_drafts_histogram = summed_histograms(r.spec_correct_drafts_histogram for r in spec)
+    res.categories = by_category(ok)
+    res.prompt_length = prompt_length.judge(measured, load.api, load.prompt_sizing)
+    res.client = dict(load.client or {})
+    return res
+
+
+ACCEPT_LENGTH_BIN = 0.25  # histogram bin width: a quarter token per verify cycle
+
+
+def accept_length_distribution(values: list[float]) -> dict:
+    """Per-request accept lengths: percentiles, range and a histogram of [bin start, count]
+    (a request with 2.1 counts in the 2.0 bin, which holds [2.0, 2.25))."""
+    a = np.asarray(values, dtype=float)
+    p10, p50, p90 = np.percentile(a, [10, 50, 90])
+    # round before flooring: 2.25 stored as 2.2499999 still belongs to the 2.25 bin
+    starts = np.floor(np.round(a / ACCEPT_LENGTH_BIN, 9)) * ACCEPT_LENGTH_BIN
+    bins = Counter(round(float(x), 4) for x in starts)
+    return {"n": int(a.size), "p10": _r(p10), "p50": _r(p50), "p90": _r(p90),
+            "min": _r(a.min()), "max": _r(a.max()), "bin_width": ACCEPT_LENGTH_BIN,
+            "histogram": [[start, bins[start]] for start in sorted(bins)]}
+
+
+def summed_histograms(histograms: Iterable[list[int] | None]) -> list[int]:
+    """Element-wise sum of per-request histograms (missing ones left out, shorter ones padded)."""
+    total: list[int] = []
+    for hist in histograms:
+        for k, count in enumerate(hist or []):
+            total += [0] * (k + 1 - len(total))
+            total[k] += count
+    return total
+
+
+def acceptance_per_position(histogram: list[int]) -> list[float]:
+    """From cycles by accepted drafts ([k]: cycles that accepted k), the fraction of
+    cycles that accepted draft position i, for i = 1 .. the longest draft."""
+    cycles = sum(histogram)
+    return [_r(sum(histogram[i:]) / cycles) for i in range(1, len(histogram))]
+
+
+def by_category(ok: list[RequestRecord]) -> dict[str, dict]:
+    """Each category's figures when the prompts carry categories (a dataset's rows), from
+    the category's successful requests alone. Throughput is shared by everything in
+    flight, so a category's speed is its requests' own: `stream_tok_s` = Σ completion
+    tokens ÷ Σ request durations (the rate one request sees, token-weighted). Accept
+    length is token-weighted as for the arm (Σ tokens ÷ Σ verify cycles)."""
+    groups: dict[str, list[RequestRecord]] = {}
+    for r in ok:
+        if r.category:
+            groups.setdefault(r.category, []).append(r)
+    return {name: category_figures(records) for name, records in sorted(groups.items())}
+
+
+def category_figures(records: list[RequestRecord]) -> dict:
+    tokens = sum(r.completion_tokens for r in records)
+    seconds = sum(r.e2e_s for r in records if r.e2e_s is not None)
+    verify = sum(r.spec_verify_ct or 0 for r in records)
+    decoding = [r for r in records if r.completion_tokens > 1 and r.decode_s is not None]
+    return {
+        "requests": len(records),
+        "completion_tokens": tokens,
+        "accept_length": _r(sum(r.completion_tokens for r in records if r.spec_verify_ct) / verify) if verify else None,
+        "stream_tok_s": _r(tokens / seconds, 3) if seconds > 0 else None,
+        "ttft_ms_p50": _r(Stat.of(r.ttft_s * 1000.0 for r in records if r.ttft_s is not None).p50),
+        "tpot_ms_p50": _r(Stat.of(r.decode_s * 1000.0 / (r.completion_tokens - 1) for r in decoding).p50),
+    }
+
+
+def category_speedups(result: ArmResult, plain: ArmResult | None) -> dict[str, float]:
+    """Per category: this arm's stream_tok_s over the plain arm's, for categories both have."""
+    if plain is None:
+        return {}
+    out = {}
+    for name, mine in result.categories.items():
+        theirs = plain.categories.get(name) or {}
+        if mine.get("stream_tok_s") and theirs.get("stream_tok_s"):
+            out[name] = round(mine["stream_tok_s"] / theirs["stream_tok_s"], 4)
+    return out
+
+
+def combine_categories(results: list[ArmResult]) -> dict[str, dict]:
+    """Repeats: each category's figures, each the median over the repeats that have it."""
+    names = sorted({c for r in results for c in r.categories})
+    combined = {}
+    for name in names:
+        blocks = [r.categories[name] for r in results if name in r.categories]
+        combined[name] = {key: (sum(b[key] for b in blocks) if key in ("requests", "completion_tokens")
+                                else _median([b.get(key) for b in blocks])) for key in blocks[0]}
+    return combined
+
+
+def apply_server_window(result: ArmResult, load: LoadResult, server: dict) -> ArmResult:
+    """Engines that report speculation only as server counters: the accept length
+    of this run's measured window, and the cycle time from the client's decode spans."""
+    drafts = server.get("spec_drafts")
+    if result.accept_length_source == "run" or not drafts:
+        return result
+    result.accept_length = server["accept_length"]
+    result.accept_length_source = "server_metrics_window"
+    ok = [r for r in load.measured if r.ok and r.decode_s is not None]
+    result.verify_cycle_ms = sum(r.decode_s for r in ok) * 1000.0 / drafts if ok else None
+    return result
+
+
+# ArmResult's fields that repeats combine by their median (its shape; which metrics are
+# reported where is harness.measure.registry's business).
+SCALARS = ("output_tok_s", "request_per_s", "decode_step_ms", "accept_length", "verify_cycle_ms")
+DISTRIBUTIONS = ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")
+
+
+def spread(values: list[Optional[float]]) -> Optional[dict]:
+    """median, min, max, MAD (median absolute deviation) and CV (sample sd ÷ mean)."""
+    a = np.asarray([v for v in values if v is not None], dtype=float)
+    if a.size == 0:
+        return None
+    median = float(np.median(a))
+    mean = float(a.mean())
+    sd = float(a.std(ddof=1)) if a.size > 1 else 0.0
+    return {"median": _r(median), "min": _r(float(a.min())), "max": _r(float(a.max())),
+            "mad": _r(float(np.median(np.abs(a - median)))), "cv": _r(sd / mean if mean else None), "n": int(a.size)}
+
+
+def _median(values: list[Optional[float]]) -> Optional[float]:
+    present = [v for v in values if v is not None]
+    return float(np.median(present)) if present else None
+
+
+def combine_repeats(arm: str, results: list[ArmResult]) -> ArmResult:
+    """N runs of the same workload on the same server -> one result whose metrics are the
+    medians, with each metric's spread in `noise` (so gates can tell signal from noise)."""
+    if len(results) == 1:
+        return results[0]
+    combined = ArmResult(arm=arm, repeats=len(results))
+    for name in SCALARS:
+        setattr(combined, name, _median([getattr(r, name) for r in results]))
+    for name in DISTRIBUTIONS:
+        setattr(combined, name, Stat(**{s: _median([getattr(getattr(r, name), s) for r in results])
+                                        for s in ("mean", "p50", "p90", "p99")},
+                                     n=sum(getattr(r, name).n for r in results)))
+    combined.accept_length_source = next((r.accept_length_source for r in results if r.accept_length_source), None)
+    combined.requests_ok = sum(r.requests_ok for r in results)
+    combined.requests_failed = sum(r.requests_failed for r in results)
+    combined.errors = group_errors(sum((Counter(r.errors) for r in results), Counter()))
+    combined.completion_tokens = sum(r.completion_tokens for r in results)
+    combined.categories = combine_categories(results)
+    combined.request_accept_lengths = [x for r in results for x in r.request_accept_lengths]
+    combined.correct_drafts_histogram = summed_histograms(r.correct_drafts_histogram for r in results)
+    combined.prompt_length = prompt_length.combine([r.prompt_length for r in results])
+    combined.duration_s = sum(r.duration_s for r in results)
+    combined.client = combine_client_blocks([r.client for r in results])
+    combined.noise = {path: s for path in noise_metrics()
+                      if (s := spread([metric_value(r, path) for r in results])) is not None}
+    return combined

@@ -1,0 +1,130 @@
+"""The server's own Prometheus counters, differenced over the measured window.
+
+Some engines report speculative decoding only as cumulative /metrics counters (drafts,
+draft tokens, accepted tokens, accepted per position); most keep TTFT and inter-token
+latency histograms. Which names an engine uses is its own (`Engine.prometheus`). A snapshot before the first measured request and one after the load
+give this run's numbers, warm-up and earlier traffic excluded, to set beside what the
+client measured.
+
+What the histogram figures mean, over the window:
+
+- ``ttft_mean_ms``: the mean over requests of the server's time to first token, from
+  when it received the request (where its clock starts is the engine's: see its class) to
+  its first output. The client's TTFT holds it, plus the HTTP paths outside it.
+- ``itl_sum_s``: the requests' decode time, first output to last, whatever the engine
+  counts per observation.
+- ``itl_count`` and ``itl_mean_ms`` = sum ÷ count: depend on ``itl_observed_per``. Per
+  token (SGLang: each output adds its interval to the sum and its number of new tokens to
+  the count), the mean is the decode time per token, the client's TPOT pooled over tokens
+  (``decode_step_ms``), not its ITL (the gap between chunks, several tokens apart under
+  speculation). Per step (vLLM), the count is engine steps and the mean the time per step.
+
+harness/measure/agreement.py sets each figure beside the client's of the same meaning.
+
+The window's ``accept_length``, where the engine's counters give one, comes with its
+definition in words (``accept_length_definition``), since engines count differently:
+
+- SGLang (and the simulator): Δ generation tokens ÷ Δ verify calls. Both counters grow
+  when a request finishes, by its completion tokens (the first, prefill-produced token
+  included) and its verify cycles; each cycle's bonus token is in the tokens. This is the
+  per-request figure's definition, so over the same requests the two are equal.
+- vLLM: 1 + Δ accepted draft tokens ÷ Δ drafts: per draft step, its accepted tokens plus
+  the one the target samples itself; no prefill token.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from harness.engines.base import PrometheusNames
+
+PER_POSITION = "num_accepted_tokens_per_pos"
+TOKENS_PER_VERIFY = ("the server's counters: Δ generation tokens ÷ Δ verify calls over the /metrics window "
+                     "(every finished request's completion tokens, its first, prefill-produced token included, "
+                     "over its verify cycles)")
+ONE_PLUS_ACCEPTED = ("the server's counters: 1 + Δ accepted draft tokens ÷ Δ drafts over the /metrics window "
+                     "(the target's own token per draft step; no prefill token)")
+
+
+@dataclass
+class Snapshot:
+    """Summed counter values by sample name, and per-position accepted counts."""
+
+    values: dict[str, float] = field(default_factory=dict)
+    per_position: dict[int, float] = field(default_factory=dict)
+
+
+def parse(text: str, names: PrometheusNames) -> Snapshot:
+    snapshot = Snapshot(values=defaultdict(float))
+    per_position = f"{names.spec_prefix}{PER_POSITION}" if names.spec_prefix else None
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if per_position and "position" in sample.labels and sample.name.startswith(per_position):
+                position = int(sample.labels["position"])
+                snapshot.per_position[position] = snapshot.per_position.get(position, 0.0) + sample.value
+            elif not sample.name.endswith("_bucket"):
+                snapshot.values[sample.name] += sample.value  # summed over labels (model, engine index)
+    snapshot.values = dict(snapshot.values)
+    return snapshot
+
+
+def delta(before: Snapshot, after: Snapshot, name: str) -> float | None:
+    if name not in after.values:
+        return None
+    return after.values[name] - before.values.get(name, 0.0)
+
+
+def histogram_mean_ms(before: Snapshot, after: Snapshot, base: str | None) -> float | None:
+    if not base:
+        return None
+    total, count = delta(before, after, base + "_sum"), delta(before, after, base + "_count")
+    return total / count * 1000.0 if total is not None and count else None
+
+
+def window(names: PrometheusNames, before: Snapshot, after: Snapshot) -> dict[str, Any]:
+    """This run's server-side numbers (None where the server doesn't report them)."""
+    itl = names.itl_histogram
+    block: dict[str, Any] = {
+        "ttft_mean_ms": histogram_mean_ms(before, after, names.ttft_histogram),
+        "itl_mean_ms": histogram_mean_ms(before, after, itl),
+        # The sum over a request is its decode time however the engine counts; the count
+        # (and so the mean) is per token or per engine step: the record says which.
+        "itl_sum_s": delta(before, after, itl + "_sum") if itl else None,
+        "itl_count": delta(before, after, itl + "_count") if itl else None,
+        "itl_observed_per": names.itl_observed_per if itl else None,
+    }
+    block.update(tokens_per_verify(names, before, after))
+    if not names.spec_prefix:
+        return block
+    spec = names.spec_prefix
+    drafts = delta(before, after, spec + "num_drafts_total")
+    accepted = delta(before, after, spec + "num_accepted_tokens_total")
+    proposed = delta(before, after, spec + "num_draft_tokens_total")
+    if drafts:
+        block.update(
+            spec_drafts=drafts, spec_draft_tokens=proposed, spec_accepted_tokens=accepted,
+            # each draft step yields its accepted tokens plus the one the target samples itself
+            accept_length=1.0 + (accepted or 0.0) / drafts,
+            accept_length_definition=ONE_PLUS_ACCEPTED,
+            acceptance_rate=(accepted / proposed) if proposed else None,
+            acceptance_per_position=[(after.per_position.get(p, 0.0) - before.per_position.get(p, 0.0)) / drafts
+                                     for p in sorted(after.per_position)],
+        )
+    return block
+
+
+def tokens_per_verify(names: PrometheusNames, before: Snapshot, after: Snapshot) -> dict[str, Any]:
+    """SGLang's accept length from its counters (nothing when it lacks them or no request
+    was verified in the window: a plain arm)."""
+    if not (names.generation_tokens and names.spec_verify_calls):
+        return {}
+    tokens = delta(before, after, names.generation_tokens)
+    verify = delta(before, after, names.spec_verify_calls)
+    if tokens is None or not verify:
+        return {}
+    return {"generation_tokens": tokens, "spec_verify_calls": verify, "accept_length": tokens / verify,
+            "accept_length_definition": TOKENS_PER_VERIFY}

@@ -1,0 +1,218 @@
+"""Run records: `<record.root>/<UTC timestamp>_<exp>/`, written atomically, secrets redacted.
+
+Layout (see README "Reading a run record"):
+    config.yaml          the composed experiment (before arm overrides)
+    overrides.yaml       the command-line overrides
+    arms/<arm>/config.yaml, arms/<arm>/server.log
+    requests.jsonl       one line per request, with its arm and timings
+    results.json         per-arm metrics and every gate verdict (rewritten after each arm);
+                         its `status` is `running` from the moment the record is made, then
+                         `finished` or `interrupted` when the run ends
+    summary.md           the arm x metric table and the verdicts in words
+`<record.root>/latest` is a symlink to the newest record of a run that ended (finished or
+interrupted): a run that is still going, or died (kill -9), never moves it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from harness.record.atomic import atomic_write
+from harness.record.secrets import REDACTED, Redactor  # noqa: F401  (REDACTED: what replay looks for)
+
+# A record's `status` in results.json: `running` until the run ends, so a record that still
+# says it after the run is gone tells of a run that died (kill -9, a lost machine).
+RUNNING, FINISHED, INTERRUPTED = "running", "finished", "interrupted"
+RUN_STATUSES = (RUNNING, FINISHED, INTERRUPTED)
+
+
+class RunRecord:
+    """One run's folder. Created on first use (a config error creates nothing)."""
+
+    def __init__(self, root: Path, exp_name: str, redactor: Redactor | None = None, now: datetime | None = None):
+        stamp = (now or datetime.now(timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
+        self.root = Path(root)
+        self.path = unique_dir(self.root / f"{stamp}_{safe_name(exp_name)}")
+        self.redactor = redactor or Redactor()
+        self.request_lines: list[str] = []
+
+    def point_latest(self) -> None:
+        """Swap `<root>/latest` atomically to this record (a relative link, so the tree can
+        move). Called when the run ends, so `latest` never names a run still going or dead."""
+        link = self.root / "latest"
+        tmp = self.root / f".latest.{os.getpid()}"
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(self.path.name)
+        os.replace(tmp, link)
+
+    def arm_dir(self, arm: str) -> Path:
+        path = self.path / "arms" / safe_name(arm)
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def write_yaml(self, relative: str, data: Any) -> None:
+        atomic_write(self.path / relative, yaml.safe_dump(self.redactor.data(data), sort_keys=False))
+
+    def write_json(self, relative: str, data: Any) -> None:
+        atomic_write(self.path / relative, json.dumps(self.redactor.data(data), indent=2, allow_nan=False) + "\n")
+
+    def add_requests(self, arm: str, lines: list[dict[str, Any]]) -> None:
+        """Append an arm's requests; the whole file is rewritten atomically."""
+        self.request_lines += [json.dumps({"arm": arm, **self.redactor.data(line)}) for line in lines]
+        atomic_write(self.path / "requests.jsonl", "".join(line + "\n" for line in self.request_lines))
+
+    def write_text(self, relative: str, text: str) -> None:
+        atomic_write(self.path / relative, self.redactor.text(text))
+
+    def scrub_file(self, relative: str) -> None:
+        """Redact secrets from a file another process wrote (e.g. the server log)."""
+        path = self.path / relative
+        if path.is_file():
+            text = path.read_text(errors="replace")
+            atomic_write(path, self.redactor.text(text))
+
+
+def unique_dir(path: Path) -> Path:
+    candidate, n = path, 1
+    while True:
+        try:
+            candidate.mkdir(parents=True)
+            return candidate
+        except FileExistsError:
+            n += 1
+            candidate = path.with_name(f"{path.name}-{n}")
+
+
+def safe_name(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name) or "run"
+
+
+# --- reading a record back -------------------------------------------------------------------
+
+
+class RecordError(Exception):
+    """A path that is not a run record, or a record that cannot be read: one sentence."""
+
+
+@dataclass
+class RunData:
+    """A run record as read back: compare, report, replay and reference-run gates use it."""
+
+    label: str  # the record's folder name
+    path: Path  # the results.json that was read
+    data: dict[str, Any]
+
+    @property
+    def arms(self) -> dict[str, Any]:
+        arms = self.data.get("arms")
+        return arms if isinstance(arms, dict) else {}
+
+    @property
+    def status(self) -> str:
+        """`running`, `finished` or `interrupted`. Records written before the key existed
+        were written at the end of the run: finished, unless they say they were interrupted."""
+        status = self.data.get("status")
+        if status in RUN_STATUSES:
+            return status
+        return INTERRUPTED if self.data.get("interrupted") else FINISHED
+
+    @property
+    def finished(self) -> bool:
+        return self.status == FINISHED
+
+    @property
+    def incompleteness(self) -> str:
+        """Why the record is not a whole run, in words ("" for a finished one)."""
+        return {RUNNING: "incomplete: it still says running, so the run died before it finished (e.g. kill -9)",
+                INTERRUPTED: "interrupted: the run was stopped (Ctrl-C or SIGTERM) before it finished"}.get(self.status, "")
+
+    def request_lines(self, arm: str) -> list[dict[str, Any]]:
+        """The arm's lines of requests.jsonl beside results.json ([] when the record kept
+        none, or a line is not JSON: verdicts then fall back to the point values)."""
+        file = self.path.parent / "requests.jsonl"
+        if not file.is_file():
+            return []
+        lines = []
+        try:
+            for text in file.read_text(encoding="utf-8").splitlines():
+                line = json.loads(text)
+                if isinstance(line, dict) and line.get("arm") == arm:
+                    lines.append(line)
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            return []
+        return lines
+
+
+def results_path(path: Path) -> Path:
+    """The results.json of a record folder, a `latest` link or the file itself."""
+    path = Path(path)
+    candidate = path / "results.json" if path.is_dir() else path
+    if not candidate.is_file():
+        why = "has no results.json" if path.is_dir() else "does not exist"
+        raise RecordError(f"{path} is not a run record: it {why} (give a runs/<timestamp>_<exp> folder, "
+                          f"runs/latest or a results.json)")
+    return candidate
+
+
+def read_run(path: Path) -> RunData:
+    """Read one record's results.json; a file that is not JSON, or JSON that is not a
+    record, is a RecordError. Keys are not checked further: older and newer records read."""
+    file = results_path(path)
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise RecordError(f"{file} is not a readable run record ({exc}).") from None
+    if not isinstance(data, dict) or not isinstance(data.get("arms", {}), dict):
+        raise RecordError(f"{file} is not a run record: it has no 'arms' mapping.")
+    return RunData(label=file.resolve().parent.name, path=file, data=data)
+
+
+def is_history(path: Path) -> bool:
+    """A folder of run records (e.g. the last runs on main) rather than one record."""
+    path = Path(path)
+    return path.is_dir() and not (path / "results.json").is_file() and any(history_members(path))
+
+
+def history_members(folder: Path) -> list[Path]:
+    """The records in a folder, oldest first (record names start with their UTC timestamp;
+    the `latest` link is the newest again and is left out)."""
+    return sorted(p for p in Path(folder).iterdir()
+                  if p.is_dir() and not p.is_symlink() and (p / "results.json").is_file())
+
+
+def read_runs(path: Path) -> list[RunData]:
+    """One record, or every record of a history folder (oldest first)."""
+    if is_history(path):
+        return [read_run(p) for p in history_members(Path(path))]
+    return [read_run(path)]
+
+
+def read_reference_runs(path: Path) -> tuple[list[RunData], list[str]]:
+    """What a gate may compare with (gate.baseline): one finished record, or the finished
+    records of a history folder, plus notes on what was left out. Numbers from a run that
+    died or was stopped are no reference: a single such record is a RecordError, and such
+    members of a history folder are skipped."""
+    runs = read_runs(path)
+    if not is_history(path):
+        if not runs[0].finished:
+            raise RecordError(f"{path} is {runs[0].incompleteness}; a reference run must have finished.")
+        return runs, []
+    finished = [run for run in runs if run.finished]
+    left_out = [run.label for run in runs if not run.finished]
+    if not finished:
+        raise RecordError(f"{path} holds no finished run record (all {len(runs)} died or were interrupted).")
+    notes = [f"gate.baseline: left out {len(left_out)} unfinished record(s) of {path}: {', '.join(left_out)}"]
+    return finished, notes if left_out else []
+
+
+def load_results(path: Path) -> dict[str, Any]:
+    """A record's results.json as data (given the record folder or the file itself)."""
+    return read_run(path).data

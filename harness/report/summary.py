@@ -1,0 +1,258 @@
+"""The human summary of a run: one arm x metric table and every gate's verdict in words.
+The same text is printed at the end of the pytest run and saved as summary.md."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.measure import prompt_length
+from harness.measure.agreement import client_decoded_tokens, sentence, server_decode_ms_per_token
+from harness.gates.client_bound import bound_figures
+from harness.engines.base import ITL_PER_TOKEN
+from harness.measure.registry import metric_value, summary_columns
+from harness.measure.metrics import ArmResult, acceptance_per_position, category_speedups
+from harness.telemetry.energy import joules_per_token_ratio
+
+def arm_cells(result: ArmResult, comparison: dict[str, float | None]) -> list[str]:
+    """One arm's row: the registry's summary columns, then requests ok/failed in one cell.
+    Cross-arm metrics (speedup, break-even) come from `comparison`, keyed by metric path.
+    A figure that is the client's own lag is marked `*` (see the Client health section)."""
+    bound = bound_figures(result)
+    cells = [m.format_column(comparison.get(m.path) if m.between_arms else metric_value(result, m.path))
+             + (CLIENT_BOUND_MARK if m.path in bound else "") for m in summary_columns()]
+    return cells + [f"{result.requests_ok}/{result.requests_failed}"]
+
+
+CLIENT_BOUND_MARK = "*"
+
+
+def column_names() -> list[str]:
+    return [m.column for m in summary_columns()] + ["ok/failed"]
+
+
+def cell(value: Any, pattern: str) -> str:
+    return "-" if value is None else pattern.format(value)
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+    line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"
+    return [line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *(line(r) for r in rows)]
+
+
+def format_summary(experiment, results: dict[str, ArmResult], arm_status: dict[str, dict],
+                   verdicts: list, comparisons: dict[str, dict], gpu: dict[str, dict] | None = None,
+                   notes: list[str] | None = None, not_evaluated: list[dict] | None = None) -> str:
+    lines = [f"# specgate: {experiment.name}", "", experiment.description, ""]
+    lines += [f"> {note}" for note in notes or []] + ([""] if notes else [])
+    header = ["arm", *column_names()]
+    rows = []
+    for arm in experiment.arm_names:
+        if arm in results:
+            rows.append([arm, *arm_cells(results[arm], comparisons.get(arm, {}))])
+        else:
+            status = arm_status.get(arm, {}).get("status", "not run")
+            rows.append([arm, status, *("-" for _ in header[2:])])
+    lines += ["Latencies in ms; accept length is run-scoped and token-weighted "
+              "(Σ completion tokens ÷ Σ verify cycles over measured requests).", ""]
+    lines += markdown_table(header, rows)
+    if any(bound_figures(r) for r in results.values()):
+        lines.append(f"\n{CLIENT_BOUND_MARK} client-bound: the figure is the client's own lag, not the server's "
+                     f"(see Client health).")
+    for arm in experiment.arm_names:
+        r = results.get(arm)
+        if r is not None and r.accept_length_source == "server_cumulative":
+            lines.append(f"\n{arm}: accept length is the server-cumulative fallback (includes warm-up and other traffic).")
+        mismatch = prompt_length.sentence(arm, r.prompt_length) if r is not None else None
+        if mismatch:
+            lines.append(f"\n{mismatch}")
+        for message, count in (r.errors.items() if r is not None else []):
+            lines.append(f"\n{arm}: {count} request(s) failed: {message}")
+        error = arm_status.get(arm, {}).get("error")
+        if error:
+            lines.append(f"\n{arm}: {error.splitlines()[0]}")
+    lines += category_section(experiment, results)
+    lines += noise_section(experiment, results) + server_section(experiment, results, arm_status)
+    lines += gpu_section(experiment, gpu or {})
+    lines += energy_section(experiment, gpu or {})
+    lines += client_section(experiment, results)
+    lines += ["", "## Gates", ""]
+    if not verdicts:
+        lines.append("No gate was evaluated.")
+    for v in verdicts:
+        lines.append(f"- {v.status.upper():10} {v.name} [{v.arm}]: {v.detail}")
+    counts = {s: sum(v.status == s for v in verdicts) for s in ("passed", "failed", "skipped", "unreliable", "inconclusive")}
+    line = f"{counts['passed']} gate(s) passed, {counts['failed']} failed, {counts['skipped']} skipped"
+    if counts["unreliable"]:
+        line += f", {counts['unreliable']} unreliable (too noisy to decide)"
+    if counts["inconclusive"]:
+        failing = sum(v.inconclusive and v.passed is False for v in verdicts)
+        line += (f", {counts['inconclusive']} inconclusive (the data cannot tell; "
+                 + (f"{failing} fail the run by gate.inconclusive=fail" if failing else "gate.inconclusive lets them pass") + ")")
+    lines += ["", line + "."]
+    lines += not_evaluated_section(not_evaluated or [])
+    return "\n".join(lines) + "\n"
+
+
+def not_evaluated_section(rows: list[dict]) -> list[str]:
+    """Configured gates whose tests never ran, grouped by suite: said, never silent."""
+    if not rows:
+        return []
+    by_suite: dict[str, list[str]] = {}
+    for row in rows:
+        by_suite.setdefault(row["suite"], []).append(f"{row['name']} [{row['arm']}]")
+    lines = ["", f"{len(rows)} configured gate(s) were NOT evaluated (their tests did not run):"]
+    return lines + [f"- {suite}: {', '.join(names)}" for suite, names in by_suite.items()]
+
+
+def category_section(experiment, results: dict[str, ArmResult]) -> list[str]:
+    """Per category of the prompts (a dataset's rows carry them): acceptance and speed
+    depend on content, so one figure over a mix hides where a drafter wins or loses."""
+    rows = []
+    plain_arm = getattr(experiment, "plain_arm", None)  # an experiment may have none
+    plain = results.get(plain_arm) if plain_arm else None
+    for arm in experiment.arm_names:
+        result = results.get(arm)
+        if result is None or not result.categories:
+            continue
+        speedups = category_speedups(result, plain) if arm != plain_arm else {}
+        for name, c in result.categories.items():
+            rows.append([arm, name, str(c["requests"]), cell(c["accept_length"], "{:.2f}"),
+                         cell(c["stream_tok_s"], "{:.1f}"), cell(speedups.get(name), "{:.2f}x"),
+                         cell(c["ttft_ms_p50"], "{:.1f}"), cell(c["tpot_ms_p50"], "{:.2f}")])
+    if not rows:
+        return []
+    header = ["arm", "category", "requests", "accept len", "stream tok/s", "speedup", "TTFT p50", "TPOT p50"]
+    return ["", "## Per category", "",
+            "A category's speed is its requests' own (Σ tokens ÷ Σ request durations: what one "
+            "request sees); speedup is that against the plain arm's same category.", "",
+            *markdown_table(header, rows)]
+
+
+def noise_section(experiment, results: dict[str, ArmResult]) -> list[str]:
+    """Median, min/max, MAD and CV of each metric over the repeats (gate.repeats > 1)."""
+    rows = [[arm, path, cell(s["median"], "{:.2f}"), f"{cell(s['min'], '{:.2f}')}–{cell(s['max'], '{:.2f}')}",
+             cell(s["mad"], "{:.3f}"), cell(s["cv"], "{:.1%}")]
+            for arm in experiment.arm_names if arm in results and results[arm].repeats > 1
+            for path, s in results[arm].noise.items()]
+    if not rows:
+        return []
+    repeats = max(r.repeats for r in results.values())
+    return ["", f"## Noise over {repeats} repeats", ""] + markdown_table(
+        ["arm", "metric", "median", "min–max", "MAD", "CV"], rows)
+
+
+def gpu_section(experiment, gpu: dict[str, dict]) -> list[str]:
+    """Per arm and GPU: idle vs under-load clocks, power, utilization, slowdown reasons."""
+    rows = []
+    for arm in experiment.arm_names:
+        block = gpu.get(arm)
+        if not block:
+            continue
+        if block.get("unavailable"):
+            rows.append([arm, "-", block["unavailable"], *("-" for _ in range(7))])
+            continue
+        for uuid, g in block.get("gpus", {}).items():
+            idle, load = g.get("idle", {}), g.get("load", {})
+            get = lambda phase, key: (phase.get(key) or {}).get("median")
+            reasons = ", ".join(f"{r} {f:.0%}" for r, f in sorted(g.get("throttle_fraction_under_load", {}).items()) if f > 0)
+            rows.append([arm, str(g.get("index", "?")), cell(get(idle, "sm_clock_mhz"), "{:.0f}"),
+                         cell(get(load, "sm_clock_mhz"), "{:.0f}"), cell(g.get("sm_clock_ratio_under_load"), "{:.2f}"),
+                         cell(get(idle, "power_w"), "{:.0f}"), cell(get(load, "power_w"), "{:.0f}"),
+                         cell(get(load, "gpu_util_pct"), "{:.0f}"), cell(get(load, "temperature_c"), "{:.0f}"),
+                         reasons or "none"])
+    if not rows:
+        return []
+    header = ["arm", "GPU", "SM MHz idle", "SM MHz load", "ratio to max", "W idle", "W load", "util % load",
+              "°C load", "reasons under load"]
+    return ["", "## GPUs (median; load = tokens streaming, after the ramp-in)", ""] + markdown_table(header, rows)
+
+
+def energy_section(experiment, gpu: dict[str, dict]) -> list[str]:
+    """Per arm: GPU energy over the load window, joules per output token, and that against
+    the plain arm's (does speculation cost energy per token?)."""
+    plain = getattr(experiment, "plain_arm", None)
+    rows = []
+    for arm in experiment.arm_names:
+        energy = (gpu.get(arm) or {}).get("energy")
+        if not energy:
+            continue
+        ratio = joules_per_token_ratio(gpu.get(arm), gpu.get(plain)) if plain and arm != plain else None
+        rows.append([arm, energy.get("method") or "-", cell(energy.get("joules"), "{:.1f}"),
+                     cell(energy.get("seconds"), "{:.2f}"), cell(energy.get("mean_power_w"), "{:.0f}"),
+                     cell(energy.get("output_tokens"), "{:d}"), cell(energy.get("joules_per_token"), "{:.3f}"),
+                     cell(ratio, "{:.2f}x"), energy.get("why") or ""])
+    if not rows:
+        return []
+    header = ["arm", "method", "J", "s", "W (all GPUs)", "tokens", "J/token", f"J/token vs {plain or '-'}", "why not"]
+    return ["", "## Energy (all GPUs, load window after the ramp-in; tokens streamed in the same span)", "",
+            *markdown_table(header, rows)]
+
+
+def server_section(experiment, results: dict[str, ArmResult], arm_status: dict[str, dict]) -> list[str]:
+    """What the client measured beside what the server's own /metrics histograms say over
+    the same window (first repeat), each pair of the same meaning (harness/measure/agreement.py),
+    then every pair that disagrees, in words."""
+    rows = []
+    for arm in experiment.arm_names:
+        windows = [w for w in arm_status.get(arm, {}).get("server_metrics", []) if w]
+        if arm not in results or not windows:
+            continue
+        server, r = windows[0], results[arm]
+        rows.append([arm, cell(r.ttft_ms.mean, "{:.1f}"), cell(server.get("ttft_mean_ms"), "{:.1f}"),
+                     cell(r.decode_step_ms, "{:.2f}"), cell(first_window_decode_ms(server, r), "{:.2f}"),
+                     cell(server.get("accept_length"), "{:.2f}"),
+                     positions_cell(server, r)])
+    if not rows:
+        return []
+    header = ["arm", "TTFT mean client", "TTFT mean server", "decode ms/token client (TPOT)",
+              "decode ms/token server", "accept len (server counters)", "acceptance per position"]
+    lines = ["", "## Client vs server /metrics (same window, first repeat)", ""] + markdown_table(header, rows)
+    return lines + disagreement_lines(experiment, results, arm_status)
+
+
+def positions_cell(server: dict, result: ArmResult) -> str:
+    """Acceptance per draft position: the server's counters (vLLM), else the requests' own
+    histograms (SGLang's spec_correct_drafts_histogram), marked as such."""
+    if server.get("acceptance_per_position"):
+        return " ".join(f"{p:.2f}" for p in server["acceptance_per_position"])
+    if sum(result.correct_drafts_histogram):
+        return " ".join(f"{p:.2f}" for p in acceptance_per_position(result.correct_drafts_histogram)) + " (requests)"
+    return "-"
+
+
+def first_window_decode_ms(server: dict, result: ArmResult) -> float | None:
+    """The server's decode time per token; with repeats the client's token count is over all
+    of them, so an engine counting steps has none for the first window alone."""
+    if server.get("itl_observed_per") != ITL_PER_TOKEN and result.repeats > 1:
+        return None
+    return server_decode_ms_per_token(server, client_decoded_tokens(result))
+
+
+def disagreement_lines(experiment, results: dict[str, ArmResult], arm_status: dict[str, dict]) -> list[str]:
+    found = [sentence(arm, entry, results[arm].repeats if arm in results else 1)
+             for arm in experiment.arm_names
+             for entry in arm_status.get(arm, {}).get("client_server_disagreement") or []]
+    return ([""] + [f"- {line}" for line in found]) if found else []
+
+
+def client_section(experiment, results: dict[str, ArmResult]) -> list[str]:
+    """Per arm, the client's own health over its load and whether its figures are the
+    client's (harness/load/client_health.py, harness/gates/client_bound.py), in one line."""
+    lines = []
+    for arm in experiment.arm_names:
+        client = results[arm].client if arm in results else None
+        if not client:
+            continue
+        lag, gap, cpu = client.get("loop_lag_ms") or {}, client.get("send_gap_ms") or {}, client.get("cpu") or {}
+        state = "CLIENT-BOUND" if client.get("client_bound") else "ok"
+        lines.append(f"- {arm}: {state}: event-loop lag p50/p99/max {spread_cell(lag)} ms; send gap p50/p99/max "
+                     f"{spread_cell(gap)} ms; CPU {cell(cpu.get('process_share_of_one_core'), '{:.0%}')} of one core "
+                     f"(event loop {cell(cpu.get('loop_thread_share_of_one_core'), '{:.0%}')}; "
+                     f"{cell(cpu.get('process_share_of_all_cores'), '{:.0%}')} of {cpu.get('cores', '?')} cores). "
+                     f"{client.get('verdict', '')}")
+    return ["", "## Client health (is the load generator keeping up?)", ""] + lines if lines else []
+
+
+def spread_cell(block: dict) -> str:
+    return "/".join(cell(block.get(s), "{:.1f}") for s in ("p50", "p99", "max"))

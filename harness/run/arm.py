@@ -1,0 +1,253 @@
+"""One arm on its own server: start it, measure its workload, keep it up for the API
+checks, stop it. What comes out is the arm's `ArmOutcome`; what a suite gets is an
+`ArmRun` (the outcome, the live server and client, the plain arm's result and this arm's
+block in the reference run).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from harness.measure.agreement import disagreements
+from harness.gates.client_bound import judge as judge_client
+from harness.servers.client import ClientError, ServerClient
+from harness.config.compose import Arm
+from harness.engines import Engine, engine_of
+from harness.engines.base import METRICS_WINDOW
+from harness.servers.images import ImageError
+from harness.load import LoadInterrupted, LoadResult, run_load
+from harness.gates.lossless import top_logprobs_to_ask
+from harness.load.sizing import PromptTokenizer, SizingError, local_tokenizer
+from harness.measure.metrics import ArmResult, apply_server_window, combine_repeats, summarize
+from harness.run.outcome import ArmOutcome
+from harness.record.recorder import Recorder
+from harness.measure.server_metrics import Snapshot, parse as parse_metrics, window as metrics_window
+from harness.servers import Server, ServerError, Session, make_server
+from harness.telemetry.base import TelemetryUnavailable, make_source, resolve_uuids
+from harness.telemetry.energy import chunk_arrivals, energy_summary
+from harness.telemetry.sampler import Sampler
+from harness.telemetry.summary import summarize as summarize_telemetry
+
+
+class ArmFailed(Exception):
+    """An arm could not be measured (server failed to start, died, or answered nothing)."""
+
+
+@dataclass
+class ArmRun:
+    """A measured arm whose server is still up: what the suites receive."""
+
+    arm: Arm
+    server: Server
+    client: ServerClient
+    model: str
+    outcome: ArmOutcome
+    plain: ArmResult | None = None  # the plain-decoding arm's result in this run (None for that arm itself)
+    reference: dict[str, Any] | None = None  # this arm's block in the reference run (gate.baseline)
+    reference_label: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.arm.name
+
+    @property
+    def cfg(self):
+        return self.arm.cfg
+
+    @property
+    def result(self) -> ArmResult:
+        return self.outcome.result
+
+
+class ArmSession:
+    """The lifecycle of one arm's server and its measurement; failures end in ArmFailed
+    with the outcome's status and error set."""
+
+    def __init__(self, arm: Arm, outcome: ArmOutcome, recorder: Recorder, session: Session,
+                 progress: Callable[[Any], None] | None = None):
+        self.arm, self.outcome, self.recorder, self.progress = arm, outcome, recorder, progress
+        self.engine: Engine = engine_of(arm.cfg)
+        self.server: Server = make_server(arm.name, arm.cfg, recorder.server_log(arm.name), session, recorder.scrub)
+        self.client: ServerClient | None = None
+        self.model = ""
+        self.streamed: list[tuple[float, int]] = []  # (arrival, tokens) of every chunk: joules per token
+
+    # --- the server --------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the server and learn what it serves; ArmFailed when it can't."""
+        self.outcome.status = "starting"
+        try:
+            self.server.start()
+        except (ServerError, ImageError) as exc:
+            self.outcome.server = self.server.describe()
+            self.fail("server_failed", str(exc))
+        self.outcome.status, self.outcome.server = "measuring", self.server.describe()
+        self.client = ServerClient(self.server.base_url)
+        try:
+            self.model = self.client.served_model(self.engine.served_model_fallback)
+            self.outcome.server_version = self.engine.server_version(self.client)
+        except ClientError as exc:
+            self.fail("server_failed", f"arm '{self.arm.name}': the server is healthy but its info routes fail: {exc}")
+
+    def stop(self) -> None:
+        self.server.stop()
+        self.recorder.scrub_server_log(self.arm.name)
+
+    def fail(self, status: str, message: str) -> None:
+        self.outcome.status, self.outcome.error = status, message
+        raise ArmFailed(message)
+
+    # --- the measurement ---------------------------------------------------------------
+    def measure(self) -> None:
+        """The workload `gate.repeats` times on one server; the GPUs are sampled throughout,
+        with one load window per repeat."""
+        cfg, name = self.arm.cfg, self.arm.name
+        progress = (lambda snapshot: self.progress(name, snapshot)) if self.progress else None
+        sampler = self.start_telemetry()
+        repeats, alive = [], True
+        try:
+            for repeat in range(max(1, cfg.gate.repeats)):
+                repeats.append(self.measure_once(repeat, sampler, progress))
+                alive = self.server.is_alive()  # asked once per repeat: an attached server's may be slow
+                if not alive:
+                    break
+        finally:
+            if sampler is not None:
+                self.finish_telemetry(sampler)
+        self.outcome.result = result = combine_repeats(name, repeats)
+        result.client.update(judge_client(result, result.client, cfg.gate.client_bound))
+        self.outcome.server = self.server.describe()  # what the load taught (e.g. a slow health route)
+        if not alive:
+            self.fail("server_died", self.server.failure(
+                f"arm '{name}': the server {self.server.exit_description()} during the load "
+                f"({result.requests_failed} requests failed)").args[0])
+        self.outcome.status = "measured"
+
+    def measure_once(self, repeat: int, sampler: Sampler | None, progress) -> ArmResult:
+        return self.run_workload(self.arm.cfg.workload, repeat, sampler, progress)[1]
+
+    def run_workload(self, workload: Any, repeat: int, sampler: Sampler | None, progress,
+                     **flags: Any) -> tuple[LoadResult, ArmResult]:
+        """One load of `workload` (the arm's, or a capacity probe's) on the running server:
+        the requests kept (with `flags` on each line) and the load's figures."""
+        cfg = self.arm.cfg
+        before: list[Snapshot | None] = []  # the server's counters once the warm-up is done
+        try:  # each repeat's load is its own GPU window; its warm-up is not load
+            load = run_load(workload, self.server.base_url, self.model, progress=progress,
+                            on_tokens_flowing=sampler.mark_load_start if sampler else None,
+                            on_measured_start=lambda: before.append(self.metrics_snapshot()),
+                            request_extras=self.request_extras, spec_details=self.engine.spec_details,
+                            count_tokens=self.engine.token_counter(cfg), prompt_tokenizer=self.prompt_tokenizer())
+        except LoadInterrupted as interrupted:
+            self.keep_interrupted_load(repeat, interrupted, **flags)
+            raise  # still a KeyboardInterrupt: pytest ends the run as interrupted
+        except SizingError as exc:  # the server's /tokenize failed: no prompt of the asked length
+            self.fail("server_failed", f"arm '{self.arm.name}': {exc}")
+        finally:
+            if sampler is not None:
+                sampler.mark_load_end()
+        self.keep_requests(repeat, load, **flags)
+        self.streamed += chunk_arrivals(load.records)
+        result = summarize(self.arm.name, load, self.server_accept_length())
+        server_side = self.server_window(before)
+        self.outcome.server_windows.append(server_side)
+        self.check_agreement(result, server_side, repeat)
+        if self.engine.spec_stats == METRICS_WINDOW:  # speculation is in the server's counters only
+            result = apply_server_window(result, load, server_side)
+        return load, result
+
+    def prompt_tokenizer(self) -> PromptTokenizer | None:
+        """What sizes random prompts to workload.input_len tokens: the configured tokenizer
+        folder, else the engine's (its /tokenize, or the simulator's exact count)."""
+        workload = self.arm.cfg.workload
+        if workload.dataset or workload.prompt or not workload.input_len:
+            return None
+        if workload.tokenizer:  # config validation has read it once already
+            return local_tokenizer(workload.tokenizer)
+        return self.engine.prompt_tokenizer(self.arm.cfg, self.server.base_url, self.model)
+
+    def check_agreement(self, result: ArmResult, server_side: dict[str, Any], repeat: int) -> None:
+        """This repeat's client figures against the server's own over the same requests
+        (before repeats are combined into medians, which no server window matches)."""
+        found = disagreements(result, server_side, repeat)
+        if found is not None:
+            self.outcome.client_server_disagreement = (self.outcome.client_server_disagreement or []) + found
+
+    def request_extras(self, api: str) -> dict[str, Any]:
+        """The engine's fields for every request body, and those asking for output token ids
+        and logprobs when the experiment wants them (a lossless gate, workload.logprobs)."""
+        extras = self.engine.request_extras(api)
+        top_logprobs = top_logprobs_to_ask(self.arm.cfg)
+        if top_logprobs is not None:
+            extras = {**extras, **self.engine.output_details(api, top_logprobs)}
+        return extras
+
+    def keep_requests(self, repeat: int, load: LoadResult, **flags: Any) -> None:
+        """The load's requests into requests.jsonl (and memory, for reference-run verdicts)."""
+        lines = [{**r.to_json(), "repeat": repeat, **flags} for r in load.records]
+        self.outcome.request_lines += lines
+        if self.arm.cfg.record.keep_requests:
+            self.recorder.add_requests(self.arm.name, lines)
+
+    def keep_interrupted_load(self, repeat: int, interrupted: LoadInterrupted, **flags: Any) -> None:
+        """Ctrl-C or SIGTERM mid-load: the requests that finished are kept, flagged
+        `interrupted_load`, and the arm says it was interrupted. It gets no metrics: a cut
+        load measures the interruption as much as the server."""
+        self.keep_requests(repeat, interrupted.partial, interrupted_load=True, **flags)
+        self.outcome.status = "interrupted"
+        self.outcome.interrupted_load = {"repeat": repeat, "finished": len(interrupted.partial.measured),
+                                         "in_flight": interrupted.in_flight, **flags}
+
+    # --- GPUs --------------------------------------------------------------------------
+    def start_telemetry(self) -> Sampler | None:
+        """Sample the server's GPUs from before the load; None when telemetry is off or
+        cannot run here (the reason goes into the arm's `gpu` block, and the GPU suite
+        skips with it)."""
+        settings = self.arm.cfg.telemetry
+        if settings.source == "off":
+            return None
+        try:
+            source = make_source(settings.source, base_url=self.server.base_url)
+            wanted = list(settings.gpus) if settings.gpus else self.server.gpu_ids()
+            source.open(resolve_uuids(source, wanted) if wanted else None, None)
+        except TelemetryUnavailable as exc:
+            self.outcome.gpu = {"source": settings.source, "unavailable": str(exc)}
+            return None
+        sampler = Sampler(source, interval_s=settings.interval_s, ramp_in_s=settings.ramp_in_s)
+        sampler.start()
+        time.sleep(settings.idle_s)  # the idle snapshot, before the warm-up touches the GPUs
+        sampler.mark_idle_end()
+        return sampler
+
+    def finish_telemetry(self, sampler: Sampler) -> None:
+        """Sample a little past the last load window, then summarize, plot, record."""
+        try:
+            time.sleep(self.arm.cfg.telemetry.after_s)
+        finally:
+            telemetry = sampler.stop()
+            sampler.source.close()
+        self.outcome.gpu = {**summarize_telemetry(telemetry), "ramp_in_s": telemetry.ramp_in_s,
+                            "energy": energy_summary(telemetry, self.streamed)}
+        self.recorder.write_telemetry(self.arm.name, telemetry)
+
+    # --- the server's own view ---------------------------------------------------------
+    def metrics_snapshot(self) -> Snapshot | None:
+        try:
+            return parse_metrics(self.client.metrics_text(), self.engine.prometheus)
+        except (ClientError, ValueError):
+            return None  # a server without /metrics: the window stays empty
+
+    def server_window(self, before: list[Snapshot | None]) -> dict[str, Any]:
+        """The server's own TTFT/ITL means and speculation counters over this load."""
+        after = self.metrics_snapshot()
+        if not before or before[0] is None or after is None:
+            return {}
+        return metrics_window(self.engine.prometheus, before[0], after)
+
+    def server_accept_length(self) -> float | None:
+        """The server-cumulative accept length: only a labelled fallback (it includes warm-up)."""
+        if not self.arm.cfg.drafter.algorithm:
+            return None
+        return self.engine.server_accept_length(self.client)

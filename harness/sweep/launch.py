@@ -1,0 +1,243 @@
+"""`specgate sweep ... hydra/launcher=X`: the points run on an existing engine, through
+Hydra's own launcher plugins (hydra-submitit-launcher: `submitit_slurm`, `submitit_local`,
+and the presets in conf/hydra/launcher/). specgate does not schedule anything: it runs the
+Hydra app harness/sweep/app.py with `--multirun` and the sweep's overrides, and Hydra's
+sweeper and launcher do the fan-out. Meanwhile it watches the points' folders (a shared
+filesystem, for SLURM) and writes each point into sweep.json as it ends.
+
+A job that ends without its point's exit status (cancelled, out of time, its node lost, the
+task raised) is a failed point with the engine's reason and the path of its log. Ctrl-C
+(or SIGTERM) cancels every job of the sweep and waits until none is left.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from hydra import compose as hydra_compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.errors import HydraException
+import yaml
+from omegaconf.errors import OmegaConfBaseException
+
+from harness import PROJECT_ROOT
+from harness.record.atomic import atomic_write
+from harness.config.compose import ConfigError, override_key
+from harness.record.secrets import Redactor
+from harness.servers.log import ServerLog
+from harness.sweep.driver import finish_sweep
+from harness.sweep.jobs import LocalJobs, SlurmJobs, failed_result, failure_in_log, job_log, submitted_jobs, \
+    wait_until_none
+from harness.sweep.record import SweepRecord
+
+POLL_S = 1.0
+APP_GRACE_S = 10  # the app's time to see that its last job is gone
+CANCEL_GRACE_S = 150  # scancel's SIGTERM, then SLURM's KillWait (30 s) and the points' teardown
+SPECGATE_OWNS = ("hydra.sweep.", "hydra.launcher.name", "hydra.launcher.submitit_folder")
+ENGINES = {"SlurmLauncher": "slurm", "LocalLauncher": "local", "BasicLauncher": "basic"}
+
+
+def is_hydra_override(override: str) -> bool:
+    """`hydra/launcher=...`, `hydra.launcher.partition=...`: the launcher's, not a point's."""
+    return override_key(override).startswith(("hydra/", "hydra."))
+
+
+def engine_of(hydra_overrides: list[str], conf_dir: Path) -> str:
+    """`basic`, `slurm` or `local`: what the launcher the overrides pick runs on. Its settings
+    are composed as the app will get them, so a misspelt launcher or parameter is one
+    sentence before anything starts."""
+    if not hydra_overrides:
+        return "basic"
+    owned = [o for o in hydra_overrides if override_key(o).startswith(SPECGATE_OWNS)]
+    if owned:
+        raise ConfigError(f"{owned[0]}: specgate sets where a launched sweep's jobs go and what they are called "
+                          f"(inside the sweep record, so that it finds them)")
+    choice = [o for o in hydra_overrides if override_key(o) == "hydra/launcher"]
+    target = str(launcher_config(choice, conf_dir).get("_target_", "")).rsplit(".", 1)[-1]
+    if target not in ENGINES:
+        raise ConfigError(f"launcher {target or '?'}: specgate sweep runs points with hydra/launcher=basic, "
+                          f"submitit_local or submitit_slurm (or a preset of them in conf/hydra/launcher/)")
+    launcher_config([*whole_node(ENGINES[target]), *hydra_overrides], conf_dir)
+    return ENGINES[target]
+
+
+def launcher_config(hydra_overrides: list[str], conf_dir: Path):
+    GlobalHydra.instance().clear()
+    try:
+        import harness.config.compose  # noqa: F401  (the schema the tree's defaults name)
+        with initialize_config_dir(config_dir=str(conf_dir), version_base=None):
+            cfg = hydra_compose(config_name="config", overrides=hydra_overrides, return_hydra_config=True)
+    except (HydraException, OmegaConfBaseException, ValueError) as exc:
+        raise ConfigError(f"launcher: {one_sentence(str(exc))}") from None
+    finally:
+        GlobalHydra.instance().clear()
+    return cfg.hydra.launcher
+
+
+def one_sentence(message: str) -> str:
+    """Hydra's first line, and the options it lists after it (`Available options in ...`)."""
+    first, *rest = message.replace("In 'hydra/config': ", "").splitlines()
+    listed = re.search(r"Available options in '[^']+':\n((?:\t.*\n?)+)", message)
+    return first + (f"; available: {', '.join(listed.group(1).split())}" if listed else "")
+
+
+def whole_node(engine: str) -> list[str]:
+    """A SLURM point never shares its node: its server owns every GPU there (sbatch
+    --exclusive). Placed before the user's launcher settings, so that
+    `~hydra.launcher.additional_parameters.exclusive` can take it back (a CPU-only cluster)."""
+    return ["++hydra.launcher.additional_parameters.exclusive=true"] if engine == "slurm" else []
+
+
+def quoted(path: Path) -> str:
+    return "'" + str(path).replace("'", "\\'") + "'"
+
+
+def app_command(overrides: list[str], hydra_overrides: list[str], engine: str, record: SweepRecord,
+                conf_dir: Path) -> list[str]:
+    """The Hydra app with the sweep's own overrides (Hydra expands the same points again) and
+    where its jobs go: points/ of the sweep record, each job's Hydra folder in points/.jobs/."""
+    ours = [f"hydra.sweep.dir={quoted(record.path / 'points')}", "hydra.sweep.subdir=.jobs/${hydra.job.num}",
+            f"hydra.launcher.name={job_name(record)}", "hydra.output_subdir=null", *whole_node(engine)]
+    return [sys.executable, "-m", "harness.sweep.app", "--multirun", f"--config-path={conf_dir}",
+            "--config-name=config", *overrides, *ours, *hydra_overrides]  # the user's launcher settings win
+
+
+def job_name(record: SweepRecord) -> str:
+    return f"specgate_{record.path.name}"
+
+
+def run_launched(record: SweepRecord, entries: list[dict], overrides: list[str], hydra_overrides: list[str],
+                 engine: str, conf_dir: Path, gates: Any) -> int:
+    """Submit through the Hydra app, follow the points to their end; the sweep's exit status."""
+    record.data["launcher"] = {"engine": engine, "overrides": hydra_overrides, "job_name": job_name(record),
+                               "conf_dir": str(conf_dir), "log": "launcher.log"}
+    record.save()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")]))}
+    redactor = Redactor()
+    redactor.learn([*overrides, *hydra_overrides])
+    app = subprocess.Popen(app_command(overrides, hydra_overrides, engine, record, conf_dir), env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                           start_new_session=True)
+    # the app's own output (Hydra's, submitit's log lines, which repeat the overrides), redacted
+    ServerLog(record.path / "launcher.log", redactor.text).follow(iter(lambda: app.stdout.read1(65536), b""), "launcher-log")
+    jobs = SlurmJobs(job_name(record)) if engine == "slurm" else LocalJobs(app.pid)
+    try:
+        follow(record, entries, app, jobs, redactor)
+    except KeyboardInterrupt:
+        return interrupted(record, entries, app, jobs)
+    explain_the_rest(record, entries, jobs, app.returncode)
+    drop_pickles(record.path / "points" / ".submitit")
+    return finish_sweep(record, [e["exit_status"] for e in entries], gates)
+
+
+def follow(record: SweepRecord, entries: list[dict], app: subprocess.Popen, jobs, redactor: Redactor) -> None:
+    """Until the app has exited and the engine has none of the sweep's jobs left (the app
+    stops waiting at the first failed job; the others still run their points)."""
+    idle_since, scrubbed = None, False
+    while True:
+        collect(record, entries)
+        alive, left = app.poll() is None, jobs.outstanding()
+        submitted = any((record.path / "points" / ".submitit").glob("*/*_submitted.pkl"))
+        if (submitted or not alive) and not scrubbed:  # the sweeper wrote it before submitting
+            scrubbed = scrub_multirun_yaml(record.path / "points" / "multirun.yaml", redactor)
+        if not alive and not left:
+            collect(record, entries)
+            return
+        if alive and not left and submitted:
+            # every job is gone but the app still waits on one: without SLURM's accounting
+            # (sacct), submitit cannot tell that a job cancelled before it began has ended
+            idle_since = idle_since or time.monotonic()
+            if time.monotonic() - idle_since > APP_GRACE_S:
+                stop_app(app)
+        time.sleep(POLL_S)
+
+
+def scrub_multirun_yaml(path: Path, redactor: Redactor) -> bool:
+    """Hydra's sweeper saves the whole composed config (multirun.yaml) as the sweep starts,
+    unconditionally: rewritten through the redaction as soon as it is there."""
+    if not path.is_file():
+        return False
+    atomic_write(path, yaml.safe_dump(redactor.data(yaml.safe_load(path.read_text(encoding="utf-8"))), sort_keys=False))
+    return True
+
+
+def stop_app(app: subprocess.Popen) -> None:
+    """The app alone (not its process group, where local jobs' points may be stopping)."""
+    app.terminate()
+    try:
+        app.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        app.kill()
+        app.wait()
+
+
+def collect(record: SweepRecord, entries: list[dict]) -> None:
+    """Each point whose job has written its exit status, into sweep.json once."""
+    from harness.sweep.app import EXIT_STATUS_FILE
+
+    for entry in entries:
+        done = record.point_root(entry["label"]) / EXIT_STATUS_FILE
+        if entry["exit_status"] is None and entry["status"] == "not_run" and done.is_file():
+            status = int(done.read_text().strip())
+            record.point_ended(entry, status)
+            print(f"specgate sweep: point {entry['label']} exited {status}", flush=True)
+
+
+def explain_the_rest(record: SweepRecord, entries: list[dict], jobs, app_status: int | None,
+                     otherwise: str = "its job ended without the point's exit status") -> None:
+    """Every point without an exit status failed: why, from the engine and the job's log."""
+    folders = submitted_jobs(record.path / "points" / ".submitit")
+    for num, entry in enumerate(entries):
+        folder = folders.get(num)
+        log = job_log(folder) if folder else None
+        if entry["exit_status"] is not None:  # the point ended; say so too if its job was cancelled
+            entry["job_log"] = str(log.relative_to(record.path)) if log else None
+            if failure_in_log(log):
+                entry["error"] = failure_in_log(log)
+            continue
+        if folder is None:
+            why = failure_in_log(record.path / "launcher.log")  # e.g. sbatch's own refusal
+            reason = (f"no job was submitted for it{': ' + why if why else ''} "
+                      f"(the launcher exited {app_status}; see launcher.log)")
+        else:
+            # what the task raised, as submitit kept it, before anything read off the log
+            words = [jobs.state(folder), failed_result(folder) or failure_in_log(log)]
+            reason = "; ".join(w for w in words if w) or otherwise
+        record.point_failed(entry, reason, str(log.relative_to(record.path)) if log else None)
+        print(f"specgate sweep: point {entry['label']} failed: {reason}", file=sys.stderr, flush=True)
+    record.save()
+
+
+def drop_pickles(submitit_dir: Path) -> None:
+    """submitit's pickled submissions and results hold the whole config, unredacted: once
+    every point is accounted for they say nothing more (the jobs' logs stay)."""
+    for pickled in submitit_dir.glob("*/*.pkl"):
+        pickled.unlink()
+
+
+def interrupted(record: SweepRecord, entries: list[dict], app: subprocess.Popen, jobs) -> int:
+    """Cancel every job of the sweep, wait until the engine has none left, mark the sweep
+    interrupted (exit 2). A second Ctrl-C meanwhile is ignored: the points' teardown runs."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        print("specgate sweep: interrupted; cancelling the sweep's jobs", file=sys.stderr, flush=True)
+        jobs.cancel(app)
+        stop_app(app)
+        if not wait_until_none(jobs, CANCEL_GRACE_S):
+            jobs.kill()
+            wait_until_none(jobs, 30)
+        collect(record, entries)
+        explain_the_rest(record, entries, jobs, app.returncode, otherwise="cancelled: the sweep was interrupted")
+        drop_pickles(record.path / "points" / ".submitit")
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    record.finish(2, interrupted=True)
+    print(f"specgate sweep: interrupted; record {record.path}", file=sys.stderr)
+    return 2

@@ -1,0 +1,228 @@
+"""A sweep's record: `<record.root>/<UTC timestamp>_<exp>_sweep/`.
+
+    points/<n>_<label>/<UTC timestamp>_<exp>/   each point's own run record (its record.root
+                                                is points/<n>_<label>, so `latest` is there too)
+    sweep.json    the points: overrides, record, exit status, and per arm the headline figures
+                  read from the point's results.json; `status` running, finished or interrupted
+    summary.md    point x arm: the headline figures and the gate verdict counts, where
+                  each speculative arm stops paying (its crossover, see `crossovers`) and the
+                  sweep gates' verdicts (`sweep_gates`, harness/sweep/gates.py)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import yaml
+from omegaconf import OmegaConf
+
+from harness.sweep import gates as sweep_gate
+from harness.record.atomic import atomic_write
+from harness.record.secrets import Redactor
+from harness.record.store import FINISHED, INTERRUPTED, RUNNING, RecordError, history_members, read_run, safe_name, unique_dir
+
+# (column, how results.json's arm block gives it); `{plain}` is the run's plain arm.
+HEADLINE = (
+    ("output_tok_s", ("output_tok_s",)),
+    ("ttft_ms_p50", ("ttft_ms", "p50")),
+    ("ttft_ms_p99", ("ttft_ms", "p99")),
+    ("tpot_ms_p50", ("tpot_ms", "p50")),
+    ("tpot_ms_p99", ("tpot_ms", "p99")),
+    ("decode_step_ms", ("decode_step_ms",)),
+    ("accept_length", ("accept_length",)),
+    ("verify_cycle_ms", ("verify_cycle_ms",)),
+    ("speedup", ("speedup_vs_{plain}",)),
+    ("break_even", ("break_even_accept_length_vs_{plain}",)),
+)
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def dig(block: Any, path: tuple[str, ...], plain: str | None) -> Any:
+    for key in path:
+        if not isinstance(block, dict):
+            return None
+        block = block.get(key.format(plain=plain))
+    return block
+
+
+def headline(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per arm: its status, the headline figures and how many of its gates passed and failed."""
+    plain, gates = results.get("plain_arm"), results.get("gates") or []
+    arms = {}
+    for name, block in (results.get("arms") or {}).items():
+        figures = {"status": block.get("status")}
+        figures.update({column: dig(block, path, plain) for column, path in HEADLINE})
+        verdicts = [g.get("status") for g in gates if g.get("arm") == name]
+        figures.update(gates_passed=verdicts.count("passed"), gates_failed=verdicts.count("failed"))
+        arms[name] = figures
+    return arms
+
+
+def arm_concurrency(record: Path, arm: str) -> int | None:
+    """The arm's workload.concurrency as its record's config says (None for an open loop)."""
+    try:
+        cfg = yaml.safe_load((record / "arms" / safe_name(arm) / "config.yaml").read_text(encoding="utf-8"))
+        workload = cfg.get("workload") or {}
+        return None if workload.get("request_rate") else int(workload.get("concurrency") or 1)
+    except (OSError, ValueError, TypeError, AttributeError, yaml.YAMLError):
+        return None
+
+
+def point_record(point_root: Path) -> Path | None:
+    """The run record a point wrote: the one its `latest` names, or (a run that died) the newest."""
+    latest = point_root / "latest"
+    if latest.is_dir():
+        return latest.resolve()
+    members = history_members(point_root) if point_root.is_dir() else []
+    return members[-1] if members else None
+
+
+class SweepRecord:
+    """The sweep's folder and its sweep.json, rewritten (atomically) after every point."""
+
+    def __init__(self, root: Path, exp_name: str, command: list[str], pytest_options: list[str]):
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        self.path = unique_dir(Path(root).absolute() / f"{stamp}_{safe_name(exp_name)}_sweep")
+        self.redactor = Redactor()
+        self.data: dict[str, Any] = {"experiment": exp_name, "status": RUNNING, "command": command,
+                                     "pytest_options": pytest_options, "started_utc": utc_now(),
+                                     "finished_utc": None, "exit_status": None, "points": []}
+
+    def point_root(self, label: str) -> Path:
+        return self.path / "points" / label
+
+    def add_point(self, label: str, overrides: list[str], swept: list[str]) -> dict[str, Any]:
+        entry = {"label": label, "swept": swept, "overrides": overrides, "record": None,
+                 "exit_status": None, "status": "not_run", "arms": {}}
+        self.data["points"].append(entry)
+        return entry
+
+    def point_ended(self, entry: dict[str, Any], exit_status: int | None) -> None:
+        """What the point's run record says, read back now that its pytest has exited."""
+        entry["exit_status"] = exit_status
+        record = point_record(self.point_root(entry["label"]))
+        if record is None:
+            entry["status"] = "no_record"
+        else:
+            entry["record"] = str(record.relative_to(self.path))
+            try:
+                run = read_run(record)
+                entry["status"], entry["arms"] = run.status, headline(run.data)
+                for arm, figures in entry["arms"].items():
+                    figures["concurrency"] = arm_concurrency(record, arm)
+            except RecordError as exc:
+                entry["status"], entry["error"] = "unreadable", str(exc)
+        self.save()
+
+    def point_failed(self, entry: dict[str, Any], reason: str, log: str | None) -> None:
+        """A point whose job (SLURM, submitit) ended without the point's exit status: failed,
+        with why and where its job's log is; whatever record the point began is read back."""
+        self.point_ended(entry, None)
+        entry.update(status="job_failed", error=reason, job_log=log)
+        self.save()
+
+    def judge(self, gates: Any) -> list[dict[str, Any]]:
+        """The sweep gates' verdicts on the points run (stored in sweep.json's `sweep_gates`)."""
+        if not isinstance(gates, dict):
+            gates = OmegaConf.to_container(gates)
+        verdicts = sweep_gate.judge(gates, self.data["points"], crossovers(self.data["points"]))
+        self.data["sweep_gates"] = verdicts
+        return verdicts
+
+    def learn_secrets(self, overrides: list[str]) -> None:
+        """The secrets the overrides carry (`server.env.HF_TOKEN=...`): kept in memory, where
+        the points' commands need them, but never written."""
+        self.redactor.learn(overrides)
+
+    def save(self) -> None:
+        shown = self.redactor.data(self.data)
+        atomic_write(self.path / "sweep.json", json.dumps(shown, indent=2, allow_nan=False) + "\n")
+
+    def finish(self, exit_status: int, interrupted: bool) -> None:
+        self.data.update(status=INTERRUPTED if interrupted else FINISHED, finished_utc=utc_now(), exit_status=exit_status,
+                         crossovers=crossovers(self.data["points"]))
+        self.save()
+        atomic_write(self.path / "summary.md", self.redactor.text(summary(self.redactor.data(self.data))))
+
+
+def crossovers(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Where speculation stops paying: for each speculative arm (one with a speedup) and
+    each setting of the other swept keys, its speedup over the plain arm against
+    concurrency, and the highest concurrency at which it is still >= 1, interpolated
+    linearly in log2(concurrency) between the last point that pays and the first that
+    does not. `pays_through` is that concurrency; None when even the lowest point loses."""
+    series: dict[tuple[str, tuple[str, ...]], list[tuple[int, float]]] = {}
+    for point in points:
+        others = tuple(o for o in point.get("swept") or [] if not o.startswith("workload.concurrency="))
+        for arm, figures in (point.get("arms") or {}).items():
+            c, speedup = figures.get("concurrency"), figures.get("speedup")
+            if c and speedup is not None:
+                series.setdefault((arm, others), []).append((int(c), float(speedup)))
+    found = []
+    for (arm, others), curve in series.items():
+        curve = sorted(set(curve))
+        if len({c for c, _ in curve}) < 2:
+            continue  # one concurrency: no curve to cross
+        found.append({"arm": arm, "with": list(others), "points": [[c, round(v, 4)] for c, v in curve],
+                      **crossing(curve)})
+    return found
+
+
+def crossing(curve: list[tuple[int, float]]) -> dict[str, Any]:
+    """The crossover of one speedup-vs-concurrency curve (sorted by concurrency)."""
+    if curve[0][1] < 1.0:
+        return {"pays_through": None, "words": f"does not pay even at concurrency {curve[0][0]} "
+                                               f"(speedup {curve[0][1]:.2f}x)"}
+    for (c0, s0), (c1, s1) in zip(curve, curve[1:]):
+        if s1 < 1.0:  # crosses 1.0 between c0 and c1
+            x0, x1 = math.log2(c0), math.log2(c1)
+            at = 2 ** (x0 + (s0 - 1.0) / (s0 - s1) * (x1 - x0))
+            return {"pays_through": round(at, 1), "words": f"pays up to concurrency ~{at:.1f} "
+                                                           f"({s0:.2f}x at {c0}, {s1:.2f}x at {c1})"}
+    last_c, last_s = curve[-1]
+    return {"pays_through": last_c, "words": f"pays at every concurrency swept, up to {last_c} ({last_s:.2f}x there)"}
+
+
+def cell(value: Any) -> str:
+    if value is None:
+        return "–"
+    return f"{value:.2f}" if isinstance(value, float) else str(value)
+
+
+def summary(data: dict[str, Any]) -> str:
+    """point x arm, one row each: the headline figures and the gate verdicts passed/failed."""
+    lines = [f"# specgate sweep: {data['experiment']}", "",
+             f"status **{data['status']}**, exit status {data['exit_status']}, {len(data['points'])} point(s)", "",
+             "| point | exit | arm | arm status | out tok/s | TTFT p50 / p99 ms | TPOT p50 / p99 ms | step ms/token "
+             "| accept len | verify ms | speedup | break-even | gates passed / failed |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for point in data["points"]:
+        arms = point["arms"] or {"–": {}}
+        for arm, f in arms.items():
+            lines.append(f"| {point['label']} | {cell(point['exit_status'])} | {arm} | {cell(f.get('status'))} "
+                         f"| {cell(f.get('output_tok_s'))} | {cell(f.get('ttft_ms_p50'))} / {cell(f.get('ttft_ms_p99'))} "
+                         f"| {cell(f.get('tpot_ms_p50'))} / {cell(f.get('tpot_ms_p99'))} | {cell(f.get('decode_step_ms'))} "
+                         f"| {cell(f.get('accept_length'))} "
+                         f"| {cell(f.get('verify_cycle_ms'))} | {cell(f.get('speedup'))} | {cell(f.get('break_even'))} "
+                         f"| {cell(f.get('gates_passed'))} / {cell(f.get('gates_failed'))} |")
+    if data.get("crossovers"):
+        lines += ["", "## Where speculation pays", ""]
+        lines += [f"- {x['arm']}{' with ' + ', '.join(x['with']) if x['with'] else ''}: {x['words']}"
+                  for x in data["crossovers"]]
+    if data.get("sweep_gates"):
+        lines += ["", "## Sweep gates", ""]
+        lines += [f"- {sweep_gate.describe(v)}" for v in data["sweep_gates"]]
+    failed = [p for p in data["points"] if p.get("error")]
+    if failed:  # a launched sweep's jobs: why each ended as it did, and its log
+        lines += ["", "## Why points failed", ""]
+        lines += [f"- {p['label']}: {p['error']}" + (f" (log: {p['job_log']})" if p.get("job_log") else "")
+                  for p in failed]
+    lines += ["", "Each point's own record (summary.md, results.json) is under points/<point>/."]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,229 @@
+"""`specgate report SWEEP_DIR`: one self-contained HTML page for a sweep record: the break-even map.
+
+It reads the sweep's sweep.json (harness/sweep/record.py) and shows: the verdict (points'
+exit statuses and sweep gates), each speculative arm's crossover in words, the speedup over
+the plain arm against concurrency (a line at 1.0, the crossover marked), the accept length
+against the break-even accept length per point, the sweep gates' verdicts and the point x arm
+table. Like the run report (harness/report/html.py, whose chart helpers it shares) it has no
+external reference: inline CSS, charts as PNG data URIs, no scripts.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Optional
+
+import jinja2
+from matplotlib.figure import Figure
+from matplotlib.ticker import FixedLocator, NullLocator
+
+from harness.record.atomic import atomic_write
+from harness.record.store import FINISHED, INTERRUPTED
+from harness.report.html import ARM_COLORS, TEMPLATES, ReportError, figure_uri, show
+from harness.sweep.gates import FAILED, NOT_EVALUABLE, PASSED, others_of, point_concurrency
+
+SWEEP_FILE = "sweep.json"
+# (column, sweep.json's figure, format): the point x arm table
+TABLE = (("out tok/s", "output_tok_s", "{:.1f}"), ("TTFT p50 ms", "ttft_ms_p50", "{:.1f}"),
+         ("TTFT p99 ms", "ttft_ms_p99", "{:.1f}"), ("TPOT p50 ms", "tpot_ms_p50", "{:.2f}"),
+         ("TPOT p99 ms", "tpot_ms_p99", "{:.2f}"), ("decode ms / token", "decode_step_ms", "{:.2f}"),
+         ("accept len", "accept_length", "{:.2f}"),
+         ("verify ms", "verify_cycle_ms", "{:.2f}"), ("break-even", "break_even", "{:.2f}"),
+         ("speedup", "speedup", "{:.2f}x"))
+
+
+def is_sweep(path: Path) -> bool:
+    return (Path(path) / SWEEP_FILE).is_file()
+
+
+def write_sweep_report(sweep_dir: Path, out: Optional[Path] = None) -> Path:
+    """Render `sweep_dir`'s sweep.json to one HTML file (default `<sweep>/report.html`)."""
+    sweep_dir = Path(sweep_dir)
+    data = read_sweep(sweep_dir)
+    out = Path(out) if out is not None else sweep_dir / "report.html"
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    html = env.get_template("sweep_report.html.j2").render(**sweep_context(data, sweep_dir.name))
+    try:
+        atomic_write(out, html)
+    except OSError as exc:
+        raise ReportError(f"cannot write the report to {out} ({exc.strerror or exc}).") from None
+    return out
+
+
+def read_sweep(sweep_dir: Path) -> dict[str, Any]:
+    try:
+        data = json.loads((sweep_dir / SWEEP_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ReportError(f"{sweep_dir / SWEEP_FILE} cannot be read as a sweep record ({exc}).") from None
+    if not isinstance(data, dict) or not isinstance(data.get("points"), list):
+        raise ReportError(f"{sweep_dir / SWEEP_FILE} is not a sweep record (it has no list of points).")
+    return data
+
+
+# --- the sweep as the template sees it ----------------------------------------------------
+
+def sweep_context(data: dict[str, Any], label: str) -> dict[str, Any]:
+    points = [p for p in data["points"] if isinstance(p, dict)]
+    gates = [v for v in data.get("sweep_gates") or [] if isinstance(v, dict)]
+    crossovers = [x for x in data.get("crossovers") or [] if isinstance(x, dict)]
+    curves = speedup_curves(points)
+    return {
+        "label": label,
+        "experiment": str(data.get("experiment") or label),
+        "facts": facts(data, points),
+        "verdict": verdict(data, points, gates),
+        "crossovers": [f"{x.get('arm')}{with_words(x.get('with'))} {x.get('words', '')}" for x in crossovers],
+        "gates": [gate_row(v) for v in gates],
+        "speedup_chart": speedup_chart(curves, crossovers),
+        "accept_chart": accept_chart(curves),
+        "columns": [column for column, _, _ in TABLE],
+        "rows": table_rows(points),
+        "generated_utc": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
+    }
+
+
+def with_words(others: Any) -> str:
+    return f" with {', '.join(others)}" if others else ""
+
+
+def facts(data: dict[str, Any], points: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    command = data.get("command")
+    if isinstance(command, list):
+        command = shlex.join(str(c) for c in command)
+    exited = [p.get("exit_status") for p in points]
+    rows = [("command", command), ("started", data.get("started_utc")), ("finished", data.get("finished_utc")),
+            ("status", data.get("status")), ("exit status", data.get("exit_status")),
+            ("points", f"{len(points)}, {exited.count(0)} exited 0")]
+    return [(k, str(v)) for k, v in rows if v not in (None, "")]
+
+
+def verdict(data: dict[str, Any], points: list[dict[str, Any]], gates: list[dict[str, Any]]) -> dict[str, str]:
+    if data.get("status") == INTERRUPTED:
+        return {"status": "failed", "text": "INTERRUPTED"}
+    if data.get("status") != FINISHED:
+        return {"status": "failed", "text": "INCOMPLETE: the sweep has not finished"}
+    parts = [f"{n} point(s) exited non-zero"] if (n := sum(p.get("exit_status") != 0 for p in points)) else []
+    parts += [f"{n} sweep gate(s) failed"] if (n := sum(v.get("status") == FAILED for v in gates)) else []
+    if parts:
+        return {"status": "failed", "text": "FAILED: " + "; ".join(parts)}
+    return {"status": "passed", "text": "PASSED"}
+
+
+def gate_row(v: dict[str, Any]) -> dict[str, str]:
+    status = v.get("status")
+    css = {PASSED: "passed", FAILED: "failed", NOT_EVALUABLE: "skipped"}.get(status, "skipped")
+    return {"status": str(status).replace("_", " "), "css": css, "name": str(v.get("name", "")),
+            "arm": str(v.get("arm", "")) + with_words(v.get("with")), "value": show(v.get("value")),
+            "threshold": show(v.get("threshold")), "detail": str(v.get("detail", ""))}
+
+
+def cell(value: Any, fmt: str) -> str:
+    return fmt.format(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else "–"
+
+
+def table_rows(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    rows = []
+    for point in points:
+        arms = point.get("arms") or {}
+        for arm, figures in (arms.items() if arms else [("–", {})]):
+            rows.append({"point": str(point.get("label", "")), "exit": show(point.get("exit_status")) or "–",
+                         "arm": arm, "status": str(figures.get("status") or point.get("status") or "–"),
+                         "concurrency": show(figures.get("concurrency")) or "–",
+                         "cells": [cell(figures.get(key), fmt) for _, key, fmt in TABLE],
+                         "bad": point.get("exit_status") != 0})
+    return rows
+
+
+# --- the break-even map --------------------------------------------------------------------
+
+def speedup_curves(points: list[dict[str, Any]]) -> dict[tuple[str, tuple[str, ...]], list[tuple[int, dict]]]:
+    """Per speculative arm (one with a speedup somewhere) and setting of the other swept keys:
+    its (concurrency, figures) by concurrency, the points that measured a speedup."""
+    curves: dict[tuple[str, tuple[str, ...]], list[tuple[int, dict]]] = {}
+    for point in points:
+        for arm, figures in (point.get("arms") or {}).items():
+            concurrency = point_concurrency(point, arm)
+            if concurrency and isinstance(figures, dict) and figures.get("speedup") is not None:
+                curves.setdefault((arm, others_of(point)), []).append((concurrency, figures))
+    return {key: sorted(found, key=lambda x: x[0]) for key, found in curves.items()}
+
+
+def curve_label(arm: str, others: tuple[str, ...]) -> str:
+    return arm + (f" ({', '.join(o.rsplit('.', 1)[-1] for o in others)})" if others else "")
+
+
+def concurrency_axis(ax, curves: dict) -> None:
+    """A log2 concurrency axis whose ticks are the swept concurrencies."""
+    swept = sorted({c for found in curves.values() for c, _ in found})
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(FixedLocator(swept))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xticklabels([str(c) for c in swept])
+    ax.set_xlabel("concurrency (requests in flight; log scale)")
+    ax.grid(alpha=0.3)
+
+
+def speedup_chart(curves: dict, crossovers: list[dict[str, Any]]) -> Optional[str]:
+    """Speedup over the plain arm against concurrency, one line per curve, a line at 1.0 and
+    each crossover marked where it is interpolated."""
+    if not curves:
+        return None
+    fig = Figure(figsize=(9, 4.6), layout="constrained")
+    ax = fig.subplots()
+    ax.axhline(1.0, color="#444444", lw=1.2, ls="--", label="1.0x: speculation breaks even")
+    for index, ((arm, others), found) in enumerate(curves.items()):
+        color = ARM_COLORS[(index + 1) % len(ARM_COLORS)]
+        ax.plot([c for c, _ in found], [f["speedup"] for _, f in found], marker="o", lw=2, color=color,
+                label=curve_label(arm, others))
+        mark_crossover(ax, crossover_of(crossovers, arm, others), color)
+    ax.set(title="Speedup over plain decoding by concurrency", ylabel="speedup (output tok/s ratio)")
+    highest = max(f["speedup"] for found in curves.values() for _, f in found)
+    ax.set_ylim(0.0, max(1.2, highest) * 1.1)  # from 0, so a ratio reads as a length
+    concurrency_axis(ax, curves)
+    ax.legend(fontsize=9, frameon=False)
+    return figure_uri(fig)
+
+
+def crossover_of(crossovers: list[dict[str, Any]], arm: str, others: tuple[str, ...]) -> Optional[dict]:
+    return next((x for x in crossovers if x.get("arm") == arm and tuple(x.get("with") or ()) == others), None)
+
+
+def mark_crossover(ax, crossover: Optional[dict], color: str) -> None:
+    """A crossover between two points: a dotted drop line and its value; none when it pays
+    nowhere or everywhere swept (the words say which)."""
+    at = crossover.get("pays_through") if crossover else None
+    points = crossover.get("points") if crossover else None
+    if at is None or not points or all(s >= 1.0 for _, s in points):
+        return
+    ax.axvline(at, color=color, lw=1.2, ls=":")
+    ax.plot([at], [1.0], marker="X", markersize=11, color=color, zorder=5)
+    ax.annotate(f"crossover ~{at:.1f}", (at, 1.0), textcoords="offset points", xytext=(8, 10), color=color,
+                fontsize=10, fontweight="bold")
+
+
+def accept_chart(curves: dict) -> Optional[str]:
+    """Per curve: the measured accept length and the break-even accept length (verify cycle ÷
+    plain decode step) against concurrency: speculation pays where the first is above."""
+    shown = {key: [(c, f) for c, f in found if f.get("accept_length") is not None] for key, found in curves.items()}
+    shown = {key: found for key, found in shown.items() if found}
+    if not shown:
+        return None
+    fig = Figure(figsize=(9, 4.6), layout="constrained")
+    ax = fig.subplots()
+    for index, ((arm, others), found) in enumerate(shown.items()):
+        color = ARM_COLORS[(index + 1) % len(ARM_COLORS)]
+        xs = [c for c, _ in found]
+        ax.plot(xs, [f["accept_length"] for _, f in found], marker="o", lw=2, color=color,
+                label=f"{curve_label(arm, others)}: accept length")
+        even = [(c, f["break_even"]) for c, f in found if f.get("break_even") is not None]
+        if even:
+            ax.plot([c for c, _ in even], [b for _, b in even], marker="s", lw=1.6, ls="--", color=color,
+                    label=f"{curve_label(arm, others)}: break-even (verify cycle ÷ plain step)")
+    ax.set(title="Accept length against break-even accept length", ylabel="tokens per verify cycle")
+    concurrency_axis(ax, shown)
+    ax.legend(fontsize=9, frameon=False)
+    return figure_uri(fig)
