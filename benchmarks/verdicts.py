@@ -36,7 +36,8 @@ sys.path.insert(0, str(REPO))
 
 from harness.config.compose import compose  # noqa: E402
 from harness.engines import engine_of  # noqa: E402
-from harness.gates.registry import GateContext, no_regression_against_reference  # noqa: E402
+from harness.gates.registry import GateContext
+from harness.gates.reference import no_regression_against_reference  # noqa: E402
 from harness.load import run_load  # noqa: E402
 from harness.measure.metrics import ArmResult, summarize  # noqa: E402
 from harness.servers.process import ProcessServer  # noqa: E402

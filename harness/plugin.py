@@ -19,10 +19,11 @@ from typing import Callable
 
 import pytest
 
-from harness.gates import registry as gate
+from harness.gates import verdict
 from harness.gates.baseline_match import check_baseline
 from harness.config.compose import DEFAULT_CONF_DIR, ConfigError, Experiment, compose, is_override, remote_engine
-from harness.gates.registry import GateContext, comparisons, gates_of
+from harness.gates.registry import GateContext, gates_of
+from harness.gates.reference import comparisons
 from harness.record.store import RecordError, RunData, read_reference_runs
 from harness.run.replay import read_replayed, replay_experiment
 from harness.engines import engine_of
@@ -315,7 +316,7 @@ class GateChecker:
         self.runner = runner
         self.node = node
 
-    def check(self, verdicts: list[gate.Verdict], registered: str | None = None, arm: str | None = None) -> None:
+    def check(self, verdicts: list[verdict.Verdict], registered: str | None = None, arm: str | None = None) -> None:
         """Record and decide; `registered`/`arm` mark that gate as evaluated for the arm."""
         if registered is not None:
             self.runner.evaluated.add((registered, arm))

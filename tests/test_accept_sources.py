@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
-from harness.gates import registry as gate
+from harness.gates import registry
+from harness.gates import speculative
 from harness.config.compose import ConfigError, compose
 from harness.engines.sglang import SGLang
 from harness.engines.vllm import VLLM
@@ -37,8 +38,8 @@ def sglang_window(tokens: float, verify: float) -> dict:
             "accept_length_definition": TOKENS_PER_VERIFY}
 
 
-def context(lines: list[dict], windows: list[dict], **cfg) -> gate.GateContext:
-    return gate.GateContext(arm="eagle3", gate=gate_cfg(**cfg), result=result(), gpu=None, plain_arm="baseline",
+def context(lines: list[dict], windows: list[dict], **cfg) -> registry.GateContext:
+    return registry.GateContext(arm="eagle3", gate=gate_cfg(**cfg), result=result(), gpu=None, plain_arm="baseline",
                             results={}, reference=None, reference_label="", telemetry_source="off",
                             requests=lines, server_windows=windows)
 
@@ -48,7 +49,7 @@ HONEST = [line(50, 50, warmup=True), line(300, 150), line(100, 40)]
 
 
 def test_sources_that_count_the_same_requests_agree():
-    [v] = gate.accept_length_sources_agree(context(HONEST, [sglang_window(400, 190)]))
+    [v] = speculative.accept_length_sources_agree(context(HONEST, [sglang_window(400, 190)]))
     assert v.status == "passed" and v.value == 0.0 and v.threshold == 0.02
     assert "= 2.1053" in v.detail and "Σ completion tokens ÷ Σ spec_verify_ct" in v.detail
     assert "Δ generation tokens ÷ Δ verify calls" in v.detail
@@ -56,7 +57,7 @@ def test_sources_that_count_the_same_requests_agree():
 
 def test_a_server_counter_off_by_more_than_the_gap_fails_with_both_definitions():
     # the server counted 410 verify calls' worth of 400 tokens: 1.9048 vs 2.1053, 9.5 % apart
-    [v] = gate.accept_length_sources_agree(context(HONEST, [sglang_window(400, 210)]))
+    [v] = speculative.accept_length_sources_agree(context(HONEST, [sglang_window(400, 210)]))
     assert v.status == "failed" and v.value == pytest.approx(0.0952, abs=1e-4)
     assert "disagree by 9.52% of the larger (> 2%)" in v.detail
     assert "the requests' own counts: Σ completion tokens ÷ Σ spec_verify_ct" in v.detail and "= 2.1053" in v.detail
@@ -66,39 +67,39 @@ def test_a_server_counter_off_by_more_than_the_gap_fails_with_both_definitions()
 
 def test_a_gap_within_the_limit_passes_and_a_tighter_limit_fails_it():
     windows = [sglang_window(400, 193)]  # 2.0725 vs 2.1053: 1.6 %
-    [loose] = gate.accept_length_sources_agree(context(HONEST, windows))
-    [tight] = gate.accept_length_sources_agree(context(HONEST, windows, max_accept_length_source_gap=0.01))
+    [loose] = speculative.accept_length_sources_agree(context(HONEST, windows))
+    [tight] = speculative.accept_length_sources_agree(context(HONEST, windows, max_accept_length_source_gap=0.01))
     assert loose.status == "passed" and tight.status == "failed"
 
 
 def test_one_source_skips_and_says_which():
     vllm = {"accept_length": 2.5, "accept_length_definition": ONE_PLUS_ACCEPTED, "spec_drafts": 10}
-    [server_only] = gate.accept_length_sources_agree(context([line(40, None)], [vllm]))
+    [server_only] = speculative.accept_length_sources_agree(context([line(40, None)], [vllm]))
     assert server_only.status == "skipped" and "one source only" in server_only.detail
     assert "1 + Δ accepted draft tokens ÷ Δ drafts" in server_only.detail and "no verify counts" in server_only.detail
-    [requests_only] = gate.accept_length_sources_agree(context(HONEST, [{"ttft_mean_ms": 5.0}]))
+    [requests_only] = speculative.accept_length_sources_agree(context(HONEST, [{"ttft_mean_ms": 5.0}]))
     assert requests_only.status == "skipped" and "= 2.1053" in requests_only.detail
     assert "no generation-token and verify-call counters" in requests_only.detail
-    [plain] = gate.accept_length_sources_agree(context([line(40, None)], [{"ttft_mean_ms": 5.0}]))
+    [plain] = speculative.accept_length_sources_agree(context([line(40, None)], [{"ttft_mean_ms": 5.0}]))
     assert plain.status == "skipped" and "no speculation measured" in plain.detail
 
 
 def test_failed_requests_make_the_comparison_not_like_for_like():
     lines = [*HONEST, line(0, None, ok=False)]
-    [v] = gate.accept_length_sources_agree(context(lines, [sglang_window(430, 190)]))
+    [v] = speculative.accept_length_sources_agree(context(lines, [sglang_window(430, 190)]))
     assert v.status == "skipped" and "not like for like: 1 measured request(s) failed" in v.detail
     assert "= 2.1053" in v.detail and "= 2.2632" in v.detail
 
 
 def test_each_repeat_is_judged_against_its_own_window():
     lines = HONEST + [line(200, 100, repeat=1), line(100, 50, repeat=1)]  # repeat 2: 300 ÷ 150 = 2.0
-    ok, bad = gate.accept_length_sources_agree(context(lines, [sglang_window(400, 190), sglang_window(300, 120)]))
+    ok, bad = speculative.accept_length_sources_agree(context(lines, [sglang_window(400, 190), sglang_window(300, 120)]))
     assert ok.status == "passed" and "(repeat 1)" in ok.detail
     assert bad.status == "failed" and "(repeat 2)" in bad.detail and "= 2.5000" in bad.detail
 
 
 def test_null_switches_the_comparison_off_and_a_bad_gap_is_a_config_error():
-    [v] = gate.accept_length_sources_agree(context(HONEST, [sglang_window(400, 300)], max_accept_length_source_gap=None))
+    [v] = speculative.accept_length_sources_agree(context(HONEST, [sglang_window(400, 300)], max_accept_length_source_gap=None))
     assert v.status == "skipped" and "null" in v.detail
     assert compose(["+exp=sim_smoke"]).arms[0].cfg.gate.max_accept_length_source_gap == 0.02
     with pytest.raises(ConfigError, match="max_accept_length_source_gap must be a fraction"):

@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from harness.gates import registry as gate
+from harness.gates import reference
+from harness.gates import registry
+from harness.gates import speculative
 from harness.gates.change import evidence, judge
 from harness.measure.metrics import ArmResult, Stat
 from harness.config.schema import GateConfig
@@ -80,7 +82,7 @@ def ctx(new_lines, old_lines, gate_overrides=None, gpu=None, **reference):
     cfg = OmegaConf.merge(OmegaConf.structured(GateConfig), {"baseline": "runs/old", **(gate_overrides or {})})
     old = {"requests": {"ok": 64, "failed": 0}, **reference}
     new_tpot = float(np.median(evidence("tpot_ms.p50", new_lines).groups))
-    return gate.GateContext(arm="eagle3", gate=cfg, result=result(evidence("output_tok_s", new_lines).value(), new_tpot),
+    return registry.GateContext(arm="eagle3", gate=cfg, result=result(evidence("output_tok_s", new_lines).value(), new_tpot),
                             gpu=gpu, plain_arm=None, results={}, reference=old, reference_label="runs/old",
                             telemetry_source="off", requests=new_lines, reference_requests=old_lines)
 
@@ -90,7 +92,7 @@ def test_the_sign_does_not_decide_which_way_is_worse():
     old_tok_s = evidence("output_tok_s", old_lines).value()
     for allowed in ("+5%", "-5%", "5%"):
         c = ctx(slow_lines, old_lines, {"compare": {"output_tok_s": allowed}}, output_tok_s=old_tok_s)
-        [v] = gate.no_regression_against_reference(c)
+        [v] = reference.no_regression_against_reference(c)
         assert v.status == "failed", v.detail
         assert "output_tok_s regressed" in v.detail and "interval" in v.detail and v.interval[0] > 0.05
 
@@ -102,7 +104,7 @@ def test_inconclusive_follows_the_configured_policy():
         c = ctx(new_lines, old_lines, {"compare": {"ttft_ms.p99": "5%"}, "inconclusive": policy},
                 output_tok_s=old_tok_s, ttft_ms={"p99": 25.0})
         c.result.ttft_ms = Stat(p99=26.0)
-        [v] = gate.no_regression_against_reference(c)
+        [v] = reference.no_regression_against_reference(c)
         assert v.status == "inconclusive" and v.passed is passed and f"gate.inconclusive={policy}" in v.detail
 
 
@@ -112,31 +114,31 @@ def test_a_failed_speed_verdict_names_a_throttled_gpu():
                               "sm_clock_ratio_under_load": 0.7}}}
     c = ctx(slow_lines, old_lines, {"compare": {"output_tok_s": "5%"}}, gpu=gpu,
             output_tok_s=evidence("output_tok_s", old_lines).value())
-    [v] = gate.no_regression_against_reference(c)
+    [v] = reference.no_regression_against_reference(c)
     assert v.status == "failed" and v.detail.endswith("while GPU 3 was throttled (HwThermalSlowdown in 40% of load samples)")
 
 
 def test_without_requests_in_the_reference_the_verdict_says_it_compared_two_values():
     new_lines = lines(64, 2, concurrency=8)
     c = ctx(new_lines, [], {"compare": {"output_tok_s": "5%"}}, output_tok_s=5000.0)
-    [v] = gate.no_regression_against_reference(c)
+    [v] = reference.no_regression_against_reference(c)
     assert v.status == "failed" and "judged on the two values only" in v.detail
 
 
 def test_an_unknown_compared_metric_is_a_config_error():
     with pytest.raises(ValueError, match="gate.compare.foo_ms: no such metric"):
-        gate.Comparison.parse("foo_ms", "+5%")
-    assert gate.Comparison.parse("ttft_ms.p90", "10%").higher_is_better is False
+        reference.Comparison.parse("foo_ms", "+5%")
+    assert reference.Comparison.parse("ttft_ms.p90", "10%").higher_is_better is False
 
 
 def test_a_history_of_past_runs_widens_the_allowed_change_by_its_spread():
     old_lines, slow_lines = lines(64, 1, concurrency=8), lines(64, 2, step_ms=4.4, concurrency=8)
     old_tok_s = evidence("output_tok_s", old_lines).value()
     c = ctx(slow_lines, old_lines, {"compare": {"output_tok_s": "5%"}}, output_tok_s=old_tok_s)
-    [alone] = gate.no_regression_against_reference(c)
+    [alone] = reference.no_regression_against_reference(c)
     assert alone.status == "failed"
     c.history = [{"output_tok_s": old_tok_s * f} for f in (1.0, 1.15, 0.9, 1.1, 0.85)]  # a noisy machine
-    [v] = gate.no_regression_against_reference(c)
+    [v] = reference.no_regression_against_reference(c)
     assert v.status != "failed" and "history band 44.5% over 5 runs" in v.detail
 
 
@@ -145,7 +147,7 @@ def speedup_ctx(floor: float, spec_step_ms: float):
     plain_lines, spec_lines = lines(64, 1, concurrency=8), lines(64, 2, step_ms=spec_step_ms, concurrency=8)
     plain = ArmResult("baseline", output_tok_s=evidence("output_tok_s", plain_lines).value(), requests_ok=64)
     spec = ArmResult("eagle3", output_tok_s=evidence("output_tok_s", spec_lines).value(), requests_ok=64)
-    return gate.GateContext(arm="eagle3", gate=cfg, result=spec, gpu=None, plain_arm="baseline",
+    return registry.GateContext(arm="eagle3", gate=cfg, result=spec, gpu=None, plain_arm="baseline",
                             results={"baseline": plain, "eagle3": spec}, reference=None, reference_label="",
                             telemetry_source="off", requests=spec_lines,
                             arm_requests={"baseline": plain_lines, "eagle3": spec_lines})
@@ -157,6 +159,6 @@ def speedup_ctx(floor: float, spec_step_ms: float):
     (1.0, 4.0, "inconclusive"),  # as fast as plain: the interval straddles 1.0
 ])
 def test_speedup_is_judged_with_its_interval(floor, spec_step_ms, status):
-    [v] = gate.min_speedup(speedup_ctx(floor, spec_step_ms))
+    [v] = speculative.min_speedup(speedup_ctx(floor, spec_step_ms))
     assert v.status == status, v.detail
     assert "95% interval" in v.detail and v.interval[0] <= v.value <= v.interval[1]

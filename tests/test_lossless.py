@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from harness.gates import registry as gate
+from harness.gates import registry
+from harness.gates import speculative
 from harness.config.compose import ConfigError, compose
 from harness.engines import ENGINES
 from harness.load import run_load
@@ -136,32 +137,32 @@ def result(arm: str) -> ArmResult:
                      requests_ok=2, requests_failed=0)
 
 
-def context(arm: str, lines: dict, min_exact_match: float = 1.0, measured=("baseline", "eagle3")) -> gate.GateContext:
+def context(arm: str, lines: dict, min_exact_match: float = 1.0, measured=("baseline", "eagle3")) -> registry.GateContext:
     cfg = OmegaConf.merge(OmegaConf.structured(GateConfig),
                           {"lossless": {"eagle3": {"against": "baseline", "min_exact_match": min_exact_match}}})
     results = {name: result(name) for name in measured}
-    return gate.GateContext(arm=arm, gate=cfg, result=results.get(arm), gpu=None, plain_arm="baseline",
+    return registry.GateContext(arm=arm, gate=cfg, result=results.get(arm), gpu=None, plain_arm="baseline",
                             results=results, reference=None, reference_label="", telemetry_source="off",
                             requests=lines.get(arm, []), arm_requests=lines)
 
 
 def test_the_gate_passes_at_the_floor_and_fails_below_it():
     lines = {"baseline": [line(0, "a"), line(1, "b")], "eagle3": [line(0, "a"), line(1, "c")]}
-    [v] = gate.lossless(context("eagle3", lines))
+    [v] = speculative.lossless(context("eagle3", lines))
     assert (v.name, v.passed, v.value, v.threshold) == ("lossless", False, 0.5, 1.0)
     assert v.detail.startswith("eagle3: 1 of 2 requests generated exactly what they did in baseline")
-    [v] = gate.lossless(context("eagle3", lines, min_exact_match=0.5))
+    [v] = speculative.lossless(context("eagle3", lines, min_exact_match=0.5))
     assert v.passed is True
-    [v] = gate.lossless(context("eagle3", {"baseline": [line(0, "a", ok=False)], "eagle3": [line(0, "a")]}))
+    [v] = speculative.lossless(context("eagle3", {"baseline": [line(0, "a", ok=False)], "eagle3": [line(0, "a")]}))
     assert v.passed is False and v.value is None and "no request could be compared" in v.detail
 
 
 def test_the_gate_skips_what_it_cannot_judge():
-    [v] = gate.lossless(context("baseline", {}))
+    [v] = speculative.lossless(context("baseline", {}))
     assert v.passed is None and "no threshold configured for arm 'baseline' (gate.lossless)" in v.detail
-    [v] = gate.lossless(context("eagle3", {"eagle3": [line(0, "a")]}, measured=("eagle3",)))
+    [v] = speculative.lossless(context("eagle3", {"eagle3": [line(0, "a")]}, measured=("eagle3",)))
     assert v.passed is None and "arm 'baseline' was not measured in this run" in v.detail
-    [v] = gate.lossless(context("eagle3", {}, measured=("baseline",)))
+    [v] = speculative.lossless(context("eagle3", {}, measured=("baseline",)))
     assert v.passed is False and "the arm was not measured" in v.detail
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from harness.capacity.search import SearchSettings
 from harness.config.compose import ConfigError
-from harness.gates.registry import Verdict
+from harness.gates.verdict import Verdict
 
 NAME = "min_capacity"
 

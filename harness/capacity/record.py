@@ -21,7 +21,7 @@ from typing import Any
 from harness import __version__
 from harness.capacity.search import SearchSettings
 from harness.config.compose import Experiment
-from harness.gates.registry import Verdict
+from harness.gates.verdict import Verdict
 from harness.record.store import FINISHED, INTERRUPTED, RUNNING
 from harness.record.recorder import Recorder
 from harness.capacity.slo import Slo

@@ -28,7 +28,8 @@ from omegaconf.errors import OmegaConfBaseException
 from harness import PROJECT_ROOT
 from harness.engines import ENGINES, EngineConfigError
 from harness.engines.legacy import upgrade_config
-from harness.gates.registry import GATES, INCONCLUSIVE
+from harness.gates.registry import GATES
+from harness.gates.reference import INCONCLUSIVE
 from harness.load.datasets import DatasetError, load_dataset
 from harness.load.sizing import SizingError, local_tokenizer
 from harness.load.requests import REQUEST_FUNCS

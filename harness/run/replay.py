@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from harness.config.compose import Arm, ConfigError, Experiment, compose, explain, override_key, validate
-from harness.gates.registry import allowed_change, noise_band
+from harness.gates.reference import allowed_change, noise_band
 from harness.measure.registry import metric_value, noise_metrics
 from harness.engines.legacy import upgrade_config
 from harness.record.store import REDACTED, RecordError, RunData, read_run

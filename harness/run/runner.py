@@ -17,7 +17,8 @@ from typing import Any, Callable
 from harness import PROJECT_ROOT, __version__
 from harness.run.arm import ArmFailed, ArmRun, ArmSession
 from harness.config.compose import Arm, Experiment
-from harness.gates.registry import Verdict, configured_gates
+from harness.gates.verdict import Verdict
+from harness.gates.registry import configured_gates
 from harness.measure.registry import cross_arm
 from harness.measure.metrics import ArmResult, category_speedups
 from harness.run.outcome import ArmOutcome

@@ -1,0 +1,197 @@
+"""Comparison with a reference run (gate.baseline; suites/test_baseline.py): every compared metric's change with an interval from its samples (harness/gates/change.py), the noise band of a run history, and the GPU state behind a verdict."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from harness.gates.change import evidence, judge
+from harness.measure.registry import METRICS, compared_by_default, metric, metric_value
+from harness.measure.metrics import spread
+from harness.gates.verdict import inconclusive_passes, Verdict, skipped
+from harness.gates.throughput import STATS
+from harness.gates.registry import GateContext, register, unmeasured
+
+
+# --- comparison with a reference run (gate.baseline) -------------------------------------------
+
+CHANGE = re.compile(r"^\s*[+-]?\s*(\d+(?:\.\d+)?)\s*%\s*$")
+NOISE_SIGMAS = 3.0  # the noise band is this many robust standard deviations (1.4826 x MAD)
+INCONCLUSIVE = ("fail", "warn", "pass")
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A typed reference-run gate parsed from config: `output_tok_s: "3%"` may get 3 % worse.
+    Which way is worse comes from the metric registry (tok/s down, latencies up), never from
+    a sign: "-3%" and "+3%" allow the same 3 % regression."""
+
+    metric: str
+    allowed: float  # fraction
+    higher_is_better: bool
+
+    @classmethod
+    def parse(cls, metric: str, text: str) -> "Comparison":
+        match = CHANGE.match(str(text))
+        if not match:
+            raise ValueError(f"gate.compare.{metric}: '{text}' is not an allowed change like \"3%\" "
+                             f"(how much worse the metric may get)")
+        return cls(metric, float(match.group(1)) / 100.0, better_of(metric) == "higher")
+
+    def __str__(self) -> str:
+        return f"{self.metric}: {self.allowed:.1%} worse at most"
+
+
+def better_of(path: str) -> str:
+    """The registry's better direction of `path`; a statistic the registry does not list
+    (ttft_ms.p90) takes its distribution's (ttft_ms.*). Unknown metrics are a ValueError."""
+    try:
+        return metric(path).better
+    except KeyError:
+        family = [m for m in METRICS if "." in path and m.path.split(".")[0] == path.split(".")[0]]
+        if family and path.split(".")[1] in STATS:
+            return family[0].better
+        valid = ", ".join(m.path for m in METRICS if not m.between_arms and not m.count)
+        raise ValueError(f"gate.compare.{path}: no such metric; valid: {valid} "
+                         f"(and mean/p90 of the latency distributions)") from None
+
+
+def comparisons(gate) -> list[Comparison]:
+    """The configured comparisons; with a reference run and none listed, the registry's
+    default-compared metrics at gate.tolerance, so pointing at a reference run is enough
+    to gate a merge."""
+    if gate.compare:
+        return [Comparison.parse(metric, text) for metric, text in gate.compare.items()]
+    return [Comparison(m.path, gate.tolerance, m.better == "higher") for m in compared_by_default()]
+
+
+def noise_band(*spreads: dict | None) -> float:
+    """Relative noise of the difference of two measurements, from each one's MAD."""
+    parts = [NOISE_SIGMAS * 1.4826 * s["mad"] / s["median"] for s in spreads
+             if s and s.get("mad") is not None and s.get("median")]
+    return math.sqrt(sum(p * p for p in parts))
+
+
+def history_band(metric: str, history: list[dict]) -> float | None:
+    """The lookback band: how far the metric moved between past runs (NOISE_SIGMAS robust
+    standard deviations relative to its median); None without at least 3 past runs."""
+    values = [v for v in (metric_value(block, metric) for block in history) if isinstance(v, (int, float))]
+    return noise_band(spread(values)) if len(values) >= 3 else None
+
+
+def allowed_change(metric: str, old: float, allowed: float, band: float, gate) -> float:
+    """The larger of the allowed change and the noise band over repeats; for latencies
+    also the scheduling-jitter floor (a 0.4 ms move of a 4 ms TTFT is 10 % and still noise)."""
+    floor = gate.latency_noise_floor_ms / abs(old) if metric.split(".")[0].endswith("_ms") and old else 0.0
+    return max(allowed, band, floor)
+
+
+@register("no_regression_against_baseline", "baseline",
+          ("baseline", "compare", "tolerance", "latency_noise_floor_ms", "confidence", "inconclusive",
+           "baseline_mismatch"))
+def no_regression_against_reference(ctx: GateContext) -> list[Verdict]:
+    """Each compared metric no worse than its allowed change vs the reference run
+    (gate.baseline), judged from the samples of both runs: passed, failed or inconclusive."""
+    arm, gate, label = ctx.arm, ctx.gate, ctx.reference_label
+    if not gate.baseline:
+        return [skipped("baseline", arm, "no reference run configured (gate.baseline=<run dir | results.json>)")]
+    if ctx.reference is None or not ctx.reference.get("requests"):
+        return [skipped("baseline", arm, f"the reference run {label} has no measured arm '{arm}'")]
+    if (missing := unmeasured("baseline", ctx)) is not None:
+        return missing
+    verdicts = [compare_metric(ctx, c) for c in comparisons(gate)]
+    return [with_gpu_state(v, ctx) for v in verdicts]
+
+
+def compare_metric(ctx: GateContext, c: Comparison) -> Verdict:
+    arm, gate, label, result, reference = ctx.arm, ctx.gate, ctx.reference_label, ctx.result, ctx.reference
+    name = f"baseline.{c.metric}"
+    new, old = metric_value(result, c.metric), metric_value(reference, c.metric)
+    if old is None or not old:
+        return skipped(name, arm, f"the reference run {label} has no {c.metric} for arm '{arm}'")
+    if new is None:
+        return Verdict(name, arm, False, None, None, f"{arm}: {c.metric} was not measured (reference run {old:.2f})", old)
+    band = noise_band(result.noise.get(c.metric), (reference.get("noise") or {}).get(c.metric))
+    lookback = history_band(c.metric, ctx.history)
+    bands = (f"tolerance {c.allowed:.1%}, noise band {band:.1%}"
+             + (f", history band {lookback:.1%} over {len(ctx.history)} runs" if lookback is not None else ""))
+    old_ev, new_ev = evidence(c.metric, ctx.reference_requests), evidence(c.metric, ctx.requests)
+    if old_ev is None or new_ev is None or not old_ev.groups or not new_ev.groups:
+        # one value against one value: a small latency move is scheduling jitter (the floor)
+        limit = allowed_change(c.metric, old, c.allowed, max(band, lookback or 0.0), gate)
+        floor = f", {gate.latency_noise_floor_ms:g} ms floor" if c.metric.split(".")[0].endswith("_ms") else ""
+        return point_verdict(arm, c, old, new, limit, f"allowed {limit:.1%} = max({bands}{floor})", label)
+    # with samples, jitter is inside the interval: no floor
+    limit = max(c.allowed, band, lookback or 0.0)
+    why_limit = f"allowed {limit:.1%} = max({bands})"
+    change = judge(c.metric, old_ev, new_ev, limit, not c.higher_is_better, gate.confidence)
+    return interval_verdict(arm, c, change, old, new, why_limit, label, gate)
+
+
+def point_verdict(arm: str, c: Comparison, old: float, new: float, limit: float, why_limit: str, label: str) -> Verdict:
+    """Without requests.jsonl in both runs (an older record, record.keep_requests=false):
+    one value against one value, as the verdict says."""
+    name = f"baseline.{c.metric}"
+    change = (new - old) / old
+    worse = -change if c.higher_is_better else change  # > 0: a regression
+    passed = worse <= limit
+    words = f"regressed by {worse:.1%}" if worse > 0 else f"improved by {-worse:.1%}"
+    detail = (f"{arm}: {c.metric} {words} vs the reference run {label} ({old:.2f} -> {new:.2f}); {why_limit}; "
+              f"judged on the two values only (no requests.jsonl to draw an interval from)")
+    return Verdict(name, arm, passed, new, limit, detail, baseline=old)
+
+
+def interval_verdict(arm: str, c: Comparison, change, old: float, new: float, why_limit: str, label: str,
+                     gate) -> Verdict:
+    name = f"baseline.{c.metric}"
+    verdict = Verdict(name, arm, None, new, change.allowed, "", baseline=old)
+    if change.worse is None:
+        verdict.inconclusive, verdict.passed = True, inconclusive_passes(gate)
+        verdict.detail = f"{arm}: {c.metric} inconclusive vs the reference run {label}: {change.why}"
+        return verdict
+    words = f"{change.worse:+.1%} worse" if change.worse > 0 else f"{-change.worse:.1%} better"
+    interval = "" if change.low is None else f", {gate.confidence:.0%} interval {change.low:+.1%} to {change.high:+.1%} worse"
+    if change.low is not None:
+        verdict.interval = [round(change.low, 5), round(change.high, 5)]
+    facts = f"{c.metric} {old:.2f} -> {new:.2f} ({words}{interval}) vs the reference run {label}; {why_limit}"
+    if change.outcome == "failed":
+        verdict.passed = False
+        verdict.detail = f"{arm}: {c.metric} regressed: {facts}"
+    elif change.outcome == "passed":
+        verdict.passed = True
+        verdict.detail = f"{arm}: {facts}"
+    else:
+        verdict.inconclusive, verdict.passed = True, inconclusive_passes(gate)
+        needed = f"; {change.needed} would decide it" if change.needed else ""
+        verdict.detail = (f"{arm}: {c.metric} inconclusive ({change.why}{needed}; gate.inconclusive={gate.inconclusive}): "
+                          f"{facts}")
+    return verdict
+
+
+def with_gpu_state(verdict: Verdict, ctx: GateContext) -> Verdict:
+    """A failed or inconclusive speed verdict says in the same sentence when the arm's GPUs
+    were throttled or below the clock gate under load: a hot GPU, not a code regression."""
+    if verdict.status not in ("failed", "inconclusive") or not ctx.gpu:
+        return verdict
+    state = gpu_trouble(ctx.gpu, ctx.gate)
+    if state:
+        verdict.detail += f", while {state}"
+    return verdict
+
+
+def gpu_trouble(gpu: dict, gate) -> str:
+    """The GPUs' trouble under load in words ("" when none was seen)."""
+    troubles = []
+    for uuid, block in (gpu.get("gpus") or {}).items():
+        index = block.get("index", uuid)
+        reasons = {r: share for r, share in (block.get("throttle_fraction_under_load") or {}).items()
+                   if share and r in set(gate.fail_on_throttle_reasons)}
+        if reasons:
+            named = ", ".join(f"{r} in {share:.0%} of load samples" for r, share in sorted(reasons.items()))
+            troubles.append(f"GPU {index} was throttled ({named})")
+            continue
+        ratio = block.get("sm_clock_ratio_under_load")
+        if gate.min_clock_ratio_under_load is not None and ratio is not None and ratio < gate.min_clock_ratio_under_load:
+            troubles.append(f"GPU {index} ran at {ratio:.0%} of its max SM clock under load")
+    return "; ".join(troubles)

@@ -1,0 +1,229 @@
+"""Speculative-decoding gates (suites/test_speculative.py): accept length floors and ceilings, speedup over the plain arm, accept length against break-even, the lossless comparison, the two accept-length sources."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.gates.change import evidence, judge
+from harness.gates.lossless import compare as compare_outputs, summary as describe_outputs
+from harness.measure.registry import break_even_accept_length, speedup
+from harness.gates.verdict import inconclusive_passes, Verdict, skipped, not_configured, fmt, at_least, at_most, guard_noise
+from harness.gates.reference import with_gpu_state
+from harness.gates.registry import GateContext, register, keyed_arms, unmeasured
+
+
+# --- speculative decoding -----------------------------------------------------------------------
+
+
+@register("min_accept_length", "speculative", ("min_accept_length",), keyed_arms("min_accept_length"))
+def min_accept_length(ctx: GateContext) -> list[Verdict]:
+    """Accept length (run-scoped, token-weighted) at least gate.min_accept_length[arm]."""
+    name, arm, gate = "min_accept_length", ctx.arm, ctx.gate
+    if arm not in gate.min_accept_length:
+        return [not_configured(name, arm)]
+    if (missing := unmeasured(name, ctx)) is not None:
+        return missing
+    floors = per_category_floors(gate.min_accept_length[arm])
+    verdicts = []
+    for category, floor in floors.items():
+        if category == ALL:
+            verdict = at_least(name, arm, ctx.result.accept_length, floor, "accept length")
+            if ctx.result.accept_length_source == "server_cumulative":
+                verdict.detail += " (server-cumulative fallback: includes warm-up and other traffic)"
+            verdicts += guard_noise([verdict], ctx.result, ["accept_length"], gate)
+        else:  # a category nobody sent has no accept length: a failed threshold, not a pass
+            value = (ctx.result.categories.get(category) or {}).get("accept_length")
+            verdicts.append(at_least(f"{name}.{category}", arm, value, floor, f"accept length on '{category}' prompts"))
+    return verdicts
+
+
+ALL = "all"  # in a per-category threshold: the arm over every request
+
+
+def per_category_floors(threshold: Any) -> dict[str, float]:
+    """`2.0` -> {all: 2.0}; `{all: 2.0, code: 2.5}` as it is (validated with the config)."""
+    if isinstance(threshold, (int, float)):
+        return {ALL: float(threshold)}
+    return {str(k): float(v) for k, v in dict(threshold).items()}
+
+
+@register("max_accept_length", "speculative", ("max_accept_length",), keyed_arms("max_accept_length"))
+def max_accept_length(ctx: GateContext) -> list[Verdict]:
+    """Accept length at most gate.max_accept_length[arm] (a draft that must not be accepted)."""
+    name, arm, gate = "max_accept_length", ctx.arm, ctx.gate
+    if arm not in gate.max_accept_length:
+        return [not_configured(name, arm)]
+    if (missing := unmeasured(name, ctx)) is not None:
+        return missing
+    verdict = at_most(name, arm, ctx.result.accept_length, gate.max_accept_length[arm], "accept length")
+    return guard_noise([verdict], ctx.result, ["accept_length"], gate)
+
+
+def speedup_arms(gate: Any) -> list[str]:
+    return [str(a) for a in gate.min_speedup] + [str(g.over) for g in gate.min_speedup.values()]
+
+
+@register("min_speedup", "speculative", ("min_speedup",), speedup_arms)
+def min_speedup(ctx: GateContext) -> list[Verdict]:
+    """Output tok/s at least gate.min_speedup[arm].ratio times the `over` arm's, in this run."""
+    name, arm, gate = "min_speedup", ctx.arm, ctx.gate
+    spec = gate.min_speedup.get(arm)
+    if spec is None:
+        return [not_configured(name, arm)]
+    if (missing := unmeasured(name, ctx)) is not None:
+        return missing
+    result, plain = ctx.result, ctx.results.get(spec.over)
+    if plain is None:
+        return [skipped(name, arm, f"arm '{spec.over}' was not measured in this run, so there is nothing to compare with")]
+    ratio = speedup(result, plain)
+    if ratio is None:
+        return [Verdict(name, arm, False, None, spec.ratio, f"{arm}: speedup over {spec.over} not measurable (output tok/s {fmt(result.output_tok_s)} vs {fmt(plain.output_tok_s)})")]
+    words = "faster than" if ratio > 1 else "slower than" if ratio < 1 else "as fast as"
+    detail = (
+        f"{arm} is {words} {spec.over}: {result.output_tok_s:.1f} tok/s is {ratio:.2f}x of "
+        f"{spec.over}'s {plain.output_tok_s:.1f} tok/s (gate: ≥ {spec.ratio:.2f}x)"
+    )
+    verdict = Verdict(name, arm, ratio >= spec.ratio, ratio, spec.ratio, detail)
+    speed_interval(verdict, ctx, spec.over, spec.ratio)
+    verdicts = guard_noise([verdict], result, ["output_tok_s"], gate)
+    return [with_gpu_state(v, ctx) for v in guard_noise(verdicts, plain, ["output_tok_s"], gate)]
+
+
+def speed_interval(verdict: Verdict, ctx: GateContext, over: str, floor: float) -> None:
+    """The speedup's interval from both arms' per-window token rates: failed only when
+    even its upper end is below the floor, passed when its lower end clears it."""
+    mine, theirs = evidence("output_tok_s", ctx.requests), evidence("output_tok_s", ctx.arm_requests.get(over, []))
+    if mine is None or theirs is None or not mine.groups or not theirs.groups:
+        return  # no request lines (e.g. a test's bare result): the point ratio decides
+    # judge() measures how much worse `mine` is than `theirs`; the floor is 1 - ratio worse
+    change = judge("output_tok_s", theirs, mine, 1.0 - floor, lower_is_better=False, confidence=ctx.gate.confidence)
+    if change.low is None:
+        verdict.inconclusive, verdict.passed = True, inconclusive_passes(ctx.gate)
+        verdict.detail += f"; inconclusive: {change.why} (gate.inconclusive={ctx.gate.inconclusive})"
+        return
+    low, high = 1.0 - change.high, 1.0 - change.low  # the ratio's interval
+    verdict.interval = [round(low, 4), round(high, 4)]
+    verdict.detail += f"; {ctx.gate.confidence:.0%} interval {low:.2f}x to {high:.2f}x"
+    if change.outcome == "inconclusive":
+        verdict.inconclusive, verdict.passed = True, inconclusive_passes(ctx.gate)
+        needed = f"; {change.needed} would decide it" if change.needed else ""
+        verdict.detail += f": inconclusive{needed} (gate.inconclusive={ctx.gate.inconclusive})"
+    else:
+        verdict.passed = change.outcome == "passed"
+
+
+@register("accept_length_at_least_break_even", "speculative", ("accept_length_at_least_break_even",),
+          keyed_arms("accept_length_at_least_break_even"), needs_plain_arm=True)
+def accept_length_at_least_break_even(ctx: GateContext) -> list[Verdict]:
+    """Accept length at least break-even: this arm's verify cycle ÷ the plain arm's decode step."""
+    name, arm, gate, plain_arm = "accept_length_at_least_break_even", ctx.arm, ctx.gate, ctx.plain_arm
+    if arm not in gate.accept_length_at_least_break_even:
+        return [not_configured(name, arm)]
+    if (missing := unmeasured(name, ctx)) is not None:
+        return missing
+    result = ctx.result
+    plain = ctx.results.get(plain_arm) if plain_arm else None
+    if plain is None:
+        return [skipped(name, arm, f"plain arm '{plain_arm}' was not measured in this run, so break-even is unknown")]
+    if result.verify_cycle_ms is None or plain.decode_step_ms is None or result.accept_length is None:
+        return [Verdict(name, arm, False, result.accept_length, None,
+                        f"{arm}: break-even not measurable (verify cycle {fmt(result.verify_cycle_ms, ' ms')}, "
+                        f"plain step {fmt(plain.decode_step_ms, ' ms')}, accept length {fmt(result.accept_length)})")]
+    even = break_even_accept_length(result.verify_cycle_ms, plain.decode_step_ms)
+    passed = result.accept_length >= even
+    why = (f"verify cycle {result.verify_cycle_ms:.1f} ms ÷ {plain_arm}'s decode step {plain.decode_step_ms:.1f} ms")
+    if passed:
+        detail = f"{arm}: accept length {result.accept_length:.2f} is at or above break-even {even:.2f} ({why})"
+    else:
+        detail = (f"{arm}: accept length {result.accept_length:.2f} is below break-even {even:.2f} ({why}): "
+                  f"speculation costs more per cycle than it gains")
+    verdicts = [Verdict(name, arm, passed, result.accept_length, even, detail)]
+    verdicts = guard_noise(verdicts, result, ["accept_length", "verify_cycle_ms"], gate)
+    return guard_noise(verdicts, plain, ["decode_step_ms"], gate)
+
+
+def lossless_arms(gate: Any) -> list[str]:
+    return [str(a) for a in gate.lossless] + [str(g.against) for g in gate.lossless.values()]
+
+
+@register("lossless", "speculative", ("lossless",), lossless_arms)
+def lossless(ctx: GateContext) -> list[Verdict]:
+    """Under greedy decoding each request generates exactly what it did in the `against`
+    arm, for at least gate.lossless[arm].min_exact_match of the requests both completed."""
+    name, arm, gate = "lossless", ctx.arm, ctx.gate
+    spec = gate.lossless.get(arm)
+    if spec is None:
+        return [not_configured(name, arm)]
+    if (missing := unmeasured(name, ctx)) is not None:
+        return missing
+    if spec.against not in ctx.results:
+        return [skipped(name, arm, f"arm '{spec.against}' was not measured in this run, so there is nothing to compare with")]
+    found = compare_outputs(spec.against, ctx.arm_requests.get(spec.against, []), arm, ctx.requests)
+    rate, floor = found.exact_match, spec.min_exact_match
+    detail = describe_outputs(found, arm, spec.against, floor)
+    return [Verdict(name, arm, rate is not None and rate >= floor, rate, floor, detail)]
+
+
+PER_REQUEST_DEFINITION = ("the requests' own counts: Σ completion tokens ÷ Σ spec_verify_ct over the measured "
+                          "requests (each request's first, prefill-produced token included)")
+
+
+def per_request_accept_length(lines: list[dict]) -> float | None:
+    """Σ completion tokens ÷ Σ verify cycles over one repeat's successful measured requests
+    that carry verify counts, as harness.measure.metrics.summarize computes the arm's figure."""
+    spec = [r for r in lines if r.get("ok") and r.get("completion_tokens") is not None and r.get("spec_verify_ct")]
+    verify = sum(r["spec_verify_ct"] for r in spec)
+    return sum(r["completion_tokens"] for r in spec) / verify if verify else None
+
+
+def measured_lines_by_repeat(lines: list[dict]) -> dict[int, list[dict]]:
+    by_repeat: dict[int, list[dict]] = {}
+    for line in lines:
+        if not line.get("warmup"):
+            by_repeat.setdefault(int(line.get("repeat") or 0), []).append(line)
+    return by_repeat
+
+
+@register("accept_length_sources_agree", "speculative", ("max_accept_length_source_gap",))
+def accept_length_sources_agree(ctx: GateContext) -> list[Verdict]:
+    """Where the accept length has two sources over one window (the requests' own verify
+    counts and the server's /metrics counters), they differ by at most
+    gate.max_accept_length_source_gap of the larger."""
+    name, arm, gap = "accept_length_sources_agree", ctx.arm, ctx.gate.max_accept_length_source_gap
+    if gap is None:
+        return [skipped(name, arm, "gate.max_accept_length_source_gap is null: the two sources are not compared")]
+    if (missing := unmeasured(name, ctx)) is not None:
+        return missing
+    by_repeat = measured_lines_by_repeat(ctx.requests)
+    repeats = max(len(ctx.server_windows), len(by_repeat), 1)
+    return [source_verdict(ctx, repeat, by_repeat.get(repeat, []), window, gap, repeats)
+            for repeat, window in enumerate(ctx.server_windows or [{}])]
+
+
+def source_verdict(ctx: GateContext, repeat: int, lines: list[dict], window: dict, gap: float,
+                   repeats: int) -> Verdict:
+    """One repeat's two accept lengths side by side, or why they cannot be compared."""
+    name, arm = "accept_length_sources_agree", ctx.arm
+    where = f" (repeat {repeat + 1})" if repeats > 1 else ""
+    mine, theirs = per_request_accept_length(lines), (window or {}).get("accept_length")
+    if mine is None and theirs is None:
+        return skipped(name, arm, f"{arm}{where}: no accept length from either source (no speculation measured)")
+    if mine is None:
+        return skipped(name, arm, f"{arm}{where}: one source only, {window.get('accept_length_definition')} "
+                                  f"= {theirs:.4f}; the requests carry no verify counts to compare it with")
+    if theirs is None:
+        return skipped(name, arm, f"{arm}{where}: one source only, {PER_REQUEST_DEFINITION} = {mine:.4f}; the "
+                                  f"server's /metrics gave no generation-token and verify-call counters over the window")
+    both = (f"{PER_REQUEST_DEFINITION} = {mine:.4f}; {window.get('accept_length_definition')} = {theirs:.4f}")
+    failed = [r for r in lines if not r.get("ok")]
+    if failed:  # the server counted what it finished of them, the client none of them
+        return skipped(name, arm, f"{arm}{where}: not like for like: {len(failed)} measured request(s) failed, "
+                                  f"which only the server's counters may hold ({both})")
+    difference = abs(mine - theirs) / max(mine, theirs)
+    if difference <= gap:
+        return Verdict(name, arm, True, round(difference, 6), gap,
+                       f"{arm}{where}: the two accept lengths agree within {difference:.2%} (≤ {gap:.0%}): {both}")
+    return Verdict(name, arm, False, round(difference, 6), gap,
+                   f"{arm}{where}: the two accept lengths disagree by {difference:.2%} of the larger (> {gap:.0%}): "
+                   f"{both}. Over the same requests they count the same tokens and cycles, so one of them is not "
+                   f"measuring what it claims")
