@@ -9,8 +9,6 @@ config mistake stops the run before any server starts (pytest exit status 4).
 
 from __future__ import annotations
 
-import os
-import re
 import signal
 import sys
 import warnings
@@ -20,18 +18,13 @@ from typing import Callable
 import pytest
 
 from harness.gates import verdict
-from harness.gates.baseline_match import check_baseline
-from harness.config.compose import DEFAULT_CONF_DIR, ConfigError, Experiment, compose, is_override, remote_engine
+from harness.config.compose import DEFAULT_CONF_DIR, ConfigError, Experiment, compose, is_override
 from harness.gates.registry import GateContext, gates_of
-from harness.gates.reference import comparisons
-from harness.record.store import RecordError, RunData, read_reference_runs
+from harness.run.preflight import load_baseline, preflight
 from harness.run.replay import read_replayed, replay_experiment
-from harness.engines import engine_of
-from harness.run.drafter_fit import DrafterMismatch, check_drafter_fit
 from harness.load import print_progress
 from harness.run.runner import ArmFailed, ArmRun, Runner
 from harness.record.secrets import redact_patterns
-from harness.telemetry.driver import nvidia_driver_status
 
 OVERRIDES = pytest.StashKey[list]()
 RUNNER = pytest.StashKey[Runner]()
@@ -112,9 +105,9 @@ def pytest_configure(config: pytest.Config) -> None:
         else:
             experiment = compose(overrides, conf_dir(config))
         baseline, baseline_notes = load_baseline(experiment)
+        preflight(experiment)
     except ConfigError as exc:
         raise pytest.UsageError(redact_patterns(f"specgate: {exc}")) from None
-    preflight(experiment)
     progress = None if config.getoption("no_progress") else terminal_progress(config)
     runner = Runner(experiment, progress=progress, notes=notes + baseline_notes,
                     reference=baseline[-1] if baseline else None, history=baseline[:-1], replayed=replayed)
@@ -125,26 +118,6 @@ def pytest_configure(config: pytest.Config) -> None:
     install_sigterm_as_interrupt()
 
 
-def load_baseline(experiment: Experiment) -> tuple[list[RunData], list[str]]:
-    """The reference run (gate.baseline) or, for a folder of past runs, all of them that
-    finished (the newest is the reference), read, checked to have measured the same thing,
-    and its comparisons parsed before anything starts; with notes to show (runs a folder
-    left out, a mismatch gate.baseline_mismatch=warn lets through)."""
-    path = experiment.base.gate.baseline
-    if not path:
-        return [], []
-    try:
-        reference, notes = read_reference_runs(Path(path))
-    except RecordError as exc:
-        raise ConfigError(f"gate.baseline: {exc}") from None
-    try:
-        comparisons(experiment.base.gate)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-    kept, mismatch_notes = check_baseline(experiment, reference)
-    return kept, notes + mismatch_notes
-
-
 def pytest_report_header(config: pytest.Config) -> list[str]:
     runner = config.stash.get(RUNNER, None)
     if runner is None:
@@ -153,51 +126,6 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     if ARMS in config.stash:
         lines.append(f"specgate: selected arm(s) {', '.join(config.stash[ARMS])} by id; the others' tests are deselected")
     return lines + [f"specgate: {note}" for note in runner.notes]
-
-
-def preflight(experiment: Experiment) -> None:
-    """What this machine must have before any server starts: a GPU where one is needed, a
-    drafter that fits its target, the interpreter a build names. One sentence each."""
-    require_gpu_if_needed(experiment)
-    for arm in experiment.arms:
-        try:
-            if not checkpoints_elsewhere(arm):
-                check_drafter_fit(arm.cfg)
-        except DrafterMismatch as exc:
-            raise pytest.UsageError(f"specgate: arm '{arm.name}': {exc}") from None
-        python = arm.cfg.build.python
-        needs_python = arm.cfg.backend.kind == "process" or arm.cfg.build.kind == "host_venv"  # docker mounts its venv
-        if needs_python and python and not os.path.exists(python):
-            raise pytest.UsageError(f"specgate: arm '{arm.name}': build.python {python} does not exist; "
-                                    f"`make install` sets up the venvs the project's builds use")
-
-
-def checkpoints_elsewhere(arm) -> bool:
-    """On a remote engine the checkpoints are that machine's: the drafter-fit check reads
-    them only where this machine sees them too (a shared filesystem), and says when not."""
-    cfg, remote = arm.cfg, remote_engine(arm.cfg)
-    if remote is None or not cfg.drafter.algorithm or not engine_of(cfg).checks_drafter_fit:
-        return False
-    if all(os.path.exists(p) for p in (cfg.server.model_path, cfg.drafter.model_path) if p):
-        return False
-    print(f"specgate: arm '{arm.name}': the checkpoints are on {remote}, not on this machine: the drafter-fit "
-          f"check is left to the server there", file=sys.stderr)
-    return True
-
-
-def require_gpu_if_needed(experiment: Experiment) -> None:
-    # an attached server or a remote engine has its GPUs on another machine
-    needing = [a for a in experiment.arms
-               if a.cfg.server.requires_gpu and a.cfg.backend.kind != "attach" and not remote_engine(a.cfg)]
-    if not needing:
-        return
-    present, why = nvidia_driver_status()
-    if not present:
-        server = needing[0].cfg.server.name
-        raise pytest.UsageError(
-            f"specgate: experiment '{experiment.name}' needs an NVIDIA GPU machine (server '{server}' has "
-            f"requires_gpu: true) but this machine has no NVIDIA driver ({why}); run it on the GPU box, "
-            f"or use backend=attach backend.url=... against a running server")
 
 
 def install_sigterm_as_interrupt() -> None:

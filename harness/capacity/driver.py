@@ -28,6 +28,7 @@ from harness.load import print_progress
 from harness.run.outcome import ArmOutcome
 from harness.servers import Session, remove_dead_sessions_containers
 from harness.capacity.slo import METRICS, STATISTICS, Slo, goodput, misses, slos_of
+from harness.run.preflight import preflight
 
 PASSED, FAILED, INTERRUPTED_EXIT = 0, 1, 2
 
@@ -36,10 +37,6 @@ def check_experiment(experiment: Experiment) -> tuple[list[Slo], SearchSettings]
     """The SLOs and the search settings, or a ConfigError: what `pytest` checks before a server
     starts, plus the capacity keys, which every arm must share (arms compared under different
     objectives would not be compared at all)."""
-    import pytest
-
-    from harness.plugin import preflight  # pytest's module: imported only once a capacity search runs
-
     base = experiment.base
     for arm in experiment.arms:
         for key in ("slo", "capacity"):
@@ -58,10 +55,7 @@ def check_experiment(experiment: Experiment) -> tuple[list[Slo], SearchSettings]
     except CapacityConfigError as exc:
         raise ConfigError(str(exc)) from None
     check_capacity_gates(base.gate.min_capacity, experiment.arm_names)
-    try:
-        preflight(experiment)
-    except pytest.UsageError as exc:
-        raise ConfigError(str(exc).removeprefix("specgate: ")) from None
+    preflight(experiment)
     return slos, settings
 
 

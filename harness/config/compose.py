@@ -7,6 +7,7 @@ here raises `ConfigError` with one sentence that names the key and the valid cho
 
 from __future__ import annotations
 
+import itertools
 import dataclasses
 import os
 import difflib
@@ -20,7 +21,6 @@ from hydra import initialize_config_dir
 from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -134,10 +134,7 @@ def sweep_points(overrides: list[str]) -> list[SweepPoint]:
     except HydraException as exc:
         raise ConfigError(f"cannot parse the override: {first_line(str(exc))}") from None
     sweeps = [o for o in parsed if o.is_sweep_override()]
-    try:
-        combinations = BasicSweeper.split_arguments(sweeps, max_batch_size=None)[0]
-    except HydraException as exc:
-        raise ConfigError(first_line(str(exc))) from None
+    combinations = sweep_combinations(sweeps)
     points = []
     for combination in combinations:
         picked = {choice.split("=", 1)[0]: choice for choice in combination}
@@ -151,6 +148,19 @@ def sweep_points(overrides: list[str]) -> list[SweepPoint]:
                 swept.append(picked[key])
         points.append(SweepPoint(point, swept))
     return points
+
+
+def sweep_combinations(sweeps: list) -> list[tuple[str, ...]]:
+    """Every combination of the swept values, as `key=value` strings, in Hydra's basic
+    sweeper's order (the last key varies fastest), through Hydra's public override API."""
+    lists = []
+    for override in sweeps:
+        if not override.is_discrete_sweep():  # interval(0,1): a sweeper that samples, not a list
+            raise ConfigError(f"{override.input_line}: only lists, range() and choice() can be swept here, "
+                              f"not an interval")
+        key = override.get_key_element()
+        lists.append([f"{key}={value}" for value in override.sweep_string_iterator()])
+    return list(itertools.product(*lists))
 
 
 def is_sweep(override: str) -> bool:

@@ -1,4 +1,7 @@
-"""Server backends behind one interface (`Server`). Only this package starts servers."""
+"""Server backends behind one interface (`Server`). Only this package starts servers.
+
+Also the images a docker backend runs (images.py) and the control-plane HTTP client (client.py).
+May import: config, engines, record (the server log goes through the redaction)."""
 
 from __future__ import annotations
 

@@ -24,6 +24,7 @@ from harness import PROJECT_ROOT, SUITES_DIR
 from harness.config.compose import ConfigError, Experiment, SweepPoint, compose, is_sweep, override_key, sweep_points
 from harness.sweep import gates as sweep_gate
 from harness.sweep.record import SweepRecord
+from harness.run.preflight import load_baseline, preflight
 
 INTERRUPTED_EXIT = 2  # pytest's status for a run stopped by Ctrl-C
 STOP_GRACE_S = (120, 30)  # after SIGINT, then after SIGTERM: time for a point to stop its servers
@@ -40,9 +41,6 @@ def check_points(points: list[SweepPoint], conf_dir: Path, here: bool = True) ->
     """Compose every point, and check what pytest would check before starting a server. What
     a machine must have (a GPU, the model's files, an interpreter) is checked only when the
     points run `here`: on a cluster each point's own pytest checks its node."""
-    from harness.plugin import load_baseline, preflight  # pytest only once a sweep runs
-    import pytest
-
     if any(override_key(o) == "record.root" for point in points for o in point.swept):
         raise ConfigError("record.root cannot be swept: the sweep's own folder holds every point's record")
     if any(override_key(o).startswith("sweep_gate.") for point in points for o in point.swept):
@@ -54,9 +52,8 @@ def check_points(points: list[SweepPoint], conf_dir: Path, here: bool = True) ->
             load_baseline(experiment)
             if here:
                 preflight(experiment)
-        except (ConfigError, pytest.UsageError) as exc:
-            why = str(exc).removeprefix("specgate: ")
-            raise ConfigError(f"sweep point {index} ({' '.join(point.swept) or 'no sweep'}): {why}") from None
+        except ConfigError as exc:
+            raise ConfigError(f"sweep point {index} ({' '.join(point.swept) or 'no sweep'}): {exc}") from None
         experiments.append(experiment)
     return experiments
 
