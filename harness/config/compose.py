@@ -152,15 +152,16 @@ def sweep_points(overrides: list[str]) -> list[SweepPoint]:
 
 def sweep_combinations(sweeps: list) -> list[tuple[str, ...]]:
     """Every combination of the swept values, as `key=value` strings, in Hydra's basic
-    sweeper's order (the last key varies fastest), through Hydra's public override API."""
-    lists = []
+    sweeper's order (the last key varies fastest; a key swept twice keeps its first place and
+    its last values), through Hydra's public override API."""
+    by_key: dict[str, list[str]] = {}
     for override in sweeps:
         if not override.is_discrete_sweep():  # interval(0,1): a sweeper that samples, not a list
             raise ConfigError(f"{override.input_line}: only lists, range() and choice() can be swept here, "
                               f"not an interval")
         key = override.get_key_element()
-        lists.append([f"{key}={value}" for value in override.sweep_string_iterator()])
-    return list(itertools.product(*lists))
+        by_key[key] = [f"{key}={value}" for value in override.sweep_string_iterator()]
+    return list(itertools.product(*by_key.values()))
 
 
 def is_sweep(override: str) -> bool:
