@@ -1,0 +1,168 @@
+"""The README and docs/ say what the code does: every default they quote matches the config,
+every relative link and every repository path they name exists.
+
+The convention that makes a quoted default checkable (docs/architecture.md, "Writing the docs"):
+
+- a key's default: `` `gate.tolerance` (default `0.02`) `` — the full dotted key in backticks,
+  then ``(default `VALUE`)`` with VALUE as YAML. It is compared with the config composed from
+  conf/ with no override (what a user gets), so it covers the schema's dataclass defaults and
+  conf/*.yaml alike. A mapping entry's field names its entry in angle brackets:
+  `` `gate.lossless.<arm>.min_exact_match` (default `1.0`) `` is read off the schema's dataclass.
+- a group's default option: `` `backend=docker` (default) ``.
+
+Prose that states a default of a config key in any other way (`` `workload.timeout_s` ``,
+default 300 s) fails too, so a new default cannot slip past the check.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import typing
+from pathlib import Path
+
+import pytest
+import yaml
+from omegaconf import OmegaConf
+
+from harness.config.compose import compose_config
+from harness.config.schema import SpecgateConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+SECTIONS = [f.name for f in dataclasses.fields(SpecgateConfig)]
+
+QUOTED_DEFAULT = re.compile(r"`([a-z_][\w.<>-]*)`\s+\(default\s+`([^`]*)`")
+# a row of a table whose first two columns are "key | default"
+TABLE_DEFAULT = re.compile(r"^\| `([a-z_][\w.<>-]*)` \| `([^`]*)` \|", re.M)
+GROUP_DEFAULT = re.compile(r"`(\w+)=(\w+)`\s+\(default\)")
+# a config key in backticks, then "default" and a number before the sentence goes on
+LOOSE_DEFAULT = re.compile(
+    r"`(?:%s)\.[\w.<>]+`[^`]{0,25}?\bdefault\b:?\s*\**[-\d]" % "|".join(SECTIONS))
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+REPO_PATH = re.compile(r"`((?:harness|conf|suites|tests|benchmarks|scripts|containers|datasets|docs)/[\w./-]*)`")
+
+
+def prose(page: Path) -> str:
+    """The page's text with its code blocks blanked, line numbers kept."""
+    lines, in_code = [], False
+    for line in page.read_text(encoding="utf-8").splitlines():
+        fence = line.lstrip().startswith("```")
+        lines.append("" if in_code or fence else line)
+        in_code ^= fence
+    return "\n".join(lines)
+
+
+def found(pattern: re.Pattern):
+    """(place, match) of every match in the prose of every page; a match may span lines."""
+    for page in PAGES:
+        text = prose(page)
+        for match in pattern.finditer(text):
+            yield f"{page.relative_to(ROOT)}:{text.count(chr(10), 0, match.start()) + 1}", match
+
+
+@pytest.fixture(scope="module")
+def default_config():
+    cfg, choices = compose_config([])
+    return cfg, choices
+
+
+def schema_default(path: list[str]):
+    """The dataclass default at `path`, where a `<name>` segment steps into a mapping's entry type."""
+    node: type = SpecgateConfig
+    value = None
+    for index, part in enumerate(path):
+        if part.startswith("<"):
+            continue
+        hints = typing.get_type_hints(node)
+        if part not in hints:
+            raise KeyError(".".join(path[: index + 1]))
+        kind = hints[part]
+        kind = next((a for a in typing.get_args(kind) if a is not type(None)), kind) \
+            if typing.get_origin(kind) is typing.Union else kind
+        spec = next(f for f in dataclasses.fields(node) if f.name == part)
+        value = spec.default if spec.default is not dataclasses.MISSING else spec.default_factory()
+        if typing.get_origin(kind) in (dict, typing.Dict) and dataclasses.is_dataclass(typing.get_args(kind)[1]):
+            kind = typing.get_args(kind)[1]
+        if dataclasses.is_dataclass(kind):
+            node = kind
+    return value
+
+
+def config_default(key: str, cfg):
+    if "<" in key:
+        return schema_default(key.split("."))
+    value = OmegaConf.select(cfg, key, default=KeyError)
+    if value is KeyError:
+        raise KeyError(key)
+    return OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+
+
+def quoted_defaults():
+    """(place, key, quoted value) of every default quoted in prose or in a "key | default" table."""
+    quoted = [(place, match.group(1), match.group(2)) for place, match in found(QUOTED_DEFAULT)]
+    for page in PAGES:
+        for table in re.split(r"\n(?!\|)", prose(page)):
+            if table.startswith("| key | default |"):
+                offset = prose(page).index(table)
+                quoted += [(f"{page.relative_to(ROOT)}:{prose(page).count(chr(10), 0, offset + m.start()) + 1}",
+                            m.group(1), m.group(2)) for m in TABLE_DEFAULT.finditer(table)]
+    return quoted
+
+
+def test_the_pages_quote_defaults_in_the_checkable_form():
+    assert len(quoted_defaults()) >= 30, "the convention's pattern no longer finds the quoted defaults"
+
+
+def test_every_quoted_default_is_the_configs(default_config):
+    cfg, _ = default_config
+    wrong = []
+    for place, key, text in quoted_defaults():
+        try:
+            actual = config_default(key, cfg)
+        except KeyError:
+            wrong.append(f"{place}: `{key}` is no key of the config")
+            continue
+        if yaml.safe_load(text) != actual:
+            wrong.append(f"{place}: `{key}` (default `{text}`), but the config's default is {actual!r}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_every_quoted_group_default_is_the_configs(default_config):
+    _, choices = default_config
+    wrong = [f"{place}: `{match.group(0)}`, but conf/config.yaml picks {choices.get(match.group(1))!r}"
+             for place, match in found(GROUP_DEFAULT) if choices.get(match.group(1)) != match.group(2)]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_no_default_is_quoted_outside_the_convention():
+    loose = [f"{place}: {match.group(0)!r}: write it as `key` (default `value`)" for place, match in found(LOOSE_DEFAULT)]
+    assert not loose, "\n".join(loose)
+
+
+def test_every_relative_link_points_at_a_file_and_heading():
+    broken = []
+    for place, match in found(LINK):
+        target = match.group(1)
+        if re.match(r"[a-z]+:", target):
+            continue  # http:, https:, mailto:
+        page = ROOT / place.rsplit(":", 1)[0]
+        file_part, _, anchor = target.partition("#")
+        path = (page.parent / file_part).resolve() if file_part else page
+        if not path.exists():
+            broken.append(f"{place}: {target}: no such file")
+        elif anchor and path.suffix == ".md" and anchor not in anchors(path):
+            broken.append(f"{place}: {target}: no heading '#{anchor}' in {path.name}")
+    assert not broken, "\n".join(broken)
+
+
+def test_every_repository_path_named_exists():
+    missing = [f"{place}: {match.group(1)}" for place, match in found(REPO_PATH)
+               if not (ROOT / match.group(1).rstrip("/")).exists()]
+    assert not missing, "no such file or folder:\n" + "\n".join(missing)
+
+
+def anchors(page: Path) -> set[str]:
+    """GitHub's heading anchors: lower case, punctuation dropped, spaces to hyphens."""
+    headings = [line.lstrip("#").strip() for line in prose(page).splitlines() if line.startswith("#")]
+    return {re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-") for heading in headings}
