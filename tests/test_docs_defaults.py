@@ -1,17 +1,21 @@
-"""The README and docs/ say what the code does: every default they quote matches the config,
-every relative link and every repository path they name exists.
+"""The README and docs/ say what the code does: every default they quote is the config's,
+every relative link (and its heading) and every repository path they name exists.
 
-The convention that makes a quoted default checkable (docs/architecture.md, "Writing the docs"):
+The convention that makes a quoted default checkable (docs/architecture.md, "Writing the
+docs"), in prose outside code blocks:
 
-- a key's default: `` `gate.tolerance` (default `0.02`) `` — the full dotted key in backticks,
-  then ``(default `VALUE`)`` with VALUE as YAML. It is compared with the config composed from
-  conf/ with no override (what a user gets), so it covers the schema's dataclass defaults and
-  conf/*.yaml alike. A mapping entry's field names its entry in angle brackets:
-  `` `gate.lossless.<arm>.min_exact_match` (default `1.0`) `` is read off the schema's dataclass.
-- a group's default option: `` `backend=docker` (default) ``.
+- a key's default: `` `gate.tolerance` (default `0.02`) ``, the full dotted key in backticks,
+  then ``(default `VALUE``` with VALUE as YAML (a unit may follow inside the parentheses).
+  It is compared with the config composed from conf/ with no override (what a user gets),
+  so it covers the schema's dataclass defaults and conf/*.yaml alike. A mapping entry's
+  field names its entry in angle brackets, `` `gate.lossless.<arm>.min_exact_match` ``, and
+  is read off the schema's dataclass;
+- a table whose first two columns are ``key | default``: each row the same way;
+- a group's default option: `` `backend=docker` (default) ``, or a config-tree table's row
+  ``| `backend` | `docker` (default), ...``.
 
-Prose that states a default of a config key in any other way (`` `workload.timeout_s` ``,
-default 300 s) fails too, so a new default cannot slip past the check.
+A config key followed by "default" and a number in any other form fails, so a default
+cannot slip past the check by being written differently.
 """
 
 from __future__ import annotations
@@ -32,14 +36,12 @@ ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 SECTIONS = [f.name for f in dataclasses.fields(SpecgateConfig)]
 
-QUOTED_DEFAULT = re.compile(r"`([a-z_][\w.<>-]*)`\s+\(default\s+`([^`]*)`")
-# a row of a table whose first two columns are "key | default"
-TABLE_DEFAULT = re.compile(r"^\| `([a-z_][\w.<>-]*)` \| `([^`]*)` \|", re.M)
-# `backend=docker` (default), or a config-tree table's row: | `backend` | `docker` (default), ...
+KEY = r"`([a-z_][\w.<>-]*)`"
+QUOTED_DEFAULT = re.compile(KEY + r"\s+\(default\s+`([^`]*)`")
+DEFAULTS_TABLE = re.compile(r"^\| key \| default \|.*(?:\n\|.*)*", re.M)
+TABLE_ROW = re.compile(r"^\| " + KEY + r" \| `([^`]*)` \|", re.M)
 GROUP_DEFAULT = re.compile(r"`(\w+)=(\w+)`\s+\(default\)|^\| `(\w+)` \| `(\w+)` \(default\)", re.M)
-# a config key in backticks, then "default" and a number before the sentence goes on
-LOOSE_DEFAULT = re.compile(
-    r"`(?:%s)\.[\w.<>]+`[^`]{0,25}?\bdefaults?\b(?: to| is)?:?\s*\**[-\d]" % "|".join(SECTIONS))
+LOOSE_DEFAULT = re.compile(r"`(?:%s)\.[\w.<>]+`[^`]{0,25}?\bdefaults?\b(?: to| is)?:?\s*\**[-\d]" % "|".join(SECTIONS))
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 REPO_PATH = re.compile(r"`((?:harness|conf|suites|tests|benchmarks|scripts|containers|datasets|docs)/[\w./-]*)`")
 
@@ -54,36 +56,39 @@ def prose(page: Path) -> str:
     return "\n".join(lines)
 
 
-def found(pattern: re.Pattern):
-    """(place, match) of every match in the prose of every page; a match may span lines."""
-    for page in PAGES:
+def found(pattern: re.Pattern, pages=PAGES):
+    """(page, "page:line", match) of every match in the prose of the pages; a match may span lines."""
+    for page in pages:
         text = prose(page)
         for match in pattern.finditer(text):
-            yield f"{page.relative_to(ROOT)}:{text.count(chr(10), 0, match.start()) + 1}", match
+            yield page, f"{page.relative_to(ROOT)}:{text.count(chr(10), 0, match.start()) + 1}", match
 
 
-@pytest.fixture(scope="module")
-def default_config():
-    cfg, choices = compose_config([])
-    return cfg, choices
+def quoted_defaults() -> list[tuple[str, str, str]]:
+    """(place, key, quoted value) of every default quoted in prose or in a "key | default" table."""
+    quoted = [(place, m.group(1), m.group(2)) for _, place, m in found(QUOTED_DEFAULT)]
+    for page, place, table in found(DEFAULTS_TABLE):
+        first = int(place.rsplit(":", 1)[1])
+        quoted += [(f"{page.relative_to(ROOT)}:{first + table.group(0).count(chr(10), 0, row.start())}",
+                    row.group(1), row.group(2)) for row in TABLE_ROW.finditer(table.group(0))]
+    return quoted
 
 
 def schema_default(path: list[str]):
     """The dataclass default at `path`, where a `<name>` segment steps into a mapping's entry type."""
-    node: type = SpecgateConfig
-    value = None
+    node, value = SpecgateConfig, None
     for index, part in enumerate(path):
         if part.startswith("<"):
             continue
         hints = typing.get_type_hints(node)
         if part not in hints:
             raise KeyError(".".join(path[: index + 1]))
+        field = next(f for f in dataclasses.fields(node) if f.name == part)
+        value = field.default if field.default is not dataclasses.MISSING else field.default_factory()
         kind = hints[part]
-        kind = next((a for a in typing.get_args(kind) if a is not type(None)), kind) \
-            if typing.get_origin(kind) is typing.Union else kind
-        spec = next(f for f in dataclasses.fields(node) if f.name == part)
-        value = spec.default if spec.default is not dataclasses.MISSING else spec.default_factory()
-        if typing.get_origin(kind) in (dict, typing.Dict) and dataclasses.is_dataclass(typing.get_args(kind)[1]):
+        if typing.get_origin(kind) is typing.Union:  # Optional[X]
+            kind = next(a for a in typing.get_args(kind) if a is not type(None))
+        if typing.get_origin(kind) in (dict, typing.Dict):  # Dict[str, X]: <entry> steps into X
             kind = typing.get_args(kind)[1]
         if dataclasses.is_dataclass(kind):
             node = kind
@@ -91,6 +96,7 @@ def schema_default(path: list[str]):
 
 
 def config_default(key: str, cfg):
+    """The default a user gets for `key`; KeyError when the config has no such key."""
     if "<" in key:
         return schema_default(key.split("."))
     value = OmegaConf.select(cfg, key, default=KeyError)
@@ -99,20 +105,19 @@ def config_default(key: str, cfg):
     return OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
 
 
-def quoted_defaults():
-    """(place, key, quoted value) of every default quoted in prose or in a "key | default" table."""
-    quoted = [(place, match.group(1), match.group(2)) for place, match in found(QUOTED_DEFAULT)]
-    for page in PAGES:
-        for table in re.split(r"\n(?!\|)", prose(page)):
-            if table.startswith("| key | default |"):
-                offset = prose(page).index(table)
-                quoted += [(f"{page.relative_to(ROOT)}:{prose(page).count(chr(10), 0, offset + m.start()) + 1}",
-                            m.group(1), m.group(2)) for m in TABLE_DEFAULT.finditer(table)]
-    return quoted
+def anchors(page: Path) -> set[str]:
+    """GitHub's heading anchors: lower case, punctuation dropped, spaces to hyphens."""
+    headings = [line.lstrip("#").strip() for line in prose(page).splitlines() if line.startswith("#")]
+    return {re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-") for heading in headings}
+
+
+@pytest.fixture(scope="module")
+def default_config():
+    return compose_config([])
 
 
 def test_the_pages_quote_defaults_in_the_checkable_form():
-    assert len(quoted_defaults()) >= 30, "the convention's pattern no longer finds the quoted defaults"
+    assert len(quoted_defaults()) >= 60, "the convention's patterns no longer find the quoted defaults"
 
 
 def test_every_quoted_default_is_the_configs(default_config):
@@ -131,8 +136,7 @@ def test_every_quoted_default_is_the_configs(default_config):
 
 def test_every_quoted_group_default_is_the_configs(default_config):
     _, choices = default_config
-    quoted = [(place, match.group(1) or match.group(3), match.group(2) or match.group(4))
-              for place, match in found(GROUP_DEFAULT)]
+    quoted = [(place, m.group(1) or m.group(3), m.group(2) or m.group(4)) for _, place, m in found(GROUP_DEFAULT)]
     assert len(quoted) >= 8, "the pattern no longer finds the config tree's default options"
     wrong = [f"{place}: {group}={option} is quoted as the default, but conf/config.yaml picks {choices.get(group)!r}"
              for place, group, option in quoted if choices.get(group) != option]
@@ -140,17 +144,16 @@ def test_every_quoted_group_default_is_the_configs(default_config):
 
 
 def test_no_default_is_quoted_outside_the_convention():
-    loose = [f"{place}: {match.group(0)!r}: write it as `key` (default `value`)" for place, match in found(LOOSE_DEFAULT)]
+    loose = [f"{place}: {m.group(0)!r}: write it as `key` (default `value`)" for _, place, m in found(LOOSE_DEFAULT)]
     assert not loose, "\n".join(loose)
 
 
 def test_every_relative_link_points_at_a_file_and_heading():
     broken = []
-    for place, match in found(LINK):
+    for page, place, match in found(LINK):
         target = match.group(1)
         if re.match(r"[a-z]+:", target):
             continue  # http:, https:, mailto:
-        page = ROOT / place.rsplit(":", 1)[0]
         file_part, _, anchor = target.partition("#")
         path = (page.parent / file_part).resolve() if file_part else page
         if not path.exists():
@@ -161,12 +164,5 @@ def test_every_relative_link_points_at_a_file_and_heading():
 
 
 def test_every_repository_path_named_exists():
-    missing = [f"{place}: {match.group(1)}" for place, match in found(REPO_PATH)
-               if not (ROOT / match.group(1).rstrip("/")).exists()]
+    missing = [f"{place}: {m.group(1)}" for _, place, m in found(REPO_PATH) if not (ROOT / m.group(1)).exists()]
     assert not missing, "no such file or folder:\n" + "\n".join(missing)
-
-
-def anchors(page: Path) -> set[str]:
-    """GitHub's heading anchors: lower case, punctuation dropped, spaces to hyphens."""
-    headings = [line.lstrip("#").strip() for line in prose(page).splitlines() if line.startswith("#")]
-    return {re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-") for heading in headings}
