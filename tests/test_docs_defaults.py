@@ -1,5 +1,6 @@
 """The README and docs/ say what the code does: every default they quote is the config's,
-every relative link (and its heading) and every repository path they name exists.
+every relative link (and its heading) and every repository path they name exists, and the
+README stays short enough to read (at most 300 lines).
 
 The convention that makes a quoted default checkable (docs/architecture.md, "Writing the
 docs"), in prose outside code blocks:
@@ -166,3 +167,8 @@ def test_every_relative_link_points_at_a_file_and_heading():
 def test_every_repository_path_named_exists():
     missing = [f"{place}: {m.group(1)}" for _, place, m in found(REPO_PATH) if not (ROOT / m.group(1)).exists()]
     assert not missing, "no such file or folder:\n" + "\n".join(missing)
+
+
+def test_the_readme_stays_a_page_a_newcomer_reads():
+    lines = len((ROOT / "README.md").read_text(encoding="utf-8").splitlines())
+    assert lines <= 300, f"README.md has {lines} lines; depth belongs in a docs/ page, linked from its table"
