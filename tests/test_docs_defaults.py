@@ -1,5 +1,5 @@
 """The README and docs/ say what the code does: every default they quote is the config's,
-every relative link (and its heading) and every repository path they name exists, and the
+every config key they name is the schema's, every relative link (and its heading) and every repository path they name exists, and the
 README stays short enough to read (at most 300 lines).
 
 The convention that makes a quoted default checkable (docs/architecture.md, "Writing the
@@ -35,7 +35,9 @@ from harness.config.schema import SpecgateConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-SECTIONS = [f.name for f in dataclasses.fields(SpecgateConfig)]
+# the config's sections that hold keys: backend, build, server, ..., gate, slo, capacity
+SECTIONS = [f.name for f in dataclasses.fields(SpecgateConfig) if dataclasses.is_dataclass(f.type)
+            or f.default_factory is not dataclasses.MISSING and dataclasses.is_dataclass(f.default_factory)]
 
 KEY = r"`([a-z_][\w.<>-]*)`"
 QUOTED_DEFAULT = re.compile(KEY + r"\s+\(default\s+`([^`]*)`")
@@ -76,21 +78,29 @@ def quoted_defaults() -> list[tuple[str, str, str]]:
 
 
 def schema_default(path: list[str]):
-    """The dataclass default at `path`, where a `<name>` segment steps into a mapping's entry type."""
+    """The schema's default at the dotted `path`; KeyError when the schema has no such key. A
+    mapping's entry is any segment (`<arm>`, `eagle3`); below it, its dataclass's fields."""
     node, value = SpecgateConfig, None
-    for index, part in enumerate(path):
+    segments = iter(path)
+    for part in segments:
+        if node is None:
+            raise KeyError(".".join(path))  # below a value
         if part.startswith("<"):
-            continue
+            return None  # `slo.<metric>.<statistic>`: any field from here on
         hints = typing.get_type_hints(node)
         if part not in hints:
-            raise KeyError(".".join(path[: index + 1]))
+            raise KeyError(".".join(path))
         field = next(f for f in dataclasses.fields(node) if f.name == part)
         value = field.default if field.default is not dataclasses.MISSING else field.default_factory()
-        kind = hints[part]
+        kind, node = hints[part], None
         if typing.get_origin(kind) is typing.Union:  # Optional[X]
             kind = next(a for a in typing.get_args(kind) if a is not type(None))
-        if typing.get_origin(kind) in (dict, typing.Dict):  # Dict[str, X]: <entry> steps into X
-            kind = typing.get_args(kind)[1]
+        if kind is typing.Any:
+            return value  # free-form below
+        if typing.get_origin(kind) in (dict, typing.Dict):  # Dict[str, X]: the next segment is an entry
+            if next(segments, None) is None:
+                return value
+            kind, value = typing.get_args(kind)[1], None
         if dataclasses.is_dataclass(kind):
             node = kind
     return value
@@ -147,6 +157,21 @@ def test_every_quoted_group_default_is_the_configs(default_config):
 def test_no_default_is_quoted_outside_the_convention():
     loose = [f"{place}: {m.group(0)!r}: write it as `key` (default `value`)" for _, place, m in found(LOOSE_DEFAULT)]
     assert not loose, "\n".join(loose)
+
+
+def test_every_config_key_named_exists():
+    """A key in backticks (`workload.max_tokens`, `gate.min_speedup.eagle4.ratio=1.3`) is the schema's."""
+    named = re.compile(r"`((?:%s)\.[\w.<>]+?)(?:=[^`]*)?`" % "|".join(SECTIONS))
+    files = re.compile(r"\.(?:py|json|jsonl|log|png|csv|md|yaml|html)$")
+    unknown = []
+    for _, place, m in found(named):
+        if files.search(m.group(1)):
+            continue  # slo.py, capacity.json, server.log: files, not keys
+        try:
+            schema_default(m.group(1).split("."))
+        except KeyError:
+            unknown.append(f"{place}: `{m.group(1)}`")
+    assert not unknown, "no such key in harness/config/schema.py:\n" + "\n".join(unknown)
 
 
 def test_every_relative_link_points_at_a_file_and_heading():
