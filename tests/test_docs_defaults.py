@@ -30,10 +30,10 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
+from harness import PROJECT_ROOT as ROOT
 from harness.config.compose import compose_config
 from harness.config.schema import SpecgateConfig
 
-ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 # the config's sections that hold keys: backend, build, server, ..., gate, slo, capacity
 SECTIONS = [f.name for f in dataclasses.fields(SpecgateConfig) if dataclasses.is_dataclass(f.type)
