@@ -1,6 +1,7 @@
 """The README and docs/ say what the code does: every default they quote is the config's,
-every config key they name is the schema's, every relative link (and its heading) and every repository path they name exists, and the
-README stays short enough to read (at most 300 lines).
+every config key they name is the schema's, every relative link (and its heading) and every
+repository path they name exists, and the README stays short enough to read (at most 300
+lines).
 
 The convention that makes a quoted default checkable (docs/architecture.md, "Writing the
 docs"), in prose outside code blocks:
