@@ -108,7 +108,7 @@ def summary(data: dict[str, Any]) -> str:
              f"at which every SLO was met ({slos})", ""]
     lines += [f"- {arm}: {capacity_words(block, data['search']['start'])}" for arm, block in data["arms"].items()]
     if data["gates"]:
-        lines += ["", "## Gates", ""] + [f"- {g['status']}: {g['detail']}" for g in data["gates"]]
+        lines += ["", "## Gates", ""] + [f"- {Verdict.from_json(g, 'capacity').line()}" for g in data["gates"]]
     lines += ["", "## Probes", "",
               f"| arm | # | {data['dimension']} | met | TTFT p50 / p99 ms | TPOT p50 / p99 ms | ITL p99 ms "
               "| E2E p99 ms | out tok/s | req/s | goodput req/s | failed | missed |",

@@ -264,7 +264,7 @@ class SpeedupThrough:
 
 @dataclass
 class SweepGateConfig:
-    """Gates on a whole sweep over concurrency, judged when it finishes (harness/sweep/gates.py)."""
+    """Gates on a whole sweep over concurrency, judged when it finishes (harness/gates/sweep.py, through the gate registry)."""
 
     min_speedup_through: Dict[str, SpeedupThrough] = field(default_factory=dict)  # arm -> {concurrency, ratio}
     crossover_at_least: Dict[str, float] = field(default_factory=dict)  # arm -> the lowest crossover concurrency

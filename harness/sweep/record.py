@@ -6,7 +6,7 @@
                   read from the point's results.json; `status` running, finished or interrupted
     summary.md    point x arm: the headline figures and the gate verdict counts, where
                   each speculative arm stops paying (its crossover, see `crossovers`) and the
-                  sweep gates' verdicts (`sweep_gates`, harness/sweep/gates.py)
+                  sweep gates' verdicts (`sweep_gates`, harness/gates/sweep.py)
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from omegaconf import OmegaConf
 
-from harness.sweep import gates as sweep_gate
+from harness.gates.registry import SweepContext, judge
+from harness.gates.verdict import Verdict
 from harness.record.atomic import atomic_write
 from harness.record.secrets import Redactor
 from harness.record.store import FINISHED, INTERRUPTED, RUNNING, RecordError, history_members, read_run, safe_name, unique_dir
@@ -87,10 +87,12 @@ def point_record(point_root: Path) -> Path | None:
 class SweepRecord:
     """The sweep's folder and its sweep.json, rewritten (atomically) after every point."""
 
-    def __init__(self, root: Path, exp_name: str, command: list[str], pytest_options: list[str]):
+    def __init__(self, root: Path, exp_name: str, command: list[str], pytest_options: list[str],
+                 plain_arm: str | None = None):
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         self.path = unique_dir(Path(root).absolute() / f"{stamp}_{safe_name(exp_name)}_sweep")
         self.redactor = Redactor()
+        self.plain_arm = plain_arm  # what the sweep gates' speedups are against (not written: each point's record has it)
         self.data: dict[str, Any] = {"experiment": exp_name, "status": RUNNING, "command": command,
                                      "pytest_options": pytest_options, "started_utc": utc_now(),
                                      "finished_utc": None, "exit_status": None, "points": []}
@@ -128,12 +130,11 @@ class SweepRecord:
         entry.update(status="job_failed", error=reason, job_log=log)
         self.save()
 
-    def judge(self, gates: Any) -> list[dict[str, Any]]:
-        """The sweep gates' verdicts on the points run (stored in sweep.json's `sweep_gates`)."""
-        if not isinstance(gates, dict):
-            gates = OmegaConf.to_container(gates)
-        verdicts = sweep_gate.judge(gates, self.data["points"], crossovers(self.data["points"]))
-        self.data["sweep_gates"] = verdicts
+    def judge(self, gates: Any) -> list[Verdict]:
+        """The registry's sweep gates on the points run (kept in sweep.json's `sweep_gates`)."""
+        points = self.data["points"]
+        verdicts = judge("sweep", SweepContext(gates, points, crossovers(points), self.plain_arm))
+        self.data["sweep_gates"] = [v.to_json() for v in verdicts]
         return verdicts
 
     def learn_secrets(self, overrides: list[str]) -> None:
@@ -218,7 +219,7 @@ def summary(data: dict[str, Any]) -> str:
                   for x in data["crossovers"]]
     if data.get("sweep_gates"):
         lines += ["", "## Sweep gates", ""]
-        lines += [f"- {sweep_gate.describe(v)}" for v in data["sweep_gates"]]
+        lines += [f"- {Verdict.from_json(v, 'sweep').line()}" for v in data["sweep_gates"]]
     failed = [p for p in data["points"] if p.get("error")]
     if failed:  # a launched sweep's jobs: why each ended as it did, and its log
         lines += ["", "## Why points failed", ""]

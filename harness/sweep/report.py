@@ -23,7 +23,9 @@ from matplotlib.ticker import FixedLocator, NullLocator
 from harness.record.atomic import atomic_write
 from harness.record.store import FINISHED, INTERRUPTED
 from harness.report.html import ARM_COLORS, TEMPLATES, ReportError, figure_uri, show
-from harness.sweep.gates import FAILED, NOT_EVALUABLE, PASSED, others_of, point_concurrency
+from harness.gates.sweep import others_of, point_concurrency
+
+PASSED, FAILED, NOT_EVALUABLE = "passed", "failed", "not_evaluable"  # sweep.json's verdict statuses
 
 SWEEP_FILE = "sweep.json"
 # (column, sweep.json's figure, format): the point x arm table
