@@ -1,6 +1,6 @@
-"""A capacity search's record: `<record.root>/<UTC timestamp>_<exp>_capacity/`, made by the
-run record's own recorder (harness/record/recorder.py: redacted, atomic), so it holds what a run
-record holds of its config:
+"""A capacity search's record: `<record.root>/<UTC timestamp>_<exp>_capacity/`, made by the one
+record writer (harness/record/recorder.py, kind "capacity": redacted, atomic), so it holds what
+a run record holds of its config:
 
     config.yaml, overrides.yaml, arms/<arm>/config.yaml   the composed config (re-run it with
                                                           the `command` in capacity.json)
@@ -72,14 +72,14 @@ class CapacityRecord:
         }
 
     def save(self, status: str = RUNNING) -> None:
-        self.recorder.record.write_json("capacity.json", self.data(status))
+        self.recorder.write_data(self.data(status))
 
     def finish(self, verdicts: list[Verdict], exit_status: int, interrupted: bool) -> None:
         self.verdicts, self.exit_status = verdicts, exit_status
         status = INTERRUPTED if interrupted else FINISHED
         data = self.data(status)
-        self.recorder.record.write_json("capacity.json", data)
-        self.recorder.record.write_text("summary.md", summary(data))
+        self.recorder.write_data(data)
+        self.recorder.write_summary(summary(data))
 
 
 def cell(value: Any) -> str:

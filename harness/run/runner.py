@@ -203,7 +203,7 @@ class Runner:
         }
 
     def save(self, status: str = RUNNING) -> None:
-        self.recorder.write_results(self.results_json(status))
+        self.recorder.write_data(self.results_json(status))
 
     def drift(self) -> list[dict[str, Any]]:
         if self.replayed is None:

@@ -124,7 +124,7 @@ def run_sweep(overrides: list[str], pytest_options: list[str], conf_dir: Path, c
     points = sweep_points(overrides)
     experiments = check_points(points, conf_dir, here=engine != "slurm")
     first = experiments[0]
-    record = SweepRecord(Path(first.base.record.root), first.name, command, pytest_options, first.plain_arm)
+    record = SweepRecord(first, command, pytest_options)
     labels = [label(n, p) for n, p in enumerate(points)]
     record.learn_secrets([*overrides, *pytest_options, *(o for p in points for o in p.overrides)])
     runs = [point_overrides(p.overrides, record.point_root(name)) for p, name in zip(points, labels)]

@@ -1,4 +1,5 @@
-"""A sweep's record: `<record.root>/<UTC timestamp>_<exp>_sweep/`.
+"""A sweep's record: `<record.root>/<UTC timestamp>_<exp>_sweep/`, made by the one record writer
+(harness/record/recorder.py, kind "sweep": redacted, atomic).
 
     points/<n>_<label>/<UTC timestamp>_<exp>/   each point's own run record (its record.root
                                                 is points/<n>_<label>, so `latest` is there too)
@@ -11,7 +12,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from datetime import datetime, timezone
 from pathlib import Path
@@ -21,9 +21,10 @@ import yaml
 
 from harness.gates.registry import SweepContext, judge
 from harness.gates.verdict import Verdict
-from harness.record.atomic import atomic_write
+from harness.config.compose import Experiment
+from harness.record.recorder import Recorder
 from harness.record.secrets import Redactor
-from harness.record.store import FINISHED, INTERRUPTED, RUNNING, RecordError, history_members, read_run, safe_name, unique_dir
+from harness.record.store import FINISHED, INTERRUPTED, RUNNING, RecordError, history_members, read_run, safe_name
 
 # (column, how results.json's arm block gives it); `{plain}` is the run's plain arm.
 HEADLINE = (
@@ -85,17 +86,25 @@ def point_record(point_root: Path) -> Path | None:
 
 
 class SweepRecord:
-    """The sweep's folder and its sweep.json, rewritten (atomically) after every point."""
+    """The sweep's folder (the one record writer's kind "sweep") and its sweep.json, rewritten
+    (atomically) after every point."""
 
-    def __init__(self, root: Path, exp_name: str, command: list[str], pytest_options: list[str],
-                 plain_arm: str | None = None):
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-        self.path = unique_dir(Path(root).absolute() / f"{stamp}_{safe_name(exp_name)}_sweep")
-        self.redactor = Redactor()
-        self.plain_arm = plain_arm  # what the sweep gates' speedups are against (not written: each point's record has it)
-        self.data: dict[str, Any] = {"experiment": exp_name, "status": RUNNING, "command": command,
+    def __init__(self, experiment: Experiment, command: list[str], pytest_options: list[str]):
+        """`experiment`: the first point's, whose name and record.root the sweep's folder takes."""
+        self.recorder = Recorder(experiment, kind="sweep")
+        self.plain_arm = experiment.plain_arm  # what the sweep gates' speedups are against
+        self.data: dict[str, Any] = {"experiment": experiment.name, "status": RUNNING, "command": command,
                                      "pytest_options": pytest_options, "started_utc": utc_now(),
                                      "finished_utc": None, "exit_status": None, "points": []}
+
+    @property
+    def path(self) -> Path:
+        """Absolute: every point's record.root is inside it, and a point may run elsewhere (a SLURM node)."""
+        return self.recorder.path.absolute()
+
+    @property
+    def redactor(self) -> Redactor:
+        return self.recorder.redactor
 
     def point_root(self, label: str) -> Path:
         return self.path / "points" / label
@@ -140,17 +149,16 @@ class SweepRecord:
     def learn_secrets(self, overrides: list[str]) -> None:
         """The secrets the overrides carry (`server.env.HF_TOKEN=...`): kept in memory, where
         the points' commands need them, but never written."""
-        self.redactor.learn(overrides)
+        self.recorder.learn_secrets(overrides)
 
     def save(self) -> None:
-        shown = self.redactor.data(self.data)
-        atomic_write(self.path / "sweep.json", json.dumps(shown, indent=2, allow_nan=False) + "\n")
+        self.recorder.write_data(self.data)
 
     def finish(self, exit_status: int, interrupted: bool) -> None:
         self.data.update(status=INTERRUPTED if interrupted else FINISHED, finished_utc=utc_now(), exit_status=exit_status,
                          crossovers=crossovers(self.data["points"]))
         self.save()
-        atomic_write(self.path / "summary.md", self.redactor.text(summary(self.redactor.data(self.data))))
+        self.recorder.write_summary(summary(self.redactor.data(self.data)))
 
 
 def crossovers(points: list[dict[str, Any]]) -> list[dict[str, Any]]:

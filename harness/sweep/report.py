@@ -37,10 +37,6 @@ TABLE = (("out tok/s", "output_tok_s", "{:.1f}"), ("TTFT p50 ms", "ttft_ms_p50",
          ("speedup", "speedup", "{:.2f}x"))
 
 
-def is_sweep(path: Path) -> bool:
-    return (Path(path) / SWEEP_FILE).is_file()
-
-
 def write_sweep_report(sweep_dir: Path, out: Optional[Path] = None) -> Path:
     """Render `sweep_dir`'s sweep.json to one HTML file (default `<sweep>/report.html`)."""
     sweep_dir = Path(sweep_dir)
