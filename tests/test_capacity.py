@@ -245,6 +245,9 @@ def test_capacity_finds_the_simulators_known_capacity_per_arm_within_10_percent(
         assert len({json.dumps(p["load"]) for p in probes}) == len(probes)  # no load probed twice
     (verdict,) = data["gates"]
     assert (verdict["name"], verdict["arm"], verdict["status"]) == ("min_capacity", "eagle3", "passed")
+    assert verdict["scope"] == "capacity"  # one verdict type, written as run and sweep records write theirs
+    assert f"specgate capacity gate: PASSED min_capacity eagle3: {verdict['detail']}" in done.stdout
+    assert f"- PASSED min_capacity eagle3: {verdict['detail']}" in (folder / "summary.md").read_text()
     server_logs = [(folder / "arms" / arm / "server.log").read_text() for arm in ("baseline", "eagle3")]
     assert all(log.count("server_args:") == 1 for log in server_logs)  # one server start per arm, every probe on it
     lines = [json.loads(line) for line in (folder / "requests.jsonl").read_text().splitlines()]

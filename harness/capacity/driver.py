@@ -242,8 +242,8 @@ def run_capacity(overrides: list[str], conf_dir: Path, command: list[str]) -> in
     measured = all(a.status == "finished" and not a.failed_probes for a in found.values())
     status = PASSED if measured and not failed(verdicts) else FAILED
     record.finish(verdicts, status, interrupted=False)
-    for verdict in verdicts:
-        say(f"gate: {verdict.line()}")
+    for verdict in verdicts:  # as `specgate sweep` prints its gates
+        print(f"specgate capacity gate: {verdict.line()}", flush=True)
     say(f"exit status {status}; summary {record.path / 'summary.md'}")
     return status
 
