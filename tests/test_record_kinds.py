@@ -51,6 +51,20 @@ def test_every_driver_writes_through_one_recorder_redacted(tmp_path, monkeypatch
         assert SECRET not in file.read_text(), file
 
 
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_every_kind_says_its_status_the_same_way(tmp_path, kind):
+    writer = Recorder(compose(["+exp=sim_smoke", f"record.root={tmp_path}"]), kind=kind)
+    running = writer.status_fields("running")
+    assert running == {"status": "running", "started_utc": writer.started_utc, "finished_utc": None}
+    for status in ("finished", "interrupted"):
+        ended = writer.status_fields(status)
+        assert ended["status"] == status and ended["started_utc"] == writer.started_utc
+        assert ended["finished_utc"] >= ended["started_utc"]
+    with pytest.raises(ValueError, match="a record's status is one of running, finished, interrupted"):
+        writer.status_fields("done")
+    assert not writer.started  # asking what to write makes no folder
+
+
 def old_sweep_record(folder):
     """A sweep.json as specgate wrote it before verdicts had one shape: dicts with a status only."""
     points = [{"label": f"{n}_concurrency-{c}", "swept": [f"workload.concurrency={c}"], "exit_status": 0,

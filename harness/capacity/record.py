@@ -14,7 +14,6 @@ a run record holds of its config:
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -27,17 +26,12 @@ from harness.record.recorder import Recorder
 from harness.capacity.slo import Slo
 
 
-def utc_now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
 class CapacityRecord:
     def __init__(self, experiment: Experiment, command: list[str], slos: list[Slo], settings: SearchSettings):
         self.recorder = Recorder(experiment, kind="capacity")
         self.experiment, self.command, self.slos, self.settings = experiment, command, slos, settings
         self.dimension = str(experiment.base.capacity.dimension)
         self.arms: dict[str, Any] = {}  # arm -> ArmCapacity (harness/capacity/driver.py), filled as it searches
-        self.started_utc = utc_now()
         self.verdicts: list[Verdict] = []
         self.exit_status: int | None = None
         self.save()  # the folder and a capacity.json that says `running`, before any server starts
@@ -56,9 +50,7 @@ class CapacityRecord:
             "description": self.experiment.description,
             "harness_version": __version__,
             "command": self.command,
-            "status": status,  # running, finished or interrupted, as a run record's
-            "started_utc": self.started_utc,
-            "finished_utc": None if status == RUNNING else utc_now(),
+            **self.recorder.status_fields(status),  # running, finished or interrupted, as a run record's
             "exit_status": self.exit_status,
             "dimension": self.dimension,
             "slos": [slo.to_json() for slo in self.slos],

@@ -11,6 +11,7 @@ driver tells it what to write. Layout: see harness/record/store.py and README "R
 from __future__ import annotations
 
 import os
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +19,13 @@ from omegaconf import OmegaConf
 
 from harness.config.compose import Experiment
 from harness.record.kinds import KINDS
-from harness.record.store import Redactor, RunRecord
+from harness.record.store import RUN_STATUSES, RUNNING, Redactor, RunRecord
 from harness.telemetry.sampler import Telemetry
 from harness.telemetry.summary import plot_png, write_csv
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def append_step_summary(text: str) -> None:
@@ -36,6 +41,7 @@ class Recorder:
         self.experiment = experiment
         self.kind = KINDS[kind]  # run | sweep | capacity: the folder's name, its JSON, what else it holds
         self.redactor = Redactor()  # what the record learns before it exists (a sweep's overrides) counts too
+        self.started_utc = utc_now()  # the driver began now, whenever its folder is first needed
         self._record: RunRecord | None = None
 
     @property
@@ -92,6 +98,14 @@ class Recorder:
         write_csv(folder / "telemetry.csv", telemetry)
         if telemetry.samples:
             plot_png(folder / "telemetry.png", telemetry)
+
+    def status_fields(self, status: str) -> dict[str, Any]:
+        """What every kind's JSON says of its state: `running` from the start (so a record a
+        killed process left says so), then `finished` or `interrupted`, with when."""
+        if status not in RUN_STATUSES:
+            raise ValueError(f"a record's status is one of {', '.join(RUN_STATUSES)}, not {status!r}")
+        return {"status": status, "started_utc": self.started_utc,
+                "finished_utc": None if status == RUNNING else utc_now()}
 
     def write_data(self, data: dict[str, Any]) -> None:
         """The record's JSON (results.json, sweep.json or capacity.json), status and all."""

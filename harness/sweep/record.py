@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import math
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -39,10 +38,6 @@ HEADLINE = (
     ("speedup", ("speedup_vs_{plain}",)),
     ("break_even", ("break_even_accept_length_vs_{plain}",)),
 )
-
-
-def utc_now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def dig(block: Any, path: tuple[str, ...], plain: str | None) -> Any:
@@ -93,9 +88,9 @@ class SweepRecord:
         """`experiment`: the first point's, whose name and record.root the sweep's folder takes."""
         self.recorder = Recorder(experiment, kind="sweep")
         self.plain_arm = experiment.plain_arm  # what the sweep gates' speedups are against
-        self.data: dict[str, Any] = {"experiment": experiment.name, "status": RUNNING, "command": command,
-                                     "pytest_options": pytest_options, "started_utc": utc_now(),
-                                     "finished_utc": None, "exit_status": None, "points": []}
+        self.data: dict[str, Any] = {"experiment": experiment.name, **self.recorder.status_fields(RUNNING),
+                                     "command": command, "pytest_options": pytest_options, "exit_status": None,
+                                     "points": []}
 
     @property
     def path(self) -> Path:
@@ -155,7 +150,7 @@ class SweepRecord:
         self.recorder.write_data(self.data)
 
     def finish(self, exit_status: int, interrupted: bool) -> None:
-        self.data.update(status=INTERRUPTED if interrupted else FINISHED, finished_utc=utc_now(), exit_status=exit_status,
+        self.data.update(self.recorder.status_fields(INTERRUPTED if interrupted else FINISHED), exit_status=exit_status,
                          crossovers=crossovers(self.data["points"]))
         self.save()
         self.recorder.write_summary(summary(self.redactor.data(self.data)))
