@@ -142,6 +142,10 @@ def test_sweep_and_capacity_gates_are_registered_with_their_scope_and_keys():
     assert registry.judge("capacity", registry.CapacityContext(gate_cfg(), {}, "req/s", 1.0)) == []
     with pytest.raises(ValueError):
         registry.judge("arm", registry.SweepContext({}, [], []))
+    with pytest.raises(ValueError, match="an arm gate names its suite, a sweep gate none"):
+        registry.register("suited_sweep_gate", "throughput", ("crossover_at_least",), scope="sweep")
+    with pytest.raises(ValueError, match="an arm gate names its suite"):
+        registry.register("suiteless_arm_gate", None, ("max_cv",))
 
 
 def test_a_gate_outside_a_suite_is_not_a_suite_test_nor_listed_as_not_evaluated():

@@ -22,6 +22,7 @@ from typing import Any
 from harness import PROJECT_ROOT, SUITES_DIR
 
 from harness.config.compose import ConfigError, Experiment, SweepPoint, compose, is_sweep, override_key, sweep_points
+from harness.gates.registry import judge
 from harness.gates.verdict import failed
 from harness.sweep.record import SweepRecord
 
@@ -163,7 +164,8 @@ def run_here(record: SweepRecord, runs: list[list[str]], entries: list[dict], co
 def finish_sweep(record: SweepRecord, statuses: list[int | None], gates: Any) -> int:
     """Every point ended: the sweep gates judged on them, the record closed; 0 only if every
     point exited 0 and no sweep gate failed, else 1."""
-    verdicts = record.judge(gates)
+    verdicts = judge("sweep", record.gate_context(gates))  # the registry's sweep gates
+    record.add_verdicts(verdicts)
     status = 0 if all(s == 0 for s in statuses) and not failed(verdicts) else 1
     record.finish(status, interrupted=False)
     for verdict in verdicts:

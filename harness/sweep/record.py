@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from harness.gates.registry import SweepContext, judge
+from harness.gates.registry import SweepContext
 from harness.gates.verdict import Verdict
 from harness.config.compose import Experiment
 from harness.record.recorder import Recorder
@@ -134,12 +134,14 @@ class SweepRecord:
         entry.update(status="job_failed", error=reason, job_log=log)
         self.save()
 
-    def judge(self, gates: Any) -> list[Verdict]:
-        """The registry's sweep gates on the points run (kept in sweep.json's `sweep_gates`)."""
+    def gate_context(self, gates: Any) -> SweepContext:
+        """What the sweep gates judge: the points run, their crossovers, the plain arm."""
         points = self.data["points"]
-        verdicts = judge("sweep", SweepContext(gates, points, crossovers(points), self.plain_arm))
+        return SweepContext(gates, points, crossovers(points), self.plain_arm)
+
+    def add_verdicts(self, verdicts: list[Verdict]) -> None:
+        """The sweep gates' verdicts, kept in sweep.json's `sweep_gates`."""
         self.data["sweep_gates"] = [v.to_json() for v in verdicts]
-        return verdicts
 
     def learn_secrets(self, overrides: list[str]) -> None:
         """The secrets the overrides carry (`server.env.HF_TOKEN=...`): kept in memory, where
