@@ -100,16 +100,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from harness.capacity.report import is_capacity_record, write_capacity_report
+    from harness.capacity.report import write_capacity_report
+    from harness.record.store import record_kind
     from harness.report.html import write_report
-    from harness.sweep.report import is_sweep, write_sweep_report
+    from harness.sweep.report import write_sweep_report
 
-    if is_sweep(args.run_dir):
-        write = write_sweep_report  # its break-even map
-    elif is_capacity_record(args.run_dir):
-        write = write_capacity_report
-    else:
-        write = write_report
+    # a sweep's report is its break-even map; anything else is read as a run (whose reader says what is missing)
+    writers = {"sweep": write_sweep_report, "capacity": write_capacity_report}
+    write = writers.get(record_kind(args.run_dir), write_report)
     print(f"report: {write(args.run_dir, args.output)}")
     return 0
 

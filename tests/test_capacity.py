@@ -16,7 +16,7 @@ import pytest
 
 from harness import cli
 from harness.capacity.search import CapacityConfigError, SearchSettings, search
-from harness.capacity.gates import capacity_verdicts, check_capacity_gates
+from harness.gates.registry import CapacityContext, judge
 from harness.capacity.driver import probe_workload
 from harness.config.compose import ConfigError, compose
 from harness.engines import engine_of
@@ -136,7 +136,13 @@ def searched(name: str, capacity, reached_max: bool = False, status: str = "fini
 
 
 def gate(**spec):
-    return {"eagle3": SimpleNamespace(**{"over": None, "ratio": 1.0, "at_least": None, **spec})}
+    return {"min_capacity": {"eagle3": SimpleNamespace(**{"over": None, "ratio": 1.0, "at_least": None, **spec})}}
+
+
+def capacity_verdicts(gate_cfg, found, search: SearchSettings):
+    """The registry's capacity gates, as `specgate capacity` asks for them."""
+    unit = "concurrent requests" if search.integer else "req/s"
+    return judge("capacity", CapacityContext(gate_cfg, found, unit, search.start))
 
 
 def test_min_capacity_compares_with_another_arm_and_a_floor():
@@ -145,6 +151,7 @@ def test_min_capacity_compares_with_another_arm_and_a_floor():
     assert (ratio.passed, ratio.value, ratio.threshold) == (True, 17, pytest.approx(14.4))
     assert (floor.passed, floor.value, floor.threshold) == (False, 17, 20)
     assert floor.detail == "eagle3: capacity 17 concurrent requests is below the floor 20"
+    assert floor.scope == "capacity" and floor.line() == f"FAILED min_capacity eagle3: {floor.detail}"
     (beaten,) = capacity_verdicts(gate(over="baseline", ratio=1.5), found, settings())
     assert beaten.passed is False and "needs ≥ 18" in beaten.detail
 
@@ -158,11 +165,13 @@ def test_min_capacity_cannot_pass_on_a_bound_nor_on_an_arm_not_measured():
     assert verdict.passed is False and "search ended server_died" in verdict.detail
 
 
-def test_min_capacity_must_name_arms_of_the_experiment():
+def test_min_capacity_must_name_arms_of_the_experiment_at_compose_time():
     with pytest.raises(ConfigError, match=r"^gate.min_capacity names arm 'eagle4', which is not an arm; arms: "
                                           r"baseline, eagle3$"):
-        check_capacity_gates({"eagle4": SimpleNamespace(over="baseline", ratio=1.0, at_least=None)},
-                             ["baseline", "eagle3"])
+        compose([EXP, "+gate.min_capacity.eagle4={over: baseline}"])
+    with pytest.raises(ConfigError, match=r"^gate.min_capacity.eagle3 needs `over` \(another arm, with `ratio`\) or "
+                                          r"`at_least` \(a floor\)$"):
+        compose([EXP, "gate.min_capacity.eagle3.over=null"])
 
 
 # --- config errors: exit 4, one sentence, nothing started -------------------------------------
@@ -236,6 +245,9 @@ def test_capacity_finds_the_simulators_known_capacity_per_arm_within_10_percent(
         assert len({json.dumps(p["load"]) for p in probes}) == len(probes)  # no load probed twice
     (verdict,) = data["gates"]
     assert (verdict["name"], verdict["arm"], verdict["status"]) == ("min_capacity", "eagle3", "passed")
+    assert verdict["scope"] == "capacity"  # one verdict type, written as run and sweep records write theirs
+    assert f"specgate capacity gate: PASSED min_capacity eagle3: {verdict['detail']}" in done.stdout
+    assert f"- PASSED min_capacity eagle3: {verdict['detail']}" in (folder / "summary.md").read_text()
     server_logs = [(folder / "arms" / arm / "server.log").read_text() for arm in ("baseline", "eagle3")]
     assert all(log.count("server_args:") == 1 for log in server_logs)  # one server start per arm, every probe on it
     lines = [json.loads(line) for line in (folder / "requests.jsonl").read_text().splitlines()]

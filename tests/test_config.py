@@ -110,12 +110,15 @@ def test_plus_still_adds_entries_to_mappings_and_groups():
 
 
 def test_plus_adds_a_new_entry_to_a_mapping_of_schema_types():
-    """Hydra adds `+gate.min_capacity.eagle3.ratio=2` as an empty mapping first, which the
-    entry's type refuses; specgate merges such entries whole, one field or all at once."""
-    base = compose(["+exp=sim_smoke", "+gate.min_capacity.eagle3.ratio=2",
+    """Hydra adds `+gate.min_capacity.eagle3.at_least=2` as an empty mapping first, which the
+    entry's type refuses; specgate merges such entries whole, one field or all at once. (The
+    entry must still make sense to its gate, validated at compose time: a ratio alone has no arm
+    to compare with.)"""
+    base = compose(["+exp=sim_smoke", "+gate.min_capacity.eagle3.at_least=2",
                     "+sweep_gate.min_speedup_through.eagle3={concurrency: 16, ratio: 1.1}",
                     "+gate.min_speedup.baseline={over: eagle3, ratio: 0.5}"]).base
-    assert (base.gate.min_capacity.eagle3.ratio, base.gate.min_capacity.eagle3.over) == (2.0, None)
+    entry = base.gate.min_capacity.eagle3
+    assert (entry.at_least, entry.ratio, entry.over) == (2.0, 1.0, None)
     assert dict(base.sweep_gate.min_speedup_through.eagle3) == {"concurrency": 16, "ratio": 1.1}
     assert base.gate.min_speedup.baseline.over == "eagle3"
     with pytest.raises(ConfigError, match=re.escape("gate.min_capacity.eagle3.rati: no such key")):

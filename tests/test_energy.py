@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from harness.gates import gpu
+from harness.gates import gpu as gpu_gates
 from harness.gates import registry
 from harness.config.schema import GateConfig
 from harness.telemetry import GpuInfo, Telemetry
@@ -245,38 +245,38 @@ MEASURED = {"method": "energy_counter", "joules": 1100.0, "seconds": 4.0, "outpu
 
 
 def test_max_joules_per_token_verdicts():
-    [ok] = gpu.max_joules_per_token(ctx(gpu_with(MEASURED)))
+    [ok] = gpu_gates.max_joules_per_token(ctx(gpu_with(MEASURED)))
     assert ok.status == "passed" and ok.value == 1.1 and ok.threshold == 2.5
     assert ok.detail == ("eagle3: 1.100 J per output token (1100.0 J over 4.00 s of load, 1000 tokens, from the "
                          "GPUs' energy counters) is within the limit 2.5 J/token")
-    [over] = gpu.max_joules_per_token(ctx(gpu_with({**MEASURED, "joules_per_token": 3.0})))
+    [over] = gpu_gates.max_joules_per_token(ctx(gpu_with({**MEASURED, "joules_per_token": 3.0})))
     assert over.status == "failed" and "exceeds the limit 2.5 J/token" in over.detail
-    [none] = gpu.max_joules_per_token(ctx(gpu_with(MEASURED), cfg=gate_cfg(max_joules_per_token={"baseline": 2.0})))
+    [none] = gpu_gates.max_joules_per_token(ctx(gpu_with(MEASURED), cfg=gate_cfg(max_joules_per_token={"baseline": 2.0})))
     assert none.status == "skipped" and "no threshold configured for arm 'eagle3'" in none.detail
 
 
 def test_max_joules_per_token_when_telemetry_cannot_tell():
-    [off] = gpu.max_joules_per_token(ctx(None, telemetry="off"))
+    [off] = gpu_gates.max_joules_per_token(ctx(None, telemetry="off"))
     assert off.status == "skipped" and "telemetry is off" in off.detail
-    [unavailable] = gpu.max_joules_per_token(ctx({"source": "nvml", "unavailable": "no NVIDIA driver (NVML: x)"}, "nvml"))
+    [unavailable] = gpu_gates.max_joules_per_token(ctx({"source": "nvml", "unavailable": "no NVIDIA driver (NVML: x)"}, "nvml"))
     assert unavailable.status == "skipped" and "no NVIDIA driver" in unavailable.detail
-    [nothing] = gpu.max_joules_per_token(ctx(None, telemetry="nvml"))
+    [nothing] = gpu_gates.max_joules_per_token(ctx(None, telemetry="nvml"))
     assert nothing.status == "failed" and "recorded nothing" in nothing.detail
     # a load inside the ramp-in: no load sample at all, too short to judge
     ramp_only = gpu_with({}, samples={"idle": 5, "ramp_in": 6, "load": 0}, longest_load_window_s=0.6)
-    [short] = gpu.max_joules_per_token(ctx(ramp_only))
+    [short] = gpu_gates.max_joules_per_token(ctx(ramp_only))
     assert short.status == "inconclusive" and "too short" in short.detail
     # one load sample per window: nothing to difference, also too short
     one = {"joules_per_token": None, "why_kind": "too_short", "why": "no load window held two samples of every GPU"}
-    [short] = gpu.max_joules_per_token(ctx(gpu_with(one)))
+    [short] = gpu_gates.max_joules_per_token(ctx(gpu_with(one)))
     assert short.status == "inconclusive" and short.passed is True  # gate.inconclusive=warn, the default
-    [strict] = gpu.max_joules_per_token(ctx(gpu_with(one), cfg=gate_cfg(max_joules_per_token={"eagle3": 2.5},
+    [strict] = gpu_gates.max_joules_per_token(ctx(gpu_with(one), cfg=gate_cfg(max_joules_per_token={"eagle3": 2.5},
                                                                           inconclusive="fail")))
     assert strict.passed is False and strict.inconclusive
     blind = {"joules_per_token": None, "why_kind": "not_read", "why": "neither the energy counter nor the power draw was read under load"}
-    [failed] = gpu.max_joules_per_token(ctx(gpu_with(blind)))
+    [failed] = gpu_gates.max_joules_per_token(ctx(gpu_with(blind)))
     assert failed.status == "failed" and "energy per token was not measured: neither" in failed.detail
-    [old] = gpu.max_joules_per_token(ctx(gpu_with(None)))  # a record from before energy was measured
+    [old] = gpu_gates.max_joules_per_token(ctx(gpu_with(None)))  # a record from before energy was measured
     assert old.status == "failed" and "no energy figures" in old.detail
 
 

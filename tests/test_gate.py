@@ -18,9 +18,10 @@ from harness.gates import throughput
 from harness.gates import verdict
 from harness.config.compose import ConfigError, compose
 from harness.measure.metrics import ArmResult, Stat
-from harness.config.schema import GateConfig
+from harness.config.schema import GateConfig, SweepGateConfig
 
 ROOT = Path(__file__).resolve().parent.parent
+EXP_CAPACITY = "+exp=sim_capacity"  # configures gate.min_capacity
 
 
 def gate_cfg(**values):
@@ -115,15 +116,64 @@ def test_unreliable_verdicts_say_so_in_their_record():
 def test_every_gate_has_one_signature_a_suite_and_known_config_keys():
     fields = {f.name for f in dataclasses.fields(GateConfig)}
     general = {"repeats", "max_cv"}  # read by the runner and the noise guard of every gate
-    general |= {"min_capacity"}  # judged by `specgate capacity` (harness/capacity/gates.py), not a suite
     read = set()
-    for registered in registry.GATES.values():
+    for registered in registry.gates_in("arm"):
         assert registered.suite in ("throughput", "speculative", "gpu", "baseline")
-        assert set(registered.keys) <= fields, registered.name
+        assert registered.section == "gate" and set(registered.keys) <= fields, registered.name
         read |= set(registered.keys)
         verdicts = registered.check(ctx("eagle3", result(), gate_cfg()))
-        assert verdicts and all(isinstance(v, verdict.Verdict) for v in verdicts)
+        assert verdicts and all(isinstance(v, verdict.Verdict) and v.scope == "arm" for v in verdicts)
+    for registered in registry.gates_in("capacity"):  # judged by `specgate capacity`, not a suite
+        assert registered.suite is None and registered.section == "gate" and set(registered.keys) <= fields
+        read |= set(registered.keys)
     assert fields - general == read, "a GateConfig field that no registered gate reads"
+
+
+def test_sweep_and_capacity_gates_are_registered_with_their_scope_and_keys():
+    sweep_fields = {f.name for f in dataclasses.fields(SweepGateConfig)}
+    sweep_gates = registry.gates_in("sweep")
+    assert {g.name for g in sweep_gates} == {"min_speedup_through", "crossover_at_least"}
+    assert {k for g in sweep_gates for k in g.keys} == sweep_fields
+    assert all(g.suite is None and g.section == "sweep_gate" for g in sweep_gates)
+    assert [g.name for g in registry.gates_in("capacity")] == ["min_capacity"]
+    assert set(registry.GATES) == {g.name for scope in verdict.SCOPES for g in registry.gates_in(scope)}
+    # an unconfigured sweep or capacity gate judges nothing (an arm gate says it was skipped)
+    assert registry.judge("sweep", registry.SweepContext(OmegaConf.structured(SweepGateConfig), [], [], "baseline")) == []
+    assert registry.judge("capacity", registry.CapacityContext(gate_cfg(), {}, "req/s", 1.0)) == []
+    with pytest.raises(ValueError):
+        registry.judge("arm", registry.SweepContext({}, [], []))
+    with pytest.raises(ValueError, match="an arm gate names its suite, a sweep gate none"):
+        registry.register("suited_sweep_gate", "throughput", ("crossover_at_least",), scope="sweep")
+    with pytest.raises(ValueError, match="an arm gate names its suite"):
+        registry.register("suiteless_arm_gate", None, ("max_cv",))
+
+
+def test_a_gate_outside_a_suite_is_not_a_suite_test_nor_listed_as_not_evaluated():
+    not_run = {g.name for g, _ in registry.configured_gates([("eagle3", compose([EXP_CAPACITY]).base.gate)])}
+    assert "min_capacity" not in not_run and not_run <= {g.name for g in registry.gates_in("arm")}
+
+
+@pytest.mark.parametrize("passed, flags, status, word", [
+    (True, {}, "passed", "PASSED"), (False, {}, "failed", "FAILED"), (None, {}, "skipped", "SKIPPED"),
+    (None, {"unreliable": True}, "unreliable", "UNRELIABLE"), (True, {"inconclusive": True}, "inconclusive", "INCONCLUSIVE"),
+    (None, {"not_evaluable": True, "scope": "sweep", "others": ["drafter.num_steps=2"]}, "not_evaluable", "NOT EVALUABLE"),
+])
+def test_one_verdict_type_is_written_read_back_and_printed_the_same_way_in_every_scope(passed, flags, status, word):
+    v = verdict.Verdict("crossover_at_least", "eagle3", passed, 5.5, 4.0, "eagle3 pays up to ~5.5", **flags)
+    data = v.to_json()
+    assert data["status"] == status and data["with"] == v.others and data["scope"] == v.scope
+    assert verdict.Verdict.from_json(data) == v
+    others = " (with drafter.num_steps=2)" if v.others else ""
+    assert v.line() == f"{word} crossover_at_least eagle3{others}: eagle3 pays up to ~5.5"
+
+
+@pytest.mark.parametrize("status, passed", [("passed", True), ("failed", False), ("not_evaluable", None)])
+def test_a_sweep_verdict_as_older_records_kept_it_reads_back(status, passed):
+    old = {"name": "min_speedup_through", "arm": "eagle3", "with": ["drafter.num_steps=4"], "status": status,
+           "value": 1.2, "threshold": 1.1, "detail": "eagle3: ..."}  # sweep.json before one Verdict type
+    v = verdict.Verdict.from_json(old, "sweep")
+    assert (v.passed, v.status, v.scope, v.others) == (passed, status, "sweep", ["drafter.num_steps=4"])
+    assert {k: v.to_json()[k] for k in old} == old
 
 
 def suite_tests(suite: str) -> set[str]:

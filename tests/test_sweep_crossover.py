@@ -79,6 +79,7 @@ def test_a_failed_sweep_gate_fails_the_sweep_whose_points_all_passed(sweep):
     assert verdicts["min_speedup_through"]["status"] == "passed"
     crossover = verdicts["crossover_at_least"]
     assert crossover["status"] == "failed" and crossover["threshold"] == 8
+    assert (crossover["passed"], crossover["scope"], crossover["with"]) == (False, "sweep", [])  # one verdict type
     assert re.fullmatch(r"eagle3 pays up to concurrency ~[\d.]+ \(.*\): crossover below 8", crossover["detail"])
     assert f"specgate sweep gate: FAILED crossover_at_least eagle3: {crossover['detail']}" in done.stdout
     summary = (sweep_dir / "summary.md").read_text()

@@ -1,4 +1,4 @@
-"""Sweep gates (harness/sweep/gates.py): their config checked before any server starts, their
+"""Sweep gates (harness/gates/sweep.py, scope "sweep" in the gate registry): their config checked before any server starts, their
 verdicts (passed, failed, not evaluable with the reason) on a sweep's points and crossovers.
 The real sweep that a failed sweep gate turns into exit status 1 is in test_sweep_crossover.py."""
 
@@ -8,7 +8,8 @@ import pytest
 
 from harness import cli
 from harness.config.compose import ConfigError, compose
-from harness.sweep.gates import FAILED, NOT_EVALUABLE, PASSED, describe, judge
+from harness.gates.verdict import Verdict
+from harness.gates.registry import SweepContext, judge
 from harness.sweep.record import crossovers, summary
 
 EXP = ["+exp=sim_crossover", "backend=process"]
@@ -23,8 +24,16 @@ def point(concurrency, speedup, *others, status="measured"):
                      "eagle3": {"status": status, "concurrency": concurrency, "speedup": speedup}}}
 
 
+PASSED, FAILED, NOT_EVALUABLE = "passed", "failed", "not_evaluable"
+
+
 def verdicts_of(gates, points):
-    return judge(gates, points, crossovers(points))
+    """The registry's sweep gates on the points, as sweep.json keeps their verdicts."""
+    return [v.to_json() for v in judge("sweep", SweepContext(gates, points, crossovers(points), "baseline"))]
+
+
+def describe(v: dict) -> str:
+    return Verdict.from_json(v).line()
 
 
 CURVE = [point(1, 1.3), point(4, 1.2), point(16, 0.9), point(64, 0.6)]  # crossover 2^(2 + 2 x 0.2 / 0.3) = 10.1

@@ -4,7 +4,7 @@ request rate, judged against the SLOs (harness/capacity/slo.py) by the search (h
 
 Everything a user can get wrong is found before the first server starts (exit 4). Ctrl-C or
 SIGTERM stops the probe and the server and closes the record as interrupted (exit 2).
-Record: harness/capacity/record.py; gate: harness/capacity/gates.py; README "Capacity under SLOs".
+Record: harness/capacity/record.py; gate: harness/gates/capacity.py (judged through the registry); README "Capacity under SLOs".
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from harness.run.arm import ArmFailed, ArmSession
 from harness.capacity.search import CapacityConfigError, SearchSettings, search
-from harness.capacity.gates import check_capacity_gates, capacity_verdicts
 from harness.capacity.record import CapacityRecord
 from harness.config.compose import Arm, ConfigError, Experiment, compose
+from harness.gates.registry import CapacityContext, judge
+from harness.gates.verdict import Verdict, failed
 from harness.load import print_progress
 from harness.run.outcome import ArmOutcome
 from harness.servers import Session, remove_dead_sessions_containers
@@ -54,7 +55,6 @@ def check_experiment(experiment: Experiment) -> tuple[list[Slo], SearchSettings]
         settings = SearchSettings.of(base.capacity)
     except CapacityConfigError as exc:
         raise ConfigError(str(exc)) from None
-    check_capacity_gates(base.gate.min_capacity, experiment.arm_names)
     preflight(experiment)
     return slos, settings
 
@@ -229,16 +229,23 @@ def run_capacity(overrides: list[str], conf_dir: Path, command: list[str]) -> in
                 session.run = record.path.name
                 ArmSearch(arm, record, session, slos, settings, found[arm.name]).run()
     except KeyboardInterrupt:
-        record.finish(capacity_verdicts(experiment.base.gate.min_capacity, found, settings), INTERRUPTED_EXIT,
-                      interrupted=True)
+        record.finish(capacity_verdicts(experiment, found, settings), INTERRUPTED_EXIT, interrupted=True)
         print(f"specgate capacity: interrupted; record {record.path}", file=sys.stderr)
         return INTERRUPTED_EXIT
-    verdicts = capacity_verdicts(experiment.base.gate.min_capacity, found, settings)
+    verdicts = capacity_verdicts(experiment, found, settings)
     measured = all(a.status == "finished" and not a.failed_probes for a in found.values())
-    status = PASSED if measured and not any(v.passed is False for v in verdicts) else FAILED
+    status = PASSED if measured and not failed(verdicts) else FAILED
     record.finish(verdicts, status, interrupted=False)
+    for verdict in verdicts:  # as `specgate sweep` prints its gates
+        print(f"specgate capacity gate: {verdict.line()}", flush=True)
     say(f"exit status {status}; summary {record.path / 'summary.md'}")
     return status
+
+
+def capacity_verdicts(experiment: Experiment, found: dict[str, ArmCapacity], settings: SearchSettings) -> list[Verdict]:
+    """The registry's capacity gates on every arm's search."""
+    unit = "concurrent requests" if settings.integer else "req/s"
+    return judge("capacity", CapacityContext(experiment.base.gate, found, unit, settings.start))
 
 
 def ordered(experiment: Experiment) -> list[Arm]:

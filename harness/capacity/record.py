@@ -1,6 +1,6 @@
-"""A capacity search's record: `<record.root>/<UTC timestamp>_<exp>_capacity/`, made by the
-run record's own recorder (harness/record/recorder.py: redacted, atomic), so it holds what a run
-record holds of its config:
+"""A capacity search's record: `<record.root>/<UTC timestamp>_<exp>_capacity/`, made by the one
+record writer (harness/record/recorder.py, kind "capacity": redacted, atomic), so it holds what
+a run record holds of its config:
 
     config.yaml, overrides.yaml, arms/<arm>/config.yaml   the composed config (re-run it with
                                                           the `command` in capacity.json)
@@ -14,7 +14,6 @@ record holds of its config:
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -27,17 +26,12 @@ from harness.record.recorder import Recorder
 from harness.capacity.slo import Slo
 
 
-def utc_now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
 class CapacityRecord:
     def __init__(self, experiment: Experiment, command: list[str], slos: list[Slo], settings: SearchSettings):
         self.recorder = Recorder(experiment, kind="capacity")
         self.experiment, self.command, self.slos, self.settings = experiment, command, slos, settings
         self.dimension = str(experiment.base.capacity.dimension)
         self.arms: dict[str, Any] = {}  # arm -> ArmCapacity (harness/capacity/driver.py), filled as it searches
-        self.started_utc = utc_now()
         self.verdicts: list[Verdict] = []
         self.exit_status: int | None = None
         self.save()  # the folder and a capacity.json that says `running`, before any server starts
@@ -56,9 +50,7 @@ class CapacityRecord:
             "description": self.experiment.description,
             "harness_version": __version__,
             "command": self.command,
-            "status": status,  # running, finished or interrupted, as a run record's
-            "started_utc": self.started_utc,
-            "finished_utc": None if status == RUNNING else utc_now(),
+            **self.recorder.status_fields(status),  # running, finished or interrupted, as a run record's
             "exit_status": self.exit_status,
             "dimension": self.dimension,
             "slos": [slo.to_json() for slo in self.slos],
@@ -72,14 +64,14 @@ class CapacityRecord:
         }
 
     def save(self, status: str = RUNNING) -> None:
-        self.recorder.record.write_json("capacity.json", self.data(status))
+        self.recorder.write_data(self.data(status))
 
     def finish(self, verdicts: list[Verdict], exit_status: int, interrupted: bool) -> None:
         self.verdicts, self.exit_status = verdicts, exit_status
         status = INTERRUPTED if interrupted else FINISHED
         data = self.data(status)
-        self.recorder.record.write_json("capacity.json", data)
-        self.recorder.record.write_text("summary.md", summary(data))
+        self.recorder.write_data(data)
+        self.recorder.write_summary(summary(data))
 
 
 def cell(value: Any) -> str:
@@ -108,7 +100,7 @@ def summary(data: dict[str, Any]) -> str:
              f"at which every SLO was met ({slos})", ""]
     lines += [f"- {arm}: {capacity_words(block, data['search']['start'])}" for arm, block in data["arms"].items()]
     if data["gates"]:
-        lines += ["", "## Gates", ""] + [f"- {g['status']}: {g['detail']}" for g in data["gates"]]
+        lines += ["", "## Gates", ""] + [f"- {Verdict.from_json(g, 'capacity').line()}" for g in data["gates"]]
     lines += ["", "## Probes", "",
               f"| arm | # | {data['dimension']} | met | TTFT p50 / p99 ms | TPOT p50 / p99 ms | ITL p99 ms "
               "| E2E p99 ms | out tok/s | req/s | goodput req/s | failed | missed |",

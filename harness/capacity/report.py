@@ -19,10 +19,6 @@ from harness.record.store import RecordError
 from harness.report.html import ARM_COLORS, TEMPLATES, ReportError, figure_uri
 
 
-def is_capacity_record(path: Path) -> bool:
-    return (Path(path) / "capacity.json").is_file()
-
-
 def write_capacity_report(folder: Path, out: Optional[Path] = None) -> Path:
     """Render `folder`'s capacity.json to HTML (default `<folder>/report.html`); return its path."""
     file = Path(folder) / "capacity.json"

@@ -28,7 +28,7 @@ from omegaconf.errors import OmegaConfBaseException
 from harness import PROJECT_ROOT
 from harness.engines import ENGINES, EngineConfigError
 from harness.engines.legacy import upgrade_config
-from harness.gates.registry import GATES
+from harness.gates.registry import GateConfigError, check_gate_config
 from harness.gates.reference import INCONCLUSIVE
 from harness.load.datasets import DatasetError, load_dataset
 from harness.load.sizing import SizingError, local_tokenizer
@@ -37,7 +37,6 @@ from harness.gates.lossless import MAX_TOP_LOGPROBS
 from harness.config import schema
 from harness.config.schema import BUILD_KINDS, SpecgateConfig
 from harness.servers.docker import LOOPBACK, remote_engine_host, unreachable_publish
-from harness.sweep.gates import SweepGateError, check as check_sweep_gate
 from harness.telemetry.base import NOT_SAMPLING, SOURCES
 
 DEFAULT_CONF_DIR = PROJECT_ROOT / "conf"
@@ -343,13 +342,10 @@ def validate(experiment: Experiment) -> None:
     gate = experiment.base.gate
     if experiment.plain_arm is not None and experiment.plain_arm not in names:
         raise ConfigError(f"plain_arm '{experiment.plain_arm}' is not an arm; arms: {', '.join(sorted(names))}")
-    for registered in GATES.values():
-        for arm_name in registered.arms(gate):
-            if arm_name not in names:
-                raise ConfigError(f"{registered.key_names} names arm '{arm_name}', which is not an arm; "
-                                  f"arms: {', '.join(sorted(names))}")
-        if registered.needs_plain_arm and registered.arms(gate) and experiment.plain_arm is None:
-            raise ConfigError(f"{registered.key_names} needs plain_arm (the plain-decoding arm to compare with)")
+    try:  # every registered gate, whatever its scope: a sweep or capacity gate's wrong arm is wrong in any run
+        check_gate_config(experiment.base, experiment.arm_names, experiment.plain_arm)
+    except GateConfigError as exc:
+        raise ConfigError(str(exc)) from None
     if gate.inconclusive not in INCONCLUSIVE:
         raise ConfigError(f"gate.inconclusive '{gate.inconclusive}' is unknown; valid: {', '.join(INCONCLUSIVE)}")
     check_per_category_floors("min_accept_length", gate.min_accept_length)
@@ -359,10 +355,6 @@ def validate(experiment: Experiment) -> None:
     if not 0.5 < gate.confidence < 1.0:
         raise ConfigError(f"gate.confidence must be between 0.5 and 1 (e.g. 0.95), got {gate.confidence}")
     check_lossless(experiment)
-    try:  # judged only by `specgate sweep`, but a wrong arm name is wrong in any run
-        check_sweep_gate(OmegaConf.to_container(experiment.base.sweep_gate), experiment.arm_names, experiment.plain_arm)
-    except SweepGateError as exc:
-        raise ConfigError(str(exc)) from None
     for arm in experiment.arms:
         validate_arm(arm)
 

@@ -185,15 +185,16 @@ class LosslessGate:
 class ClientBoundConfig:
     """When the client's own lag makes an arm's figures the client's (harness/gates/client_bound.py)."""
 
-    loop_lag_ms_p99: float = 20.0  # event-loop lag p99 above this may distort latencies ...
-    send_gap_ms_p99: float = 10.0  # send gap p99 above this may distort throughput ...
-    min_share: float = 0.1  # ... when it is also at least this share of the figure (E2E p50 for a send gap)
+    loop_lag_ms_p99: float = 20.0  # event-loop lag p99 above this may distort latencies (busy 2-core box, ordinary runs: 2-10 ms) ...
+    send_gap_ms_p99: float = 10.0  # requests sent this much later than scheduled (p99) may distort throughput ...
+    min_share: float = 0.1  # ... when the lag is also at least this share of the figure (the mean send gap: of the mean E2E)
 
 
 @dataclass
 class GateConfig:
     """Thresholds. Each field is read by a gate of harness/gates/registry.py's registry (its `keys`),
-    except repeats and max_cv, which shape every measurement and its noise guard."""
+    except repeats and max_cv, which shape every measurement and its noise guard. These are the
+    only defaults: conf/gate/default.yaml repeats none of them (tests/test_gate_defaults.py)."""
 
     min_output_tok_s: Dict[str, float] = field(default_factory=dict)  # arm -> floor
     max_ttft_ms: Dict[str, PercentileLimits] = field(default_factory=dict)  # arm -> {p50: ms, p99: ms}
@@ -205,7 +206,7 @@ class GateConfig:
     accept_length_at_least_break_even: List[str] = field(default_factory=list)  # arms
     lossless: Dict[str, LosslessGate] = field(default_factory=dict)  # arm -> {against, min_exact_match}; needs temperature 0
     min_capacity: Dict[str, CapacityGate] = field(default_factory=dict)  # arm -> {over, ratio, at_least}; specgate capacity only
-    max_failed_requests: int = 0  # per arm
+    max_failed_requests: int = 0  # per arm: any failed request fails the run
     # the per-request and the server-counter accept length of one window may differ by this
     # fraction of the larger (null: not compared); only where both sources exist
     max_accept_length_source_gap: Optional[float] = 0.02
@@ -224,7 +225,7 @@ class GateConfig:
     min_gpu_util_under_load_pct: Optional[float] = 50.0  # below: the load did not really reach the GPU
     max_joules_per_token: Dict[str, float] = field(default_factory=dict)  # arm -> ceiling (GPU J per output token)
     client_bound: ClientBoundConfig = field(default_factory=ClientBoundConfig)  # is the client the bottleneck?
-    allow_client_bound: bool = False  # true: a client-bound arm is a warning, not a failed run
+    allow_client_bound: bool = False  # true: a client-bound arm is a warning in words, not a failed run
 
 
 @dataclass
@@ -264,7 +265,7 @@ class SpeedupThrough:
 
 @dataclass
 class SweepGateConfig:
-    """Gates on a whole sweep over concurrency, judged when it finishes (harness/sweep/gates.py)."""
+    """Gates on a whole sweep over concurrency, judged when it finishes (harness/gates/sweep.py, through the gate registry)."""
 
     min_speedup_through: Dict[str, SpeedupThrough] = field(default_factory=dict)  # arm -> {concurrency, ratio}
     crossover_at_least: Dict[str, float] = field(default_factory=dict)  # arm -> the lowest crossover concurrency

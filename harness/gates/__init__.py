@@ -1,8 +1,11 @@
 """Verdicts and the gates that make them.
 
-verdict.py    a Verdict (data) and the builders every gate uses
-registry.py   the gate registry (@register, GateContext, GATES)
-throughput.py, speculative.py, reference.py, gpu.py   the gates, one module per suite
+verdict.py    a Verdict (data): how every record writes and reads it, how every summary prints it,
+              and the builders every gate uses
+registry.py   the gate registry (@register with a scope: arm | sweep | capacity; the contexts
+              GateContext, SweepContext, CapacityContext; GATES, judge, check_gate_config)
+throughput.py, speculative.py, reference.py, gpu.py   the arm gates, one module per suite
+sweep.py      the sweep gates (sweep_gate.*), capacity.py the capacity gate (gate.min_capacity)
 change.py     a metric's change between two runs with an interval (reference.py's evidence)
 lossless.py, baseline_match.py, client_bound.py      the comparisons gates lean on
 
@@ -10,4 +13,4 @@ Importing the package imports every gate module, so the registry is whole wherev
 May import: config (schema types), measure, record (to read a reference run).
 """
 
-from harness.gates import gpu, reference, speculative, throughput  # noqa: F401  (they register their gates)
+from harness.gates import capacity, gpu, reference, speculative, sweep, throughput  # noqa: F401  (they register their gates)

@@ -1,13 +1,20 @@
-"""The gate registry: every gate is a function ``check(ctx: GateContext) -> list[Verdict]``
-registered with :func:`register`: its name (the suite's test is ``test_<name>``), the suite it
-belongs to, the ``gate.*`` config keys it reads and the arm names its config refers to. Config
-validation and the suites are generated from :data:`GATES`, so a new gate is one registered
-function in the module of its suite (throughput.py, speculative.py, reference.py, gpu.py) plus its
-field in ``harness.config.schema.GateConfig``; ``harness.gates`` imports every gate module, so the
-registry is whole whenever the package is imported.
+"""The gate registry: every gate is a registered function ``check(ctx) -> list[Verdict]``
+with its name, its scope, the config keys it reads and the arm names its config refers to.
 
-A gate with no threshold for the arm is a *skipped* verdict with that reason, never a
-silent pass; a threshold on something that was not measured is a failure.
+Scopes (what a gate judges, and the context it is given):
+    arm       one arm of a run (GateContext); its suite's test is ``test_<name>``, keys in ``gate.*``
+    sweep     a whole sweep once every point has run (SweepContext); keys in ``sweep_gate.*``
+    capacity  the arms' capacities once every search ended (CapacityContext); keys in ``gate.*``
+
+Config validation and the suites are generated from :data:`GATES`, and each driver asks the
+registry for the gates of its scope (:func:`judge`), so a new gate is one registered function in
+the module of its suite or scope (throughput.py, speculative.py, reference.py, gpu.py, sweep.py,
+capacity.py) plus its field in ``harness.config.schema``; ``harness.gates`` imports every gate
+module, so the registry is whole whenever the package is imported.
+
+An arm gate with no threshold for the arm is a *skipped* verdict with that reason, never a
+silent pass; a threshold on something that was not measured is a failure. A sweep or capacity
+gate that is not configured judges nothing.
 """
 
 from __future__ import annotations
@@ -16,12 +23,17 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
 from harness.measure.metrics import ArmResult
-from harness.gates.verdict import Verdict
+from harness.gates.verdict import Scope, Verdict
 
 
 # --- the registry ---------------------------------------------------------------------------
 
 Suite = Literal["throughput", "speculative", "gpu", "baseline"]  # suites/test_<suite>.py; "baseline" gates vs a reference run
+SECTIONS: dict[str, str] = {"arm": "gate", "capacity": "gate", "sweep": "sweep_gate"}  # where a scope's keys live
+
+
+class GateConfigError(ValueError):
+    """A gate's config names an arm that is not one, or a threshold it cannot use (one sentence)."""
 
 
 @dataclass
@@ -44,18 +56,44 @@ class GateContext:
     server_windows: list = field(default_factory=list)  # the server's /metrics differenced, one per repeat
 
 
+@dataclass
+class SweepContext:
+    """What a sweep gate may look at: the whole sweep, once every point has run."""
+
+    gate: Any  # the sweep's sweep_gate block: {key: {arm: threshold}}
+    points: list[dict[str, Any]]  # sweep.json's points: swept overrides, exit status, per arm its headline figures
+    crossovers: list[dict[str, Any]]  # sweep.json's crossovers: per speculative arm and curve, where it stops paying
+    plain_arm: str | None = None  # the arm every speedup is measured against
+
+
+@dataclass
+class CapacityContext:
+    """What a capacity gate may look at: every arm's search, once each has ended."""
+
+    gate: Any  # the experiment's cfg.gate (min_capacity)
+    capacities: dict[str, Any]  # arm -> its search (status, capacity, reached_max; harness/capacity/driver.py)
+    unit: str  # the capacity's unit in words: "concurrent requests" or "req/s"
+    start: float  # capacity.start: an arm that missed even that load has a capacity below it
+
+
 @dataclass(frozen=True)
 class Gate:
-    name: str  # the suite's test is test_<name>
-    suite: Suite
-    check: Callable[[GateContext], list[Verdict]]
-    keys: tuple[str, ...]  # the gate.* config keys it reads
-    arms: Callable[[Any], list[str]]  # the arm names its config (cfg.gate) refers to
+    name: str  # an arm gate's suite test is test_<name>
+    suite: Suite | None  # an arm gate's suite; None for sweep and capacity gates, which no suite runs
+    check: Callable[[Any], list[Verdict]]  # given the context of its scope
+    keys: tuple[str, ...]  # the config keys it reads, in its scope's section (gate.*, sweep_gate.*)
+    arms: Callable[[Any], list[str]]  # the arm names its config (that section) refers to
     needs_plain_arm: bool = False  # configured for any arm, the experiment must name its plain arm
+    scope: Scope = "arm"
+    validate: Callable[[Any, list[str], str | None], None] | None = None  # (section, arms, plain arm): its own checks
+
+    @property
+    def section(self) -> str:
+        return SECTIONS[self.scope]
 
     @property
     def key_names(self) -> str:
-        return ", ".join(f"gate.{k}" for k in self.keys)
+        return ", ".join(f"{self.section}.{k}" for k in self.keys)
 
 
 GATES: dict[str, Gate] = {}
@@ -65,13 +103,18 @@ def no_arms(gate: Any) -> list[str]:
     return []
 
 
-def register(name: str, suite: Suite, keys: tuple[str, ...], arms: Callable[[Any], list[str]] = no_arms,
-             needs_plain_arm: bool = False) -> Callable:
-    """Add a gate to the registry (a decorator); names are unique."""
-    def add(check: Callable[[GateContext], list[Verdict]]) -> Callable[[GateContext], list[Verdict]]:
+def register(name: str, suite: Suite | None, keys: tuple[str, ...], arms: Callable[[Any], list[str]] = no_arms,
+             needs_plain_arm: bool = False, scope: Scope = "arm",
+             validate: Callable[[Any, list[str], str | None], None] | None = None) -> Callable:
+    """Add a gate to the registry (a decorator); names are unique. An arm gate belongs to a
+    suite; a sweep or capacity gate to none (its driver judges it)."""
+    if (suite is None) != (scope != "arm"):
+        raise ValueError(f"gate '{name}': an arm gate names its suite, a {scope} gate none")
+
+    def add(check: Callable[[Any], list[Verdict]]) -> Callable[[Any], list[Verdict]]:
         if name in GATES:
             raise ValueError(f"gate '{name}' is registered twice")
-        GATES[name] = Gate(name, suite, check, keys, arms, needs_plain_arm)
+        GATES[name] = Gate(name, suite, check, keys, arms, needs_plain_arm, scope, validate)
         return check
     return add
 
@@ -80,8 +123,37 @@ def gates_of(suite: Suite) -> list[Gate]:
     return [g for g in GATES.values() if g.suite == suite]
 
 
+def gates_in(scope: Scope) -> list[Gate]:
+    return [g for g in GATES.values() if g.scope == scope]
+
+
+def judge(scope: Scope, ctx: SweepContext | CapacityContext) -> list[Verdict]:
+    """Every verdict of a sweep's or a capacity search's gates (a driver's one call), in
+    registration order; a gate with nothing configured gives none."""
+    if scope == "arm":
+        raise ValueError("arm gates are judged one test at a time, by their suite (harness/plugin.py)")
+    return [verdict for registered in gates_in(scope) for verdict in registered.check(ctx)]
+
+
+def check_gate_config(base: Any, arm_names: list[str], plain_arm: str | None) -> None:
+    """Every registered gate's config (`base` is the experiment's composed config): a gate's
+    own checks first (their words name the entry), then that every arm it names exists and
+    that a gate which compares with the plain arm has one. Raises GateConfigError."""
+    names = set(arm_names)
+    for registered in GATES.values():
+        section = base[registered.section]
+        if registered.validate is not None:
+            registered.validate(section, arm_names, plain_arm)
+        for arm_name in registered.arms(section):
+            if arm_name not in names:
+                raise GateConfigError(f"{registered.key_names} names arm '{arm_name}', which is not an arm; "
+                                      f"arms: {', '.join(sorted(names))}")
+        if registered.needs_plain_arm and registered.arms(section) and plain_arm is None:
+            raise GateConfigError(f"{registered.key_names} needs plain_arm (the plain-decoding arm to compare with)")
+
+
 def is_configured(registered: Gate, gate: Any, arm: str) -> bool:
-    """Whether an arm's config asks for this gate: a per-arm gate names the arm; any other
+    """Whether an arm's config asks for this arm gate: a per-arm gate names the arm; any other
     has its first key set (a threshold, a reference run, a list of reasons)."""
     value = gate[registered.keys[0]]
     if registered.arms is not no_arms:  # {arm: threshold} or [arm, ...]; not `over` arms
@@ -90,8 +162,8 @@ def is_configured(registered: Gate, gate: Any, arm: str) -> bool:
 
 
 def configured_gates(arms: list[tuple[str, Any]]) -> list[tuple[Gate, str]]:
-    """(gate, arm) for every registered gate the config asks of each (name, cfg.gate) arm."""
-    return [(g, name) for name, gate in arms for g in GATES.values() if is_configured(g, gate, name)]
+    """(gate, arm) for every registered arm gate the config asks of each (name, cfg.gate) arm."""
+    return [(g, name) for name, gate in arms for g in gates_in("arm") if is_configured(g, gate, name)]
 
 
 def keyed_arms(key: str) -> Callable[[Any], list[str]]:

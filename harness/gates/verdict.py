@@ -1,18 +1,27 @@
-"""A verdict: one gate's judgement of one arm (or a sweep, or a capacity search), as data; and the small builders every gate uses (at least, at most, skipped)."""
+"""A verdict: one gate's judgement of one arm of a run, one curve of a sweep or one arm's
+capacity, as data; how every record writes it and reads it back (results.json's `gates`,
+sweep.json's `sweep_gates`, capacity.json's `gates`), how every summary prints it, and the
+small builders every gate uses (at least, at most, skipped)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
 
 from harness.measure.metrics import ArmResult
+
+Scope = Literal["arm", "sweep", "capacity"]  # what a gate judges: one arm of a run, a whole sweep, a capacity search
+SCOPES: tuple[str, ...] = ("arm", "sweep", "capacity")
+
+# How a line names each status; a sweep's undecidable curve reads "NOT EVALUABLE", not "NOT_EVALUABLE".
+STATUS_WORDS = {"not_evaluable": "NOT EVALUABLE"}
 
 
 @dataclass
 class Verdict:
     name: str  # the gate, e.g. "min_output_tok_s" or "max_ttft_ms.p99"
     arm: str
-    passed: bool | None  # None: skipped (see detail)
+    passed: bool | None  # None: skipped or not evaluable (see detail)
     value: float | None
     threshold: float | None
     detail: str  # the verdict in words
@@ -20,6 +29,9 @@ class Verdict:
     unreliable: bool = False  # too noisy over the repeats to decide (then passed is None)
     inconclusive: bool = False  # the data cannot tell (passed follows gate.inconclusive: fail, warn, pass)
     interval: list[float] | None = None  # the relative change's interval, where one was computed
+    not_evaluable: bool = False  # a sweep could not tell (e.g. no point at that concurrency): neither passes nor fails
+    scope: Scope = "arm"
+    others: list[str] = field(default_factory=list)  # a sweep's curve: its other swept `key=value`s (JSON "with")
 
     @property
     def status(self) -> str:
@@ -27,10 +39,41 @@ class Verdict:
             return "unreliable"
         if self.inconclusive:
             return "inconclusive"
+        if self.not_evaluable:
+            return "not_evaluable"
         return {True: "passed", False: "failed", None: "skipped"}[self.passed]
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "status": self.status}
+        """The one shape every record keeps (sweep.json's `with` and `status` as before)."""
+        data = asdict(self)
+        return {**data, "with": data.pop("others"), "status": self.status}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], scope: Scope = "arm") -> Verdict:
+        """A verdict as any record kept it, today's or an older one: sweep.json's verdicts
+        before this shape had only a `status` (passed, failed, not_evaluable) and `with`;
+        `scope` is what the record's kind says when the verdict does not."""
+        status = data.get("status")
+        passed = data["passed"] if "passed" in data else {"passed": True, "failed": False}.get(status)
+        return cls(name=str(data.get("name", "")), arm=str(data.get("arm", "")), passed=passed,
+                   value=data.get("value"), threshold=data.get("threshold"), detail=str(data.get("detail", "")),
+                   baseline=data.get("baseline"), unreliable=bool(data.get("unreliable", status == "unreliable")),
+                   inconclusive=bool(data.get("inconclusive", status == "inconclusive")),
+                   interval=data.get("interval"),
+                   not_evaluable=bool(data.get("not_evaluable", status == "not_evaluable")),
+                   scope=data.get("scope") or scope, others=list(data.get("with") or []))
+
+    def line(self) -> str:
+        """One line, the same in every summary and on the terminal:
+        `FAILED crossover_at_least eagle3 (with drafter.num_steps=2): ...`."""
+        word = STATUS_WORDS.get(self.status, self.status.upper())
+        others = f" (with {', '.join(self.others)})" if self.others else ""
+        return f"{word} {self.name} {self.arm}{others}: {self.detail}"
+
+
+def failed(verdicts: list[Verdict]) -> bool:
+    """Whether any verdict fails what it judges (a skipped or not evaluable one does not)."""
+    return any(v.passed is False for v in verdicts)
 
 
 def skipped(name: str, arm: str, why: str) -> Verdict:

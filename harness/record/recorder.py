@@ -1,23 +1,31 @@
-"""The run record of one run: created on first use (a run that measures nothing writes
-nothing), with every file redacted and written atomically.
+"""The one record writer: every driver's record (a run's, a sweep's, a capacity search's;
+harness/record/kinds.py) is made and written through a Recorder, so each is named the same
+way, redacted by the one policy and written atomically. Created on first use (a run that
+measures nothing writes nothing).
 
 The recorder knows where things go (config, overrides, each arm's config and server log,
-requests.jsonl, telemetry CSV/PNG, results.json, summary.md, the CI step summary); the
-runner tells it what to write. Layout: see harness/record/store.py and README "Reading a run record".
+requests.jsonl, telemetry CSV/PNG, the kind's JSON, summary.md, the CI step summary); the
+driver tells it what to write. Layout: see harness/record/store.py and README "Reading a run record".
 """
 
 from __future__ import annotations
 
 import os
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
 
 from harness.config.compose import Experiment
-from harness.record.store import Redactor, RunRecord
+from harness.record.kinds import KINDS
+from harness.record.store import RUN_STATUSES, RUNNING, Redactor, RunRecord
 from harness.telemetry.sampler import Telemetry
 from harness.telemetry.summary import plot_png, write_csv
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def append_step_summary(text: str) -> None:
@@ -29,9 +37,11 @@ def append_step_summary(text: str) -> None:
 
 
 class Recorder:
-    def __init__(self, experiment: Experiment, kind: str = ""):
+    def __init__(self, experiment: Experiment, kind: str = "run"):
         self.experiment = experiment
-        self.kind = kind  # "" for a run; e.g. "capacity": the folder is <ts>_<exp>_capacity
+        self.kind = KINDS[kind]  # run | sweep | capacity: the folder's name, its JSON, what else it holds
+        self.redactor = Redactor()  # what the record learns before it exists (a sweep's overrides) counts too
+        self.started_utc = utc_now()  # the driver began now, whenever its folder is first needed
         self._record: RunRecord | None = None
 
     @property
@@ -51,19 +61,23 @@ class Recorder:
 
     def create(self) -> RunRecord:
         experiment = self.experiment
-        redactor = Redactor()
         configs = {arm.name: OmegaConf.to_container(arm.cfg, resolve=True) for arm in experiment.arms}
         base = OmegaConf.to_container(experiment.base, resolve=True)
         for data in (base, *configs.values()):
-            redactor.learn(data)
-        name = f"{experiment.name}_{self.kind}" if self.kind else experiment.name
-        record = RunRecord(Path(experiment.base.record.root), name, redactor)
-        record.write_yaml("config.yaml", base)
-        record.write_yaml("overrides.yaml", {"command_line": experiment.overrides,
-                                             "arms": {a.name: a.overrides for a in experiment.arms}})
-        for name, data in configs.items():
-            record.write_yaml(f"arms/{name}/config.yaml", data)
+            self.redactor.learn(data)
+        record = RunRecord(Path(experiment.base.record.root), experiment.name, self.redactor, kind=self.kind)
+        if self.kind.writes_configs:
+            record.write_yaml("config.yaml", base)
+            record.write_yaml("overrides.yaml", {"command_line": experiment.overrides,
+                                                 "arms": {a.name: a.overrides for a in experiment.arms}})
+            for name, data in configs.items():
+                record.write_yaml(f"arms/{name}/config.yaml", data)
         return record
+
+    def learn_secrets(self, data: Any) -> None:
+        """Secrets the record must never show that no config holds (a sweep's overrides:
+        `server.env.HF_TOKEN=...`); kept in memory only."""
+        self.redactor.learn(data)
 
     def scrub(self, text: str) -> str:
         """The record's redaction of free text (server logs, messages)."""
@@ -85,8 +99,17 @@ class Recorder:
         if telemetry.samples:
             plot_png(folder / "telemetry.png", telemetry)
 
-    def write_results(self, results: dict[str, Any]) -> None:
-        self.record.write_json("results.json", results)
+    def status_fields(self, status: str) -> dict[str, Any]:
+        """What every kind's JSON says of its state: `running` from the start (so a record a
+        killed process left says so), then `finished` or `interrupted`, with when."""
+        if status not in RUN_STATUSES:
+            raise ValueError(f"a record's status is one of {', '.join(RUN_STATUSES)}, not {status!r}")
+        return {"status": status, "started_utc": self.started_utc,
+                "finished_utc": None if status == RUNNING else utc_now()}
+
+    def write_data(self, data: dict[str, Any]) -> None:
+        """The record's JSON (results.json, sweep.json or capacity.json), status and all."""
+        self.record.write_data(data)
 
     def point_latest(self) -> None:
         """`<root>/latest` names this record once the run has ended (finished or interrupted)."""
@@ -95,4 +118,5 @@ class Recorder:
 
     def write_summary(self, text: str) -> None:
         self.record.write_text("summary.md", text)
-        append_step_summary(self.record.redactor.text(text))
+        if self.kind.step_summary:
+            append_step_summary(self.record.redactor.text(text))

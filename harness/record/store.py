@@ -1,4 +1,6 @@
-"""Run records: `<record.root>/<UTC timestamp>_<exp>/`, written atomically, secrets redacted.
+"""Records on disk: a run's `<record.root>/<UTC timestamp>_<exp>/` (a sweep's and a capacity
+search's carry `_sweep` and `_capacity`: harness/record/kinds.py), written atomically, secrets
+redacted; and the one reader (a record's kind, a run's results.json, its history).
 
 Layout (see README "Reading a run record"):
     config.yaml          the composed experiment (before arm overrides)
@@ -26,6 +28,7 @@ from typing import Any
 import yaml
 
 from harness.record.atomic import atomic_write
+from harness.record.kinds import RUN, RecordKind, kind_of
 from harness.record.secrets import REDACTED, Redactor  # noqa: F401  (REDACTED: what replay looks for)
 
 # A record's `status` in results.json: `running` until the run ends, so a record that still
@@ -35,12 +38,15 @@ RUN_STATUSES = (RUNNING, FINISHED, INTERRUPTED)
 
 
 class RunRecord:
-    """One run's folder. Created on first use (a config error creates nothing)."""
+    """One record's folder (a run's, a sweep's or a capacity search's: `kind`), made now; every
+    file in it written atomically through its redactor."""
 
-    def __init__(self, root: Path, exp_name: str, redactor: Redactor | None = None, now: datetime | None = None):
+    def __init__(self, root: Path, exp_name: str, redactor: Redactor | None = None, now: datetime | None = None,
+                 kind: RecordKind = RUN):
         stamp = (now or datetime.now(timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
         self.root = Path(root)
-        self.path = unique_dir(self.root / f"{stamp}_{safe_name(exp_name)}")
+        self.kind = kind
+        self.path = unique_dir(self.root / f"{stamp}_{safe_name(exp_name)}{kind.suffix}")
         self.redactor = redactor or Redactor()
         self.request_lines: list[str] = []
 
@@ -63,6 +69,10 @@ class RunRecord:
 
     def write_json(self, relative: str, data: Any) -> None:
         atomic_write(self.path / relative, json.dumps(self.redactor.data(data), indent=2, allow_nan=False) + "\n")
+
+    def write_data(self, data: Any) -> None:
+        """The record's JSON: results.json, sweep.json or capacity.json, by its kind."""
+        self.write_json(self.kind.data_file, data)
 
     def add_requests(self, arm: str, lines: list[dict[str, Any]]) -> None:
         """Append an arm's requests; the whole file is rewritten atomically."""
@@ -100,6 +110,13 @@ def safe_name(name: str) -> str:
 
 class RecordError(Exception):
     """A path that is not a run record, or a record that cannot be read: one sentence."""
+
+
+def record_kind(path: Path) -> str | None:
+    """What a record folder is (run, sweep or capacity), by the JSON it holds; None for a path
+    that is no record folder (each kind's reader then says why in its own words)."""
+    kind = kind_of(Path(path))
+    return None if kind is None else kind.name
 
 
 @dataclass

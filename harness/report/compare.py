@@ -17,6 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
+from harness.gates.verdict import Verdict
 from harness.measure.registry import Metric, compare_metrics, metric_value, number
 from harness.record.store import FINISHED, RUNNING, RunData, read_runs
 from harness.report.summary import markdown_table
@@ -91,12 +92,10 @@ GATE_STATUSES = ("passed", "failed", "skipped", "unreliable", "inconclusive")
 
 
 def gate_status(verdict: dict[str, Any]) -> str:
-    """A recorded verdict's status; records written before verdicts carried one derive it."""
+    """A recorded verdict's status; records written before verdicts carried one derive it (Verdict.from_json)."""
     if verdict.get("status") in GATE_STATUSES:
         return verdict["status"]
-    if verdict.get("unreliable"):
-        return "unreliable"
-    return {True: "passed", False: "failed"}.get(verdict.get("passed"), "skipped")
+    return Verdict.from_json(verdict).status
 
 
 def fmt_value(value: Optional[float], cv: Optional[float], metric: Metric) -> str:

@@ -80,7 +80,7 @@ def format_summary(experiment, results: dict[str, ArmResult], arm_status: dict[s
     if not verdicts:
         lines.append("No gate was evaluated.")
     for v in verdicts:
-        lines.append(f"- {v.status.upper():10} {v.name} [{v.arm}]: {v.detail}")
+        lines.append(f"- {v.line()}")  # as sweep and capacity summaries print theirs
     counts = {s: sum(v.status == s for v in verdicts) for s in ("passed", "failed", "skipped", "unreliable", "inconclusive")}
     line = f"{counts['passed']} gate(s) passed, {counts['failed']} failed, {counts['skipped']} skipped"
     if counts["unreliable"]:

@@ -10,7 +10,6 @@ import socket
 import subprocess
 import sys
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
@@ -65,7 +64,6 @@ class Runner:
     open_sessions: dict[str, ArmSession] = field(default_factory=dict)
     session: Session = field(default_factory=Session)
     cleaned_engines: set = field(default_factory=set)
-    started_utc: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
 
     def __post_init__(self) -> None:
         self.recorder = Recorder(self.experiment)
@@ -188,9 +186,7 @@ class Runner:
             "harness_version": __version__,
             "host": socket.gethostname(),
             "command": self.command,
-            "status": status,  # running, finished or interrupted (README "Reading a run record")
-            "started_utc": self.started_utc,
-            "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds") if status != RUNNING else None,
+            **self.recorder.status_fields(status),  # running, finished or interrupted (README "Reading a run record")
             "interrupted": status == INTERRUPTED,  # as records before `status` said it
             "harness": harness_version(),
             "replay_of": str(self.replayed.path.parent) if self.replayed else None,
@@ -203,7 +199,7 @@ class Runner:
         }
 
     def save(self, status: str = RUNNING) -> None:
-        self.recorder.write_results(self.results_json(status))
+        self.recorder.write_data(self.results_json(status))
 
     def drift(self) -> list[dict[str, Any]]:
         if self.replayed is None:

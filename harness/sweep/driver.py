@@ -22,7 +22,8 @@ from typing import Any
 from harness import PROJECT_ROOT, SUITES_DIR
 
 from harness.config.compose import ConfigError, Experiment, SweepPoint, compose, is_sweep, override_key, sweep_points
-from harness.sweep import gates as sweep_gate
+from harness.gates.registry import judge
+from harness.gates.verdict import failed
 from harness.sweep.record import SweepRecord
 from harness.run.preflight import load_baseline, preflight
 
@@ -121,7 +122,7 @@ def run_sweep(overrides: list[str], pytest_options: list[str], conf_dir: Path, c
     points = sweep_points(overrides)
     experiments = check_points(points, conf_dir, here=engine != "slurm")
     first = experiments[0]
-    record = SweepRecord(Path(first.base.record.root), first.name, command, pytest_options)
+    record = SweepRecord(first, command, pytest_options)
     labels = [label(n, p) for n, p in enumerate(points)]
     record.learn_secrets([*overrides, *pytest_options, *(o for p in points for o in p.overrides)])
     runs = [point_overrides(p.overrides, record.point_root(name)) for p, name in zip(points, labels)]
@@ -160,11 +161,12 @@ def run_here(record: SweepRecord, runs: list[list[str]], entries: list[dict], co
 def finish_sweep(record: SweepRecord, statuses: list[int | None], gates: Any) -> int:
     """Every point ended: the sweep gates judged on them, the record closed; 0 only if every
     point exited 0 and no sweep gate failed, else 1."""
-    verdicts = record.judge(gates)
-    status = 0 if all(s == 0 for s in statuses) and not sweep_gate.failed(verdicts) else 1
+    verdicts = judge("sweep", record.gate_context(gates))  # the registry's sweep gates
+    record.add_verdicts(verdicts)
+    status = 0 if all(s == 0 for s in statuses) and not failed(verdicts) else 1
     record.finish(status, interrupted=False)
     for verdict in verdicts:
-        print(f"specgate sweep gate: {sweep_gate.describe(verdict)}", flush=True)
+        print(f"specgate sweep gate: {verdict.line()}", flush=True)
     print(f"specgate sweep: {statuses.count(0)} of {len(statuses)} point(s) exited 0; "
           f"summary {record.path / 'summary.md'}", flush=True)
     return status

@@ -1,4 +1,5 @@
-"""A sweep's record: `<record.root>/<UTC timestamp>_<exp>_sweep/`.
+"""A sweep's record: `<record.root>/<UTC timestamp>_<exp>_sweep/`, made by the one record writer
+(harness/record/recorder.py, kind "sweep": redacted, atomic).
 
     points/<n>_<label>/<UTC timestamp>_<exp>/   each point's own run record (its record.root
                                                 is points/<n>_<label>, so `latest` is there too)
@@ -6,24 +7,23 @@
                   read from the point's results.json; `status` running, finished or interrupted
     summary.md    point x arm: the headline figures and the gate verdict counts, where
                   each speculative arm stops paying (its crossover, see `crossovers`) and the
-                  sweep gates' verdicts (`sweep_gates`, harness/sweep/gates.py)
+                  sweep gates' verdicts (`sweep_gates`, harness/gates/sweep.py)
 """
 
 from __future__ import annotations
 
-import json
 import math
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import yaml
-from omegaconf import OmegaConf
 
-from harness.sweep import gates as sweep_gate
-from harness.record.atomic import atomic_write
+from harness.gates.registry import SweepContext
+from harness.gates.verdict import Verdict
+from harness.config.compose import Experiment
+from harness.record.recorder import Recorder
 from harness.record.secrets import Redactor
-from harness.record.store import FINISHED, INTERRUPTED, RUNNING, RecordError, history_members, read_run, safe_name, unique_dir
+from harness.record.store import FINISHED, INTERRUPTED, RUNNING, RecordError, history_members, read_run, safe_name
 
 # (column, how results.json's arm block gives it); `{plain}` is the run's plain arm.
 HEADLINE = (
@@ -38,10 +38,6 @@ HEADLINE = (
     ("speedup", ("speedup_vs_{plain}",)),
     ("break_even", ("break_even_accept_length_vs_{plain}",)),
 )
-
-
-def utc_now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def dig(block: Any, path: tuple[str, ...], plain: str | None) -> Any:
@@ -85,15 +81,25 @@ def point_record(point_root: Path) -> Path | None:
 
 
 class SweepRecord:
-    """The sweep's folder and its sweep.json, rewritten (atomically) after every point."""
+    """The sweep's folder (the one record writer's kind "sweep") and its sweep.json, rewritten
+    (atomically) after every point."""
 
-    def __init__(self, root: Path, exp_name: str, command: list[str], pytest_options: list[str]):
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-        self.path = unique_dir(Path(root).absolute() / f"{stamp}_{safe_name(exp_name)}_sweep")
-        self.redactor = Redactor()
-        self.data: dict[str, Any] = {"experiment": exp_name, "status": RUNNING, "command": command,
-                                     "pytest_options": pytest_options, "started_utc": utc_now(),
-                                     "finished_utc": None, "exit_status": None, "points": []}
+    def __init__(self, experiment: Experiment, command: list[str], pytest_options: list[str]):
+        """`experiment`: the first point's, whose name and record.root the sweep's folder takes."""
+        self.recorder = Recorder(experiment, kind="sweep")
+        self.plain_arm = experiment.plain_arm  # what the sweep gates' speedups are against
+        self.data: dict[str, Any] = {"experiment": experiment.name, **self.recorder.status_fields(RUNNING),
+                                     "command": command, "pytest_options": pytest_options, "exit_status": None,
+                                     "points": []}
+
+    @property
+    def path(self) -> Path:
+        """Absolute: every point's record.root is inside it, and a point may run elsewhere (a SLURM node)."""
+        return self.recorder.path.absolute()
+
+    @property
+    def redactor(self) -> Redactor:
+        return self.recorder.redactor
 
     def point_root(self, label: str) -> Path:
         return self.path / "points" / label
@@ -128,28 +134,28 @@ class SweepRecord:
         entry.update(status="job_failed", error=reason, job_log=log)
         self.save()
 
-    def judge(self, gates: Any) -> list[dict[str, Any]]:
-        """The sweep gates' verdicts on the points run (stored in sweep.json's `sweep_gates`)."""
-        if not isinstance(gates, dict):
-            gates = OmegaConf.to_container(gates)
-        verdicts = sweep_gate.judge(gates, self.data["points"], crossovers(self.data["points"]))
-        self.data["sweep_gates"] = verdicts
-        return verdicts
+    def gate_context(self, gates: Any) -> SweepContext:
+        """What the sweep gates judge: the points run, their crossovers, the plain arm."""
+        points = self.data["points"]
+        return SweepContext(gates, points, crossovers(points), self.plain_arm)
+
+    def add_verdicts(self, verdicts: list[Verdict]) -> None:
+        """The sweep gates' verdicts, kept in sweep.json's `sweep_gates`."""
+        self.data["sweep_gates"] = [v.to_json() for v in verdicts]
 
     def learn_secrets(self, overrides: list[str]) -> None:
         """The secrets the overrides carry (`server.env.HF_TOKEN=...`): kept in memory, where
         the points' commands need them, but never written."""
-        self.redactor.learn(overrides)
+        self.recorder.learn_secrets(overrides)
 
     def save(self) -> None:
-        shown = self.redactor.data(self.data)
-        atomic_write(self.path / "sweep.json", json.dumps(shown, indent=2, allow_nan=False) + "\n")
+        self.recorder.write_data(self.data)
 
     def finish(self, exit_status: int, interrupted: bool) -> None:
-        self.data.update(status=INTERRUPTED if interrupted else FINISHED, finished_utc=utc_now(), exit_status=exit_status,
+        self.data.update(self.recorder.status_fields(INTERRUPTED if interrupted else FINISHED), exit_status=exit_status,
                          crossovers=crossovers(self.data["points"]))
         self.save()
-        atomic_write(self.path / "summary.md", self.redactor.text(summary(self.redactor.data(self.data))))
+        self.recorder.write_summary(summary(self.redactor.data(self.data)))
 
 
 def crossovers(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -218,7 +224,7 @@ def summary(data: dict[str, Any]) -> str:
                   for x in data["crossovers"]]
     if data.get("sweep_gates"):
         lines += ["", "## Sweep gates", ""]
-        lines += [f"- {sweep_gate.describe(v)}" for v in data["sweep_gates"]]
+        lines += [f"- {Verdict.from_json(v, 'sweep').line()}" for v in data["sweep_gates"]]
     failed = [p for p in data["points"] if p.get("error")]
     if failed:  # a launched sweep's jobs: why each ended as it did, and its log
         lines += ["", "## Why points failed", ""]

@@ -23,7 +23,9 @@ from matplotlib.ticker import FixedLocator, NullLocator
 from harness.record.atomic import atomic_write
 from harness.record.store import FINISHED, INTERRUPTED
 from harness.report.html import ARM_COLORS, TEMPLATES, ReportError, figure_uri, show
-from harness.sweep.gates import FAILED, NOT_EVALUABLE, PASSED, others_of, point_concurrency
+from harness.gates.sweep import others_of, point_concurrency
+
+PASSED, FAILED, NOT_EVALUABLE = "passed", "failed", "not_evaluable"  # sweep.json's verdict statuses
 
 SWEEP_FILE = "sweep.json"
 # (column, sweep.json's figure, format): the point x arm table
@@ -33,10 +35,6 @@ TABLE = (("out tok/s", "output_tok_s", "{:.1f}"), ("TTFT p50 ms", "ttft_ms_p50",
          ("accept len", "accept_length", "{:.2f}"),
          ("verify ms", "verify_cycle_ms", "{:.2f}"), ("break-even", "break_even", "{:.2f}"),
          ("speedup", "speedup", "{:.2f}x"))
-
-
-def is_sweep(path: Path) -> bool:
-    return (Path(path) / SWEEP_FILE).is_file()
 
 
 def write_sweep_report(sweep_dir: Path, out: Optional[Path] = None) -> Path:

@@ -1,0 +1,35 @@
+"""The kinds of record specgate writes, one per driver, and how a folder tells its kind.
+
+    run        <record.root>/<UTC timestamp>_<exp>/            results.json   (pytest suites/, specgate run)
+    sweep      <record.root>/<UTC timestamp>_<exp>_sweep/      sweep.json     (specgate sweep; each point's
+                                                                               run record is inside it)
+    capacity   <record.root>/<UTC timestamp>_<exp>_capacity/   capacity.json  (specgate capacity)
+
+Every kind has a summary.md beside its JSON, and the JSON's `status` says running, finished
+or interrupted. One writer (harness/record/recorder.py's Recorder) writes every kind.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class RecordKind:
+    name: str  # run | sweep | capacity
+    suffix: str  # the folder is <UTC timestamp>_<exp><suffix>
+    data_file: str  # the record's JSON: its figures, verdicts and status
+    writes_configs: bool  # config.yaml, overrides.yaml, arms/<arm>/config.yaml (a sweep's points keep their own)
+    step_summary: bool  # summary.md goes to GitHub's job page too (a sweep's points put their own there)
+
+
+RUN = RecordKind("run", "", "results.json", writes_configs=True, step_summary=True)
+SWEEP = RecordKind("sweep", "_sweep", "sweep.json", writes_configs=False, step_summary=False)
+CAPACITY = RecordKind("capacity", "_capacity", "capacity.json", writes_configs=True, step_summary=False)
+KINDS: dict[str, RecordKind] = {kind.name: kind for kind in (RUN, SWEEP, CAPACITY)}
+
+
+def kind_of(folder: Path) -> RecordKind | None:
+    """The kind of record a folder is, by the JSON it holds; None for a folder that is none."""
+    return next((kind for kind in KINDS.values() if (Path(folder) / kind.data_file).is_file()), None)
