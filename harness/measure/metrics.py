@@ -48,7 +48,7 @@ import numpy as np
 from harness.measure import prompt_length
 from harness.load import LoadResult, RequestRecord
 from harness.load.client_health import combine_client_blocks
-from harness.measure.registry import metric_value, noise_metrics
+from harness.measure.registry import Metric, computed_figures, metric_value, noise_metrics
 
 
 def _r(x: Optional[float], nd: int = 4) -> Optional[float]:
@@ -103,6 +103,11 @@ class ArmResult:
     # the client's own health over the load (harness/load/client_health.py) and, once judged, whether
     # its figures are the client's (harness/gates/client_bound.py); {}: not measured
     client: dict = field(default_factory=dict)
+    # the registry's metrics that have no field here (harness/measure/registry.py computed_figures,
+    # and the arm's joules_per_token once its telemetry is summarized): metric path -> value
+    figures: dict[str, Optional[float]] = field(default_factory=dict)
+    # the measured request lines, kept only while a registered metric pools its repeats
+    pooled_lines: list[dict] = field(default_factory=list, repr=False)
 
     @property
     def requests(self) -> dict[str, int]:
@@ -135,6 +140,7 @@ class ArmResult:
                if sum(self.correct_drafts_histogram) else {}),
             **({"prompt_length": dict(self.prompt_length)} if self.prompt_length else {}),
             **({"client": dict(self.client)} if self.client else {}),
+            **{path: _r(value) for path, value in self.figures.items()},
         }
 
 
@@ -206,7 +212,20 @@ def summarize(arm: str, load: LoadResult, server_accept_length: Optional[float] 
     res.categories = by_category(ok)
     res.prompt_length = prompt_length.judge(measured, load.api, load.prompt_sizing)
     res.client = dict(load.client or {})
+    fill_figures(res, ok)
     return res
+
+
+def fill_figures(result: ArmResult, ok: list[RequestRecord]) -> None:
+    """The registry's computed metrics from the successful measured requests, as request
+    lines (the shape requests.jsonl and a columnar reader give them in)."""
+    entries = computed_figures()
+    if not entries:
+        return  # no line is built when nothing needs one
+    lines = [r.to_json() for r in ok]
+    result.figures.update({m.path: m.value_from(lines) for m in entries})
+    if any(m.combine == "pooled" for m in entries):
+        result.pooled_lines = lines
 
 
 ACCEPT_LENGTH_BIN = 0.25  # histogram bin width: a quarter token per verify cycle
@@ -352,6 +371,28 @@ def combine_repeats(arm: str, results: list[ArmResult]) -> ArmResult:
     combined.prompt_length = prompt_length.combine([r.prompt_length for r in results])
     combined.duration_s = sum(r.duration_s for r in results)
     combined.client = combine_client_blocks([r.client for r in results])
+    combined.figures = combine_figures(results)
     combined.noise = {path: s for path in noise_metrics()
                       if (s := spread([metric_value(r, path) for r in results])) is not None}
     return combined
+
+
+def combine_figures(results: list[ArmResult]) -> dict[str, Optional[float]]:
+    """The registry's computed figures over repeats, each as its entry says: the median or
+    sum of the repeats' values, or recomputed from all their requests pooled."""
+    combined = {}
+    for m in computed_figures():
+        values = [r.figures.get(m.path) for r in results]
+        combined[m.path] = combine_values(m, values, [line for r in results for line in r.pooled_lines])
+    for path in {p for r in results for p in r.figures} - set(combined):  # set by the arm (J/token)
+        combined[path] = _median([r.figures.get(path) for r in results])
+    return combined
+
+
+def combine_values(entry: Metric, values: list[Optional[float]], lines: list[dict]) -> Optional[float]:
+    if entry.combine == "pooled":
+        return entry.value_from(lines) if lines else None
+    if entry.combine == "sum":
+        present = [v for v in values if v is not None]
+        return float(sum(present)) if present else None
+    return _median(values)
