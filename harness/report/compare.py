@@ -19,7 +19,7 @@ from typing import Any, Optional
 
 from harness.measure.registry import Metric, compare_metrics, metric_value, number
 from harness.record.store import FINISHED, RUNNING, RunData, read_runs
-from harness.report.summary import markdown_table
+from harness.report.tables import markdown_table
 
 
 class CompareError(Exception):
