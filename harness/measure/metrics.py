@@ -140,7 +140,7 @@ class ArmResult:
                if sum(self.correct_drafts_histogram) else {}),
             **({"prompt_length": dict(self.prompt_length)} if self.prompt_length else {}),
             **({"client": dict(self.client)} if self.client else {}),
-            **{path: _r(value) for path, value in self.figures.items()},
+            **{path: _r(value, 6) for path, value in self.figures.items()},
         }
 
 
