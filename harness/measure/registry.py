@@ -270,7 +270,7 @@ def metric_value(source: Any, path: str) -> Any:
     value = source
     for part in path.split("."):
         if value is None:
-            return None
+            break
         value = value.get(part) if isinstance(value, dict) else getattr(value, part, None)
     if value is None and not isinstance(source, dict):
         figures = getattr(source, "figures", None)
