@@ -216,7 +216,7 @@ def test_figures_break_down_by_the_prompts_category():
     assert res.categories["prose"]["accept_length"] == pytest.approx(1.5)
     assert res.categories["prose"]["requests"] == 1  # the failed one has no figures
     assert res.categories["code"]["stream_tok_s"] == pytest.approx(10 / 0.23, rel=1e-3)
-    assert res.categories["code"]["tpot_ms_p50"] == pytest.approx(120 / 9, rel=1e-3)
+    assert res.categories["code"]["tpot_ms.p50"] == pytest.approx(120 / 9, rel=1e-3)
     plain = summarize("baseline", LoadResult(records=[rec(0, 1.0, [1.1, 1.2, 1.3, 1.4, 1.5], [2, 2, 2, 2, 2])],
                                              start_time=1.0, end_time=1.5, api="chat", model="m"))
     assert plain.categories == {}  # no category on any prompt: no breakdown

@@ -147,3 +147,19 @@ def test_gone_once_unregistered(tmp_path):
     assert PATH not in summarize("eagle3", load(1, 60.0)).to_json()
     with pytest.raises(ValueError, match="registered already"):
         registry.register(registry.metric("output_tok_s"))
+
+
+def test_records_written_before_read_under_their_old_spellings(tmp_path):
+    """J/token lived only in the gpu block, category latencies were ttft_ms_p50/tpot_ms_p50:
+    compare and the report still show them."""
+    from harness.report.html import category_rows
+
+    arm = {"status": "measured", "output_tok_s": 100.0, "gpu": {"energy": {"joules_per_token": 0.25}},
+           "categories": {"code": {"requests": 3, "accept_length": 2.0, "stream_tok_s": 50.0,
+                                   "ttft_ms_p50": 12.5, "tpot_ms_p50": 3.25}}}
+    (tmp_path / "results.json").write_text(json.dumps({"arms": {"eagle3": arm}}))
+    [row] = [r for r in compare_data([tmp_path])["rows"] if r["metric"] == "joules_per_token"]
+    assert row["values"] == [0.25]
+    assert category_rows({"eagle3": arm}, ["eagle3"], None) == [["eagle3", "code", "3", "2", "50", "-", "12.5", "3.25"]]
+    page = render_report(read_run(tmp_path), [])
+    assert "J/token" in page and "0.250" in page

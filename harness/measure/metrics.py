@@ -275,6 +275,8 @@ def by_category(ok: list[RequestRecord]) -> dict[str, dict]:
 
 
 def category_figures(records: list[RequestRecord]) -> dict:
+    """A category's figures; its latencies under their registry paths (records written
+    before spelled them ttft_ms_p50, tpot_ms_p50: readers go through registry.read)."""
     tokens = sum(r.completion_tokens for r in records)
     seconds = sum(r.e2e_s for r in records if r.e2e_s is not None)
     verify = sum(r.spec_verify_ct or 0 for r in records)
@@ -284,8 +286,8 @@ def category_figures(records: list[RequestRecord]) -> dict:
         "completion_tokens": tokens,
         "accept_length": _r(sum(r.completion_tokens for r in records if r.spec_verify_ct) / verify) if verify else None,
         "stream_tok_s": _r(tokens / seconds, 3) if seconds > 0 else None,
-        "ttft_ms_p50": _r(Stat.of(r.ttft_s * 1000.0 for r in records if r.ttft_s is not None).p50),
-        "tpot_ms_p50": _r(Stat.of(r.decode_s * 1000.0 / (r.completion_tokens - 1) for r in decoding).p50),
+        "ttft_ms.p50": _r(Stat.of(r.ttft_s * 1000.0 for r in records if r.ttft_s is not None).p50),
+        "tpot_ms.p50": _r(Stat.of(r.decode_s * 1000.0 / (r.completion_tokens - 1) for r in decoding).p50),
     }
 
 

@@ -24,7 +24,7 @@ from matplotlib.ticker import FuncFormatter
 
 from harness.gates.client_bound import bound_figures
 from harness.report.compare import GATE_STATUSES, gate_status, noise_cv
-from harness.measure.registry import Metric, metric_value, number, read, report_metrics
+from harness.measure.registry import Metric, metric, metric_value, number, read, report_metrics
 from harness.report.tables import heading, value_cell
 from harness.record.atomic import atomic_write
 from harness.record.store import INTERRUPTED, RUNNING, RunData, read_run
@@ -97,7 +97,7 @@ def category_rows(blocks: dict[str, Any], arms: list[str], plain_arm: Optional[s
             speedup = c.get(f"speedup_vs_{plain_arm}") if plain_arm else None
             rows.append([arm, str(name), show(c.get("requests")), show(c.get("accept_length")),
                          show(c.get("stream_tok_s")), "-" if speedup is None else f"{speedup:.2f}x",
-                         show(c.get("ttft_ms_p50")), show(c.get("tpot_ms_p50"))])
+                         *(show(read(c, metric(path))) for path in ("ttft_ms.p50", "tpot_ms.p50"))])
     return rows
 
 

@@ -9,8 +9,8 @@ from harness.measure import prompt_length
 from harness.measure.agreement import client_decoded_tokens, sentence, server_decode_ms_per_token
 from harness.gates.client_bound import bound_figures
 from harness.engines.base import ITL_PER_TOKEN
-from harness.measure.registry import summary_columns
-from harness.report.tables import Row, markdown_table, metric_table
+from harness.measure.registry import metric, read, summary_columns
+from harness.report.tables import Row, markdown_table, metric_table, value_cell
 from harness.measure.metrics import ArmResult, acceptance_per_position, category_speedups
 from harness.telemetry.energy import joules_per_token_ratio
 
@@ -105,6 +105,9 @@ def not_evaluated_section(rows: list[dict]) -> list[str]:
     return lines + [f"- {suite}: {', '.join(names)}" for suite, names in by_suite.items()]
 
 
+CATEGORY_LATENCIES = ("ttft_ms.p50", "tpot_ms.p50")  # a category's latency figures, by registry path
+
+
 def category_section(experiment, results: dict[str, ArmResult]) -> list[str]:
     """Per category of the prompts (a dataset's rows carry them): acceptance and speed
     depend on content, so one figure over a mix hides where a drafter wins or loses."""
@@ -119,7 +122,7 @@ def category_section(experiment, results: dict[str, ArmResult]) -> list[str]:
         for name, c in result.categories.items():
             rows.append([arm, name, str(c["requests"]), cell(c["accept_length"], "{:.2f}"),
                          cell(c["stream_tok_s"], "{:.1f}"), cell(speedups.get(name), "{:.2f}x"),
-                         cell(c["ttft_ms_p50"], "{:.1f}"), cell(c["tpot_ms_p50"], "{:.2f}")])
+                         *(value_cell(metric(path), read(c, metric(path))) for path in CATEGORY_LATENCIES)])
     if not rows:
         return []
     header = ["arm", "category", "requests", "accept len", "stream tok/s", "speedup", "TTFT p50", "TPOT p50"]
