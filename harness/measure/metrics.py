@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Iterable, Optional
 
 import numpy as np
@@ -216,10 +216,15 @@ def summarize(arm: str, load: LoadResult, server_accept_length: Optional[float] 
     return res
 
 
+def registry_figures() -> list[Metric]:
+    """The registered metrics ArmResult has no field for (its `requests` property counts too)."""
+    return computed_figures({f.name for f in fields(ArmResult)} | {"requests"})
+
+
 def fill_figures(result: ArmResult, ok: list[RequestRecord]) -> None:
     """The registry's computed metrics from the successful measured requests, as request
     lines (the shape requests.jsonl and a columnar reader give them in)."""
-    entries = computed_figures()
+    entries = registry_figures()
     if not entries:
         return  # no line is built when nothing needs one
     lines = [r.to_json() for r in ok]
@@ -383,7 +388,7 @@ def combine_figures(results: list[ArmResult]) -> dict[str, Optional[float]]:
     """The registry's computed figures over repeats, each as its entry says: the median or
     sum of the repeats' values, or recomputed from all their requests pooled."""
     combined = {}
-    for m in computed_figures():
+    for m in registry_figures():
         values = [r.figures.get(m.path) for r in results]
         combined[m.path] = combine_values(m, values, [line for r in results for line in r.pooled_lines])
     for path in {p for r in results for p in r.figures} - set(combined):  # set by the arm (J/token)

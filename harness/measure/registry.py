@@ -254,13 +254,11 @@ def report_metrics(plain_arm: Optional[str]) -> list[Metric]:
     return [m for m in in_scope("report") if plain_arm or not m.between_arms]
 
 
-def computed_figures() -> list[Metric]:
-    """Metrics whose value the registry computes from request lines (no ArmResult field)."""
-    from harness.measure.metrics import ArmResult  # the result type's own fields (a deferred import: metrics imports us)
-
-    fields = {f.name for f in dataclasses.fields(ArmResult)} | {"requests"}
+def computed_figures(result_fields: set[str]) -> list[Metric]:
+    """Metrics whose value the registry computes from request lines: those whose family is
+    none of the result type's own fields (`result_fields`, ArmResult's)."""
     return [m for m in _REGISTRY.values()
-            if m.family not in fields and not m.between_arms and (m.compute or m.samples)]
+            if m.family not in result_fields and not m.between_arms and (m.compute or m.samples)]
 
 
 def metric_value(source: Any, path: str) -> Any:
