@@ -48,7 +48,8 @@ import numpy as np
 from harness.measure import prompt_length
 from harness.load import LoadResult, RequestRecord
 from harness.load.client_health import combine_client_blocks
-from harness.measure.registry import Metric, computed_figures, metric_value, noise_metrics
+from harness.measure.registry import Metric, computed_figures, metric_value, noise_metrics, resolve
+from harness.measure.samples import RecordLine
 
 
 def _r(x: Optional[float], nd: int = 4) -> Optional[float]:
@@ -187,13 +188,11 @@ def summarize(arm: str, load: LoadResult, server_accept_length: Optional[float] 
         res.output_tok_s = total_ct / window
         res.request_per_s = len(ok) / window
 
-    res.ttft_ms = Stat.of(r.ttft_s * 1000.0 for r in ok if r.ttft_s is not None)
-    res.e2e_ms = Stat.of(r.e2e_s * 1000.0 for r in ok if r.e2e_s is not None)
-    itl = [np.diff(np.asarray(r.chunk_times)) * 1000.0 for r in ok if len(r.chunk_times) > 1]
-    res.itl_ms = Stat.of(np.concatenate(itl) if itl else [])
+    views = [RecordLine(r) for r in ok]
+    for name in DISTRIBUTIONS:
+        setattr(res, name, distribution_of(name, views))
 
     decoding = [r for r in ok if r.completion_tokens > 1 and r.decode_s is not None]
-    res.tpot_ms = Stat.of(r.decode_s * 1000.0 / (r.completion_tokens - 1) for r in decoding)
     steps = sum(r.completion_tokens - 1 for r in decoding)
     if steps > 0:
         res.decode_step_ms = sum(r.decode_s for r in decoding) * 1000.0 / steps
@@ -219,6 +218,13 @@ def summarize(arm: str, load: LoadResult, server_accept_length: Optional[float] 
 def registry_figures() -> list[Metric]:
     """The registered metrics ArmResult has no field for (its `requests` property counts too)."""
     return computed_figures({f.name for f in fields(ArmResult)} | {"requests"})
+
+
+def distribution_of(family: str, views: list[RecordLine]) -> Stat:
+    """A latency distribution from each request's own values, as its registry entry takes
+    them (ttft_ms: a request's TTFT; itl_ms: its inter-chunk gaps; ...)."""
+    values_of = resolve(f"{family}.p50").samples.values_of
+    return Stat.of(value for view in views for value in values_of(view))
 
 
 def fill_figures(result: ArmResult, ok: list[RequestRecord]) -> None:

@@ -175,6 +175,27 @@ def decode_step_row(line: Line) -> Optional[tuple[float, float]]:
     return (decode, tokens - 1) if tokens and tokens > 1 and decode is not None else None
 
 
+class RecordLine:
+    """A request record (harness/load/records.py) read as its request line, unrounded: what
+    an arm's result is computed from while the run goes, through the same functions that
+    read requests.jsonl afterwards."""
+
+    __slots__ = ("record",)
+
+    def __init__(self, record: Any):
+        self.record = record
+
+    def get(self, key: str, default: Any = None) -> Any:
+        r = self.record
+        if key == "chunk_ms":
+            return [t * 1000.0 for t in r.chunk_times]
+        if key in ("ttft_ms", "e2e_ms", "decode_ms"):
+            seconds = getattr(r, key.removesuffix("_ms") + "_s")
+            return default if seconds is None else seconds * 1000.0
+        value = getattr(r, key, default)
+        return default if value is None else value
+
+
 def measured(lines: list[Line]) -> list[Line]:
     """The lines a metric is computed from: measured (not warm-up) and successful."""
     return [line for line in lines if not line.get("warmup") and line.get("ok")]
