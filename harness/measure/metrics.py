@@ -192,17 +192,13 @@ def summarize(arm: str, load: LoadResult, server_accept_length: Optional[float] 
     for name in DISTRIBUTIONS:
         setattr(res, name, distribution_of(name, views))
 
-    decoding = [r for r in ok if r.completion_tokens > 1 and r.decode_s is not None]
-    steps = sum(r.completion_tokens - 1 for r in decoding)
-    if steps > 0:
-        res.decode_step_ms = sum(r.decode_s for r in decoding) * 1000.0 / steps
+    res.decode_step_ms = ratio_of("decode_step_ms", views)
 
     spec = [r for r in ok if r.spec_verify_ct]
-    verify = sum(r.spec_verify_ct for r in spec)
-    if verify > 0:
-        res.accept_length = sum(r.completion_tokens for r in spec) / verify
+    if sum(r.spec_verify_ct for r in spec) > 0:
+        res.accept_length = ratio_of("accept_length", views)
         res.accept_length_source = "run"
-        res.verify_cycle_ms = sum(r.decode_s or 0.0 for r in spec) * 1000.0 / verify
+        res.verify_cycle_ms = ratio_of("verify_cycle_ms", views)
     elif server_accept_length is not None:
         res.accept_length = float(server_accept_length)
         res.accept_length_source = "server_cumulative"
@@ -225,6 +221,11 @@ def distribution_of(family: str, views: list[RecordLine]) -> Stat:
     them (ttft_ms: a request's TTFT; itl_ms: its inter-chunk gaps; ...)."""
     values_of = resolve(f"{family}.p50").samples.values_of
     return Stat.of(value for view in views for value in values_of(view))
+
+
+def ratio_of(path: str, views: list[RecordLine]) -> Optional[float]:
+    """A ratio-of-sums metric (accept length, verify cycle, decode step) by its registry entry."""
+    return resolve(path).samples.evidence(views).value()
 
 
 def fill_figures(result: ArmResult, ok: list[RequestRecord]) -> None:

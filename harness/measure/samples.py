@@ -161,13 +161,15 @@ def window_rates(lines: list[Line], what: str) -> list[np.ndarray]:
 
 
 def accept_length_row(line: Line) -> Optional[tuple[float, float]]:
-    tokens, verify = line.get("completion_tokens"), line.get("spec_verify_ct")
-    return (tokens, verify) if tokens and verify else None
+    """Σ completion tokens ÷ Σ verify cycles over the requests that carry verify counts."""
+    verify = line.get("spec_verify_ct")
+    return (line.get("completion_tokens") or 0, verify) if verify else None
 
 
 def verify_cycle_row(line: Line) -> Optional[tuple[float, float]]:
-    verify, decode = line.get("spec_verify_ct"), line.get("decode_ms")
-    return (decode, verify) if verify and decode is not None else None
+    """Σ decode time ÷ Σ verify cycles: a request without a decode span (one chunk) adds its cycles."""
+    verify = line.get("spec_verify_ct")
+    return (line.get("decode_ms") or 0.0, verify) if verify else None
 
 
 def decode_step_row(line: Line) -> Optional[tuple[float, float]]:
