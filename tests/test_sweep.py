@@ -80,12 +80,25 @@ def test_headline_reads_each_arms_figures_and_gate_counts():
                    "break_even_accept_length_vs_baseline": 1.875}},
         "gates": [{"arm": "eagle3", "status": "passed"}, {"arm": "eagle3", "status": "failed"},
                   {"arm": "eagle3", "status": "skipped"}, {"arm": "baseline", "status": "passed"}]}
-    arms = headline(results)
-    assert arms["eagle3"]["speedup"] == 1.28 and arms["eagle3"]["break_even"] == 1.875
-    assert arms["eagle3"]["tpot_ms_p99"] == 3.5 and arms["eagle3"]["ttft_ms_p50"] is None
+    arms = headline(results)  # keyed by the metric registry's paths, one spelling everywhere
+    assert arms["eagle3"]["speedup"] == 1.28 and arms["eagle3"]["break_even_accept_length"] == 1.875
+    assert arms["eagle3"]["tpot_ms.p99"] == 3.5 and arms["eagle3"]["ttft_ms.p50"] is None
     assert (arms["eagle3"]["gates_passed"], arms["eagle3"]["gates_failed"]) == (1, 1)
-    assert arms["baseline"]["ttft_ms_p99"] == 9.0 and arms["baseline"]["speedup"] is None
+    assert arms["baseline"]["ttft_ms.p99"] == 9.0 and arms["baseline"]["speedup"] is None
     assert (arms["baseline"]["gates_passed"], arms["baseline"]["gates_failed"]) == (1, 0)
+
+
+def test_a_sweep_json_written_before_reads_under_its_old_spellings():
+    from harness.sweep.record import summary
+    from harness.sweep.report import figure_of, table_rows
+
+    old = {"status": "measured", "ttft_ms_p50": 3.25, "break_even": 1.875, "speedup": 1.28}
+    assert figure_of(old, "ttft_ms.p50") == 3.25 and figure_of(old, "break_even_accept_length") == 1.875
+    points = [{"label": "0_c1", "exit_status": 0, "arms": {"eagle3": old}}]
+    [row] = table_rows(points)
+    assert "3.2" in row["cells"] and "1.88" in row["cells"] and "1.28x" in row["cells"]
+    text = summary({"experiment": "x", "status": "finished", "exit_status": 0, "points": points})
+    assert "| 1.88 " in text and "| 1.28x " in text
 
 
 def test_ctrl_c_stops_the_running_point_and_waits_for_it(tmp_path):

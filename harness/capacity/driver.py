@@ -30,6 +30,8 @@ from harness.run.outcome import ArmOutcome
 from harness.servers import Session, remove_dead_sessions_containers
 from harness.capacity.slo import METRICS, STATISTICS, Slo, goodput, misses, slos_of
 from harness.run.preflight import preflight
+from harness.measure.metrics import ArmResult
+from harness.measure.registry import in_scope, metric_value, number
 
 PASSED, FAILED, INTERRUPTED_EXIT = 0, 1, 2
 
@@ -154,9 +156,7 @@ class ArmSearch:
         good, good_rps = goodput(load_result, self.slos)
         entry = {"probe": number, "load": load, "met": not missed, "misses": missed, "failed_requests": failed,
                  "requests_ok": result.requests_ok, "good_requests": good, "goodput_rps": rounded(good_rps),
-                 "request_per_s": rounded(result.request_per_s), "output_tok_s": rounded(result.output_tok_s),
-                 "duration_s": rounded(result.duration_s), "accept_length": rounded(result.accept_length),
-                 **{metric: getattr(result, metric).to_json() for metric in METRICS}}
+                 "duration_s": rounded(result.duration_s), **probe_figures(result)}
         self.found.probes.append(entry)
         self.record.save()
         say(f"{self.arm.name}: {self.record.dimension} {load:g}: "
@@ -172,6 +172,15 @@ class ArmSearch:
         if not sys.stderr.isatty():
             return None
         return lambda snapshot: print_progress(snapshot, label=f"[{self.arm.name}] ")
+
+
+def probe_figures(result: ArmResult) -> dict[str, Any]:
+    """A probe's figures: every statistic of each SLO'able distribution (what an SLO and its
+    chart read), and the registry's other capacity metrics under their paths."""
+    figures: dict[str, Any] = {metric: getattr(result, metric).to_json() for metric in METRICS}
+    figures.update({m.path: rounded(number(metric_value(result, m.path)))
+                    for m in in_scope("capacity") if m.family not in METRICS})
+    return figures
 
 
 def rounded(value: float | None) -> float | None:

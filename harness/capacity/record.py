@@ -24,6 +24,7 @@ from harness.gates.verdict import Verdict
 from harness.record.store import FINISHED, INTERRUPTED, RUNNING
 from harness.record.recorder import Recorder
 from harness.capacity.slo import Slo
+from harness.report.tables import Row, Table, metric_table
 
 
 class CapacityRecord:
@@ -101,16 +102,16 @@ def summary(data: dict[str, Any]) -> str:
     lines += [f"- {arm}: {capacity_words(block, data['search']['start'])}" for arm, block in data["arms"].items()]
     if data["gates"]:
         lines += ["", "## Gates", ""] + [f"- {Verdict.from_json(g, 'capacity').line()}" for g in data["gates"]]
-    lines += ["", "## Probes", "",
-              f"| arm | # | {data['dimension']} | met | TTFT p50 / p99 ms | TPOT p50 / p99 ms | ITL p99 ms "
-              "| E2E p99 ms | out tok/s | req/s | goodput req/s | failed | missed |",
-              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for arm, block in data["arms"].items():
-        for p in block["probes"]:
-            lines.append(f"| {arm} | {p['probe']} | {cell(p['load'])} | {'yes' if p['met'] else 'no'} "
-                         f"| {stat(p['ttft_ms'], 'p50')} / {stat(p['ttft_ms'], 'p99')} "
-                         f"| {stat(p['tpot_ms'], 'p50')} / {stat(p['tpot_ms'], 'p99')} | {stat(p['itl_ms'], 'p99')} "
-                         f"| {stat(p['e2e_ms'], 'p99')} | {cell(p['output_tok_s'])} | {cell(p['request_per_s'])} "
-                         f"| {cell(p['goodput_rps'])} | {p['failed_requests']} | {'; '.join(p['misses']) or '–'} |")
+    lines += ["", "## Probes", "", *probes_table(data).markdown()]
     lines += ["", "Re-run: `" + " ".join(data["command"]) + "` (the composed config is in config.yaml)."]
     return "\n".join(lines) + "\n"
+
+
+def probes_table(data: dict[str, Any]) -> Table:
+    """arm x probe: the load, whether it met every SLO, the registry's capacity metrics
+    (harness/report/tables.py), goodput, failures and what it missed."""
+    rows = [Row([arm, str(p["probe"]), cell(p["load"]), "yes" if p["met"] else "no"], p,
+                [cell(p.get("goodput_rps")), str(p.get("failed_requests", "–")), "; ".join(p.get("misses") or []) or "–"])
+            for arm, block in (data.get("arms") or {}).items() for p in block.get("probes") or []]
+    return metric_table("capacity", ["arm", "#", str(data.get("dimension", "load")), "met"], rows,
+                        ["goodput req/s", "failed", "missed"])

@@ -14,7 +14,7 @@ import jinja2
 from matplotlib.figure import Figure
 
 from harness.record.atomic import atomic_write
-from harness.capacity.record import capacity_words, cell
+from harness.capacity.record import capacity_words, probes_table
 from harness.record.store import RecordError
 from harness.report.html import ARM_COLORS, TEMPLATES, ReportError, figure_uri
 
@@ -47,16 +47,8 @@ def context(data: dict[str, Any], label: str) -> dict[str, Any]:
         "capacities": [(arm, capacity_words(block, start).replace("**", "")) for arm, block in arms.items()],
         "charts": [chart for chart in (slo_chart(data, slo) for slo in data.get("slos") or []) if chart]
                   + [c for c in [goodput_chart(data)] if c],
-        "probes": [probe_row(arm, p) for arm, block in arms.items() for p in block.get("probes") or []],
+        "probes": probes_table(data),
     }
-
-
-def probe_row(arm: str, probe: dict[str, Any]) -> list[str]:
-    stat = lambda metric, key: cell((probe.get(metric) or {}).get(key))  # noqa: E731
-    return [arm, str(probe["probe"]), cell(probe["load"]), "yes" if probe["met"] else "no",
-            f"{stat('ttft_ms', 'p50')} / {stat('ttft_ms', 'p99')}", f"{stat('tpot_ms', 'p50')} / {stat('tpot_ms', 'p99')}",
-            stat("itl_ms", "p99"), stat("e2e_ms", "p99"), cell(probe.get("output_tok_s")),
-            cell(probe.get("goodput_rps")), "; ".join(probe.get("misses") or []) or "–"]
 
 
 def series(data: dict[str, Any], value) -> dict[str, list[tuple[float, float]]]:

@@ -23,6 +23,8 @@ import numpy as np
 
 from harness.load import LoadResult, RequestRecord
 from harness.measure.metrics import ArmResult
+from harness.measure.registry import metric_value, resolve
+from harness.measure.samples import statistic_named
 from harness.config.schema import PercentileLimits, SloConfig
 
 METRICS = tuple(f.name for f in dataclasses.fields(SloConfig))  # ttft_ms, tpot_ms, itl_ms, e2e_ms
@@ -40,7 +42,11 @@ class Slo:
         return f"{self.metric}.{self.statistic}"
 
     def measured(self, result: ArmResult) -> float | None:
-        return getattr(getattr(result, self.metric), self.statistic)
+        return metric_value(result, self.name)
+
+    @property
+    def unit(self) -> str:
+        return resolve(self.name).unit
 
     def to_json(self) -> dict[str, Any]:
         return {"metric": self.metric, "statistic": self.statistic, "limit_ms": self.limit_ms}
@@ -58,9 +64,9 @@ def misses(result: ArmResult, slos: list[Slo]) -> list[str]:
     for slo in slos:
         value = slo.measured(result)
         if value is None:
-            missed.append(f"{slo.name} not measured (limit {slo.limit_ms:g} ms)")
+            missed.append(f"{slo.name} not measured (limit {slo.limit_ms:g} {slo.unit})")
         elif value > slo.limit_ms:
-            missed.append(f"{slo.name} {value:.2f} ms > {slo.limit_ms:g} ms")
+            missed.append(f"{slo.name} {value:.2f} {slo.unit} > {slo.limit_ms:g} {slo.unit}")
     return missed
 
 
@@ -74,18 +80,11 @@ def per_request_limits(slos: list[Slo]) -> dict[str, tuple[str, float]]:
 
 
 def request_figure(record: RequestRecord, metric: str, statistic: str) -> float | None:
-    """One request's own value of a metric, in ms (None: it has none, e.g. TPOT of one token)."""
-    if metric == "ttft_ms":
-        return None if record.ttft_s is None else record.ttft_s * 1000.0
-    if metric == "e2e_ms":
-        return None if record.e2e_s is None else record.e2e_s * 1000.0
-    if metric == "tpot_ms":
-        tokens = record.completion_tokens or 0
-        return None if tokens < 2 or record.decode_s is None else record.decode_s * 1000.0 / (tokens - 1)
-    gaps = np.diff(np.asarray(record.chunk_times)) * 1000.0  # itl_ms: this request's own gaps
-    if gaps.size == 0:
-        return None
-    return float(gaps.mean()) if statistic == "mean" else float(np.percentile(gaps, float(statistic[1:])))
+    """One request's own value of a metric (None: it has none, e.g. TPOT of one token): its
+    registry entry's per-request samples (a TTFT, its decode time per token, its own
+    inter-token gaps) at the limited statistic."""
+    values = np.asarray(resolve(f"{metric}.{statistic}").samples.values_of(record.to_json()), dtype=float)
+    return statistic_named(statistic)[0](values) if values.size else None
 
 
 def meets_all(record: RequestRecord, limits: dict[str, tuple[str, float]]) -> bool:

@@ -29,29 +29,46 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.measure.registry import metric_value
+from harness.measure.registry import Metric, all_metrics, metric_value
 
-DISTRIBUTIONS = ("ttft_ms", "itl_ms", "e2e_ms")
 LAG_AT = {"mean": "p50", "p50": "p50", "p90": "p99", "p99": "p99"}  # figure statistic -> loop-lag percentile
-THROUGHPUT = ("output_tok_s", "request_per_s")
-ONE_SIDED = ("ttft_ms", "e2e_ms", *THROUGHPUT)  # client lag can only make these worse, never better
-LABELS = {"ttft_ms": "TTFT", "itl_ms": "ITL", "e2e_ms": "E2E", "output_tok_s": "output tok/s",
-          "request_per_s": "requests/s"}
+
+
+# Which figures a stalled client distorts is each metric's registry entry (`client`, `one_sided`).
+def distributions() -> list[str]:
+    """Latency distributions whose stamps a lagging event loop makes late (ttft_ms, itl_ms, e2e_ms)."""
+    return list(dict.fromkeys(m.family for m in all_metrics() if m.client == "latency"))
+
+
+def throughput() -> list[str]:
+    """Rates that late sends lower (output_tok_s, request_per_s)."""
+    return [m.path for m in all_metrics() if m.client == "throughput"]
+
+
+def one_sided() -> set[str]:
+    """Figures client lag can only make worse, never better (by distribution or path)."""
+    return {m.family for m in all_metrics() if m.client and m.one_sided}
+
+
+def label_of(entry: Metric) -> str:
+    """A family's name in words: `TTFT` for ttft_ms.*, the label itself for a rate."""
+    return entry.label.split(" ")[0] if "." in entry.path else entry.label
 
 
 def labels(paths: list[str]) -> str:
     """Figures grouped by distribution: `TTFT p50/p99, ITL p99, output tok/s`."""
+    named = {m.family: label_of(m) for m in reversed(all_metrics())}
     groups: dict[str, list[str]] = {}
     for path in paths:
         name, _, stat = path.partition(".")
-        groups.setdefault(LABELS.get(name, name), []).append(stat)
+        groups.setdefault(named.get(name, name), []).append(stat)
     return ", ".join(f"{name} {'/'.join(stats)}".strip() for name, stats in groups.items())
 
 
 def lag_bound_figures(result: Any, lag: dict, share: float) -> list[str]:
     """The latency figures the loop lag is at least `share` of (their metric paths)."""
     found = []
-    for name in DISTRIBUTIONS:
+    for name in distributions():
         for stat, lag_stat in LAG_AT.items():
             value, delay = metric_value(result, f"{name}.{stat}"), lag.get(lag_stat)
             if value and delay is not None and delay >= share * value:
@@ -81,7 +98,7 @@ def judge(result: Any, client: dict, thresholds: Any) -> dict:
     mean_gap = gap.get("mean") if gap.get("mean") is not None else gap.get("p50")
     if gap.get("p99") is not None and gap["p99"] > gap_limit:
         distorts = bool(e2e) and mean_gap is not None and mean_gap >= share * e2e
-        figures += list(THROUGHPUT) if distorts else []
+        figures += throughput() if distorts else []
         reasons.append(f"send gap p99 {gap['p99']:.1f} ms > {gap_limit:g} ms" +
                        (f", and its mean {mean_gap:.1f} ms ≥ {share:.0%} of the mean E2E {e2e:.0f} ms: the load "
                         f"sent was not the load asked for" if distorts else
@@ -123,9 +140,9 @@ def guard_client_bound(verdicts: list, result: Any, paths: list[str], inconclusi
     if not bound:
         return verdicts
     whose = f"{labels(bound)} is the client's lag, not the server's (see the arm's client block)"
-    one_sided = all(p.split(".")[0] in ONE_SIDED for p in bound)
+    lag_only_worsens = all(p.split(".")[0] in one_sided() for p in bound)
     for verdict in verdicts:
-        if verdict.status == "passed" and one_sided:
+        if verdict.status == "passed" and lag_only_worsens:
             verdict.detail += f" (client-bound: {whose}; the server's own figure is at least this good)"
         elif verdict.status in ("passed", "failed"):
             verdict.inconclusive = True

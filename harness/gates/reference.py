@@ -7,10 +7,9 @@ import re
 from dataclasses import dataclass
 
 from harness.gates.change import evidence, judge
-from harness.measure.registry import METRICS, compared_by_default, metric, metric_value
+from harness.measure.registry import Metric, all_metrics, compared_by_default, metric_value, resolve
 from harness.measure.metrics import spread
 from harness.gates.verdict import inconclusive_passes, Verdict, skipped
-from harness.gates.throughput import STATS
 from harness.gates.registry import GateContext, register, unmeasured
 
 
@@ -44,15 +43,17 @@ class Comparison:
 
 
 def better_of(path: str) -> str:
-    """The registry's better direction of `path`; a statistic the registry does not list
-    (ttft_ms.p90) takes its distribution's (ttft_ms.*). Unknown metrics are a ValueError."""
+    """The registry's better direction of `path` (another statistic of a registered
+    distribution, ttft_ms.p90, takes its distribution's). Unknown metrics are a ValueError."""
+    return entry_of(path).better
+
+
+def entry_of(path: str) -> Metric:
+    """The registry entry a compared metric is judged by: its unit, direction and samples."""
     try:
-        return metric(path).better
+        return resolve(path)
     except KeyError:
-        family = [m for m in METRICS if "." in path and m.path.split(".")[0] == path.split(".")[0]]
-        if family and path.split(".")[1] in STATS:
-            return family[0].better
-        valid = ", ".join(m.path for m in METRICS if not m.between_arms and not m.count)
+        valid = ", ".join(m.path for m in all_metrics() if not m.between_arms and not m.count)
         raise ValueError(f"gate.compare.{path}: no such metric; valid: {valid} "
                          f"(and mean/p90 of the latency distributions)") from None
 
@@ -83,7 +84,7 @@ def history_band(metric: str, history: list[dict]) -> float | None:
 def allowed_change(metric: str, old: float, allowed: float, band: float, gate) -> float:
     """The larger of the allowed change and the noise band over repeats; for latencies
     also the scheduling-jitter floor (a 0.4 ms move of a 4 ms TTFT is 10 % and still noise)."""
-    floor = gate.latency_noise_floor_ms / abs(old) if metric.split(".")[0].endswith("_ms") and old else 0.0
+    floor = gate.latency_noise_floor_ms / abs(old) if entry_of(metric).unit == "ms" and old else 0.0
     return max(allowed, band, floor)
 
 
@@ -117,11 +118,11 @@ def compare_metric(ctx: GateContext, c: Comparison) -> Verdict:
     bands = (f"tolerance {c.allowed:.1%}, noise band {band:.1%}"
              + (f", history band {lookback:.1%} over {len(ctx.history)} runs" if lookback is not None else ""))
     old_ev, new_ev = evidence(c.metric, ctx.reference_requests), evidence(c.metric, ctx.requests)
-    if old_ev is None or new_ev is None or not old_ev.groups or not new_ev.groups:
+    if (without := why_no_interval(c.metric, old_ev, new_ev, ctx)) is not None:
         # one value against one value: a small latency move is scheduling jitter (the floor)
         limit = allowed_change(c.metric, old, c.allowed, max(band, lookback or 0.0), gate)
-        floor = f", {gate.latency_noise_floor_ms:g} ms floor" if c.metric.split(".")[0].endswith("_ms") else ""
-        return point_verdict(arm, c, old, new, limit, f"allowed {limit:.1%} = max({bands}{floor})", label)
+        floor = f", {gate.latency_noise_floor_ms:g} ms floor" if entry_of(c.metric).unit == "ms" else ""
+        return point_verdict(arm, c, old, new, limit, f"allowed {limit:.1%} = max({bands}{floor})", label, without)
     # with samples, jitter is inside the interval: no floor
     limit = max(c.allowed, band, lookback or 0.0)
     why_limit = f"allowed {limit:.1%} = max({bands})"
@@ -129,16 +130,28 @@ def compare_metric(ctx: GateContext, c: Comparison) -> Verdict:
     return interval_verdict(arm, c, change, old, new, why_limit, label, gate)
 
 
-def point_verdict(arm: str, c: Comparison, old: float, new: float, limit: float, why_limit: str, label: str) -> Verdict:
-    """Without requests.jsonl in both runs (an older record, record.keep_requests=false):
-    one value against one value, as the verdict says."""
+def why_no_interval(path: str, old_ev, new_ev, ctx: GateContext) -> str | None:
+    """Why a compared metric is judged on its two values alone, in words (None: it has an
+    interval): the registry gives it no per-request samples, a run kept no request lines
+    (an older record, record.keep_requests=false), or a run's lines hold none of its samples."""
+    if entry_of(path).samples is None:
+        return f"{path} has no per-request samples to draw an interval from"
+    if not ctx.reference_requests or not ctx.requests:
+        return "no requests.jsonl to draw an interval from"
+    empty = [run for run, ev in (("the reference run", old_ev), ("this run", new_ev)) if ev is None or not ev.groups]
+    return f"no request of {' or '.join(empty)} carries {path}'s samples" if empty else None
+
+
+def point_verdict(arm: str, c: Comparison, old: float, new: float, limit: float, why_limit: str, label: str,
+                  without: str = "no requests.jsonl to draw an interval from") -> Verdict:
+    """Without an interval (why_no_interval): one value against one value, as the verdict says."""
     name = f"baseline.{c.metric}"
     change = (new - old) / old
     worse = -change if c.higher_is_better else change  # > 0: a regression
     passed = worse <= limit
     words = f"regressed by {worse:.1%}" if worse > 0 else f"improved by {-worse:.1%}"
     detail = (f"{arm}: {c.metric} {words} vs the reference run {label} ({old:.2f} -> {new:.2f}); {why_limit}; "
-              f"judged on the two values only (no requests.jsonl to draw an interval from)")
+              f"judged on the two values only ({without})")
     return Verdict(name, arm, passed, new, limit, detail, baseline=old)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Callable
 
 from harness.gates.client_bound import guard_client_bound
+from harness.measure.registry import resolve
 from harness.gates.verdict import inconclusive_passes, Verdict, skipped, not_configured, at_least, at_most, guard_noise
 from harness.gates.registry import GateContext, register, keyed_arms, unmeasured
 
@@ -61,13 +62,15 @@ def max_latency(metric: str) -> Callable[[GateContext], list[Verdict]]:
         if (missing := unmeasured(name, ctx)) is not None:
             return missing
         distribution = getattr(ctx.result, metric)
-        label = metric.removesuffix("_ms").upper()
+        entry = resolve(f"{metric}.p50")  # the distribution's name and unit are its registry entry's
+        label = entry.label.split(" ")[0]
         return [guard_noise(guard_client_bound([at_most(f"{name}.{s}", arm, getattr(distribution, s), limits[s],
-                                                         f"{label} {s}", " ms")],
+                                                         f"{label} {s}", f" {entry.unit}")],
                                                 ctx.result, [f"{metric}.{s}"], inconclusive_passes(gate)),
                             ctx.result, [f"{metric}.{s}"], gate)[0] for s in stats]
 
-    check.__doc__ = f"Each configured statistic of {metric.removesuffix('_ms').upper()} within gate.{name}[arm] (ms)."
+    entry = resolve(f"{metric}.p50")
+    check.__doc__ = f"Each configured statistic of {entry.label.split(' ')[0]} within gate.{name}[arm] ({entry.unit})."
     return check
 
 

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Iterable, Optional
 
 import numpy as np
@@ -48,7 +48,8 @@ import numpy as np
 from harness.measure import prompt_length
 from harness.load import LoadResult, RequestRecord
 from harness.load.client_health import combine_client_blocks
-from harness.measure.registry import metric_value, noise_metrics
+from harness.measure.registry import Metric, computed_figures, metric_value, noise_metrics, resolve
+from harness.measure.samples import RecordLine
 
 
 def _r(x: Optional[float], nd: int = 4) -> Optional[float]:
@@ -103,6 +104,11 @@ class ArmResult:
     # the client's own health over the load (harness/load/client_health.py) and, once judged, whether
     # its figures are the client's (harness/gates/client_bound.py); {}: not measured
     client: dict = field(default_factory=dict)
+    # the registry's metrics that have no field here (harness/measure/registry.py computed_figures,
+    # and the arm's joules_per_token once its telemetry is summarized): metric path -> value
+    figures: dict[str, Optional[float]] = field(default_factory=dict)
+    # the measured request lines, kept only while a registered metric pools its repeats
+    pooled_lines: list[dict] = field(default_factory=list, repr=False)
 
     @property
     def requests(self) -> dict[str, int]:
@@ -135,6 +141,7 @@ class ArmResult:
                if sum(self.correct_drafts_histogram) else {}),
             **({"prompt_length": dict(self.prompt_length)} if self.prompt_length else {}),
             **({"client": dict(self.client)} if self.client else {}),
+            **{path: _r(value, 6) for path, value in self.figures.items()},
         }
 
 
@@ -181,23 +188,17 @@ def summarize(arm: str, load: LoadResult, server_accept_length: Optional[float] 
         res.output_tok_s = total_ct / window
         res.request_per_s = len(ok) / window
 
-    res.ttft_ms = Stat.of(r.ttft_s * 1000.0 for r in ok if r.ttft_s is not None)
-    res.e2e_ms = Stat.of(r.e2e_s * 1000.0 for r in ok if r.e2e_s is not None)
-    itl = [np.diff(np.asarray(r.chunk_times)) * 1000.0 for r in ok if len(r.chunk_times) > 1]
-    res.itl_ms = Stat.of(np.concatenate(itl) if itl else [])
+    views = [RecordLine(r) for r in ok]
+    for name in DISTRIBUTIONS:
+        setattr(res, name, distribution_of(name, views))
 
-    decoding = [r for r in ok if r.completion_tokens > 1 and r.decode_s is not None]
-    res.tpot_ms = Stat.of(r.decode_s * 1000.0 / (r.completion_tokens - 1) for r in decoding)
-    steps = sum(r.completion_tokens - 1 for r in decoding)
-    if steps > 0:
-        res.decode_step_ms = sum(r.decode_s for r in decoding) * 1000.0 / steps
+    res.decode_step_ms = ratio_of("decode_step_ms", views)
 
     spec = [r for r in ok if r.spec_verify_ct]
-    verify = sum(r.spec_verify_ct for r in spec)
-    if verify > 0:
-        res.accept_length = sum(r.completion_tokens for r in spec) / verify
+    if sum(r.spec_verify_ct for r in spec) > 0:
+        res.accept_length = ratio_of("accept_length", views)
         res.accept_length_source = "run"
-        res.verify_cycle_ms = sum(r.decode_s or 0.0 for r in spec) * 1000.0 / verify
+        res.verify_cycle_ms = ratio_of("verify_cycle_ms", views)
     elif server_accept_length is not None:
         res.accept_length = float(server_accept_length)
         res.accept_length_source = "server_cumulative"
@@ -206,7 +207,37 @@ def summarize(arm: str, load: LoadResult, server_accept_length: Optional[float] 
     res.categories = by_category(ok)
     res.prompt_length = prompt_length.judge(measured, load.api, load.prompt_sizing)
     res.client = dict(load.client or {})
+    fill_figures(res, ok)
     return res
+
+
+def registry_figures() -> list[Metric]:
+    """The registered metrics ArmResult has no field for (its `requests` property counts too)."""
+    return computed_figures({f.name for f in fields(ArmResult)} | {"requests"})
+
+
+def distribution_of(family: str, views: list[RecordLine]) -> Stat:
+    """A latency distribution from each request's own values, as its registry entry takes
+    them (ttft_ms: a request's TTFT; itl_ms: its inter-chunk gaps; ...)."""
+    values_of = resolve(f"{family}.p50").samples.values_of
+    return Stat.of(value for view in views for value in values_of(view))
+
+
+def ratio_of(path: str, views: list[RecordLine]) -> Optional[float]:
+    """A ratio-of-sums metric (accept length, verify cycle, decode step) by its registry entry."""
+    return resolve(path).samples.evidence(views).value()
+
+
+def fill_figures(result: ArmResult, ok: list[RequestRecord]) -> None:
+    """The registry's computed metrics from the successful measured requests, as request
+    lines (the shape requests.jsonl and a columnar reader give them in)."""
+    entries = registry_figures()
+    if not entries:
+        return  # no line is built when nothing needs one
+    lines = [r.to_json() for r in ok]
+    result.figures.update({m.path: m.value_from(lines) for m in entries})
+    if any(m.combine == "pooled" for m in entries):
+        result.pooled_lines = lines
 
 
 ACCEPT_LENGTH_BIN = 0.25  # histogram bin width: a quarter token per verify cycle
@@ -256,6 +287,8 @@ def by_category(ok: list[RequestRecord]) -> dict[str, dict]:
 
 
 def category_figures(records: list[RequestRecord]) -> dict:
+    """A category's figures; its latencies under their registry paths (records written
+    before spelled them ttft_ms_p50, tpot_ms_p50: readers go through registry.read)."""
     tokens = sum(r.completion_tokens for r in records)
     seconds = sum(r.e2e_s for r in records if r.e2e_s is not None)
     verify = sum(r.spec_verify_ct or 0 for r in records)
@@ -265,8 +298,8 @@ def category_figures(records: list[RequestRecord]) -> dict:
         "completion_tokens": tokens,
         "accept_length": _r(sum(r.completion_tokens for r in records if r.spec_verify_ct) / verify) if verify else None,
         "stream_tok_s": _r(tokens / seconds, 3) if seconds > 0 else None,
-        "ttft_ms_p50": _r(Stat.of(r.ttft_s * 1000.0 for r in records if r.ttft_s is not None).p50),
-        "tpot_ms_p50": _r(Stat.of(r.decode_s * 1000.0 / (r.completion_tokens - 1) for r in decoding).p50),
+        "ttft_ms.p50": _r(Stat.of(r.ttft_s * 1000.0 for r in records if r.ttft_s is not None).p50),
+        "tpot_ms.p50": _r(Stat.of(r.decode_s * 1000.0 / (r.completion_tokens - 1) for r in decoding).p50),
     }
 
 
@@ -352,6 +385,28 @@ def combine_repeats(arm: str, results: list[ArmResult]) -> ArmResult:
     combined.prompt_length = prompt_length.combine([r.prompt_length for r in results])
     combined.duration_s = sum(r.duration_s for r in results)
     combined.client = combine_client_blocks([r.client for r in results])
+    combined.figures = combine_figures(results)
     combined.noise = {path: s for path in noise_metrics()
                       if (s := spread([metric_value(r, path) for r in results])) is not None}
     return combined
+
+
+def combine_figures(results: list[ArmResult]) -> dict[str, Optional[float]]:
+    """The registry's computed figures over repeats, each as its entry says: the median or
+    sum of the repeats' values, or recomputed from all their requests pooled."""
+    combined = {}
+    for m in registry_figures():
+        values = [r.figures.get(m.path) for r in results]
+        combined[m.path] = combine_values(m, values, [line for r in results for line in r.pooled_lines])
+    for path in {p for r in results for p in r.figures} - set(combined):  # set by the arm (J/token)
+        combined[path] = _median([r.figures.get(path) for r in results])
+    return combined
+
+
+def combine_values(entry: Metric, values: list[Optional[float]], lines: list[dict]) -> Optional[float]:
+    if entry.combine == "pooled":
+        return entry.value_from(lines) if lines else None
+    if entry.combine == "sum":
+        present = [v for v in values if v is not None]
+        return float(sum(present)) if present else None
+    return _median(values)

@@ -1,24 +1,38 @@
 """Every metric specgate reports, written once: where it lives in an arm's result, how it
-is printed, which direction is better, and where it appears.
+is computed from the request records and resampled for an interval, how repeats combine
+it, its unit, which direction is better, and where it appears.
 
 An arm's numbers exist in two shapes, an :class:`harness.measure.metrics.ArmResult` while the run
 is going and its block in results.json (``arms.<arm>``) afterwards; a metric's ``path`` is
 the same dotted path into both (``output_tok_s``, ``ttft_ms.p99``, ``requests.ok``), read
-by :func:`metric_value`. Metrics that compare two arms of one run (speedup, break-even
-accept length) are stored as ``<name>_vs_<plain arm>`` and computed by :func:`cross_arm`.
+by :func:`metric_value`. A metric with no field of its own in ArmResult is computed by its
+entry (``compute``, else its ``samples``' statistic) from the measured request lines and
+kept in ``ArmResult.figures``, written to results.json under its path. Metrics that compare
+two arms of one run (speedup, break-even accept length) are stored as
+``<name>_vs_<plain arm>`` and computed by :func:`cross_arm`.
 
-Who reads the registry: repeats (which spreads to track), reference-run gates (what they
-compare by default), replay (what drift it prints), the summary table, ``specgate compare``
-and the HTML report. A new metric is one entry in :data:`METRICS` (plus the field that
-measures it in ArmResult).
+Who reads the registry: results and repeats (harness/measure/metrics.py), change verdicts
+and reference-run gates (harness/gates/change.py, reference.py: interval and unit),
+client-bound rules (harness/gates/client_bound.py), SLOs (harness/capacity/slo.py), replay,
+sweep.json's headline figures, capacity probes, the one table renderer
+(harness/report/tables.py) behind every summary and report, and ``specgate compare``.
+A new metric is one :func:`register` call.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Optional
+from typing import Any, Callable, Iterator, Literal, Optional, Union
+
+from harness.measure import samples as s
+from harness.measure.samples import PerRequest, RatioOfSums, WindowRate
 
 Better = Literal["higher", "lower", "neither"]
+Resampling = Union[PerRequest, RatioOfSums, WindowRate]
+Combine = Literal["median", "sum", "pooled"]
+SCOPES = ("summary", "compare", "report", "sweep", "capacity")
 
 
 def speedup(arm: Any, plain: Any) -> Optional[float]:
@@ -55,19 +69,31 @@ class Metric:
     # requests fall into phase in each run, so one run against one run cannot tell a
     # regression from that: list them in gate.compare, with gate.repeats or a history of runs.
     compared: bool = False
-    column: Optional[str] = None  # its column in the summary table (None: not there)
+    column: Optional[str] = None  # its column in the run summary's table (None: not there)
     column_pattern: Optional[str] = None  # the summary's pattern, when it differs from `pattern`
     in_compare: bool = True  # a row of `specgate compare`
     in_report: bool = True  # a column of the report's results table
+    in_sweep: bool = False  # a headline figure of each sweep point (sweep.json, sweep tables)
+    in_capacity: bool = False  # a figure of each capacity probe (capacity.json, capacity tables)
     count: bool = False  # a count: printed as an integer, its change is the difference
     between_arms: Optional[Callable[[Any, Any], Optional[float]]] = None  # (arm, plain) -> value
+    # how a bootstrap resamples it (harness/measure/samples.py); None: it has no per-request
+    # samples, and a reference-run gate compares its two values and says so
+    samples: Optional[Resampling] = None
+    # its value from the measured, successful request lines, for a metric ArmResult has no
+    # field for (None: its samples' statistic); harness/measure/metrics.py fills ArmResult.figures
+    compute: Optional[Callable[[list[dict]], Optional[float]]] = None
+    combine: Combine = "median"  # repeats: median of each repeat's value, their sum, or recomputed pooled
+    client: Optional[str] = None  # a stalled client distorts it: "latency" (late stamps) or "throughput" (late sends)
+    one_sided: bool = False  # client lag can only make it worse, so a pass despite the lag stands
+    aliases: tuple[str, ...] = ()  # keys records written before wrote it under (read, never written)
 
     def key(self, plain_arm: Optional[str] = None) -> str:
         """Its key in results.json: cross-arm metrics carry the plain arm's name."""
         return f"{self.path}_vs_{plain_arm}" if self.between_arms else self.path
 
     def shown_label(self, plain_arm: Optional[str] = None) -> str:
-        return self.label.format(plain=plain_arm)
+        return self.label.format(plain=plain_arm or "plain")
 
     def format(self, value: Any) -> str:
         return "-" if value is None else self.pattern.format(int(value) if self.count else value)
@@ -75,72 +101,194 @@ class Metric:
     def format_column(self, value: Any) -> str:
         return "-" if value is None else (self.column_pattern or self.pattern).format(value)
 
+    @property
+    def family(self) -> str:
+        """The distribution a statistic belongs to (``ttft_ms`` of ``ttft_ms.p99``), else the path."""
+        return self.path.split(".")[0]
 
-METRICS: tuple[Metric, ...] = (
-    Metric("output_tok_s", "output tok/s", "tok/s", "{:.1f}", "higher", noise=True, compared=True, column="tok/s"),
+    def value_from(self, lines: list[dict]) -> Optional[float]:
+        """Its value from one arm's measured, successful request lines (a registered
+        computation, else its samples' statistic)."""
+        if self.compute is not None:
+            return self.compute(lines)
+        return self.samples.evidence(lines).value() if self.samples is not None else None
+
+    def in_scope(self, scope: str) -> bool:
+        return {"summary": self.column is not None, "compare": self.in_compare, "report": self.in_report,
+                "sweep": self.in_sweep, "capacity": self.in_capacity}[scope]
+
+
+def distribution(path: str, label: str, pattern: str, values_of, client: Optional[str] = "latency",
+                 one_sided: bool = True, **flags) -> Metric:
+    """A statistic of a per-request latency distribution (``ttft_ms.p50``): milliseconds,
+    lower is better, resampled request by request."""
+    stat = path.partition(".")[2]
+    return Metric(path, label, "ms", pattern, "lower", samples=PerRequest(values_of, stat), client=client,
+                  one_sided=one_sided, **flags)
+
+
+_REGISTRY: dict[str, Metric] = {}
+
+
+def register(entry: Metric) -> Metric:
+    """Add a metric: it then appears in results, repeats, compare, reference gates, sweep
+    and capacity records and every table its flags name. A ValueError for a path taken."""
+    if entry.path in _REGISTRY:
+        raise ValueError(f"metric '{entry.path}' is registered already")
+    _REGISTRY[entry.path] = entry
+    return entry
+
+
+def unregister(path: str) -> None:
+    _REGISTRY.pop(path, None)
+
+
+@contextmanager
+def registered(*entries: Metric) -> Iterator[tuple[Metric, ...]]:
+    """Metrics registered for the duration of a block (a test's extra metric)."""
+    for entry in entries:
+        register(entry)
+    try:
+        yield entries
+    finally:
+        for entry in entries:
+            unregister(entry.path)
+
+
+TTFT, E2E = s.field_value("ttft_ms"), s.field_value("e2e_ms")
+for _entry in (
+    Metric("output_tok_s", "output tok/s", "tok/s", "{:.1f}", "higher", noise=True, compared=True, column="tok/s",
+           in_sweep=True, in_capacity=True, samples=WindowRate("tokens"), client="throughput", one_sided=True),
     Metric("request_per_s", "requests/s", "req/s", "{:.3f}", "higher", noise=True, column="req/s",
-           column_pattern="{:.2f}"),
-    Metric("ttft_ms.p50", "TTFT p50 ms", "ms", "{:.1f}", "lower", noise=True, column="TTFT p50"),
-    Metric("ttft_ms.p99", "TTFT p99 ms", "ms", "{:.1f}", "lower", noise=True, column="TTFT p99"),
-    Metric("itl_ms.p50", "ITL p50 ms", "ms", "{:.2f}", "lower", noise=True, compared=True, column="ITL p50"),
-    Metric("itl_ms.p99", "ITL p99 ms", "ms", "{:.2f}", "lower", noise=True, column="ITL p99"),
-    Metric("tpot_ms.p50", "TPOT p50 ms", "ms", "{:.2f}", "lower", noise=True, compared=True, column="TPOT p50"),
-    Metric("e2e_ms.p50", "E2E p50 ms", "ms", "{:.0f}", "lower", noise=True, column="E2E p50"),
-    Metric("accept_length", "accept length", "tokens/cycle", "{:.2f}", "higher", noise=True, column="accept len"),
+           column_pattern="{:.2f}", in_capacity=True, samples=WindowRate("requests"), client="throughput",
+           one_sided=True),
+    distribution("ttft_ms.p50", "TTFT p50 ms", "{:.1f}", TTFT, noise=True, column="TTFT p50", in_sweep=True,
+                 in_capacity=True, aliases=("ttft_ms_p50",)),
+    distribution("ttft_ms.p99", "TTFT p99 ms", "{:.1f}", TTFT, noise=True, column="TTFT p99", in_sweep=True,
+                 in_capacity=True, aliases=("ttft_ms_p99",)),
+    distribution("itl_ms.p50", "ITL p50 ms", "{:.2f}", s.itl_values, one_sided=False, noise=True, compared=True,
+                 column="ITL p50"),
+    distribution("itl_ms.p99", "ITL p99 ms", "{:.2f}", s.itl_values, one_sided=False, noise=True, column="ITL p99",
+                 in_capacity=True),
+    distribution("tpot_ms.p50", "TPOT p50 ms", "{:.2f}", s.tpot_values, client=None, one_sided=False, noise=True,
+                 compared=True, column="TPOT p50", in_sweep=True, in_capacity=True, aliases=("tpot_ms_p50",)),
+    distribution("tpot_ms.p99", "TPOT p99 ms", "{:.2f}", s.tpot_values, client=None, one_sided=False,
+                 in_compare=False, in_report=False, in_sweep=True, in_capacity=True, aliases=("tpot_ms_p99",)),
+    distribution("e2e_ms.p50", "E2E p50 ms", "{:.0f}", E2E, noise=True, column="E2E p50"),
+    distribution("e2e_ms.p99", "E2E p99 ms", "{:.0f}", E2E, in_compare=False, in_report=False, in_capacity=True),
+    Metric("accept_length", "accept length", "tokens/cycle", "{:.2f}", "higher", noise=True, column="accept len",
+           in_sweep=True, in_capacity=True, samples=RatioOfSums(s.accept_length_row)),
     Metric("verify_cycle_ms", "verify cycle ms", "ms", "{:.2f}", "lower", noise=True, column="cycle ms",
-           column_pattern="{:.1f}"),
+           column_pattern="{:.1f}", in_sweep=True, samples=RatioOfSums(s.verify_cycle_row)),
     Metric("decode_step_ms", "decode step ms", "ms", "{:.2f}", "lower", noise=True,
-           in_compare=False, in_report=False),
+           in_compare=False, in_report=False, in_sweep=True, samples=RatioOfSums(s.decode_step_row)),
     # Cross-arm metrics: one run's plain arm is the reference, so runs with different
     # plain arms would not line up in `specgate compare`.
     Metric("speedup", "speedup vs {plain}", "x", "{:.2f}x", "higher", column="speedup",
-           in_compare=False, between_arms=speedup),
+           in_compare=False, in_sweep=True, between_arms=speedup),
     Metric("break_even_accept_length", "break-even accept length", "tokens/cycle", "{:.2f}", "lower",
-           column="break-even", in_compare=False, between_arms=break_even),
-    Metric("requests.ok", "requests ok", "requests", "{:d}", "higher", count=True),
-    Metric("requests.failed", "requests failed", "requests", "{:d}", "lower", count=True),
-)
+           column="break-even", in_compare=False, in_sweep=True, between_arms=break_even, aliases=("break_even",)),
+    # GPU energy over the load window (harness/telemetry/energy.py), set on the result once the
+    # arm's telemetry is summarized; records written before kept it only in the gpu block
+    Metric("joules_per_token", "J/token", "J/token", "{:.3f}", "lower", in_sweep=True,
+           aliases=("gpu.energy.joules_per_token",)),
+    Metric("requests.ok", "requests ok", "requests", "{:d}", "higher", count=True, combine="sum"),
+    Metric("requests.failed", "requests failed", "requests", "{:d}", "lower", count=True, combine="sum"),
+):
+    register(_entry)
 
-BY_PATH: dict[str, Metric] = {m.path: m for m in METRICS}
+
+def all_metrics() -> tuple[Metric, ...]:
+    """Every registered metric, in registration order."""
+    return tuple(_REGISTRY.values())
 
 
 def metric(path: str) -> Metric:
     """The registered metric at ``path``; a KeyError names the valid ones."""
     try:
-        return BY_PATH[path]
+        return _REGISTRY[path]
     except KeyError:
-        raise KeyError(f"'{path}' is not a registered metric; valid: {', '.join(BY_PATH)}") from None
+        raise KeyError(f"'{path}' is not a registered metric; valid: {', '.join(_REGISTRY)}") from None
+
+
+def resolve(path: str) -> Metric:
+    """The metric at ``path``, or another statistic (mean, p90, ...) of a registered
+    distribution (``ttft_ms.p90`` from ``ttft_ms.p50``'s entry): unit, direction and samples
+    from the family. A KeyError for anything else."""
+    if path in _REGISTRY:
+        return _REGISTRY[path]
+    family, _, stat = path.partition(".")
+    kin = next((m for m in _REGISTRY.values() if m.family == family and isinstance(m.samples, PerRequest)), None)
+    if kin is None or stat not in ("mean", *s.PERCENTILES):
+        raise KeyError(f"'{path}' is not a registered metric; valid: {', '.join(_REGISTRY)}")
+    return dataclasses.replace(kin, path=path, label=f"{kin.label.split(' ')[0]} {stat} {kin.unit}",
+                               samples=kin.samples.at(stat), column=None, compared=False, in_sweep=False,
+                               in_capacity=False, aliases=())
+
+
+def in_scope(scope: str) -> list[Metric]:
+    """The metrics one table or record shows: summary, compare, report, sweep, capacity."""
+    if scope not in SCOPES:
+        raise KeyError(f"'{scope}' is not a metric scope; valid: {', '.join(SCOPES)}")
+    return [m for m in _REGISTRY.values() if m.in_scope(scope)]
 
 
 def noise_metrics() -> list[str]:
-    return [m.path for m in METRICS if m.noise]
+    return [m.path for m in _REGISTRY.values() if m.noise]
 
 
 def compared_by_default() -> list[Metric]:
-    return [m for m in METRICS if m.compared]
+    return [m for m in _REGISTRY.values() if m.compared]
 
 
 def summary_columns() -> list[Metric]:
-    return [m for m in METRICS if m.column]
+    return in_scope("summary")
 
 
 def compare_metrics() -> list[Metric]:
-    return [m for m in METRICS if m.in_compare]
+    return in_scope("compare")
 
 
 def report_metrics(plain_arm: Optional[str]) -> list[Metric]:
     """The report's columns; cross-arm metrics only when the run has a plain arm."""
-    return [m for m in METRICS if m.in_report and (plain_arm or not m.between_arms)]
+    return [m for m in in_scope("report") if plain_arm or not m.between_arms]
+
+
+def computed_figures(result_fields: set[str]) -> list[Metric]:
+    """Metrics whose value the registry computes from request lines: those whose family is
+    none of the result type's own fields (`result_fields`, ArmResult's)."""
+    return [m for m in _REGISTRY.values()
+            if m.family not in result_fields and not m.between_arms and (m.compute or m.samples)]
 
 
 def metric_value(source: Any, path: str) -> Any:
-    """The value at a dotted path in an ArmResult (attributes) or an arm block of
-    results.json (keys): ``ttft_ms.p99``, ``requests.ok``. Missing anywhere: None."""
+    """The value at a dotted path in an ArmResult (attributes, then its registry-computed
+    ``figures``) or an arm block of results.json (keys): ``ttft_ms.p99``, ``requests.ok``.
+    Missing anywhere: None."""
     value = source
     for part in path.split("."):
         if value is None:
-            return None
+            break
         value = value.get(part) if isinstance(value, dict) else getattr(value, part, None)
+    if value is None and not isinstance(source, dict):
+        figures = getattr(source, "figures", None)
+        if isinstance(figures, dict):
+            return figures.get(path)
+    if value is None and isinstance(source, dict) and path in source:
+        return source[path]  # a figure stored flat under its dotted path
+    return value
+
+
+def read(source: Any, entry: Metric, plain_arm: Optional[str] = None) -> Any:
+    """A metric's value in a result, a results.json arm block or a flat figures block
+    (sweep.json's), under its key or any spelling records written before used."""
+    key = entry.key(plain_arm)
+    value = metric_value(source, key)
+    if value is None and isinstance(source, dict):
+        for alias in (key, entry.path, *entry.aliases):
+            value = source.get(alias) if alias in source else metric_value(source, alias)
+            if value is not None:
+                break
     return value
 
 
@@ -153,4 +301,4 @@ def number(value: Any) -> Optional[float]:
 
 def cross_arm(arm: Any, plain: Any) -> dict[str, Optional[float]]:
     """Every cross-arm metric of ``arm`` against the plain arm, keyed by its path."""
-    return {m.path: m.between_arms(arm, plain) for m in METRICS if m.between_arms}
+    return {m.path: m.between_arms(arm, plain) for m in _REGISTRY.values() if m.between_arms}

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 from harness.gates.verdict import Verdict
-from harness.measure.registry import Metric, compare_metrics, metric_value, number
+from harness.measure.registry import Metric, compare_metrics, number, read
 from harness.record.store import FINISHED, RUNNING, RunData, read_runs
-from harness.report.summary import markdown_table
+from harness.report.tables import markdown_table
 
 
 class CompareError(Exception):
@@ -71,7 +71,7 @@ def compare_data(paths: list[Path]) -> dict[str, Any]:
     rows = []
     for arm in arm_names(runs):
         for metric in compare_metrics():
-            values = [number(metric_value(run.arms.get(arm), metric.path)) for run in runs]
+            values = [number(read(run.arms.get(arm) or {}, metric)) for run in runs]  # old spellings too
             rows.append({"arm": arm, "metric": metric.path, "values": values,
                          "cv": [noise_cv(run.arms.get(arm), metric.path) for run in runs],
                          "changes": [change(values[0], v, metric) for v in values[1:]],

@@ -24,7 +24,8 @@ from matplotlib.ticker import FuncFormatter
 
 from harness.gates.client_bound import bound_figures
 from harness.report.compare import GATE_STATUSES, gate_status, noise_cv
-from harness.measure.registry import Metric, metric_value, number, report_metrics
+from harness.measure.registry import Metric, metric, metric_value, number, read, report_metrics
+from harness.report.tables import heading, value_cell
 from harness.record.atomic import atomic_write
 from harness.record.store import INTERRUPTED, RUNNING, RunData, read_run
 
@@ -71,7 +72,7 @@ def report_context(run: RunData, requests: list[dict[str, Any]]) -> dict[str, An
         "description": text(data.get("description")),
         "facts": facts(run),
         "verdict": verdict(run, gates),
-        "columns": [m.shown_label(plain_arm) for m in columns],
+        "columns": [heading(m, plain_arm) for m in columns],
         "arm_rows": [arm_row(arm, run.arms.get(arm), columns, plain_arm) for arm in arms],
         "category_rows": category_rows(run.arms, arms, plain_arm),
         "client_rows": client_rows(run.arms, arms),
@@ -96,7 +97,7 @@ def category_rows(blocks: dict[str, Any], arms: list[str], plain_arm: Optional[s
             speedup = c.get(f"speedup_vs_{plain_arm}") if plain_arm else None
             rows.append([arm, str(name), show(c.get("requests")), show(c.get("accept_length")),
                          show(c.get("stream_tok_s")), "-" if speedup is None else f"{speedup:.2f}x",
-                         show(c.get("ttft_ms_p50")), show(c.get("tpot_ms_p50"))])
+                         *(show(read(c, metric(path))) for path in ("ttft_ms.p50", "tpot_ms.p50"))])
     return rows
 
 
@@ -182,12 +183,12 @@ def arm_row(arm: str, result: Any, columns: list[Metric], plain_arm: Optional[st
     result = result if isinstance(result, dict) else {}
     cells = []
     bound = bound_figures(result)
-    for metric in columns:
-        key = metric.key(plain_arm)
-        value = number(result.get(key) if metric.between_arms else metric_value(result, key))
+    for column in columns:
+        key = column.key(plain_arm)
+        value = number(read(result, column, plain_arm))
         cv = noise_cv(result, key)
-        cells.append({"value": metric.format(value), "cv": None if cv is None else f"±{cv * 100:.1f}%",
-                      "bad": metric.count and metric.better == "lower" and bool(value),
+        cells.append({"value": value_cell(column, value), "cv": None if cv is None else f"±{cv * 100:.1f}%",
+                      "bad": column.count and column.better == "lower" and bool(value),
                       "client_bound": key in bound})
     status = text(result.get("status")) or "unknown"
     return {"arm": arm, "status": status, "status_class": status_class(status), "cells": cells}

@@ -9,35 +9,38 @@ from harness.measure import prompt_length
 from harness.measure.agreement import client_decoded_tokens, sentence, server_decode_ms_per_token
 from harness.gates.client_bound import bound_figures
 from harness.engines.base import ITL_PER_TOKEN
-from harness.measure.registry import metric_value, summary_columns
+from harness.measure.registry import metric, read, summary_columns
+from harness.report.tables import Row, markdown_table, metric_table, value_cell
 from harness.measure.metrics import ArmResult, acceptance_per_position, category_speedups
 from harness.telemetry.energy import joules_per_token_ratio
-
-def arm_cells(result: ArmResult, comparison: dict[str, float | None]) -> list[str]:
-    """One arm's row: the registry's summary columns, then requests ok/failed in one cell.
-    Cross-arm metrics (speedup, break-even) come from `comparison`, keyed by metric path.
-    A figure that is the client's own lag is marked `*` (see the Client health section)."""
-    bound = bound_figures(result)
-    cells = [m.format_column(comparison.get(m.path) if m.between_arms else metric_value(result, m.path))
-             + (CLIENT_BOUND_MARK if m.path in bound else "") for m in summary_columns()]
-    return cells + [f"{result.requests_ok}/{result.requests_failed}"]
-
 
 CLIENT_BOUND_MARK = "*"
 
 
+def arm_row(result: ArmResult, comparison: dict[str, float | None]) -> Row:
+    """One arm's row: the registry's summary columns, then requests ok/failed in one cell.
+    Cross-arm metrics (speedup, break-even) come from `comparison`, keyed by metric path.
+    A figure that is the client's own lag is marked `*` (see the Client health section)."""
+    return Row([result.arm], result, [f"{result.requests_ok}/{result.requests_failed}"],
+               given={m.path: comparison.get(m.path) for m in summary_columns() if m.between_arms},
+               marks={path: CLIENT_BOUND_MARK for path in bound_figures(result)})
+
+
+def arm_cells(result: ArmResult, comparison: dict[str, float | None]) -> list[str]:
+    """The summary cells of one arm's row (without the arm's name)."""
+    return arms_table([arm_row(result, comparison)]).rows[0][1:]
+
+
+def arms_table(rows: list[Row]):
+    return metric_table("summary", ["arm"], rows, ["ok/failed"], style="column")
+
+
 def column_names() -> list[str]:
-    return [m.column for m in summary_columns()] + ["ok/failed"]
+    return arms_table([]).header[1:]
 
 
 def cell(value: Any, pattern: str) -> str:
     return "-" if value is None else pattern.format(value)
-
-
-def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
-    line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"
-    return [line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *(line(r) for r in rows)]
 
 
 def format_summary(experiment, results: dict[str, ArmResult], arm_status: dict[str, dict],
@@ -45,17 +48,14 @@ def format_summary(experiment, results: dict[str, ArmResult], arm_status: dict[s
                    notes: list[str] | None = None, not_evaluated: list[dict] | None = None) -> str:
     lines = [f"# specgate: {experiment.name}", "", experiment.description, ""]
     lines += [f"> {note}" for note in notes or []] + ([""] if notes else [])
-    header = ["arm", *column_names()]
-    rows = []
-    for arm in experiment.arm_names:
-        if arm in results:
-            rows.append([arm, *arm_cells(results[arm], comparisons.get(arm, {}))])
-        else:
-            status = arm_status.get(arm, {}).get("status", "not run")
-            rows.append([arm, status, *("-" for _ in header[2:])])
+    table = arms_table([arm_row(results[arm], comparisons.get(arm, {})) if arm in results
+                        else Row([arm], {}, ["-"]) for arm in experiment.arm_names])
+    for arm, row in zip(experiment.arm_names, table.rows):
+        if arm not in results:  # an arm that was not measured says why in its first figure's place
+            row[1] = arm_status.get(arm, {}).get("status", "not run")
     lines += ["Latencies in ms; accept length is run-scoped and token-weighted "
               "(Σ completion tokens ÷ Σ verify cycles over measured requests).", ""]
-    lines += markdown_table(header, rows)
+    lines += table.markdown()
     if any(bound_figures(r) for r in results.values()):
         lines.append(f"\n{CLIENT_BOUND_MARK} client-bound: the figure is the client's own lag, not the server's "
                      f"(see Client health).")
@@ -105,6 +105,9 @@ def not_evaluated_section(rows: list[dict]) -> list[str]:
     return lines + [f"- {suite}: {', '.join(names)}" for suite, names in by_suite.items()]
 
 
+CATEGORY_LATENCIES = ("ttft_ms.p50", "tpot_ms.p50")  # a category's latency figures, by registry path
+
+
 def category_section(experiment, results: dict[str, ArmResult]) -> list[str]:
     """Per category of the prompts (a dataset's rows carry them): acceptance and speed
     depend on content, so one figure over a mix hides where a drafter wins or loses."""
@@ -119,7 +122,7 @@ def category_section(experiment, results: dict[str, ArmResult]) -> list[str]:
         for name, c in result.categories.items():
             rows.append([arm, name, str(c["requests"]), cell(c["accept_length"], "{:.2f}"),
                          cell(c["stream_tok_s"], "{:.1f}"), cell(speedups.get(name), "{:.2f}x"),
-                         cell(c["ttft_ms_p50"], "{:.1f}"), cell(c["tpot_ms_p50"], "{:.2f}")])
+                         *(value_cell(metric(path), read(c, metric(path))) for path in CATEGORY_LATENCIES)])
     if not rows:
         return []
     header = ["arm", "category", "requests", "accept len", "stream tok/s", "speedup", "TTFT p50", "TPOT p50"]

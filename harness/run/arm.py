@@ -26,7 +26,7 @@ from harness.record.recorder import Recorder
 from harness.measure.server_metrics import Snapshot, parse as parse_metrics, window as metrics_window
 from harness.servers import Server, ServerError, Session, make_server
 from harness.telemetry.base import TelemetryUnavailable, make_source, resolve_uuids
-from harness.telemetry.energy import chunk_arrivals, energy_summary
+from harness.telemetry.energy import chunk_arrivals, energy_summary, joules_per_token
 from harness.telemetry.sampler import Sampler
 from harness.telemetry.summary import summarize as summarize_telemetry
 
@@ -117,6 +117,9 @@ class ArmSession:
             if sampler is not None:
                 self.finish_telemetry(sampler)
         self.outcome.result = result = combine_repeats(name, repeats)
+        energy = joules_per_token(self.outcome.gpu)
+        if energy is not None:  # a registry metric (joules_per_token) measured by the arm's telemetry
+            result.figures["joules_per_token"] = energy
         result.client.update(judge_client(result, result.client, cfg.gate.client_bound))
         self.outcome.server = self.server.describe()  # what the load taught (e.g. a slow health route)
         if not alive:

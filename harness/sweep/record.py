@@ -22,39 +22,22 @@ from harness.gates.registry import SweepContext
 from harness.gates.verdict import Verdict
 from harness.config.compose import Experiment
 from harness.record.recorder import Recorder
+from harness.measure.registry import in_scope, read
+from harness.report.tables import Row, metric_table
 from harness.record.secrets import Redactor
 from harness.record.store import FINISHED, INTERRUPTED, RUNNING, RecordError, history_members, read_run, safe_name
 
-# (column, how results.json's arm block gives it); `{plain}` is the run's plain arm.
-HEADLINE = (
-    ("output_tok_s", ("output_tok_s",)),
-    ("ttft_ms_p50", ("ttft_ms", "p50")),
-    ("ttft_ms_p99", ("ttft_ms", "p99")),
-    ("tpot_ms_p50", ("tpot_ms", "p50")),
-    ("tpot_ms_p99", ("tpot_ms", "p99")),
-    ("decode_step_ms", ("decode_step_ms",)),
-    ("accept_length", ("accept_length",)),
-    ("verify_cycle_ms", ("verify_cycle_ms",)),
-    ("speedup", ("speedup_vs_{plain}",)),
-    ("break_even", ("break_even_accept_length_vs_{plain}",)),
-)
-
-
-def dig(block: Any, path: tuple[str, ...], plain: str | None) -> Any:
-    for key in path:
-        if not isinstance(block, dict):
-            return None
-        block = block.get(key.format(plain=plain))
-    return block
 
 
 def headline(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Per arm: its status, the headline figures and how many of its gates passed and failed."""
+    """Per arm: its status, the registry's sweep figures (keyed by metric path, `ttft_ms.p50`,
+    `speedup`: one spelling, read back by harness.measure.registry.read with the old ones)
+    and how many of its gates passed and failed."""
     plain, gates = results.get("plain_arm"), results.get("gates") or []
     arms = {}
     for name, block in (results.get("arms") or {}).items():
         figures = {"status": block.get("status")}
-        figures.update({column: dig(block, path, plain) for column, path in HEADLINE})
+        figures.update({m.path: read(block, m, plain) for m in in_scope("sweep")})
         verdicts = [g.get("status") for g in gates if g.get("arm") == name]
         figures.update(gates_passed=verdicts.count("passed"), gates_failed=verdicts.count("failed"))
         arms[name] = figures
@@ -202,22 +185,20 @@ def cell(value: Any) -> str:
     return f"{value:.2f}" if isinstance(value, float) else str(value)
 
 
+def points_table(points: list[dict[str, Any]]):
+    """point x arm, one row each: the registry's sweep figures (harness/report/tables.py) and
+    the gate verdicts passed/failed."""
+    rows = [Row([str(point["label"]), cell(point.get("exit_status")), arm, cell(f.get("status"))], f,
+                [f"{cell(f.get('gates_passed'))} / {cell(f.get('gates_failed'))}"])
+            for point in points for arm, f in (point.get("arms") or {"–": {}}).items()]
+    return metric_table("sweep", ["point", "exit", "arm", "arm status"], rows, ["gates passed / failed"])
+
+
 def summary(data: dict[str, Any]) -> str:
     """point x arm, one row each: the headline figures and the gate verdicts passed/failed."""
     lines = [f"# specgate sweep: {data['experiment']}", "",
              f"status **{data['status']}**, exit status {data['exit_status']}, {len(data['points'])} point(s)", "",
-             "| point | exit | arm | arm status | out tok/s | TTFT p50 / p99 ms | TPOT p50 / p99 ms | step ms/token "
-             "| accept len | verify ms | speedup | break-even | gates passed / failed |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for point in data["points"]:
-        arms = point["arms"] or {"–": {}}
-        for arm, f in arms.items():
-            lines.append(f"| {point['label']} | {cell(point['exit_status'])} | {arm} | {cell(f.get('status'))} "
-                         f"| {cell(f.get('output_tok_s'))} | {cell(f.get('ttft_ms_p50'))} / {cell(f.get('ttft_ms_p99'))} "
-                         f"| {cell(f.get('tpot_ms_p50'))} / {cell(f.get('tpot_ms_p99'))} | {cell(f.get('decode_step_ms'))} "
-                         f"| {cell(f.get('accept_length'))} "
-                         f"| {cell(f.get('verify_cycle_ms'))} | {cell(f.get('speedup'))} | {cell(f.get('break_even'))} "
-                         f"| {cell(f.get('gates_passed'))} / {cell(f.get('gates_failed'))} |")
+             *points_table(data["points"]).markdown()]
     if data.get("crossovers"):
         lines += ["", "## Where speculation pays", ""]
         lines += [f"- {x['arm']}{' with ' + ', '.join(x['with']) if x['with'] else ''}: {x['words']}"

@@ -22,19 +22,14 @@ from matplotlib.ticker import FixedLocator, NullLocator
 
 from harness.record.atomic import atomic_write
 from harness.record.store import FINISHED, INTERRUPTED
+from harness.measure.registry import metric, read
 from harness.report.html import ARM_COLORS, TEMPLATES, ReportError, figure_uri, show
 from harness.gates.sweep import others_of, point_concurrency
+from harness.report.tables import Row, metric_table
 
 PASSED, FAILED, NOT_EVALUABLE = "passed", "failed", "not_evaluable"  # sweep.json's verdict statuses
 
 SWEEP_FILE = "sweep.json"
-# (column, sweep.json's figure, format): the point x arm table
-TABLE = (("out tok/s", "output_tok_s", "{:.1f}"), ("TTFT p50 ms", "ttft_ms_p50", "{:.1f}"),
-         ("TTFT p99 ms", "ttft_ms_p99", "{:.1f}"), ("TPOT p50 ms", "tpot_ms_p50", "{:.2f}"),
-         ("TPOT p99 ms", "tpot_ms_p99", "{:.2f}"), ("decode ms / token", "decode_step_ms", "{:.2f}"),
-         ("accept len", "accept_length", "{:.2f}"),
-         ("verify ms", "verify_cycle_ms", "{:.2f}"), ("break-even", "break_even", "{:.2f}"),
-         ("speedup", "speedup", "{:.2f}x"))
 
 
 def write_sweep_report(sweep_dir: Path, out: Optional[Path] = None) -> Path:
@@ -78,7 +73,7 @@ def sweep_context(data: dict[str, Any], label: str) -> dict[str, Any]:
         "gates": [gate_row(v) for v in gates],
         "speedup_chart": speedup_chart(curves, crossovers),
         "accept_chart": accept_chart(curves),
-        "columns": [column for column, _, _ in TABLE],
+        "columns": figure_table(points).header,
         "rows": table_rows(points),
         "generated_utc": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
     }
@@ -119,21 +114,31 @@ def gate_row(v: dict[str, Any]) -> dict[str, str]:
             "threshold": show(v.get("threshold")), "detail": str(v.get("detail", ""))}
 
 
-def cell(value: Any, fmt: str) -> str:
-    return fmt.format(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else "–"
+def figure_table(points: list[dict[str, Any]]):
+    """The registry's sweep figures of every point x arm (harness/report/tables.py)."""
+    rows = [Row([], figures if isinstance(figures, dict) else {})
+            for point in points for _, figures in ((point.get("arms") or {}).items() or [("–", {})])]
+    return metric_table("sweep", [], rows)
 
 
 def table_rows(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    cells = iter(figure_table(points).rows)
     rows = []
     for point in points:
         arms = point.get("arms") or {}
         for arm, figures in (arms.items() if arms else [("–", {})]):
+            figures = figures if isinstance(figures, dict) else {}
             rows.append({"point": str(point.get("label", "")), "exit": show(point.get("exit_status")) or "–",
                          "arm": arm, "status": str(figures.get("status") or point.get("status") or "–"),
                          "concurrency": show(figures.get("concurrency")) or "–",
-                         "cells": [cell(figures.get(key), fmt) for _, key, fmt in TABLE],
+                         "cells": next(cells),
                          "bad": point.get("exit_status") != 0})
     return rows
+
+
+def figure_of(figures: dict[str, Any], path: str) -> Any:
+    """A sweep figure under its registry key or the spelling an older sweep.json used."""
+    return read(figures, metric(path))
 
 
 # --- the break-even map --------------------------------------------------------------------
@@ -206,7 +211,8 @@ def mark_crossover(ax, crossover: Optional[dict], color: str) -> None:
 def accept_chart(curves: dict) -> Optional[str]:
     """Per curve: the measured accept length and the break-even accept length (verify cycle ÷
     plain decode step) against concurrency: speculation pays where the first is above."""
-    shown = {key: [(c, f) for c, f in found if f.get("accept_length") is not None] for key, found in curves.items()}
+    shown = {key: [(c, f) for c, f in found if figure_of(f, "accept_length") is not None]
+             for key, found in curves.items()}
     shown = {key: found for key, found in shown.items() if found}
     if not shown:
         return None
@@ -215,9 +221,9 @@ def accept_chart(curves: dict) -> Optional[str]:
     for index, ((arm, others), found) in enumerate(shown.items()):
         color = ARM_COLORS[(index + 1) % len(ARM_COLORS)]
         xs = [c for c, _ in found]
-        ax.plot(xs, [f["accept_length"] for _, f in found], marker="o", lw=2, color=color,
+        ax.plot(xs, [figure_of(f, "accept_length") for _, f in found], marker="o", lw=2, color=color,
                 label=f"{curve_label(arm, others)}: accept length")
-        even = [(c, f["break_even"]) for c, f in found if f.get("break_even") is not None]
+        even = [(c, b) for c, f in found if (b := figure_of(f, "break_even_accept_length")) is not None]
         if even:
             ax.plot([c for c, _ in even], [b for _, b in even], marker="s", lw=1.6, ls="--", color=color,
                     label=f"{curve_label(arm, others)}: break-even (verify cycle ÷ plain step)")

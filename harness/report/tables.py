@@ -1,0 +1,76 @@
+"""The one table renderer: rows are arms, sweep points or capacity probes; the metric
+columns are the registry's entries in a scope (harness/measure/registry.py: summary,
+compare, report, sweep, capacity), each headed and formatted by its entry. Every summary
+(run, sweep, capacity summary.md) and every report's tables (harness/report/html.py,
+harness/sweep/report.py, harness/capacity/report.py) are built here, so a newly
+registered metric is a column everywhere its flags say, with its unit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from harness.measure.registry import Metric, in_scope, number, read
+
+MISSING = "-"
+
+
+@dataclass
+class Row:
+    """One row: the cells before the metrics (arm, point, ...), where its figures are read
+    from (an ArmResult, a results.json arm block, a flat sweep.json figures block or a
+    capacity probe), and the cells after them."""
+
+    lead: list[str]
+    source: Any
+    tail: list[str] = field(default_factory=list)
+    given: dict[str, Any] = field(default_factory=dict)  # metric path -> value given outright (cross-arm figures)
+    marks: dict[str, str] = field(default_factory=dict)  # metric path -> a mark after its value (client-bound `*`)
+
+
+@dataclass
+class Table:
+    header: list[str]
+    rows: list[list[str]]
+
+    def markdown(self) -> list[str]:
+        return markdown_table(self.header, self.rows)
+
+
+def heading(entry: Metric, plain_arm: Optional[str] = None, style: str = "label") -> str:
+    """A metric column's header: its summary column name, or its label (which carries the unit)."""
+    if style == "column" and entry.column:
+        return entry.column
+    return entry.shown_label(plain_arm)
+
+
+def value_cell(entry: Metric, value: Any, style: str = "label") -> str:
+    """A value as its entry prints it; not a number (missing, null, text): MISSING."""
+    value = number(value)
+    if value is None:
+        return MISSING
+    value = int(value) if entry.count else value
+    return entry.format_column(value) if style == "column" else entry.format(value)
+
+
+def metric_table(scope: str, lead_header: list[str], rows: list[Row], tail_header: list[str] = (),
+                 plain_arm: Optional[str] = None, style: str = "label",
+                 keep: Callable[[Metric], bool] = lambda m: True) -> Table:
+    """The table of `rows` x the registry's metrics in `scope` (those `keep` lets through)."""
+    entries = [m for m in in_scope(scope) if keep(m)]
+    header = [*lead_header, *(heading(m, plain_arm, style) for m in entries), *tail_header]
+    body = [[*row.lead, *(value_cell(m, figure(row, m, plain_arm), style) + row.marks.get(m.path, "")
+                          for m in entries), *row.tail] for row in rows]
+    return Table(header, body)
+
+
+def figure(row: Row, entry: Metric, plain_arm: Optional[str]) -> Any:
+    return row.given[entry.path] if entry.path in row.given else read(row.source, entry, plain_arm)
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    """A Markdown table whose columns are padded to their widest cell."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+    line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
+    return [line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *(line(r) for r in rows)]
