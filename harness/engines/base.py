@@ -22,8 +22,11 @@ An engine class provides:
   ``server_accept_length(client)``: its info routes;
 - ``bad_request_message(body)``: the shape of its 400 (the API suite checks it);
 - ``spec_stats``: where speculative statistics come from: ``per_request`` (fields on each
-  response) or ``metrics_window`` (``/metrics`` counters differenced over the load), and
-  ``prometheus``: its metric names;
+  response) or ``metrics_window`` (``/metrics`` counters differenced over the load),
+  ``prometheus``: its metric names, and ``window_spec_stats(counters)``: its own formula
+  for the accept length (and what else its counters say) over such a window;
+- ``readiness(timeout_s)``: how a server of it is known to be ready (a wait strategy,
+  harness/engines/readiness.py), which every backend waits on;
 - ``check(cfg)``: config rules of its own (e.g. which drafter keys it needs).
 
 A new engine is one module here with its class, one line in ``ENGINES``
@@ -35,7 +38,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from omegaconf import DictConfig
 
@@ -88,6 +91,17 @@ class PrometheusNames:
     # and the verify cycles they took (both counted when a request finishes).
     generation_tokens: str | None = None
     spec_verify_calls: str | None = None
+
+
+class CounterWindow(Protocol):
+    """An engine's /metrics counters differenced over a load window
+    (harness/measure/server_metrics.py builds it from two snapshots)."""
+
+    def delta(self, name: str) -> float | None:
+        """How much the counter `name` grew over the window (None: the server has no such counter)."""
+
+    def per_position(self) -> list[float]:
+        """Accepted draft tokens per draft position over the window, position 0 first."""
 
 
 class Engine:
@@ -167,6 +181,13 @@ class Engine:
         from harness.load.sizing import server_tokenizer
 
         return server_tokenizer(base_url, self.tokenize_route, model)
+
+    # --- the server's own counters -----------------------------------------------------
+    def window_spec_stats(self, counters: CounterWindow) -> dict[str, Any]:
+        """The window's accept length by this engine's own counters, with its definition in
+        words (``accept_length_definition``: engines count differently) and the counts it
+        came from; {} where its counters give none (none here, or a plain arm's window)."""
+        return {}
 
     # --- info routes -------------------------------------------------------------------
     def server_version(self, client: "ServerClient") -> str | None:

@@ -244,7 +244,7 @@ class ArmSession:
         after = self.metrics_snapshot()
         if not before or before[0] is None or after is None:
             return {}
-        return metrics_window(self.engine.prometheus, before[0], after)
+        return metrics_window(self.engine, before[0], after)
 
     def server_accept_length(self) -> float | None:
         """The server-cumulative accept length: only a labelled fallback (it includes warm-up)."""
