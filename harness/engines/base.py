@@ -7,7 +7,9 @@ An engine class provides:
 - ``launch(cfg, port, host, in_container)``: the command that starts a server (an
   executable and its arguments; not necessarily Python), and ``environment(cfg)`` and
   ``shm_size(cfg)`` it needs;
-- ``health_paths``: the routes that must all answer 200 before a server is healthy;
+- ``health_paths``: the routes that must all answer 2xx before a server is healthy, and
+  ``readiness()``: the wait strategy built on them (harness/engines/readiness.py), which
+  every backend waits on;
 - ``min_processes(cfg)``: how many processes a healthy server has at least (the
   environment suite checks each of them);
 - ``apis``: the ``workload.api`` values it serves; ``request_extras(api)`` (JSON fields
@@ -25,8 +27,6 @@ An engine class provides:
   response) or ``metrics_window`` (``/metrics`` counters differenced over the load),
   ``prometheus``: its metric names, and ``window_spec_stats(counters)``: its own formula
   for the accept length (and what else its counters say) over such a window;
-- ``readiness(timeout_s)``: how a server of it is known to be ready (a wait strategy,
-  harness/engines/readiness.py), which every backend waits on;
 - ``check(cfg)``: config rules of its own (e.g. which drafter keys it needs).
 
 A new engine is one module here with its class, one line in ``ENGINES``
@@ -41,6 +41,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from omegaconf import DictConfig
+
+from harness.engines.readiness import HttpWaitStrategy
 
 if TYPE_CHECKING:
     from harness.servers.client import ServerClient
@@ -146,6 +148,10 @@ class Engine:
             if missing:
                 raise EngineConfigError(f"drafter '{drafter.name}' sets algorithm {drafter.algorithm} "
                                         f"but not {', '.join(missing)}")
+
+    def readiness(self) -> HttpWaitStrategy:
+        """How a server of this engine is known to be ready (backends set the timeout)."""
+        return HttpWaitStrategy(self.health_paths)
 
     # --- the load ----------------------------------------------------------------------
     def request_extras(self, api: str) -> dict[str, Any]:
