@@ -181,7 +181,7 @@ def compose_config(overrides: list[str], conf_dir: Path = DEFAULT_CONF_DIR) -> t
     choices = {k: str(v) for k, v in cfg.hydra.runtime.choices.items() if not k.startswith("hydra")}
     with open_dict(cfg):
         del cfg["hydra"]
-        upgrade_config(cfg)  # a conf tree that still names old build kinds
+        upgrade_config(cfg)  # a conf tree (or command line) in an older shape: build kinds, server keys
     OmegaConf.set_readonly(cfg, True)
     return cfg, choices
 

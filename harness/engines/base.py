@@ -27,7 +27,9 @@ An engine class provides:
   response) or ``metrics_window`` (``/metrics`` counters differenced over the load),
   ``prometheus``: its metric names, and ``window_spec_stats(counters)``: its own formula
   for the accept length (and what else its counters say) over such a window;
-- ``check(cfg)``: config rules of its own (e.g. which drafter keys it needs).
+- ``check(cfg)``: config rules of its own (e.g. which drafter keys it needs);
+- ``options``: the dataclass of its own options, if it has any: the config block
+  ``server.<name>`` (the schema adds one per engine; e.g. ``server.vllm.max_num_seqs``).
 
 A new engine is one module here with its class, one line in ``ENGINES``
 (harness/engines/__init__.py), a ``conf/server/*.yaml`` with ``engine: <name>``, and a
@@ -118,6 +120,7 @@ class Engine:
     checks_drafter_fit: ClassVar[bool] = True  # False: checkpoint paths are only names (the simulator)
     simulates_gpus: ClassVar[bool] = False  # serves a GPU model that telemetry=sim reads
     tokenize_route: ClassVar[str | None] = None  # POST {"model", "prompt"} -> {"count", ...}, if it has one
+    options: ClassVar[type | None] = None  # the dataclass of its options block, server.<name>
 
     # --- starting a server -------------------------------------------------------------
     def launch(self, cfg: DictConfig, port: int, host: str, in_container: bool) -> Launch:

@@ -4,7 +4,8 @@ by one JSON `--speculative-config`, reported only as cumulative /metrics counter
 from __future__ import annotations
 
 import json
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Optional
 
 from omegaconf import DictConfig
 
@@ -14,6 +15,15 @@ from harness.engines.base import ITL_PER_STEP, METRICS_WINDOW, CounterWindow, Pr
 DEFAULT_SHM_SIZE = "1g"
 ONE_PLUS_ACCEPTED = ("the server's counters: 1 + Δ accepted draft tokens ÷ Δ drafts over the /metrics window "
                      "(the target's own token per draft step; no prefill token)")
+
+
+@dataclass
+class VLLMOptions:
+    """vLLM's own options, `server.vllm` (null: vLLM's default)."""
+
+    dtype: Optional[str] = None  # --dtype (e.g. float32 on CPU)
+    max_model_len: Optional[int] = None  # --max-model-len
+    max_num_seqs: Optional[int] = None  # --max-num-seqs
 
 
 def speculative_config(drafter: DictConfig) -> dict:
@@ -28,6 +38,7 @@ class VLLM(PythonEngine):
     name = "vllm"
     # the `vllm` CLI looks its package up by name, which the CPU build's package is not
     module = "vllm.entrypoints.openai.api_server"
+    options = VLLMOptions
     apis = ("chat", "completions")
     health_paths = ("/health",)
     spec_stats = METRICS_WINDOW
@@ -48,8 +59,9 @@ class VLLM(PythonEngine):
                 "--tensor-parallel-size", str(server.tp_size)]
         if server.served_model_name:
             args += ["--served-model-name", server.served_model_name]
-        for flag, value in (("--dtype", server.dtype), ("--max-model-len", server.max_model_len),
-                            ("--max-num-seqs", server.max_num_seqs)):
+        own = server.get(self.name) or VLLMOptions()
+        for flag, value in (("--dtype", own.dtype), ("--max-model-len", own.max_model_len),
+                            ("--max-num-seqs", own.max_num_seqs)):
             if value is not None:
                 args += [flag, str(value)]
         if drafter.algorithm:
