@@ -21,7 +21,8 @@ import pytest
 
 from harness.gates import registry as gate
 from harness.gates.baseline_match import check_baseline
-from harness.config.compose import DEFAULT_CONF_DIR, ConfigError, Experiment, compose, is_override, remote_engine
+from harness.config.compose import (DEFAULT_CONF_DIR, PYTEST_VALUE_OPTIONS, ConfigError, Experiment, compose, is_override,
+                                    remote_engine)
 from harness.gates.registry import GateContext, comparisons, gates_of
 from harness.record.store import RecordError, RunData, read_reference_runs
 from harness.run.replay import read_replayed, replay_experiment
@@ -59,7 +60,7 @@ def options_taking_values(parser: pytest.Parser) -> set[str]:
         actions = parser._getparser()._option_string_actions  # noqa: SLF001
         return {flag for flag, action in actions.items() if action.nargs != 0}
     except Exception:  # pragma: no cover - depends on pytest internals
-        return {"-k", "-m", "-o", "-p", "-c", "--override-ini", "--rootdir", "--basetemp", "--conf-dir"}
+        return set(PYTEST_VALUE_OPTIONS)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -35,6 +35,7 @@ from harness.load.requests import REQUEST_FUNCS
 from harness.gates.lossless import MAX_TOP_LOGPROBS
 from harness.config import schema
 from harness.config.schema import BUILD_KINDS, SpecgateConfig
+from harness.servers import BACKENDS
 from harness.servers.docker import LOOPBACK, remote_engine_host, unreachable_publish
 from harness.sweep.gates import SweepGateError, check as check_sweep_gate
 from harness.telemetry.base import NOT_SAMPLING, SOURCES
@@ -44,7 +45,7 @@ DEFAULT_ARM = "default"
 BASELINE_MISMATCH = ("fail", "warn")  # gate.baseline_mismatch: what a reference that measured something else does
 
 KNOWN_KINDS = {
-    "backend": {"docker", "process", "attach"},
+    "backend": set(BACKENDS),
     "build": set(BUILD_KINDS),
     "telemetry": {*SOURCES, *NOT_SAMPLING},
 }
@@ -94,7 +95,14 @@ class Experiment:
 OVERRIDE_TOKEN = re.compile(r"^(\+{1,2}|~)?[A-Za-z_][\w.@/-]*(=|$)")
 
 
-def is_override(token: str, previous: str | None, value_options: set[str]) -> bool:
+# pytest's and specgate's own options that take a value (`-k EXPR`, `--conf-dir DIR`): the
+# token after one is that value, never a Hydra override (the plugin asks pytest's parser
+# for the full set and falls back to these)
+PYTEST_VALUE_OPTIONS = frozenset({"-k", "-m", "-o", "-p", "-c", "--override-ini", "--rootdir", "--basetemp",
+                                  "--junitxml", "--conf-dir", "--replay", "--arm"})
+
+
+def is_override(token: str, previous: str | None, value_options: set[str] = PYTEST_VALUE_OPTIONS) -> bool:
     """A Hydra override: `key=value`, `+key=value`, `~key`, that is not a path on disk and
     not the value of a preceding pytest option (`-k a=b`, `-o x=y`)."""
     if token.startswith("-") or previous in value_options:

@@ -14,7 +14,7 @@ from harness.engines import ENGINE_OPTIONS
 
 @dataclass
 class BackendConfig:
-    kind: str = "docker"  # docker | process | attach
+    kind: str = "docker"  # docker | process | attach (harness/servers BACKENDS)
     url: Optional[str] = None  # attach: the server's base URL, e.g. http://127.0.0.1:30000
     startup_timeout_s: float = 120.0  # health deadline; a server not healthy by then fails the arm
     shutdown_timeout_s: float = 10.0  # SIGTERM grace before SIGKILL
