@@ -83,7 +83,8 @@ def measure(workload: str, slowdown: float, log_dir: Path, index: int) -> Run:
     try:
         server.start()
         engine = engine_of(cfg)
-        load = run_load(LoadPlan.of(cfg.workload, server.base_url, cfg.server.model_path, request_extras=engine.request_extras, spec_details=engine.spec_details))
+        load = run_load(LoadPlan.of(cfg.workload, server.base_url, cfg.server.model_path,
+                                    request_extras=engine.request_extras, spec_details=engine.spec_details))
     finally:
         server.stop()
     return Run(summarize("baseline", load), [{**r.to_json(), "repeat": 0} for r in load.records])

@@ -21,7 +21,7 @@ from omegaconf import OmegaConf
 from harness.servers.client import ServerClient
 from harness.gates.client_bound import guard_client_bound, judge
 from harness.gates.registry import GateContext, client_kept_up, max_itl_ms, max_ttft_ms, min_output_tok_s
-from harness.load import RequestRecord, LoadPlan, run_load
+from harness.load import LoadPlan, RequestRecord, run_load
 from harness.load.arrivals import ClosedLoop, PoissonArrivals
 from harness.load.client_health import (CpuMark, LoopLagTicker, client_block, combine_client_blocks, cpu_block,
                                         send_gaps_s, spread_ms)

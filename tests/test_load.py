@@ -17,7 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness.load import LoadInterrupted, LoadResult, ProgressSnapshot, RequestRecord, print_progress, LoadPlan, run_load
+from harness.load import LoadInterrupted, LoadPlan, LoadResult, ProgressSnapshot, RequestRecord, print_progress, run_load
 from harness.load.arrivals import ClosedLoop, GammaArrivals, PoissonArrivals, arrival_process
 from harness.load.prompts import FixedPrompt, RandomWords, prompt_source
 from harness.engines import ENGINES
@@ -75,7 +75,8 @@ def test_works_with_omegaconf_and_other_apis(fake):
 
     for api in ("completions", "generate"):
         cfg = OmegaConf.structured(wl(api=api, num_prompts=3, warmup_requests=0))
-        res = run_load(LoadPlan.of(cfg, fake.url, "fake-model", request_extras=sglang_request_extras, spec_details=sglang_spec_details))
+        res = run_load(LoadPlan.of(cfg, fake.url, "fake-model", request_extras=sglang_request_extras,
+                                   spec_details=sglang_spec_details))
         assert len(res.records) == 3 and all(r.ok for r in res.records), [r.error for r in res.records]
         assert all(r.spec_verify_ct == 4 for r in res.records)
 
@@ -149,7 +150,8 @@ def test_failures_are_recorded_not_raised(fake):
 def test_progress_is_throttled_and_final(fake):
     snaps: list[ProgressSnapshot] = []
     t = time.perf_counter()
-    res = run_load(LoadPlan.of(wl(num_prompts=None, duration_s=0.8, concurrency=2, warmup_requests=0), fake.url, "m"), progress=snaps.append)
+    res = run_load(LoadPlan.of(wl(num_prompts=None, duration_s=0.8, concurrency=2, warmup_requests=0), fake.url, "m"),
+                   progress=snaps.append)
     elapsed = time.perf_counter() - t
     assert snaps[-1].final and snaps[-1].done == len(res.measured)
     assert snaps[-1].errors == 0 and snaps[-1].tokens == 10 * len(res.measured)
@@ -284,7 +286,8 @@ def test_tokens_flowing_is_signalled_once_at_the_first_measured_token(fake):
 
 def test_tokens_flowing_is_never_signalled_when_nothing_streams():
     seen: list[float] = []
-    res = run_load(LoadPlan.of(wl(num_prompts=2, warmup_requests=0, timeout_s=2.0), "http://127.0.0.1:9", "m"), on_tokens_flowing=seen.append)
+    res = run_load(LoadPlan.of(wl(num_prompts=2, warmup_requests=0, timeout_s=2.0), "http://127.0.0.1:9", "m"),
+                   on_tokens_flowing=seen.append)
     assert seen == [] and all(not r.ok for r in res.measured)
 
 
@@ -308,7 +311,8 @@ def test_engine_hooks_shape_bodies_and_read_spec_fields(fake):
         seen.append(event)
         return sglang_spec_details(event)
 
-    res = run_load(LoadPlan.of(w, fake.url, "m", request_extras=lambda api: {"return_spec_tokens_details": True, "x_api": api}, spec_details=spec_details))
+    res = run_load(LoadPlan.of(w, fake.url, "m", request_extras=lambda api: {"return_spec_tokens_details": True, "x_api": api},
+                               spec_details=spec_details))
     assert all(b["return_spec_tokens_details"] is True and b["x_api"] == "chat" for b in fake.bodies)
     assert all(r.spec_verify_ct == 4 and r.spec_accept_length == pytest.approx(2.5) for r in res.records)
     assert any("sglext" in e for e in seen) and any(e.get("choices") for e in seen)  # every event is offered

@@ -19,7 +19,7 @@ from openai.types import Completion
 
 from harness.servers.client import ServerClient
 from harness.engines import ENGINES
-from harness.load import RequestRecord, LoadPlan, run_load
+from harness.load import LoadPlan, RequestRecord, run_load
 from harness.load.crosscheck import SLACK_TOKENS, StreamTally, usage_problem
 from harness.load.requests import Sampling, _json_instead_of_stream, make_session, request_func
 from harness.config.schema import WorkloadConfig
@@ -90,7 +90,8 @@ def test_the_speculative_simulator_passes_with_its_exact_tokenizer(spec_sim, api
     """No false alarm on our own server: several tokens a chunk, an EOS without text,
     coalesced steps -- all within the rule."""
     w = workload(api=api, prompt=prompt, ignore_eos=ignore_eos, max_tokens=120, num_prompts=4, concurrency=4)
-    res = run_load(LoadPlan.of(w, spec_sim.url, "m", request_extras=ENGINES["sim"].request_extras, spec_details=ENGINES["sim"].spec_details, count_tokens=count_output_tokens))
+    res = run_load(LoadPlan.of(w, spec_sim.url, "m", request_extras=ENGINES["sim"].request_extras,
+                               spec_details=ENGINES["sim"].spec_details, count_tokens=count_output_tokens))
     assert all(r.ok for r in res.records), {r.error for r in res.records}
     assert any(n > 1 for r in res.records for n in r.chunk_tokens)  # speculation did put several in a chunk
     if not ignore_eos:

@@ -10,7 +10,7 @@ import pytest
 
 from harness.config.compose import ConfigError, compose
 from harness.engines import ENGINES
-from harness.load import RequestRecord, LoadPlan, run_load
+from harness.load import LoadPlan, RequestRecord, run_load
 from harness.load.prompts import RandomWords
 from harness.load.sizing import MAX_COUNTS, PromptTokenizer, SizingError, local_tokenizer, server_tokenizer, sized_words
 from harness.measure.metrics import summarize
@@ -119,7 +119,8 @@ def completions(**kw) -> WorkloadConfig:
 
 def test_the_servers_tokenize_sizes_every_prompt_before_the_warm_up(fake_openai):
     fake = fake_openai(chars_per_token=4)  # words of 5+ letters are 2 tokens: words alone would miss
-    load = run_load(LoadPlan.of(completions(), fake.url, fake.model, prompt_tokenizer=server_tokenizer(fake.url, "/tokenize", fake.model)))
+    load = run_load(LoadPlan.of(completions(), fake.url, fake.model,
+                                prompt_tokenizer=server_tokenizer(fake.url, "/tokenize", fake.model)))
     generations = [i for i, path in enumerate(fake.posts) if path != "/tokenize"]
     assert fake.posts[:generations[0]].count("/tokenize") >= 8  # 2 warm-ups + 6 measured, sized first
     assert "/tokenize" not in fake.posts[generations[0]:]  # nothing sized on the clock
