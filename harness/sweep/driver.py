@@ -15,7 +15,8 @@ import signal
 from pathlib import Path
 
 from harness.config.compose import ConfigError, Experiment, SweepPoint, compose, is_sweep, override_key, sweep_points
-from harness.sweep.launchers import Sweep, is_launcher_override, launcher_of
+from harness.sweep.launchers import is_launcher_override, launcher_of
+from harness.sweep.plan import SweepPlan
 from harness.sweep.point import label, point_overrides
 from harness.sweep.record import SweepRecord
 
@@ -65,7 +66,7 @@ def run_sweep(overrides: list[str], pytest_options: list[str], conf_dir: Path, c
     entries = [record.add_point(name, overrides, p.swept) for p, name, overrides in zip(points, labels, runs)]
     record.save()
     print(f"specgate sweep: {len(points)} point(s) of {first.name} on {launcher.name}; record {record.path}", flush=True)
-    sweep = Sweep(record, entries, runs, overrides, launcher_overrides, conf_dir, pytest_options, first.base.sweep_gate)
+    sweep = SweepPlan(record, entries, runs, overrides, launcher_overrides, conf_dir, pytest_options, first.base.sweep_gate)
     previous_sigterm = signal.signal(signal.SIGTERM, raise_interrupt)
     try:
         return launcher.run(sweep)

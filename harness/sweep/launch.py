@@ -17,7 +17,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -26,6 +25,7 @@ from harness.record.secrets import Redactor
 from harness.servers.log import ServerLog
 from harness.sweep.finish import finish_interrupted, finish_sweep
 from harness.sweep.jobs import failed_result, failure_in_log, job_log, submitted_jobs, wait_until_none
+from harness.sweep.plan import SweepPlan
 from harness.sweep.point import EXIT_STATUS_FILE, point_environment
 from harness.sweep.record import SweepRecord
 
@@ -38,30 +38,31 @@ def quoted(path: Path) -> str:
     return "'" + str(path).replace("'", "\\'") + "'"
 
 
-def app_command(overrides: list[str], hydra_overrides: list[str], launcher, record: SweepRecord,
+def app_command(overrides: list[str], launcher_overrides: list[str], launcher, record: SweepRecord,
                 conf_dir: Path) -> list[str]:
     """The Hydra app with the sweep's own overrides (Hydra expands the same points again) and
     where its jobs go: points/ of the sweep record, each job's Hydra folder in points/.jobs/."""
     ours = [f"hydra.sweep.dir={quoted(record.path / 'points')}", "hydra.sweep.subdir=.jobs/${hydra.job.num}",
             f"hydra.launcher.name={job_name(record)}", "hydra.output_subdir=null", *launcher.job_overrides()]
     return [sys.executable, "-m", "harness.sweep.app", "--multirun", f"--config-path={conf_dir}",
-            "--config-name=config", *overrides, *ours, *hydra_overrides]  # the user's launcher settings win
+            "--config-name=config", *overrides, *ours, *launcher_overrides]  # the user's launcher settings win
 
 
 def job_name(record: SweepRecord) -> str:
     return f"specgate_{record.path.name}"
 
 
-def run_launched(record: SweepRecord, entries: list[dict], overrides: list[str], hydra_overrides: list[str],
-                 launcher, conf_dir: Path, gates: Any) -> int:
+def run_launched(sweep: SweepPlan, launcher) -> int:
     """Submit through the Hydra app, follow the points to their end; the sweep's exit status.
     `launcher` is a submitit launcher of harness/sweep/launchers.py (its job overrides, its jobs)."""
-    record.data["launcher"] = {"engine": launcher.name, "overrides": hydra_overrides, "job_name": job_name(record),
+    record, entries, conf_dir = sweep.record, sweep.entries, sweep.conf_dir
+    overrides, launcher_overrides = sweep.overrides, sweep.launcher_overrides
+    record.data["launcher"] = {"engine": launcher.name, "overrides": launcher_overrides, "job_name": job_name(record),
                                "conf_dir": str(conf_dir), "log": "launcher.log"}
     record.save()
     redactor = Redactor()
-    redactor.learn([*overrides, *hydra_overrides])
-    app = subprocess.Popen(app_command(overrides, hydra_overrides, launcher, record, conf_dir), env=point_environment(),
+    redactor.learn([*overrides, *launcher_overrides])
+    app = subprocess.Popen(app_command(overrides, launcher_overrides, launcher, record, conf_dir), env=point_environment(),
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                            start_new_session=True)
     # the app's own output (Hydra's, submitit's log lines, which repeat the overrides), redacted
@@ -73,7 +74,7 @@ def run_launched(record: SweepRecord, entries: list[dict], overrides: list[str],
         return interrupted(record, entries, app, jobs)
     explain_the_rest(record, entries, jobs, app.returncode)
     drop_pickles(record.path / "points" / ".submitit")
-    return finish_sweep(record, [e["exit_status"] for e in entries], gates)
+    return finish_sweep(record, [e["exit_status"] for e in entries], sweep.gates)
 
 
 def follow(record: SweepRecord, entries: list[dict], app: subprocess.Popen, jobs, redactor: Redactor) -> None:

@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import re
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from hydra import compose as hydra_compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
@@ -28,24 +27,10 @@ from harness.sweep import point
 from harness.sweep.finish import INTERRUPTED_EXIT, finish_interrupted, finish_sweep
 from harness.sweep.jobs import LocalJobs, SlurmJobs
 from harness.sweep.launch import run_launched
-from harness.sweep.record import SweepRecord
+from harness.sweep.plan import SweepPlan
 
 # what specgate itself sets on a launched sweep (inside its record, so that it finds the jobs)
 SPECGATE_OWNS = ("hydra.sweep.", "hydra.launcher.name", "hydra.launcher.submitit_folder")
-
-
-@dataclass
-class Sweep:
-    """A sweep ready to run: its record with one entry per point, and how each point runs."""
-
-    record: SweepRecord
-    entries: list[dict]  # sweep.json's point entries, in point order
-    point_runs: list[list[str]]  # each point's overrides as its pytest gets them
-    overrides: list[str]  # the sweep's own overrides (a launched sweep's app expands them again)
-    launcher_overrides: list[str]  # hydra/launcher=..., hydra.launcher.KEY=...
-    conf_dir: Path
-    pytest_options: list[str]
-    gates: Any  # the experiment's sweep_gate block
 
 
 class Launcher:
@@ -63,10 +48,10 @@ class Launcher:
         """The jobs the Hydra app submitted, as their engine sees them (harness/sweep/jobs.py)."""
         raise NotImplementedError
 
-    def run(self, sweep: Sweep) -> int:
-        """Run every point of `sweep` and return the sweep's exit status."""
-        return run_launched(sweep.record, sweep.entries, sweep.overrides, sweep.launcher_overrides, self,
-                            sweep.conf_dir, sweep.gates)
+    def run(self, sweep: SweepPlan) -> int:
+        """Run every point of `sweep` and return the sweep's exit status (this class: through
+        the Hydra app, harness/sweep/launch.py)."""
+        return run_launched(sweep, self)
 
 
 class BasicLauncher(Launcher):
@@ -75,7 +60,7 @@ class BasicLauncher(Launcher):
     hydra_target = "BasicLauncher"
     name = "basic"
 
-    def run(self, sweep: Sweep) -> int:
+    def run(self, sweep: SweepPlan) -> int:
         statuses: list[int] = []
         try:
             for overrides, entry in zip(sweep.point_runs, sweep.entries):
