@@ -74,7 +74,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from harness.load import LoadResult, run_load  # noqa: E402
+from harness.load import LoadPlan, LoadResult, run_load  # noqa: E402
 from harness.engines import ENGINES  # noqa: E402
 from harness.measure.metrics import summarize  # noqa: E402
 from harness.config.schema import WorkloadConfig  # noqa: E402
@@ -297,7 +297,8 @@ def _timed_load(w: WorkloadConfig, sim: SimProcess) -> tuple[LoadResult, float, 
     server's CPU seconds per process over the same load."""
     srv0 = sim.cpu_s()
     cpu0 = time.process_time()
-    load = run_load(w, sim.url, MODEL, request_extras=ENGINES["sim"].request_extras, spec_details=ENGINES["sim"].spec_details)
+    load = run_load(LoadPlan.of(w, sim.url, MODEL, request_extras=ENGINES["sim"].request_extras,
+                                spec_details=ENGINES["sim"].spec_details))
     cpu = time.process_time() - cpu0
     srv1 = sim.cpu_s()
     return load, cpu, {k: v - srv0.get(k, 0.0) for k, v in srv1.items()}

@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import harness.load.runner as load_runner  # noqa: E402
 from telemetry_overhead import free_port, start_sim  # noqa: E402
-from harness.load import run_load  # noqa: E402
+from harness.load import LoadPlan, run_load  # noqa: E402
 from harness.load.client_health import LoopLagTicker  # noqa: E402
 from harness.measure.metrics import summarize  # noqa: E402
 from harness.config.schema import WorkloadConfig  # noqa: E402
@@ -37,7 +37,7 @@ def one_load(url: str, concurrency: int, ticking: bool) -> tuple[float, float]:
     load_runner.LoopLagTicker = LoopLagTicker if ticking else (lambda: LoopLagTicker(HOUR_S))
     workload = WorkloadConfig(prompt="Write about the sea.", max_tokens=200, ignore_eos=True,
                               concurrency=concurrency, num_prompts=concurrency * 3, warmup_requests=1)
-    load = run_load(workload, url, "bench")
+    load = run_load(LoadPlan.of(workload, url, "bench"))
     result = summarize("x", load)
     return result.output_tok_s, load.client["cpu"]["loop_thread_cpu_s"] * 1e6 / result.completion_tokens
 

@@ -353,7 +353,7 @@ def write(rows: list[Row], out_dir: Path, quick: bool, notes: dict) -> Path:
 # ------------------------------------------------------------------ specgate's worker
 def specgate_worker(url: str, c: int, n: int, out: str, extra: list[str]) -> None:
     """One specgate load in this process, its summarized figures to ``out``."""
-    from harness.load import run_load
+    from harness.load import LoadPlan, run_load
     from harness.measure.metrics import summarize
     from harness.config.schema import WorkloadConfig
 
@@ -363,7 +363,7 @@ def specgate_worker(url: str, c: int, n: int, out: str, extra: list[str]) -> Non
                        timeout_s=300.0)
     for key, value in settings.items():
         setattr(w, key, yaml.safe_load(value))
-    load = run_load(w, url, MODEL)
+    load = run_load(LoadPlan.of(w, url, MODEL))
     res = summarize("specgate", load)
     ok = [r for r in load.measured if r.ok]
     Path(out).write_text(json.dumps({**res.to_json(), "requests": len(ok),

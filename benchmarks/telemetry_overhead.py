@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from harness.servers.client import ServerClient  # noqa: E402
-from harness.load import run_load  # noqa: E402
+from harness.load import LoadPlan, run_load  # noqa: E402
 from harness.measure.metrics import summarize  # noqa: E402
 from harness.config.schema import WorkloadConfig  # noqa: E402
 from harness.telemetry.base import make_source  # noqa: E402
@@ -56,7 +56,7 @@ def one_load(url: str, concurrency: int, sampled: bool) -> tuple[float, float, f
         sampler = Sampler(source, interval_s=0.1, ramp_in_s=0.5)
         sampler.start()
     started = time.perf_counter()
-    load = run_load(workload, url, "bench", on_tokens_flowing=sampler.mark_load_start if sampler else None)
+    load = run_load(LoadPlan.of(workload, url, "bench"), on_tokens_flowing=sampler.mark_load_start if sampler else None)
     wall = time.perf_counter() - started
     cpu = 0.0
     if sampler is not None:

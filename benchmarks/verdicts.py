@@ -38,7 +38,7 @@ from harness.config.compose import compose  # noqa: E402
 from harness.engines import engine_of  # noqa: E402
 from harness.gates.registry import GateContext
 from harness.gates.reference import no_regression_against_reference  # noqa: E402
-from harness.load import run_load  # noqa: E402
+from harness.load import LoadPlan, run_load  # noqa: E402
 from harness.measure.metrics import ArmResult, summarize  # noqa: E402
 from harness.servers.process import ProcessServer  # noqa: E402
 
@@ -84,8 +84,8 @@ def measure(workload: str, slowdown: float, log_dir: Path, index: int) -> Run:
     try:
         server.start()
         engine = engine_of(cfg)
-        load = run_load(cfg.workload, server.base_url, cfg.server.model_path,
-                        request_extras=engine.request_extras, spec_details=engine.spec_details)
+        load = run_load(LoadPlan.of(cfg.workload, server.base_url, cfg.server.model_path,
+                                    request_extras=engine.request_extras, spec_details=engine.spec_details))
     finally:
         server.stop()
     return Run(summarize("baseline", load), [{**r.to_json(), "repeat": 0} for r in load.records])

@@ -21,7 +21,8 @@ from pathlib import Path
 from harness import SUITES_DIR, __version__
 from harness.report.compare import CompareError
 from harness.record.secrets import redact_patterns
-from harness.config.compose import DEFAULT_CONF_DIR, ConfigError, compose, is_override, list_experiments, to_yaml
+from harness.config.compose import (DEFAULT_CONF_DIR, PYTEST_VALUE_OPTIONS, ConfigError, compose, is_override,
+                                    list_experiments, to_yaml)
 from harness.record.store import RecordError
 from harness.report.html import ReportError
 
@@ -45,9 +46,6 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
-VALUE_OPTIONS = {"-k", "-m", "-o", "-p", "-c", "--override-ini", "--rootdir", "--basetemp", "--junitxml", "--replay"}
-
-
 def hydra_overrides(tokens: list[str]) -> list[str]:
     """The Hydra overrides among a command line's tokens (the rest are pytest's)."""
     return split_tokens(tokens)[0]
@@ -57,7 +55,7 @@ def split_tokens(tokens: list[str]) -> tuple[list[str], list[str]]:
     """(Hydra overrides, pytest options), each in command-line order."""
     overrides, options = [], []
     for prev, token in zip([None, *tokens], tokens):
-        (overrides if is_override(token, prev, VALUE_OPTIONS) else options).append(token)
+        (overrides if is_override(token, prev, PYTEST_VALUE_OPTIONS) else options).append(token)
     return overrides, options
 
 

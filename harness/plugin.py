@@ -18,7 +18,7 @@ from typing import Callable
 import pytest
 
 from harness.gates import verdict
-from harness.config.compose import DEFAULT_CONF_DIR, ConfigError, Experiment, compose, is_override
+from harness.config.compose import DEFAULT_CONF_DIR, PYTEST_VALUE_OPTIONS, ConfigError, Experiment, compose, is_override
 from harness.gates.registry import GateContext, gates_of
 from harness.run.preflight import load_baseline, preflight
 from harness.run.replay import read_replayed, replay_experiment
@@ -53,7 +53,7 @@ def options_taking_values(parser: pytest.Parser) -> set[str]:
         actions = parser._getparser()._option_string_actions  # noqa: SLF001
         return {flag for flag, action in actions.items() if action.nargs != 0}
     except Exception:  # pragma: no cover - depends on pytest internals
-        return {"-k", "-m", "-o", "-p", "-c", "--override-ini", "--rootdir", "--basetemp", "--conf-dir"}
+        return set(PYTEST_VALUE_OPTIONS)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -4,7 +4,7 @@ servers that specgate's numbers must not believe.  Standard library only.
 Three ways to use it::
 
     with FakeOpenAI("hang_mid_stream") as fake:             # a context manager
-        run_load(workload, fake.url, fake.model)
+        run_load(LoadPlan.of(workload, fake.url, fake.model))
 
     def test_x(fake_openai):                                # a fixture factory
         fake = fake_openai("lying_usage", lie_factor=3)     # closed when the test ends

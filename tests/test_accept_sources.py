@@ -12,12 +12,12 @@ from omegaconf import OmegaConf
 from harness.gates import registry
 from harness.gates import speculative
 from harness.config.compose import ConfigError, compose
-from harness.engines.sglang import SGLang
-from harness.engines.vllm import VLLM
+from harness.engines.sglang import TOKENS_PER_VERIFY, SGLang
+from harness.engines.vllm import ONE_PLUS_ACCEPTED, VLLM
 from harness.load import LoadResult, RequestRecord
 from harness.measure.metrics import combine_repeats, summarize
 from harness.config.schema import GateConfig
-from harness.measure.server_metrics import ONE_PLUS_ACCEPTED, TOKENS_PER_VERIFY, parse, window
+from harness.measure.server_metrics import parse, window
 try:
     from tests.test_gate import result
 except ImportError:  # tests/ is not a package: pytest put it on sys.path
@@ -118,14 +118,14 @@ def test_the_sglang_window_reads_tokens_per_verify_call_over_both_streaming_labe
     names = SGLang.prometheus
     before = parse(SGLANG_METRICS.format(stream=100, plain=0, verify=50), names)
     after = parse(SGLANG_METRICS.format(stream=400, plain=100, verify=240), names)
-    block = window(names, before, after)
+    block = window(SGLang(), before, after)
     assert block["generation_tokens"] == 400 and block["spec_verify_calls"] == 190
     assert block["accept_length"] == pytest.approx(400 / 190)
     assert block["accept_length_definition"] == TOKENS_PER_VERIFY
     # a plain arm's verify counter does not move: no accept length, not a division by zero
-    assert "accept_length" not in window(names, before, before)
+    assert "accept_length" not in window(SGLang(), before, before)
     # vLLM's names have no such counters: its accept length stays 1 + accepted ÷ drafts
-    assert "generation_tokens" not in window(VLLM.prometheus, before, after)
+    assert "generation_tokens" not in window(VLLM(), before, after)
 
 
 # --- the per-request distribution and per-position acceptance -------------------------------
@@ -171,3 +171,28 @@ def test_per_position_acceptance_from_the_requests_histograms():
     # position 1 accepted in 6 of 10 cycles, position 2 in 3 of 10
     assert block["acceptance_per_position"] == [0.6, 0.3]
     assert "acceptance_per_position" not in summarize("eagle3", load_of(spec_request(0, 8, 4))).to_json()
+
+
+VLLM_METRICS = """# TYPE vllm:spec_decode_num_drafts counter
+vllm:spec_decode_num_drafts_total{{model_name="m",engine="0"}} {drafts}
+# TYPE vllm:spec_decode_num_draft_tokens counter
+vllm:spec_decode_num_draft_tokens_total{{model_name="m",engine="0"}} {proposed}
+# TYPE vllm:spec_decode_num_accepted_tokens counter
+vllm:spec_decode_num_accepted_tokens_total{{model_name="m",engine="0"}} {accepted}
+# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter
+vllm:spec_decode_num_accepted_tokens_per_pos_total{{model_name="m",engine="0",position="0"}} {first}
+vllm:spec_decode_num_accepted_tokens_per_pos_total{{model_name="m",engine="0",position="1"}} {second}
+"""
+
+
+def test_the_vllm_window_is_one_plus_accepted_per_draft_with_its_acceptance_per_position():
+    names = VLLM.prometheus
+    before = parse(VLLM_METRICS.format(drafts=10, proposed=30, accepted=12, first=8, second=4), names)
+    after = parse(VLLM_METRICS.format(drafts=110, proposed=330, accepted=162, first=98, second=64), names)
+    block = window(VLLM(), before, after)
+    assert (block["spec_drafts"], block["spec_draft_tokens"], block["spec_accepted_tokens"]) == (100, 300, 150)
+    assert block["accept_length"] == pytest.approx(2.5) and block["acceptance_rate"] == pytest.approx(0.5)
+    assert block["acceptance_per_position"] == pytest.approx([0.9, 0.6])
+    assert block["accept_length_definition"] == ONE_PLUS_ACCEPTED
+    assert "accept_length" not in window(VLLM(), before, before)  # no draft ran: no accept length
+    assert "spec_drafts" not in window(SGLang(), before, after)  # SGLang's formula reads other counters

@@ -22,7 +22,7 @@ from harness.servers.client import ServerClient
 from harness.gates.client_bound import guard_client_bound, judge
 from harness.gates.registry import GateContext
 from harness.gates.throughput import client_kept_up, max_itl_ms, max_ttft_ms, min_output_tok_s
-from harness.load import RequestRecord, run_load
+from harness.load import LoadPlan, RequestRecord, run_load
 from harness.load.arrivals import ClosedLoop, PoissonArrivals
 from harness.load.client_health import (CpuMark, LoopLagTicker, client_block, combine_client_blocks, cpu_block,
                                         send_gaps_s, spread_ms)
@@ -251,7 +251,7 @@ def load_on(url: str, hogs: int) -> ArmResult:
     try:
         workload = WorkloadConfig(prompt="Count to 100.", max_tokens=100, ignore_eos=True, concurrency=4,
                                   num_prompts=8, warmup_requests=1)
-        result = summarize("arm", run_load(workload, url, "client-health"))
+        result = summarize("arm", run_load(LoadPlan.of(workload, url, "client-health")))
     finally:
         stop.set()
         for t in threads:

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from harness.servers.client import ServerClient
-from harness.load import LoadResult, RequestRecord, run_load
+from harness.load import LoadPlan, LoadResult, RequestRecord, run_load
 from harness.load.arrivals import DealtArrivals, PoissonArrivals
 from harness.load.client_health import merge_process_blocks
 from harness.load.processes import DealtBudget, SharedBudget, merge_results, split_concurrency
@@ -144,8 +144,8 @@ def workload(**kw) -> WorkloadConfig:
 
 
 def test_two_processes_measure_what_one_does(sim_url):
-    one = run_load(workload(), sim_url, "procs")
-    two = run_load(workload(client_processes=2, prewarm_connections=True), sim_url, "procs")
+    one = run_load(LoadPlan.of(workload(), sim_url, "procs"))
+    two = run_load(LoadPlan.of(workload(client_processes=2, prewarm_connections=True), sim_url, "procs"))
     assert sorted(r.index for r in two.measured) == list(range(16))  # every request once, from either process
     assert [r.index for r in two.records if r.warmup] == [0] and two.records[0].warmup  # one warm-up, first
     assert all(r.ok for r in two.records), [r.error for r in two.records]
@@ -165,7 +165,7 @@ def test_two_processes_measure_what_one_does(sim_url):
 
 
 def test_an_open_loop_is_dealt_out_whole(sim_url):
-    two = run_load(workload(request_rate=40.0, client_processes=2, warmup_requests=0), sim_url, "procs")
+    two = run_load(LoadPlan.of(workload(request_rate=40.0, client_processes=2, warmup_requests=0), sim_url, "procs"))
     assert sorted(r.index for r in two.measured) == list(range(16)) and all(r.ok for r in two.measured)
     gaps = sorted(r.send_gap_s for r in two.measured)
     assert gaps[len(gaps) // 2] < 0.01  # sent on the one schedule's times, not late
@@ -177,7 +177,7 @@ def test_the_send_time_is_taken_at_the_socket(sim_url):
     import requests
 
     requests.delete(sim_url + "/sim/emissions", timeout=10)
-    load = run_load(workload(concurrency=16, warmup_requests=0), sim_url, "procs")
+    load = run_load(LoadPlan.of(workload(concurrency=16, warmup_requests=0), sim_url, "procs"))
     server = sorted(r["arrival"] for r in requests.get(sim_url + "/sim/emissions", timeout=10).json()["requests"])
     sends = sorted(r.send_time for r in load.measured)
     assert len(server) == len(sends) == 16
@@ -189,13 +189,13 @@ def test_ctrl_c_keeps_the_finished_requests_and_leaves_no_process(sim_url, tmp_p
     script = tmp_path / "split_sigint.py"
     script.write_text(textwrap.dedent(f"""
         import os, sys
-        from harness.load import run_load
+        from harness.load import LoadPlan, run_load
         from harness.config.schema import WorkloadConfig
         w = WorkloadConfig(api="completions", prompt="x", max_tokens=30, ignore_eos=True, concurrency=4,
                            num_prompts=100000, warmup_requests=0, client_processes=2)
         print("started", os.getpid(), flush=True)
         try:
-            run_load(w, "{sim_url}", "procs")
+            run_load(LoadPlan.of(w, "{sim_url}", "procs"))
         except KeyboardInterrupt as exc:
             print("caught", type(exc).__name__, len(exc.partial.measured), exc.in_flight, flush=True)
             sys.exit(3)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.load import run_load
+from harness.load import LoadPlan, run_load
 from harness.load.conversation import Conversation, Message
 from harness.load.datasets import DatasetError, load_dataset
 from harness.load.prompts import DatasetPrompts, prompt_source
@@ -177,7 +177,7 @@ def test_turn_two_carries_turn_ones_answer_over_chat(tmp_path):
                  {"turns": ["first question", "second question"], "category": "math"},
                  {"prompt": "single", "category": "code", "max_tokens": 3})
     with FakeOpenAI("ok") as fake:
-        res = run_load(wl(path, num_prompts=2), fake.url, fake.model)
+        res = run_load(LoadPlan.of(wl(path, num_prompts=2), fake.url, fake.model))
     assert all(r.ok for r in res.records), [r.error for r in res.records]
     second = next(b for b in fake.bodies if b["messages"][-1]["content"] == "second question")
     assert second["messages"] == [{"role": "user", "content": "first question"},
@@ -198,7 +198,7 @@ def test_turn_two_carries_turn_ones_answer_over_chat(tmp_path):
 def test_completions_get_the_earlier_turns_and_answers_as_text(tmp_path):
     path = write(tmp_path / "d.jsonl", {"turns": ["first question", "second question"]})
     with FakeOpenAI("ok") as fake:
-        res = run_load(wl(path, api="completions", num_prompts=1), fake.url, fake.model)
+        res = run_load(LoadPlan.of(wl(path, api="completions", num_prompts=1), fake.url, fake.model))
     assert [r.ok for r in res.records] == [True, True], [r.error for r in res.records]
     assert [b["prompt"] for b in fake.bodies] == [
         "first question", f"first question\n\n{FAKE_ANSWER}\n\nsecond question"]
@@ -208,7 +208,7 @@ def test_generate_gets_the_cumulative_answer_of_turn_one(tmp_path):
     path = write(tmp_path / "d.jsonl", {"turns": ["first question", "second question"]})
     fake = FakeSGLang()
     try:
-        res = run_load(wl(path, api="generate", num_prompts=1), fake.url, "m")
+        res = run_load(LoadPlan.of(wl(path, api="generate", num_prompts=1), fake.url, "m"))
     finally:
         fake.close()
     assert [r.ok for r in res.records] == [True, True], [r.error for r in res.records]
@@ -221,7 +221,7 @@ def test_generate_gets_the_cumulative_answer_of_turn_one(tmp_path):
 def test_a_failed_turn_ends_its_conversation(tmp_path):
     path = write(tmp_path / "d.jsonl", {"turns": ["first", "second"]})
     with FakeOpenAI("http500") as fake:
-        res = run_load(wl(path, num_prompts=1), fake.url, fake.model)
+        res = run_load(LoadPlan.of(wl(path, num_prompts=1), fake.url, fake.model))
     assert [(r.turn, r.status) for r in res.records] == [(0, 500)] and len(fake.bodies) == 1
 
 

@@ -243,3 +243,32 @@ def test_an_engine_that_is_not_a_python_module_runs(tmp_path, monkeypatch):
     finally:
         server.stop()
     assert "wrapped --model-path m" in (tmp_path / "server.log").read_text()
+
+
+# --------------------------------------------------------------------------- own options
+def test_each_engine_has_its_own_options_block_and_the_old_shared_keys_still_work():
+    from harness.config.schema import ServerConfig
+    from harness.engines import ENGINE_OPTIONS
+
+    assert set(ENGINE_OPTIONS) == {"sim", "vllm"} and {"sim", "vllm"} <= {f for f in ServerConfig.__dataclass_fields__}
+    vllm = compose(["+exp=vllm_cpu_smoke"]).arm("draft_self").cfg
+    assert (vllm.server.vllm.dtype, vllm.server.vllm.max_num_seqs, vllm.server.max_num_seqs) == ("float32", 8, None)
+    args = engine_of(vllm).launch(vllm, 31000, host="127.0.0.1", in_container=False).args
+    assert args[args.index("--max-num-seqs") + 1] == "8" and args[args.index("--dtype") + 1] == "float32"
+    # the old spelling of a vLLM option, on the command line of a config written today: read into the block
+    old = compose(["+exp=vllm_cpu_smoke", "server.max_num_seqs=4"]).arm("draft_self").cfg
+    assert (old.server.vllm.max_num_seqs, old.server.max_num_seqs, old.server.vllm.dtype) == (4, None, "float32")
+    args = engine_of(old).launch(old, 31000, host="127.0.0.1", in_container=False).args
+    assert args[args.index("--max-num-seqs") + 1] == "4"
+    new = compose(["+exp=vllm_cpu_smoke", "server.vllm.max_model_len=512"]).arm("draft_self").cfg
+    assert new.server.vllm.max_model_len == 512
+    # another engine's config has no vLLM block, and a stray option of its never reaches its launch
+    sim = compose(["+exp=sim_smoke"]).arm("eagle3").cfg
+    assert sim.server.vllm is None and sim.server.sim is not None
+
+
+def test_a_record_with_the_old_shared_server_keys_upgrades_into_the_engines_block():
+    record = {"server": {"engine": "vllm", "dtype": "float32", "max_model_len": 1024, "max_num_seqs": 8}}
+    upgrade_config(record)
+    assert record["server"]["vllm"] == {"dtype": "float32", "max_model_len": 1024, "max_num_seqs": 8}
+    assert (record["server"]["dtype"], record["server"]["max_num_seqs"]) == (None, None)

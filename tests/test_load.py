@@ -17,14 +17,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness.load import LoadInterrupted, LoadResult, ProgressSnapshot, RequestRecord, print_progress, run_load
+from harness.load import LoadInterrupted, LoadPlan, LoadResult, ProgressSnapshot, RequestRecord, print_progress, run_load
 from harness.load.arrivals import ClosedLoop, GammaArrivals, PoissonArrivals, arrival_process
 from harness.load.prompts import FixedPrompt, RandomWords, prompt_source
 from harness.engines import ENGINES
 
 SGLANG = ENGINES["sglang"]
 sglang_request_extras, sglang_spec_details = SGLANG.request_extras, SGLANG.spec_details
-from harness.load.runner import RequestBudget
+from harness.load.loop import RequestBudget
 from harness.config.schema import WorkloadConfig
 
 try:
@@ -52,7 +52,7 @@ def wl(**kw) -> WorkloadConfig:
 
 def test_closed_loop_counts_flags_and_concurrency(fake):
     fake.max_active = 0
-    res = run_load(wl(), fake.url, "fake-model")
+    res = run_load(LoadPlan.of(wl(), fake.url, "fake-model"))
     assert isinstance(res, LoadResult)
     assert res.api == "chat" and res.model == "fake-model"
     assert len(res.records) == 14
@@ -75,8 +75,8 @@ def test_works_with_omegaconf_and_other_apis(fake):
 
     for api in ("completions", "generate"):
         cfg = OmegaConf.structured(wl(api=api, num_prompts=3, warmup_requests=0))
-        res = run_load(cfg, fake.url, "fake-model", request_extras=sglang_request_extras,
-                       spec_details=sglang_spec_details)
+        res = run_load(LoadPlan.of(cfg, fake.url, "fake-model", request_extras=sglang_request_extras,
+                                   spec_details=sglang_spec_details))
         assert len(res.records) == 3 and all(r.ok for r in res.records), [r.error for r in res.records]
         assert all(r.spec_verify_ct == 4 for r in res.records)
 
@@ -84,7 +84,7 @@ def test_works_with_omegaconf_and_other_apis(fake):
 def test_poisson_open_loop_rate_and_cap(fake):
     # High rate, cap 2: arrivals queue for a slot, never more than 2 in flight
     fake.max_active = 0
-    res = run_load(wl(request_rate=1000.0, concurrency=2, num_prompts=10, warmup_requests=0), fake.url, "m")
+    res = run_load(LoadPlan.of(wl(request_rate=1000.0, concurrency=2, num_prompts=10, warmup_requests=0), fake.url, "m"))
     assert len(res.measured) == 10 and all(r.ok for r in res.records)
     assert fake.max_active <= 2
 
@@ -92,7 +92,7 @@ def test_poisson_open_loop_rate_and_cap(fake):
     rate, n = 40.0, 16
     rng = random.Random(7)
     expected_span = sum(rng.expovariate(rate) for _ in range(n - 1))
-    res = run_load(wl(request_rate=rate, concurrency=64, num_prompts=n, warmup_requests=0, seed=7), fake.url, "m")
+    res = run_load(LoadPlan.of(wl(request_rate=rate, concurrency=64, num_prompts=n, warmup_requests=0, seed=7), fake.url, "m"))
     sends = sorted(r.send_time for r in res.measured)
     span = sends[-1] - sends[0]
     assert expected_span * 0.9 - 0.01 <= span <= expected_span + 0.25
@@ -100,7 +100,7 @@ def test_poisson_open_loop_rate_and_cap(fake):
 
 def test_duration_mode(fake):
     t = time.perf_counter()
-    res = run_load(wl(num_prompts=None, duration_s=0.4, concurrency=3, warmup_requests=1), fake.url, "m")
+    res = run_load(LoadPlan.of(wl(num_prompts=None, duration_s=0.4, concurrency=3, warmup_requests=1), fake.url, "m"))
     assert time.perf_counter() - t < 3
     m = res.measured
     assert len(m) >= 3
@@ -134,14 +134,14 @@ def test_prompt_sources_are_picked_by_config_and_stable():
 def test_sent_prompts_come_from_the_source(fake):
     w = wl(prompt=None, input_len=8, seed=5, num_prompts=3, warmup_requests=1, concurrency=1)
     fake.bodies.clear()
-    run_load(w, fake.url, "m")
+    run_load(LoadPlan.of(w, fake.url, "m"))
     source = prompt_source(w)
     sent = [b["messages"][0]["content"] for b in fake.bodies]
     assert sent == [source.prompt(-1), source.prompt(0), source.prompt(1), source.prompt(2)]
 
 
 def test_failures_are_recorded_not_raised(fake):
-    res = run_load(wl(prompt="http400", num_prompts=3, warmup_requests=1), fake.url, "m")
+    res = run_load(LoadPlan.of(wl(prompt="http400", num_prompts=3, warmup_requests=1), fake.url, "m"))
     assert len(res.records) == 4
     assert all(r.status == 400 and not r.ok for r in res.records)
     assert res.records[0].error == "HTTP 400: The prompt is too long for this model."
@@ -150,7 +150,7 @@ def test_failures_are_recorded_not_raised(fake):
 def test_progress_is_throttled_and_final(fake):
     snaps: list[ProgressSnapshot] = []
     t = time.perf_counter()
-    res = run_load(wl(num_prompts=None, duration_s=0.8, concurrency=2, warmup_requests=0), fake.url, "m",
+    res = run_load(LoadPlan.of(wl(num_prompts=None, duration_s=0.8, concurrency=2, warmup_requests=0), fake.url, "m"),
                    progress=snaps.append)
     elapsed = time.perf_counter() - t
     assert snaps[-1].final and snaps[-1].done == len(res.measured)
@@ -182,7 +182,7 @@ def test_hundreds_of_concurrent_streams():
     srv = FakeSGLang(step_s=0.05)
     try:
         t = time.perf_counter()
-        res = run_load(wl(concurrency=300, num_prompts=300, warmup_requests=0, max_tokens=20), srv.url, "m")
+        res = run_load(LoadPlan.of(wl(concurrency=300, num_prompts=300, warmup_requests=0, max_tokens=20), srv.url, "m"))
         assert all(r.ok for r in res.records), {r.error for r in res.records}
         assert srv.max_active >= 250
         assert time.perf_counter() - t < 10
@@ -191,7 +191,7 @@ def test_hundreds_of_concurrent_streams():
 
 
 def test_request_lines_are_relative_ms(fake):
-    res = run_load(wl(num_prompts=2, warmup_requests=1, concurrency=1), fake.url, "m")
+    res = run_load(LoadPlan.of(wl(num_prompts=2, warmup_requests=1, concurrency=1), fake.url, "m"))
     lines = [r.to_json(res.run_start) for r in res.records]
     assert lines == [r.to_json() for r in res.records]  # the runner stamps the run start on each record
     assert lines[1]["send_ms"] > lines[0]["send_ms"] > 0
@@ -220,13 +220,13 @@ def test_ctrl_c_propagates_and_closes_cleanly(fake, tmp_path):
     script.write_text(textwrap.dedent(f"""
         import sys, warnings
         warnings.simplefilter("always")
-        from harness.load import run_load
+        from harness.load import LoadPlan, run_load
         from harness.config.schema import WorkloadConfig
         w = WorkloadConfig(api="chat", prompt="slow", max_tokens=10, concurrency=4, num_prompts=8,
                            warmup_requests=0, timeout_s=60)
         print("started", flush=True)
         try:
-            run_load(w, "{fake.url}", "m")
+            run_load(LoadPlan.of(w, "{fake.url}", "m"))
         except KeyboardInterrupt as exc:
             print("KeyboardInterrupt caught", type(exc).__name__, len(exc.partial.records), exc.in_flight, flush=True)
             sys.exit(3)
@@ -262,7 +262,7 @@ def test_an_interrupted_load_hands_over_the_requests_that_finished(fake):
     signal.setitimer(signal.ITIMER_REAL, 0.6)
     try:
         with pytest.raises(LoadInterrupted) as info:
-            run_load(wl(num_prompts=100_000, concurrency=4, warmup_requests=1), fake.url, "m")
+            run_load(LoadPlan.of(wl(num_prompts=100_000, concurrency=4, warmup_requests=1), fake.url, "m"))
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
@@ -277,7 +277,7 @@ def test_an_interrupted_load_hands_over_the_requests_that_finished(fake):
 
 def test_tokens_flowing_is_signalled_once_at_the_first_measured_token(fake):
     seen: list[float] = []
-    res = run_load(wl(num_prompts=4, warmup_requests=1), fake.url, "m", on_tokens_flowing=seen.append)
+    res = run_load(LoadPlan.of(wl(num_prompts=4, warmup_requests=1), fake.url, "m"), on_tokens_flowing=seen.append)
     assert len(seen) == 1
     first_measured = min(r.chunk_times[0] for r in res.measured)
     assert seen[0] == first_measured
@@ -286,7 +286,7 @@ def test_tokens_flowing_is_signalled_once_at_the_first_measured_token(fake):
 
 def test_tokens_flowing_is_never_signalled_when_nothing_streams():
     seen: list[float] = []
-    res = run_load(wl(num_prompts=2, warmup_requests=0, timeout_s=2.0), "http://127.0.0.1:9", "m",
+    res = run_load(LoadPlan.of(wl(num_prompts=2, warmup_requests=0, timeout_s=2.0), "http://127.0.0.1:9", "m"),
                    on_tokens_flowing=seen.append)
     assert seen == [] and all(not r.ok for r in res.measured)
 
@@ -297,11 +297,11 @@ def test_tokens_flowing_is_never_signalled_when_nothing_streams():
 def test_engine_hooks_shape_bodies_and_read_spec_fields(fake):
     w = wl(num_prompts=2, warmup_requests=0, concurrency=1)
     fake.bodies.clear()
-    plain = run_load(w, fake.url, "m")  # no hooks: a generic OpenAI request, nothing engine-specific read
+    plain = run_load(LoadPlan.of(w, fake.url, "m"))  # no hooks: a generic OpenAI request, nothing engine-specific read
     assert all("return_spec_tokens_details" not in b for b in fake.bodies)
     assert all(r.ok and r.spec_verify_ct is None and r.spec_accept_length is None for r in plain.records)
 
-    unread = run_load(w, fake.url, "m", request_extras=sglang_request_extras)  # fields sent, nobody reads them
+    unread = run_load(LoadPlan.of(w, fake.url, "m", request_extras=sglang_request_extras))  # fields sent, nobody reads them
     assert all(r.ok and r.spec_verify_ct is None for r in unread.records)
 
     fake.bodies.clear()
@@ -311,8 +311,8 @@ def test_engine_hooks_shape_bodies_and_read_spec_fields(fake):
         seen.append(event)
         return sglang_spec_details(event)
 
-    res = run_load(w, fake.url, "m", request_extras=lambda api: {"return_spec_tokens_details": True, "x_api": api},
-                   spec_details=spec_details)
+    res = run_load(LoadPlan.of(w, fake.url, "m", request_extras=lambda api: {"return_spec_tokens_details": True, "x_api": api},
+                               spec_details=spec_details))
     assert all(b["return_spec_tokens_details"] is True and b["x_api"] == "chat" for b in fake.bodies)
     assert all(r.spec_verify_ct == 4 and r.spec_accept_length == pytest.approx(2.5) for r in res.records)
     assert any("sglext" in e for e in seen) and any(e.get("choices") for e in seen)  # every event is offered

@@ -19,7 +19,7 @@ from openai.types import Completion
 
 from harness.servers.client import ServerClient
 from harness.engines import ENGINES
-from harness.load import RequestRecord, run_load
+from harness.load import LoadPlan, RequestRecord, run_load
 from harness.load.crosscheck import SLACK_TOKENS, StreamTally, usage_problem
 from harness.load.requests import Sampling, _json_instead_of_stream, make_session, request_func
 from harness.config.schema import WorkloadConfig
@@ -55,7 +55,7 @@ def workload(**kw) -> WorkloadConfig:
 
 
 def errors_of(url: str, **kw) -> set[str | None]:
-    return {r.error for r in run_load(workload(**kw), url, "fake-model").records}
+    return {r.error for r in run_load(LoadPlan.of(workload(**kw), url, "fake-model")).records}
 
 
 # --------------------------------------------------------------------------- honest servers pass
@@ -90,8 +90,8 @@ def test_the_speculative_simulator_passes_with_its_exact_tokenizer(spec_sim, api
     """No false alarm on our own server: several tokens a chunk, an EOS without text,
     coalesced steps -- all within the rule."""
     w = workload(api=api, prompt=prompt, ignore_eos=ignore_eos, max_tokens=120, num_prompts=4, concurrency=4)
-    res = run_load(w, spec_sim.url, "m", request_extras=ENGINES["sim"].request_extras,
-                   spec_details=ENGINES["sim"].spec_details, count_tokens=count_output_tokens)
+    res = run_load(LoadPlan.of(w, spec_sim.url, "m", request_extras=ENGINES["sim"].request_extras,
+                               spec_details=ENGINES["sim"].spec_details, count_tokens=count_output_tokens))
     assert all(r.ok for r in res.records), {r.error for r in res.records}
     assert any(n > 1 for r in res.records for n in r.chunk_tokens)  # speculation did put several in a chunk
     if not ignore_eos:
@@ -123,7 +123,7 @@ def test_only_a_simulator_we_started_lends_its_tokenizer():
 @pytest.mark.parametrize("continuous_usage", [True, False], ids=["per-chunk-usage", "final-usage-only"])
 def test_a_wild_usage_lie_fails_the_request(fake_openai, api, continuous_usage):
     fake = fake_openai("lying_usage", lie_factor=10**6, continuous_usage=continuous_usage)
-    res = run_load(workload(api=api), fake.url, "fake-model")
+    res = run_load(LoadPlan.of(workload(api=api), fake.url, "fake-model"))
     nbytes = len(WORDS_16.encode())
     assert {r.error for r in res.records} == {
         f"the server claims 16000000 completion tokens but streamed 16 token chunks carrying {nbytes} bytes "
@@ -184,7 +184,7 @@ def test_a_stream_of_only_done_says_it_had_no_tokens(fake_openai, api):
 ], ids=["object-error", "nested-error"])
 def test_a_200_carrying_an_error_reports_the_servers_message(fake_openai, error_format, error_body):
     fake = fake_openai("error_200", error_format=error_format, error_body=error_body)
-    res = run_load(workload(), fake.url, "fake-model")
+    res = run_load(LoadPlan.of(workload(), fake.url, "fake-model"))
     assert {(r.status, r.error) for r in res.records} == {(200, "server error: model overloaded")}
 
 
@@ -212,7 +212,7 @@ def test_without_a_first_byte_timeout_the_whole_request_timeout_applies(fake_ope
 
 def test_the_first_byte_timeout_does_not_cut_a_slow_stream(fake_openai):
     fake = fake_openai("ok", step_s=0.15)
-    res = run_load(workload(max_tokens=5, first_byte_timeout_s=0.3), fake.url, "fake-model")
+    res = run_load(LoadPlan.of(workload(max_tokens=5, first_byte_timeout_s=0.3), fake.url, "fake-model"))
     assert all(r.ok for r in res.records), {r.error for r in res.records}
     assert all(r.e2e_s > 0.6 for r in res.records)  # longer than the first-byte limit, yet whole
 
@@ -220,7 +220,7 @@ def test_the_first_byte_timeout_does_not_cut_a_slow_stream(fake_openai):
 def test_a_stream_that_stalls_mid_stream_says_so_at_the_timeout(fake_openai):
     fake = fake_openai("hang_mid_stream", fault_after=3)
     t = time.perf_counter()
-    res = run_load(workload(timeout_s=1.0), fake.url, "fake-model")
+    res = run_load(LoadPlan.of(workload(timeout_s=1.0), fake.url, "fake-model"))
     assert time.perf_counter() - t < 5
     for rec in res.records:
         assert rec.error.startswith("timed out after 1s: the stream stalled mid-stream after 3 token chunks "
@@ -241,7 +241,7 @@ def test_a_stream_still_flowing_at_the_timeout_is_not_called_stalled(fake_openai
 
 def test_an_http_500_keeps_the_servers_message(fake_openai):
     fake = fake_openai("http500")
-    res = run_load(workload(), fake.url, "fake-model")
+    res = run_load(LoadPlan.of(workload(), fake.url, "fake-model"))
     assert {(r.status, r.error) for r in res.records} == {(500, "HTTP 500: the fake was told to fail")}
 
 
@@ -253,7 +253,7 @@ def test_a_malformed_sse_line_is_named(fake_openai):
 @pytest.mark.parametrize("api", ["chat", "completions"])
 def test_a_connection_dropped_mid_stream_is_named_with_what_arrived(fake_openai, api):
     fake = fake_openai("drop_mid_stream", fault_after=2)
-    res = run_load(workload(api=api), fake.url, "fake-model")
+    res = run_load(LoadPlan.of(workload(api=api), fake.url, "fake-model"))
     for rec in res.records:
         assert rec.error.startswith("connection dropped mid-stream after 2 token chunks: ClientPayloadError"), rec.error
         assert len(rec.chunk_times) == 2

@@ -16,7 +16,7 @@ from harness.gates import registry
 from harness.gates import speculative
 from harness.config.compose import ConfigError, compose
 from harness.engines import ENGINES
-from harness.load import run_load
+from harness.load import LoadPlan, run_load
 from harness.load.details import keep_generate, keep_openai
 from harness.load.records import RequestRecord
 from harness.gates.lossless import NEAR_TIE_NATS, compare, summary, top_logprobs_to_ask
@@ -254,8 +254,8 @@ def test_a_load_keeps_text_ids_and_logprobs_from_the_simulator(api):
     try:
         workload = WorkloadConfig(name="t", api=api, prompt="Count from 1 to 12", max_tokens=40, concurrency=2,
                                   num_prompts=3, warmup_requests=0, timeout_s=10.0)
-        load = run_load(workload, sim.url, "m", request_extras=lambda a: {**engine.request_extras(a),
-                                                                            **engine.output_details(a, 2)})
+        load = run_load(LoadPlan.of(workload, sim.url, "m", request_extras=lambda a: {**engine.request_extras(a),
+                                                                            **engine.output_details(a, 2)}))
     finally:
         sim.kill()
     for rec in load.records:

@@ -4,9 +4,7 @@ an option's value for one."""
 import pytest
 
 from harness.plugin import is_override, ordered_arms
-from harness.config.compose import compose
-
-VALUE_OPTIONS = {"-k", "-o", "-m", "--conf-dir"}
+from harness.config.compose import PYTEST_VALUE_OPTIONS as VALUE_OPTIONS, compose
 
 
 @pytest.mark.parametrize("token", ["+exp=sim_smoke", "workload.max_tokens=64", "workload=chat_short",
@@ -64,3 +62,14 @@ def test_an_unknown_arm_is_a_usage_error():
     proc = collect("--arm", "eagle")
     assert proc.returncode == 4
     assert "specgate: --arm eagle: no such arm in experiment 'sim_smoke'; arms: baseline, eagle3" in proc.stderr
+
+
+def test_pytests_parser_and_the_shared_list_agree_on_the_options_that_take_a_value(pytestconfig):
+    """The plugin asks pytest's parser; `specgate` and the parser's fallback use the one
+    shared list, which must hold every value option pytest and this plugin have among them."""
+    from harness.plugin import options_taking_values
+
+    from_parser = options_taking_values(pytestconfig._parser)  # noqa: SLF001 (the plugin's own input)
+    assert {"-k", "-m", "-o", "-p", "-c", "--rootdir", "--basetemp", "--junitxml", "--conf-dir", "--replay",
+            "--arm"} <= from_parser
+    assert VALUE_OPTIONS <= from_parser

@@ -448,7 +448,8 @@ def test_itl_histogram_counts_tokens_like_sglang_so_its_mean_is_the_clients_tpot
     names = Simulator.prometheus
     before = server_metrics.parse(requests.get(spec_sim.url + "/metrics").text, names)
     times, tokens = _stream_timed(spec_sim, {"prompt": "hi", "max_tokens": 300, "ignore_eos": True})
-    window = server_metrics.window(names, before, server_metrics.parse(requests.get(spec_sim.url + "/metrics").text, names))
+    after = server_metrics.parse(requests.get(spec_sim.url + "/metrics").text, names)
+    window = server_metrics.window(Simulator(), before, after)
     assert tokens == 300 and len(times) < 200  # several tokens per chunk under speculation
     assert window["itl_count"] == tokens - 1  # every token after the first (prefill's)
     client_tpot_ms = (times[-1] - times[0]) * 1000.0 / (tokens - 1)

@@ -10,7 +10,7 @@ import pytest
 
 from harness.config.compose import ConfigError, compose
 from harness.engines import ENGINES
-from harness.load import RequestRecord, run_load
+from harness.load import LoadPlan, RequestRecord, run_load
 from harness.load.prompts import RandomWords
 from harness.load.sizing import MAX_COUNTS, PromptTokenizer, SizingError, local_tokenizer, server_tokenizer, sized_words
 from harness.measure.metrics import summarize
@@ -119,8 +119,8 @@ def completions(**kw) -> WorkloadConfig:
 
 def test_the_servers_tokenize_sizes_every_prompt_before_the_warm_up(fake_openai):
     fake = fake_openai(chars_per_token=4)  # words of 5+ letters are 2 tokens: words alone would miss
-    load = run_load(completions(), fake.url, fake.model,
-                    prompt_tokenizer=server_tokenizer(fake.url, "/tokenize", fake.model))
+    load = run_load(LoadPlan.of(completions(), fake.url, fake.model,
+                                prompt_tokenizer=server_tokenizer(fake.url, "/tokenize", fake.model)))
     generations = [i for i, path in enumerate(fake.posts) if path != "/tokenize"]
     assert fake.posts[:generations[0]].count("/tokenize") >= 8  # 2 warm-ups + 6 measured, sized first
     assert "/tokenize" not in fake.posts[generations[0]:]  # nothing sized on the clock
@@ -134,7 +134,7 @@ def test_the_servers_tokenize_sizes_every_prompt_before_the_warm_up(fake_openai)
 def test_prompts_sized_by_another_tokenizer_are_reported(fake_openai):
     fake = fake_openai(chars_per_token=4)
     words = PromptTokenizer("tokenizer /models/other/tokenizer.json", lambda text: len(text.split()))
-    load = run_load(completions(), fake.url, fake.model, prompt_tokenizer=words)
+    load = run_load(LoadPlan.of(completions(), fake.url, fake.model, prompt_tokenizer=words))
     line = sentence("eagle3", summarize("eagle3", load).prompt_length)
     assert line.startswith("eagle3: 6 of 6 requests had ")
     assert line.endswith("prompt tokens, not the 40 intended (the tokenizer used to size prompts, "

@@ -15,7 +15,7 @@ import pytest
 
 from harness import cli
 
-from harness.sweep import driver as sweep
+from harness.sweep import point as sweep
 from harness.config.compose import ConfigError, compose, sweep_points
 from harness.sweep.record import headline
 

@@ -36,6 +36,7 @@ from harness.load.requests import REQUEST_FUNCS
 from harness.gates.lossless import MAX_TOP_LOGPROBS
 from harness.config import schema
 from harness.config.schema import BUILD_KINDS, SpecgateConfig
+from harness.servers import BACKENDS
 from harness.servers.docker import LOOPBACK, remote_engine_host, unreachable_publish
 from harness.telemetry.base import NOT_SAMPLING, SOURCES
 
@@ -44,7 +45,7 @@ DEFAULT_ARM = "default"
 BASELINE_MISMATCH = ("fail", "warn")  # gate.baseline_mismatch: what a reference that measured something else does
 
 KNOWN_KINDS = {
-    "backend": {"docker", "process", "attach"},
+    "backend": set(BACKENDS),
     "build": set(BUILD_KINDS),
     "telemetry": {*SOURCES, *NOT_SAMPLING},
 }
@@ -94,7 +95,14 @@ class Experiment:
 OVERRIDE_TOKEN = re.compile(r"^(\+{1,2}|~)?[A-Za-z_][\w.@/-]*(=|$)")
 
 
-def is_override(token: str, previous: str | None, value_options: set[str]) -> bool:
+# pytest's and specgate's own options that take a value (`-k EXPR`, `--conf-dir DIR`): the
+# token after one is that value, never a Hydra override (the plugin asks pytest's parser
+# for the full set and falls back to these)
+PYTEST_VALUE_OPTIONS = frozenset({"-k", "-m", "-o", "-p", "-c", "--override-ini", "--rootdir", "--basetemp",
+                                  "--junitxml", "--conf-dir", "--replay", "--arm"})
+
+
+def is_override(token: str, previous: str | None, value_options: set[str] = PYTEST_VALUE_OPTIONS) -> bool:
     """A Hydra override: `key=value`, `+key=value`, `~key`, that is not a path on disk and
     not the value of a preceding pytest option (`-k a=b`, `-o x=y`)."""
     if token.startswith("-") or previous in value_options:
@@ -192,7 +200,7 @@ def compose_config(overrides: list[str], conf_dir: Path = DEFAULT_CONF_DIR) -> t
     choices = {k: str(v) for k, v in cfg.hydra.runtime.choices.items() if not k.startswith("hydra")}
     with open_dict(cfg):
         del cfg["hydra"]
-        upgrade_config(cfg)  # a conf tree that still names old build kinds
+        upgrade_config(cfg)  # a conf tree (or command line) in an older shape: build kinds, server keys
     OmegaConf.set_readonly(cfg, True)
     return cfg, choices
 
@@ -605,3 +613,24 @@ def close_match(word: str, choices: list[str]) -> str:
 
 def first_line(text: str) -> str:
     return next((line.strip() for line in text.splitlines() if line.strip()), text)
+
+
+def launcher_config(launcher_overrides: list[str], conf_dir: Path):
+    """Hydra's own `hydra.launcher` node for these overrides (hydra/launcher=submitit_slurm ...),
+    composed here so that only this package calls Hydra's compose API."""
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(conf_dir), version_base=None):
+            cfg = hydra_compose(config_name="config", overrides=launcher_overrides, return_hydra_config=True)
+    except (HydraException, OmegaConfBaseException, ValueError) as exc:
+        raise ConfigError(f"launcher: {one_sentence(str(exc))}") from None
+    finally:
+        GlobalHydra.instance().clear()
+    return cfg.hydra.launcher
+
+
+def one_sentence(message: str) -> str:
+    """Hydra's first line, and the options it lists after it (`Available options in ...`)."""
+    first, *rest = message.replace("In 'hydra/config': ", "").splitlines()
+    listed = re.search(r"Available options in '[^']+':\n((?:\t.*\n?)+)", message)
+    return first + (f"; available: {', '.join(listed.group(1).split())}" if listed else "")

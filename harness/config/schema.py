@@ -6,13 +6,15 @@ mistyped key or a value of the wrong type stops the run before anything starts.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, make_dataclass
 from typing import Any, Dict, List, Optional
+
+from harness.engines import ENGINE_OPTIONS
 
 
 @dataclass
 class BackendConfig:
-    kind: str = "docker"  # docker | process | attach
+    kind: str = "docker"  # docker | process | attach (harness/servers BACKENDS)
     url: Optional[str] = None  # attach: the server's base URL, e.g. http://127.0.0.1:30000
     startup_timeout_s: float = 120.0  # health deadline; a server not healthy by then fails the arm
     shutdown_timeout_s: float = 10.0  # SIGTERM grace before SIGKILL
@@ -48,33 +50,10 @@ class BuildConfig:
 
 
 @dataclass
-class SimModelConfig:
-    """Timing model of the simulator (see harness/sim/model.py)."""
+class SharedServerConfig:
+    """What every engine's server has. Each engine's own options are a block of their own,
+    `server.<engine>` (ServerConfig below; the engine class says which, harness/engines)."""
 
-    decode_step_ms: float = 12.2
-    draft_step_ms: float = 3.0
-    verify_base_ms: float = 12.2
-    verify_per_token_ms: float = 3.9
-    accept_probs: List[float] = field(default_factory=lambda: [0.6, 0.667])
-    accept_by_text: Dict[str, List[float]] = field(default_factory=dict)  # marker in the prompt -> its accept_probs
-    prefill_base_ms: float = 5.0
-    prefill_ms_per_token: float = 0.05
-    batch_scaling: float = 0.01
-    # tokens per target-model pass past which it is compute-bound (its time then grows in
-    # proportion to them): a plain step passes batch tokens, a verify batch x num_draft_tokens; null: no knee
-    compute_knee_tokens: Optional[float] = None
-    max_running_requests: int = 256
-    startup_s: float = 1.0
-    seed: int = 0
-    scrub_worker_env: bool = False
-    gpu_boost_mhz: float = 2600.0  # the simulated GPUs' boost clock under load (idle ~2330-2360 MHz)
-    gpu_ramp_s: float = 1.5  # time constant of the ramp from idle to boost
-    gpu_throttle: str = "none"  # none | thermal | power: a fault that caps clocks under load
-    lossy_rate: float = 0.0  # a fault: this share of accepted draft tokens comes out wrong (speculative arms only)
-
-
-@dataclass
-class ServerConfig:
     name: str = "sim"
     engine: str = "sim"  # a class in harness/engines (launch command, health routes, spec stats, ...)
     model_path: str = "sim/model"
@@ -83,13 +62,21 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 0  # 0: pick a free loopback port per arm
     requires_gpu: bool = False  # fail fast with one sentence when no NVIDIA driver is present
-    dtype: Optional[str] = None  # engines that take it: --dtype (e.g. float32 on CPU)
-    max_model_len: Optional[int] = None  # engines that take it: --max-model-len
-    max_num_seqs: Optional[int] = None  # engines that take it: --max-num-seqs
+    # Old spellings of an engine's own options (today in its block, e.g. server.vllm.dtype),
+    # still accepted in conf trees and on the command line and moved into that block when
+    # the config is composed (harness/engines/legacy.py); always null once composed.
+    dtype: Optional[str] = None
+    max_model_len: Optional[int] = None
+    max_num_seqs: Optional[int] = None
     gpus: Optional[List[int]] = None  # docker: GPU indices to pass; null = all when requires_gpu
     extra_args: List[str] = field(default_factory=list)  # passed to the launcher verbatim
     env: Dict[str, str] = field(default_factory=dict)
-    sim: Optional[SimModelConfig] = None  # only for engine=sim
+
+
+# server.<engine>: each engine's options block of the type its class names (null: not set)
+ServerConfig = make_dataclass("ServerConfig", [(key, Optional[options], field(default=None))
+                                               for key, options in ENGINE_OPTIONS.items()],
+                              bases=(SharedServerConfig,))
 
 
 @dataclass

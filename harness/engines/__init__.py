@@ -12,6 +12,8 @@ from harness.engines.sim import Simulator
 from harness.engines.vllm import VLLM
 
 ENGINES: dict[str, Engine] = {engine.name: engine for engine in (SGLang(), VLLM(), Simulator())}
+# server.<name>: each engine's own options block (harness/config/schema.py adds one per entry)
+ENGINE_OPTIONS: dict[str, type] = {name: engine.options for name, engine in ENGINES.items() if engine.options}
 
 
 def engine_of(cfg: DictConfig) -> Engine:
@@ -19,4 +21,4 @@ def engine_of(cfg: DictConfig) -> Engine:
     return ENGINES[cfg.server.engine]
 
 
-__all__ = ["ENGINES", "Engine", "EngineConfigError", "Launch", "engine_of"]
+__all__ = ["ENGINES", "ENGINE_OPTIONS", "Engine", "EngineConfigError", "Launch", "engine_of"]

@@ -7,7 +7,9 @@ An engine class provides:
 - ``launch(cfg, port, host, in_container)``: the command that starts a server (an
   executable and its arguments; not necessarily Python), and ``environment(cfg)`` and
   ``shm_size(cfg)`` it needs;
-- ``health_paths``: the routes that must all answer 200 before a server is healthy;
+- ``health_paths``: the routes that must all answer 2xx before a server is healthy, and
+  ``readiness()``: the wait strategy built on them (harness/engines/readiness.py), which
+  every backend waits on;
 - ``min_processes(cfg)``: how many processes a healthy server has at least (the
   environment suite checks each of them);
 - ``apis``: the ``workload.api`` values it serves; ``request_extras(api)`` (JSON fields
@@ -22,9 +24,12 @@ An engine class provides:
   ``server_accept_length(client)``: its info routes;
 - ``bad_request_message(body)``: the shape of its 400 (the API suite checks it);
 - ``spec_stats``: where speculative statistics come from: ``per_request`` (fields on each
-  response) or ``metrics_window`` (``/metrics`` counters differenced over the load), and
-  ``prometheus``: its metric names;
-- ``check(cfg)``: config rules of its own (e.g. which drafter keys it needs).
+  response) or ``metrics_window`` (``/metrics`` counters differenced over the load),
+  ``prometheus``: its metric names, and ``window_spec_stats(counters)``: its own formula
+  for the accept length (and what else its counters say) over such a window;
+- ``check(cfg)``: config rules of its own (e.g. which drafter keys it needs);
+- ``options``: the dataclass of its own options, if it has any: the config block
+  ``server.<name>`` (the schema adds one per engine; e.g. ``server.vllm.max_num_seqs``).
 
 A new engine is one module here with its class, one line in ``ENGINES``
 (harness/engines/__init__.py), a ``conf/server/*.yaml`` with ``engine: <name>``, and a
@@ -35,9 +40,11 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from omegaconf import DictConfig
+
+from harness.engines.readiness import HttpWaitStrategy
 
 if TYPE_CHECKING:
     from harness.servers.client import ServerClient
@@ -90,6 +97,17 @@ class PrometheusNames:
     spec_verify_calls: str | None = None
 
 
+class CounterWindow(Protocol):
+    """An engine's /metrics counters differenced over a load window
+    (harness/measure/server_metrics.py builds it from two snapshots)."""
+
+    def delta(self, name: str) -> float | None:
+        """How much the counter `name` grew over the window (None: the server has no such counter)."""
+
+    def per_position(self) -> list[float]:
+        """Accepted draft tokens per draft position over the window, position 0 first."""
+
+
 class Engine:
     name: ClassVar[str]
     apis: ClassVar[tuple[str, ...]] = ("chat", "completions")
@@ -102,6 +120,7 @@ class Engine:
     checks_drafter_fit: ClassVar[bool] = True  # False: checkpoint paths are only names (the simulator)
     simulates_gpus: ClassVar[bool] = False  # serves a GPU model that telemetry=sim reads
     tokenize_route: ClassVar[str | None] = None  # POST {"model", "prompt"} -> {"count", ...}, if it has one
+    options: ClassVar[type | None] = None  # the dataclass of its options block, server.<name>
 
     # --- starting a server -------------------------------------------------------------
     def launch(self, cfg: DictConfig, port: int, host: str, in_container: bool) -> Launch:
@@ -132,6 +151,10 @@ class Engine:
             if missing:
                 raise EngineConfigError(f"drafter '{drafter.name}' sets algorithm {drafter.algorithm} "
                                         f"but not {', '.join(missing)}")
+
+    def readiness(self) -> HttpWaitStrategy:
+        """How a server of this engine is known to be ready (backends set the timeout)."""
+        return HttpWaitStrategy(self.health_paths)
 
     # --- the load ----------------------------------------------------------------------
     def request_extras(self, api: str) -> dict[str, Any]:
@@ -167,6 +190,13 @@ class Engine:
         from harness.load.sizing import server_tokenizer
 
         return server_tokenizer(base_url, self.tokenize_route, model)
+
+    # --- the server's own counters -----------------------------------------------------
+    def window_spec_stats(self, counters: CounterWindow) -> dict[str, Any]:
+        """The window's accept length by this engine's own counters, with its definition in
+        words (``accept_length_definition``: engines count differently) and the counts it
+        came from; {} where its counters give none (none here, or a plain arm's window)."""
+        return {}
 
     # --- info routes -------------------------------------------------------------------
     def server_version(self, client: "ServerClient") -> str | None:

@@ -7,10 +7,14 @@ from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig
 
-from harness.engines.base import ITL_PER_TOKEN, PER_REQUEST, PrometheusNames, PythonEngine
+from harness.engines.base import ITL_PER_TOKEN, PER_REQUEST, CounterWindow, PrometheusNames, PythonEngine
 
 if TYPE_CHECKING:
     from harness.servers.client import ServerClient
+
+TOKENS_PER_VERIFY = ("the server's counters: Δ generation tokens ÷ Δ verify calls over the /metrics window "
+                     "(every finished request's completion tokens, its first, prefill-produced token included, "
+                     "over its verify cycles)")
 
 
 class SGLang(PythonEngine):
@@ -83,6 +87,21 @@ class SGLang(PythonEngine):
             return None
         return {"spec_verify_ct": details.get("spec_verify_ct"), "spec_accept_length": details.get("spec_accept_length"),
                 "spec_correct_drafts_histogram": details.get("spec_correct_drafts_histogram")}
+
+    def window_spec_stats(self, counters: CounterWindow) -> dict[str, Any]:
+        """Δ generation tokens ÷ Δ verify calls. Both grow when a request finishes, by its
+        completion tokens (the first, prefill-produced token included) and its verify cycles;
+        each cycle's bonus token is in the tokens. This is the per-request figure's definition,
+        so over the same requests the two are equal. Nothing when the counters are missing
+        (releases before spec_verify_calls) or no request was verified (a plain arm)."""
+        names = self.prometheus
+        if not (names.generation_tokens and names.spec_verify_calls):
+            return {}
+        tokens, verify = counters.delta(names.generation_tokens), counters.delta(names.spec_verify_calls)
+        if tokens is None or not verify:
+            return {}
+        return {"generation_tokens": tokens, "spec_verify_calls": verify, "accept_length": tokens / verify,
+                "accept_length_definition": TOKENS_PER_VERIFY}
 
     def server_accept_length(self, client: "ServerClient") -> float | None:
         """/get_server_info's internal_states[0].avg_spec_accept_length: cumulative over the

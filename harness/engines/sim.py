@@ -5,6 +5,8 @@ simulated GPU model that telemetry=sim reads."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -15,6 +17,33 @@ from harness.load.sizing import PromptTokenizer
 from harness.sim.cli import parse_args
 from harness.sim.model import SimModel
 from harness.sim.tokens import count_output_tokens, count_tokens
+
+
+@dataclass
+class SimModelConfig:
+    """The simulator's own options, `server.sim`: its timing model (see harness/sim/model.py)."""
+
+    decode_step_ms: float = 12.2
+    draft_step_ms: float = 3.0
+    verify_base_ms: float = 12.2
+    verify_per_token_ms: float = 3.9
+    accept_probs: List[float] = field(default_factory=lambda: [0.6, 0.667])
+    accept_by_text: Dict[str, List[float]] = field(default_factory=dict)  # marker in the prompt -> its accept_probs
+    prefill_base_ms: float = 5.0
+    prefill_ms_per_token: float = 0.05
+    batch_scaling: float = 0.01
+    # tokens per target-model pass past which it is compute-bound (its time then grows in
+    # proportion to them): a plain step passes batch tokens, a verify batch x num_draft_tokens; null: no knee
+    compute_knee_tokens: Optional[float] = None
+    max_running_requests: int = 256
+    startup_s: float = 1.0
+    seed: int = 0
+    scrub_worker_env: bool = False
+    gpu_boost_mhz: float = 2600.0  # the simulated GPUs' boost clock under load (idle ~2330-2360 MHz)
+    gpu_ramp_s: float = 1.5  # time constant of the ramp from idle to boost
+    gpu_throttle: str = "none"  # none | thermal | power: a fault that caps clocks under load
+    lossy_rate: float = 0.0  # a fault: this share of accepted draft tokens comes out wrong (speculative arms only)
+
 
 
 def sim_args(sim: DictConfig) -> list[str]:
@@ -36,6 +65,7 @@ def sim_args(sim: DictConfig) -> list[str]:
 class Simulator(SGLang):
     name = "sim"
     module = "harness.sim"
+    options = SimModelConfig
     checks_drafter_fit = False  # its model and drafter paths are only names
     simulates_gpus = True
 

@@ -4,14 +4,26 @@ by one JSON `--speculative-config`, reported only as cumulative /metrics counter
 from __future__ import annotations
 
 import json
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Optional
 
 from omegaconf import DictConfig
 
-from harness.engines.base import ITL_PER_STEP, METRICS_WINDOW, PrometheusNames, PythonEngine
+from harness.engines.base import ITL_PER_STEP, METRICS_WINDOW, CounterWindow, PrometheusNames, PythonEngine
 
 # docker's default /dev/shm is 64 MB; 1 GB is what vLLM's CPU build was seen working with
 DEFAULT_SHM_SIZE = "1g"
+ONE_PLUS_ACCEPTED = ("the server's counters: 1 + Δ accepted draft tokens ÷ Δ drafts over the /metrics window "
+                     "(the target's own token per draft step; no prefill token)")
+
+
+@dataclass
+class VLLMOptions:
+    """vLLM's own options, `server.vllm` (null: vLLM's default)."""
+
+    dtype: Optional[str] = None  # --dtype (e.g. float32 on CPU)
+    max_model_len: Optional[int] = None  # --max-model-len
+    max_num_seqs: Optional[int] = None  # --max-num-seqs
 
 
 def speculative_config(drafter: DictConfig) -> dict:
@@ -26,6 +38,7 @@ class VLLM(PythonEngine):
     name = "vllm"
     # the `vllm` CLI looks its package up by name, which the CPU build's package is not
     module = "vllm.entrypoints.openai.api_server"
+    options = VLLMOptions
     apis = ("chat", "completions")
     health_paths = ("/health",)
     spec_stats = METRICS_WINDOW
@@ -46,8 +59,9 @@ class VLLM(PythonEngine):
                 "--tensor-parallel-size", str(server.tp_size)]
         if server.served_model_name:
             args += ["--served-model-name", server.served_model_name]
-        for flag, value in (("--dtype", server.dtype), ("--max-model-len", server.max_model_len),
-                            ("--max-num-seqs", server.max_num_seqs)):
+        own = server.get(self.name) or VLLMOptions()
+        for flag, value in (("--dtype", own.dtype), ("--max-model-len", own.max_model_len),
+                            ("--max-num-seqs", own.max_num_seqs)):
             if value is not None:
                 args += [flag, str(value)]
         if drafter.algorithm:
@@ -61,6 +75,24 @@ class VLLM(PythonEngine):
         # the API server and its engine core; with tp > 1 one worker per rank besides
         tp = cfg.server.tp_size
         return 2 + (tp if tp > 1 else 0)
+
+    def window_spec_stats(self, counters: CounterWindow) -> dict[str, Any]:
+        """1 + Δ accepted draft tokens ÷ Δ drafts: per draft step, its accepted tokens plus
+        the one the target samples itself (no prefill token); with the acceptance rate and
+        the acceptance per draft position. Nothing when no draft ran in the window."""
+        spec = self.prometheus.spec_prefix
+        drafts = counters.delta(spec + "num_drafts_total")
+        if not drafts:
+            return {}
+        accepted = counters.delta(spec + "num_accepted_tokens_total")
+        proposed = counters.delta(spec + "num_draft_tokens_total")
+        return dict(
+            spec_drafts=drafts, spec_draft_tokens=proposed, spec_accepted_tokens=accepted,
+            accept_length=1.0 + (accepted or 0.0) / drafts,
+            accept_length_definition=ONE_PLUS_ACCEPTED,
+            acceptance_rate=(accepted / proposed) if proposed else None,
+            acceptance_per_position=[accepted_there / drafts for accepted_there in counters.per_position()],
+        )
 
     def bad_request_message(self, body: Any) -> str:
         """The validation text inside {"error": {...}}."""

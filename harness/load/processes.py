@@ -19,8 +19,8 @@ N processes, each with its own event loop, ``aiohttp`` session and connections:
   block (:func:`~harness.load.client_health.merge_process_blocks`: the worst loop lag,
   CPU summed). Progress and the first-token hook reach the caller from the parent.
 
-The processes are forked (Linux), so the engine's hooks (request extras, spec details,
-token counter, prompt tokenizer) need not be picklable; the parent has no event loop
+The processes are forked (Linux), so the plan (its request function with the engine's
+hooks, its prompt source with its tokenizer) need not be picklable; the parent has no event loop
 running when it forks. Ctrl-C or SIGTERM in the parent: each process is sent SIGTERM,
 which a process turns into KeyboardInterrupt just as the plugin does for a single load; it
 sends back the requests that had finished and exits; the parent merges them into
@@ -37,16 +37,15 @@ import queue
 import signal
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from harness.load.arrivals import ClosedLoop, DealtArrivals, OpenLoop, arrival_process
+from harness.load.arrivals import ArrivalProcess, ClosedLoop, DealtArrivals, OpenLoop, arrival_process
 from harness.load.client_health import merge_process_blocks
+from harness.load.loop import EventLoopLoad, LoadInterrupted, RequestBudget
+from harness.load.plan import LoadPlan
 from harness.load.progress import ProgressSnapshot
 from harness.load.records import LoadResult, RequestRecord, measured_window
-from harness.load.requests import RequestFunc
-from harness.load.runner import LoadInterrupted, RequestBudget, _Load
-from harness.load.sizing import PromptTokenizer
 
 STOP_TIMEOUT_S = 10.0  # for a stopped process to send its finished requests and exit
 POLL_S = 0.05
@@ -98,22 +97,12 @@ class DealtBudget(RequestBudget):
         return i
 
 
-class _Share:
-    """The workload as one process sees it: its concurrency, its warm-up; the rest as is."""
-
-    def __init__(self, workload: Any, concurrency: int, warmup_requests: int):
-        self._workload, self.concurrency, self.warmup_requests = workload, concurrency, warmup_requests
-        self.prewarm_connections = bool(getattr(workload, "prewarm_connections", False))
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._workload, name)
-
-
-def process_plan(workload: Any, slot: int, of: int, counter: Any) -> tuple[_Share, RequestBudget, Any]:
-    """Process ``slot``'s share: its workload view, budget and arrival process."""
-    shares = split_concurrency(max(1, int(workload.concurrency or 1)), of)
-    share = _Share(workload, shares[slot], int(workload.warmup_requests or 0) if slot == 0 else 0)
-    whole = RequestBudget.of(workload)
+def process_plan(plan: LoadPlan, slot: int, of: int, counter: Any) -> tuple[LoadPlan, RequestBudget, ArrivalProcess]:
+    """Process ``slot``'s share: the plan with its concurrency and warm-up (process 0 sends
+    the warm-up), its budget and its arrival process."""
+    shares = split_concurrency(plan.concurrency, of)
+    share = replace(plan, concurrency=shares[slot], warmup_requests=plan.warmup_requests if slot == 0 else 0)
+    whole = RequestBudget.of(plan)
     arrivals = arrival_process(share)
     if isinstance(arrivals, OpenLoop):
         return share, DealtBudget(whole.num_prompts, whole.duration_s, slot=slot, of=of), \
@@ -123,21 +112,20 @@ def process_plan(workload: Any, slot: int, of: int, counter: Any) -> tuple[_Shar
 
 
 # ------------------------------------------------------------------ one load process
-def _process_main(slot: int, of: int, workload: Any, base_url: str, request: RequestFunc,
-                  prompt_tokenizer: PromptTokenizer | None, counter: Any, messages: Any, ready: Any, go: Any) -> None:
+def _process_main(slot: int, of: int, plan: LoadPlan, counter: Any, messages: Any, ready: Any, go: Any) -> None:
     """One load process: its share of the load, its result (or its finished requests) to the parent."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C reaches the parent; it stops us
     signal.signal(signal.SIGTERM, _interrupt)
     load = None
     try:
-        share, budget, arrivals = process_plan(workload, slot, of, counter)
+        share, budget, arrivals = process_plan(plan, slot, of, counter)
 
         def at_barrier() -> None:  # run in a thread by the load, after its warm-up and prewarm
             ready.set()
             go.wait()
 
-        load = _Load(share, base_url, request, lambda snap: messages.put(("progress", slot, snap)),
-                     lambda t: messages.put(("tokens", slot, t)), at_barrier, prompt_tokenizer, budget, arrivals)
+        load = EventLoopLoad(share, lambda snap: messages.put(("progress", slot, snap)),
+                             lambda t: messages.put(("tokens", slot, t)), at_barrier, budget, arrivals)
         messages.put(("result", slot, asyncio.run(load.run())))
     except KeyboardInterrupt:
         partial = load.interrupted() if load is not None else None
@@ -156,25 +144,23 @@ def _interrupt(signum: int, frame: Any) -> None:
 class _Parent:
     """Starts the processes, relays their progress, merges what they send back."""
 
-    def __init__(self, workload: Any, base_url: str, request: RequestFunc,
-                 progress: Callable[[ProgressSnapshot], None] | None, on_tokens_flowing: Callable[[float], None] | None,
-                 on_measured_start: Callable[[], None] | None, prompt_tokenizer: PromptTokenizer | None):
-        self.n = int(workload.client_processes)
+    def __init__(self, plan: LoadPlan, progress: Callable[[ProgressSnapshot], None] | None,
+                 on_tokens_flowing: Callable[[float], None] | None, on_measured_start: Callable[[], None] | None):
+        self.n = plan.client_processes
         self.progress, self.on_tokens_flowing, self.on_measured_start = progress, on_tokens_flowing, on_measured_start
         self.ctx = mp.get_context("fork")
         self.messages = self.ctx.Queue()
         self.readies = [self.ctx.Event() for _ in range(self.n)]
         self.go = self.ctx.Event()
         counter = self.ctx.Value("q", 0)
-        split_concurrency(max(1, int(workload.concurrency or 1)), self.n)  # a bad split fails before any fork
+        split_concurrency(plan.concurrency, self.n)  # a bad split fails before any fork
         self.procs = [self.ctx.Process(target=_process_main, name=f"specgate-load-{i}", daemon=True,
-                                       args=(i, self.n, workload, base_url, request, prompt_tokenizer, counter,
-                                             self.messages, self.readies[i], self.go))
+                                       args=(i, self.n, plan, counter, self.messages, self.readies[i], self.go))
                       for i in range(self.n)]
         self.snapshots: dict[int, ProgressSnapshot] = {}
         self.finals: dict[int, tuple[str, Any]] = {}
         self.tokens_seen = False
-        self.api, self.model = request.api, request.model
+        self.api, self.model = plan.request.api, plan.request.model
 
     def run(self) -> LoadResult:
         try:
@@ -285,9 +271,8 @@ def merge_results(results: list[LoadResult], api: str, model: str, interrupted: 
                       prompt_sizing=sizing, client=client)
 
 
-def run_split_load(workload: Any, base_url: str, request: RequestFunc,
-                   progress: Callable[[ProgressSnapshot], None] | None,
-                   on_tokens_flowing: Callable[[float], None] | None, on_measured_start: Callable[[], None] | None,
-                   prompt_tokenizer: PromptTokenizer | None) -> LoadResult:
-    """:func:`harness.load.runner.run_load` over ``workload.client_processes`` processes."""
-    return _Parent(workload, base_url, request, progress, on_tokens_flowing, on_measured_start, prompt_tokenizer).run()
+def run_split_load(plan: LoadPlan, progress: Callable[[ProgressSnapshot], None] | None,
+                   on_tokens_flowing: Callable[[float], None] | None,
+                   on_measured_start: Callable[[], None] | None) -> LoadResult:
+    """:func:`harness.load.runner.run_load` over ``plan.client_processes`` processes."""
+    return _Parent(plan, progress, on_tokens_flowing, on_measured_start).run()

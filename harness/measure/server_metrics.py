@@ -21,15 +21,9 @@ What the histogram figures mean, over the window:
 
 harness/measure/agreement.py sets each figure beside the client's of the same meaning.
 
-The window's ``accept_length``, where the engine's counters give one, comes with its
-definition in words (``accept_length_definition``), since engines count differently:
-
-- SGLang (and the simulator): Δ generation tokens ÷ Δ verify calls. Both counters grow
-  when a request finishes, by its completion tokens (the first, prefill-produced token
-  included) and its verify cycles; each cycle's bonus token is in the tokens. This is the
-  per-request figure's definition, so over the same requests the two are equal.
-- vLLM: 1 + Δ accepted draft tokens ÷ Δ drafts: per draft step, its accepted tokens plus
-  the one the target samples itself; no prefill token.
+The window's ``accept_length``, where the engine's counters give one, is the engine's own
+formula (``Engine.window_spec_stats``: engines count differently), with its definition in
+words (``accept_length_definition``).
 """
 
 from __future__ import annotations
@@ -40,14 +34,9 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from harness.engines.base import PrometheusNames
+from harness.engines.base import Engine, PrometheusNames
 
 PER_POSITION = "num_accepted_tokens_per_pos"
-TOKENS_PER_VERIFY = ("the server's counters: Δ generation tokens ÷ Δ verify calls over the /metrics window "
-                     "(every finished request's completion tokens, its first, prefill-produced token included, "
-                     "over its verify cycles)")
-ONE_PLUS_ACCEPTED = ("the server's counters: 1 + Δ accepted draft tokens ÷ Δ drafts over the /metrics window "
-                     "(the target's own token per draft step; no prefill token)")
 
 
 @dataclass
@@ -85,8 +74,25 @@ def histogram_mean_ms(before: Snapshot, after: Snapshot, base: str | None) -> fl
     return total / count * 1000.0 if total is not None and count else None
 
 
-def window(names: PrometheusNames, before: Snapshot, after: Snapshot) -> dict[str, Any]:
+@dataclass
+class Window:
+    """Two snapshots of one server's counters: what grew between them (an engine's
+    ``CounterWindow``)."""
+
+    before: Snapshot
+    after: Snapshot
+
+    def delta(self, name: str) -> float | None:
+        return delta(self.before, self.after, name)
+
+    def per_position(self) -> list[float]:
+        return [self.after.per_position.get(p, 0.0) - self.before.per_position.get(p, 0.0)
+                for p in sorted(self.after.per_position)]
+
+
+def window(engine: Engine, before: Snapshot, after: Snapshot) -> dict[str, Any]:
     """This run's server-side numbers (None where the server doesn't report them)."""
+    names = engine.prometheus
     itl = names.itl_histogram
     block: dict[str, Any] = {
         "ttft_mean_ms": histogram_mean_ms(before, after, names.ttft_histogram),
@@ -97,34 +103,5 @@ def window(names: PrometheusNames, before: Snapshot, after: Snapshot) -> dict[st
         "itl_count": delta(before, after, itl + "_count") if itl else None,
         "itl_observed_per": names.itl_observed_per if itl else None,
     }
-    block.update(tokens_per_verify(names, before, after))
-    if not names.spec_prefix:
-        return block
-    spec = names.spec_prefix
-    drafts = delta(before, after, spec + "num_drafts_total")
-    accepted = delta(before, after, spec + "num_accepted_tokens_total")
-    proposed = delta(before, after, spec + "num_draft_tokens_total")
-    if drafts:
-        block.update(
-            spec_drafts=drafts, spec_draft_tokens=proposed, spec_accepted_tokens=accepted,
-            # each draft step yields its accepted tokens plus the one the target samples itself
-            accept_length=1.0 + (accepted or 0.0) / drafts,
-            accept_length_definition=ONE_PLUS_ACCEPTED,
-            acceptance_rate=(accepted / proposed) if proposed else None,
-            acceptance_per_position=[(after.per_position.get(p, 0.0) - before.per_position.get(p, 0.0)) / drafts
-                                     for p in sorted(after.per_position)],
-        )
+    block.update(engine.window_spec_stats(Window(before, after)))
     return block
-
-
-def tokens_per_verify(names: PrometheusNames, before: Snapshot, after: Snapshot) -> dict[str, Any]:
-    """SGLang's accept length from its counters (nothing when it lacks them or no request
-    was verified in the window: a plain arm)."""
-    if not (names.generation_tokens and names.spec_verify_calls):
-        return {}
-    tokens = delta(before, after, names.generation_tokens)
-    verify = delta(before, after, names.spec_verify_calls)
-    if tokens is None or not verify:
-        return {}
-    return {"generation_tokens": tokens, "spec_verify_calls": verify, "accept_length": tokens / verify,
-            "accept_length_definition": TOKENS_PER_VERIFY}

@@ -17,7 +17,7 @@ from harness.config.compose import Arm
 from harness.engines import Engine, engine_of
 from harness.engines.base import METRICS_WINDOW
 from harness.servers.images import ImageError
-from harness.load import LoadInterrupted, LoadResult, run_load
+from harness.load import LoadInterrupted, LoadPlan, LoadResult, run_load
 from harness.gates.lossless import top_logprobs_to_ask
 from harness.load.sizing import PromptTokenizer, SizingError, local_tokenizer
 from harness.measure.metrics import ArmResult, apply_server_window, combine_repeats, summarize
@@ -135,14 +135,11 @@ class ArmSession:
                      **flags: Any) -> tuple[LoadResult, ArmResult]:
         """One load of `workload` (the arm's, or a capacity probe's) on the running server:
         the requests kept (with `flags` on each line) and the load's figures."""
-        cfg = self.arm.cfg
         before: list[Snapshot | None] = []  # the server's counters once the warm-up is done
         try:  # each repeat's load is its own GPU window; its warm-up is not load
-            load = run_load(workload, self.server.base_url, self.model, progress=progress,
+            load = run_load(self.load_plan(workload), progress=progress,
                             on_tokens_flowing=sampler.mark_load_start if sampler else None,
-                            on_measured_start=lambda: before.append(self.metrics_snapshot()),
-                            request_extras=self.request_extras, spec_details=self.engine.spec_details,
-                            count_tokens=self.engine.token_counter(cfg), prompt_tokenizer=self.prompt_tokenizer())
+                            on_measured_start=lambda: before.append(self.metrics_snapshot()))
         except LoadInterrupted as interrupted:
             self.keep_interrupted_load(repeat, interrupted, **flags)
             raise  # still a KeyboardInterrupt: pytest ends the run as interrupted
@@ -160,6 +157,12 @@ class ArmSession:
         if self.engine.spec_stats == METRICS_WINDOW:  # speculation is in the server's counters only
             result = apply_server_window(result, load, server_side)
         return load, result
+
+    def load_plan(self, workload: Any) -> LoadPlan:
+        """`workload` against this arm's server, with its engine's hooks: the typed plan the load runs."""
+        return LoadPlan.of(workload, self.server.base_url, self.model, request_extras=self.request_extras,
+                           spec_details=self.engine.spec_details, count_tokens=self.engine.token_counter(self.arm.cfg),
+                           prompt_tokenizer=self.prompt_tokenizer())
 
     def prompt_tokenizer(self) -> PromptTokenizer | None:
         """What sizes random prompts to workload.input_len tokens: the configured tokenizer
@@ -247,7 +250,7 @@ class ArmSession:
         after = self.metrics_snapshot()
         if not before or before[0] is None or after is None:
             return {}
-        return metrics_window(self.engine.prometheus, before[0], after)
+        return metrics_window(self.engine, before[0], after)
 
     def server_accept_length(self) -> float | None:
         """The server-cumulative accept length: only a labelled fallback (it includes warm-up)."""

@@ -6,6 +6,7 @@ May import: config, engines, record (the server log goes through the redaction).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 from omegaconf import DictConfig
 
@@ -13,23 +14,35 @@ from harness.servers.base import Server, ServerError
 from harness.servers.labels import Session
 
 
+def docker_server(arm_name: str, cfg: DictConfig, log_path: Path, session: Session, scrub=None) -> Server:
+    from harness.servers.docker import DockerServer  # each backend's module only when it is asked for
+
+    return DockerServer(arm_name, cfg, log_path, session, scrub)
+
+
+def process_server(arm_name: str, cfg: DictConfig, log_path: Path, session: Session, scrub=None) -> Server:
+    from harness.servers.process import ProcessServer
+
+    return ProcessServer(arm_name, cfg, log_path, scrub)
+
+
+def attached_server(arm_name: str, cfg: DictConfig, log_path: Path, session: Session, scrub=None) -> Server:
+    from harness.servers.attach import AttachedServer
+
+    return AttachedServer(arm_name, cfg, log_path, scrub)
+
+
+# backend.kind -> what starts (or reaches) its server: the one list of backends
+BACKENDS: dict[str, Callable[..., Server]] = {"docker": docker_server, "process": process_server,
+                                              "attach": attached_server}
+
+
 def make_server(arm_name: str, cfg: DictConfig, log_path: Path, session: Session, scrub=None) -> Server:
     """The backend named by `backend.kind` (config validation has rejected unknown kinds);
     `scrub` redacts each line of the server's log before it is written."""
-    kind = cfg.backend.kind
-    if kind == "docker":
-        from harness.servers.docker import DockerServer
-
-        return DockerServer(arm_name, cfg, log_path, session, scrub)
-    if kind == "process":
-        from harness.servers.process import ProcessServer
-
-        return ProcessServer(arm_name, cfg, log_path, scrub)
-    if kind == "attach":
-        from harness.servers.attach import AttachedServer
-
-        return AttachedServer(arm_name, cfg, log_path, scrub)
-    raise ServerError(f"backend '{kind}' is not available; valid: docker, process, attach")
+    if cfg.backend.kind not in BACKENDS:
+        raise ServerError(f"backend '{cfg.backend.kind}' is not available; valid: {', '.join(BACKENDS)}")
+    return BACKENDS[cfg.backend.kind](arm_name, cfg, log_path, session, scrub)
 
 
 def remove_dead_sessions_containers(cfg: DictConfig, session: Session) -> list[str]:
@@ -43,4 +56,4 @@ def remove_dead_sessions_containers(cfg: DictConfig, session: Session) -> list[s
     return remove_containers(docker_client(cfg.backend.docker_host), only_dead=True, keep_session=session.id)
 
 
-__all__ = ["Server", "ServerError", "Session", "make_server", "remove_dead_sessions_containers"]
+__all__ = ["BACKENDS", "Server", "ServerError", "Session", "make_server", "remove_dead_sessions_containers"]

@@ -30,7 +30,7 @@ class AttachedServer(Server):
         self.base_url = cfg.backend.url.rstrip("/")
         self.timeout_s = cfg.backend.startup_timeout_s
         self.health_timeout_s = float(cfg.backend.get("health_timeout_s") or 30.0)
-        self.health_paths = engine_of(cfg).health_paths
+        self.readiness = engine_of(cfg).readiness().with_startup_timeout(self.timeout_s)
         self.healthy = False
         self.gone = ""  # how the last liveness check found it gone, in words
         self.slowest_health_s = 0.0  # the slowest answering liveness check
@@ -39,10 +39,7 @@ class AttachedServer(Server):
         log = ServerLog(self.log_path, self.scrub)
         log.write(f"attached to {self.base_url}; its log is kept by whoever started it\n".encode())
         log.close()
-        try:
-            ServerClient(self.base_url).wait_healthy(self.timeout_s, paths=self.health_paths)
-        except ClientError as exc:
-            raise self.failure(f"arm '{self.name}': no healthy server at {self.base_url} within {self.timeout_s:g} s ({exc})") from None
+        self.wait_ready(self.readiness, watch_exit=False)  # its liveness is only these routes
         self.healthy = True
 
     def stop(self) -> None:
@@ -71,7 +68,7 @@ class AttachedServer(Server):
 
     def check_once(self, client: ServerClient, timeout_s: float) -> tuple[bool, str, bool]:
         """(all health routes answered 2xx, the last problem in words, the connection was refused)."""
-        for path in self.health_paths:
+        for path in self.readiness.paths:
             try:
                 client.get(path, timeout_s=max(0.5, timeout_s))
             except ClientError as exc:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from harness.engines.readiness import HttpWaitStrategy
     from harness.servers.log import Scrub
     from harness.servers.processes import ServerProcess
 
@@ -65,18 +66,10 @@ class Server(ABC):
         with self.log_path.open(errors="replace") as handle:
             return "".join(deque(handle, maxlen=lines)).rstrip() or "(server log is empty)"
 
-    def wait_healthy(self, timeout_s: float, paths: tuple[str, ...]) -> None:
-        """Poll the engine's health routes while watching the server, so a crash fails at
-        once (with how it ended) and a hang fails at the deadline, both with the log tail."""
-        from harness.servers.client import ClientError, ServerClient
-
-        try:
-            ServerClient(self.base_url).wait_healthy(timeout_s, is_alive=self.is_alive, paths=paths)
-        except ClientError as exc:
-            if not self.is_alive():
-                raise self.failure(f"arm '{self.name}': the server {self.exit_description()} before it became healthy") from None
-            raise self.failure(f"arm '{self.name}': the server at {self.base_url} did not become healthy "
-                               f"within {timeout_s:g} s ({exc})") from None
+    def wait_ready(self, readiness: "HttpWaitStrategy", watch_exit: bool = True) -> None:
+        """Wait on the engine's readiness strategy, so a crash fails at once (with how it
+        ended) and a hang fails at the deadline, both with the log tail."""
+        readiness.wait_until_ready(self, watch_exit=watch_exit)
 
     def failure(self, sentence: str) -> ServerError:
         return ServerError(f"{sentence}\n--- last {LOG_TAIL_LINES} lines of {self.log_path} ---\n{self.log_tail()}")

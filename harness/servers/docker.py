@@ -161,7 +161,7 @@ class DockerServer(Server):
                               f"{exc.explanation or exc}") from None
         self.follow_logs()
         self.base_url = f"http://{client_host(self.cfg.backend.docker_host, self.cfg.backend.publish_host)}:{self.host_port()}"
-        self.wait_healthy(self.cfg.backend.startup_timeout_s, engine_of(self.cfg).health_paths)
+        self.wait_ready(engine_of(self.cfg).readiness().with_startup_timeout(self.cfg.backend.startup_timeout_s))
 
     def describe(self) -> dict:
         info = {"base_url": self.base_url, "docker_host": self.cfg.backend.docker_host,

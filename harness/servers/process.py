@@ -64,7 +64,7 @@ class ProcessServer(Server):
             log.close()
             raise self.failure(f"arm '{self.name}': cannot start the server ({exc})") from None
         self.log_thread = log.follow(iter(lambda: self.proc.stdout.read1(65536), b""), f"logs-{self.name}")
-        self.wait_healthy(self.cfg.backend.startup_timeout_s, engine_of(self.cfg).health_paths)
+        self.wait_ready(engine_of(self.cfg).readiness().with_startup_timeout(self.cfg.backend.startup_timeout_s))
 
     def describe(self) -> dict:
         return {"base_url": self.base_url, "command": self.command(),

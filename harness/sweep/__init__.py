@@ -1,4 +1,7 @@
-"""`specgate sweep`: one whole run per point of a Hydra sweep (driver.py), run here or by a launcher (launch.py, app.py, jobs.py); the sweep's record (record.py), gates (gates.py) and report (report.py).
+"""`specgate sweep`: one whole run per point of a Hydra sweep (driver.py; the sweep ready to
+run, plan.py), each point's pytest (point.py), run by a launcher (launchers.py: basic here,
+or submitit through launch.py, app.py, jobs.py); the sweep's end (finish.py); the sweep's
+record (record.py), gates (gates.py) and report (report.py).
 
 A driver over the run package. May import: config, run, record, report, gates, measure, servers.
 """

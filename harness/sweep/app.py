@@ -12,7 +12,6 @@ it. The sweep record is found from `hydra.sweep.dir`, which specgate sets to its
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 from pathlib import Path
@@ -22,12 +21,9 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 import harness.config.compose  # noqa: F401  (registers the schema the config tree's defaults name)
-from harness import PROJECT_ROOT
 from harness.record.atomic import atomic_write
 from harness.record.secrets import Redactor
-from harness.sweep.driver import point_command, point_overrides, signal_until_gone
-
-EXIT_STATUS_FILE = "exit_status"  # in points/<label>/: the point's pytest exit status, once it ended
+from harness.sweep.point import EXIT_STATUS_FILE, point_command, point_environment, point_overrides, signal_until_gone
 
 
 def this_point(sweep_dir: Path, job_num: int, task_overrides: list[str]) -> dict:
@@ -54,8 +50,7 @@ def run_here(command: list[str]) -> int:
     Near the time limit submitit's own signal (SIGUSR2, `signal_delay_s` before it) raises in
     this job instead: the point is then stopped as by a Ctrl-C, its servers with it, before
     the job ends with submitit's error and SLURM kills whatever is left."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")]))}
-    child = subprocess.Popen(command, env=env, preexec_fn=ignore_time_limit_signal)
+    child = subprocess.Popen(command, env=point_environment(), preexec_fn=ignore_time_limit_signal)
     try:
         while True:
             try:

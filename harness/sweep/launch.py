@@ -1,6 +1,6 @@
-"""`specgate sweep ... hydra/launcher=X`: the points run on an existing engine, through
-Hydra's own launcher plugins (hydra-submitit-launcher: `submitit_slurm`, `submitit_local`,
-and the presets in conf/hydra/launcher/). specgate does not schedule anything: it runs the
+"""Run a sweep's points through Hydra's own launcher plugins (hydra-submitit-launcher:
+`submitit_slurm`, `submitit_local`, and the presets in conf/hydra/launcher/; the launcher
+classes are in harness/sweep/launchers.py). specgate does not schedule anything: it runs the
 Hydra app harness/sweep/app.py with `--multirun` and the sweep's overrides, and Hydra's
 sweeper and launcher do the fan-out. Meanwhile it watches the points' folders (a shared
 filesystem, for SLURM) and writes each point into sweep.json as it ends.
@@ -12,129 +12,69 @@ task raised) is a failed point with the engine's reason and the path of its log.
 
 from __future__ import annotations
 
-import os
-import re
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
-from hydra import compose as hydra_compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
-from hydra.errors import HydraException
 import yaml
-from omegaconf.errors import OmegaConfBaseException
 
-from harness import PROJECT_ROOT
 from harness.record.atomic import atomic_write
-from harness.config.compose import ConfigError, override_key
 from harness.record.secrets import Redactor
 from harness.servers.log import ServerLog
-from harness.sweep.driver import finish_sweep
-from harness.sweep.jobs import LocalJobs, SlurmJobs, failed_result, failure_in_log, job_log, submitted_jobs, \
-    wait_until_none
+from harness.sweep.finish import finish_interrupted, finish_sweep
+from harness.sweep.jobs import failed_result, failure_in_log, job_log, submitted_jobs, wait_until_none
+from harness.sweep.plan import SweepPlan
+from harness.sweep.point import EXIT_STATUS_FILE, point_environment
 from harness.sweep.record import SweepRecord
 
 POLL_S = 1.0
 APP_GRACE_S = 10  # the app's time to see that its last job is gone
 CANCEL_GRACE_S = 150  # scancel's SIGTERM, then SLURM's KillWait (30 s) and the points' teardown
-SPECGATE_OWNS = ("hydra.sweep.", "hydra.launcher.name", "hydra.launcher.submitit_folder")
-ENGINES = {"SlurmLauncher": "slurm", "LocalLauncher": "local", "BasicLauncher": "basic"}
-
-
-def is_hydra_override(override: str) -> bool:
-    """`hydra/launcher=...`, `hydra.launcher.partition=...`: the launcher's, not a point's."""
-    return override_key(override).startswith(("hydra/", "hydra."))
-
-
-def engine_of(hydra_overrides: list[str], conf_dir: Path) -> str:
-    """`basic`, `slurm` or `local`: what the launcher the overrides pick runs on. Its settings
-    are composed as the app will get them, so a misspelt launcher or parameter is one
-    sentence before anything starts."""
-    if not hydra_overrides:
-        return "basic"
-    owned = [o for o in hydra_overrides if override_key(o).startswith(SPECGATE_OWNS)]
-    if owned:
-        raise ConfigError(f"{owned[0]}: specgate sets where a launched sweep's jobs go and what they are called "
-                          f"(inside the sweep record, so that it finds them)")
-    choice = [o for o in hydra_overrides if override_key(o) == "hydra/launcher"]
-    target = str(launcher_config(choice, conf_dir).get("_target_", "")).rsplit(".", 1)[-1]
-    if target not in ENGINES:
-        raise ConfigError(f"launcher {target or '?'}: specgate sweep runs points with hydra/launcher=basic, "
-                          f"submitit_local or submitit_slurm (or a preset of them in conf/hydra/launcher/)")
-    launcher_config([*whole_node(ENGINES[target]), *hydra_overrides], conf_dir)
-    return ENGINES[target]
-
-
-def launcher_config(hydra_overrides: list[str], conf_dir: Path):
-    GlobalHydra.instance().clear()
-    try:
-        import harness.config.compose  # noqa: F401  (the schema the tree's defaults name)
-        with initialize_config_dir(config_dir=str(conf_dir), version_base=None):
-            cfg = hydra_compose(config_name="config", overrides=hydra_overrides, return_hydra_config=True)
-    except (HydraException, OmegaConfBaseException, ValueError) as exc:
-        raise ConfigError(f"launcher: {one_sentence(str(exc))}") from None
-    finally:
-        GlobalHydra.instance().clear()
-    return cfg.hydra.launcher
-
-
-def one_sentence(message: str) -> str:
-    """Hydra's first line, and the options it lists after it (`Available options in ...`)."""
-    first, *rest = message.replace("In 'hydra/config': ", "").splitlines()
-    listed = re.search(r"Available options in '[^']+':\n((?:\t.*\n?)+)", message)
-    return first + (f"; available: {', '.join(listed.group(1).split())}" if listed else "")
-
-
-def whole_node(engine: str) -> list[str]:
-    """A SLURM point never shares its node: its server owns every GPU there (sbatch
-    --exclusive). Placed before the user's launcher settings, so that
-    `~hydra.launcher.additional_parameters.exclusive` can take it back (a CPU-only cluster)."""
-    return ["++hydra.launcher.additional_parameters.exclusive=true"] if engine == "slurm" else []
 
 
 def quoted(path: Path) -> str:
     return "'" + str(path).replace("'", "\\'") + "'"
 
 
-def app_command(overrides: list[str], hydra_overrides: list[str], engine: str, record: SweepRecord,
+def app_command(overrides: list[str], launcher_overrides: list[str], launcher, record: SweepRecord,
                 conf_dir: Path) -> list[str]:
     """The Hydra app with the sweep's own overrides (Hydra expands the same points again) and
     where its jobs go: points/ of the sweep record, each job's Hydra folder in points/.jobs/."""
     ours = [f"hydra.sweep.dir={quoted(record.path / 'points')}", "hydra.sweep.subdir=.jobs/${hydra.job.num}",
-            f"hydra.launcher.name={job_name(record)}", "hydra.output_subdir=null", *whole_node(engine)]
+            f"hydra.launcher.name={job_name(record)}", "hydra.output_subdir=null", *launcher.job_overrides()]
     return [sys.executable, "-m", "harness.sweep.app", "--multirun", f"--config-path={conf_dir}",
-            "--config-name=config", *overrides, *ours, *hydra_overrides]  # the user's launcher settings win
+            "--config-name=config", *overrides, *ours, *launcher_overrides]  # the user's launcher settings win
 
 
 def job_name(record: SweepRecord) -> str:
     return f"specgate_{record.path.name}"
 
 
-def run_launched(record: SweepRecord, entries: list[dict], overrides: list[str], hydra_overrides: list[str],
-                 engine: str, conf_dir: Path, gates: Any) -> int:
-    """Submit through the Hydra app, follow the points to their end; the sweep's exit status."""
-    record.data["launcher"] = {"engine": engine, "overrides": hydra_overrides, "job_name": job_name(record),
+def run_launched(sweep: SweepPlan, launcher) -> int:
+    """Submit through the Hydra app, follow the points to their end; the sweep's exit status.
+    `launcher` is a submitit launcher of harness/sweep/launchers.py (its job overrides, its jobs)."""
+    record, entries, conf_dir = sweep.record, sweep.entries, sweep.conf_dir
+    overrides, launcher_overrides = sweep.overrides, sweep.launcher_overrides
+    record.data["launcher"] = {"engine": launcher.name, "overrides": launcher_overrides, "job_name": job_name(record),
                                "conf_dir": str(conf_dir), "log": "launcher.log"}
     record.save()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")]))}
     redactor = Redactor()
-    redactor.learn([*overrides, *hydra_overrides])
-    app = subprocess.Popen(app_command(overrides, hydra_overrides, engine, record, conf_dir), env=env,
+    redactor.learn([*overrides, *launcher_overrides])
+    app = subprocess.Popen(app_command(overrides, launcher_overrides, launcher, record, conf_dir), env=point_environment(),
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                            start_new_session=True)
     # the app's own output (Hydra's, submitit's log lines, which repeat the overrides), redacted
     ServerLog(record.path / "launcher.log", redactor.text).follow(iter(lambda: app.stdout.read1(65536), b""), "launcher-log")
-    jobs = SlurmJobs(job_name(record)) if engine == "slurm" else LocalJobs(app.pid)
+    jobs = launcher.jobs(app, job_name(record))
     try:
         follow(record, entries, app, jobs, redactor)
     except KeyboardInterrupt:
         return interrupted(record, entries, app, jobs)
     explain_the_rest(record, entries, jobs, app.returncode)
     drop_pickles(record.path / "points" / ".submitit")
-    return finish_sweep(record, [e["exit_status"] for e in entries], gates)
+    return finish_sweep(record, [e["exit_status"] for e in entries], sweep.gates)
 
 
 def follow(record: SweepRecord, entries: list[dict], app: subprocess.Popen, jobs, redactor: Redactor) -> None:
@@ -180,8 +120,6 @@ def stop_app(app: subprocess.Popen) -> None:
 
 def collect(record: SweepRecord, entries: list[dict]) -> None:
     """Each point whose job has written its exit status, into sweep.json once."""
-    from harness.sweep.app import EXIT_STATUS_FILE
-
     for entry in entries:
         done = record.point_root(entry["label"]) / EXIT_STATUS_FILE
         if entry["exit_status"] is None and entry["status"] == "not_run" and done.is_file():
@@ -238,6 +176,4 @@ def interrupted(record: SweepRecord, entries: list[dict], app: subprocess.Popen,
         drop_pickles(record.path / "points" / ".submitit")
     finally:
         signal.signal(signal.SIGINT, previous)
-    record.finish(2, interrupted=True)
-    print(f"specgate sweep: interrupted; record {record.path}", file=sys.stderr)
-    return 2
+    return finish_interrupted(record)

@@ -1,0 +1,74 @@
+"""A load as typed values: what it sends, to whom, how many and how fast. Built once at the
+boundary (`LoadPlan.of`) from the workload config and the engine's hooks; from then on the
+load (harness/load/runner.py, loop.py, processes.py) reads only the plan, never a config
+tree, as vLLM's request functions take a `RequestFuncInput`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from harness.load.crosscheck import CountTokens
+from harness.load.prompts import PromptSource, RandomWords, prompt_source
+from harness.load.requests import RequestExtras, RequestFunc, Sampling, SpecDetails, request_func
+from harness.load.sizing import PromptTokenizer
+
+
+@dataclass(frozen=True)
+class LoadPlan:
+    """One load against one server (see harness/load/runner.py for what a load is)."""
+
+    base_url: str
+    request: RequestFunc  # the API's request: the model, sampling, and the engine's fields and stream hooks
+    prompts: PromptSource  # what each entry sends (a fixed prompt, random words, a dataset's rows)
+    prompt_sizing: str | None  # where random prompts' token counts come from (the record says), if sized
+    num_prompts: int | None  # measured entries; None when duration_s is set
+    duration_s: float | None  # or: every entry that starts within this many seconds
+    concurrency: int  # closed loop: in flight at once; open loop: the cap
+    request_rate: float | None  # open loop: arrivals per second (None: closed loop)
+    burstiness: float | None  # open loop: gamma shape (None or 1: Poisson)
+    seed: int
+    warmup_requests: int  # sent first, one at a time, never measured
+    prewarm_connections: bool  # open every connection before the measured requests
+    timeout_s: float  # per request, the whole of it
+    first_byte_timeout_s: float | None  # until the response's first byte
+    client_processes: int = 1  # load processes the measured requests are split over
+
+    @classmethod
+    def of(cls, workload: Any, base_url: str, model: str, *, request_extras: RequestExtras | None = None,
+           spec_details: SpecDetails | None = None, count_tokens: CountTokens | None = None,
+           prompt_tokenizer: PromptTokenizer | None = None) -> "LoadPlan":
+        """The plan of `workload` (a workload config) against `base_url` serving `model`.
+
+        The engine's hooks: ``request_extras(api)`` gives extra JSON fields for every request
+        body, ``spec_details(event)`` picks speculative statistics out of one parsed event of
+        an OpenAI stream (:mod:`harness.load.requests`), ``count_tokens(text)`` is the
+        server's exact tokenizer where the engine knows it (:mod:`harness.load.crosscheck`),
+        ``prompt_tokenizer`` sizes random-word prompts to ``workload.input_len`` tokens
+        (:mod:`harness.load.sizing`). None of them: a generic OpenAI client."""
+        api = str(workload.api)
+        request = request_func(api, model,
+                               Sampling(int(workload.max_tokens), float(workload.temperature), bool(workload.ignore_eos)),
+                               extras=request_extras(api) if request_extras is not None else None,
+                               spec_details=spec_details, count_tokens=count_tokens)
+        prompts = prompt_source(workload, prompt_tokenizer)
+        sized = prompt_tokenizer is not None and isinstance(prompts, RandomWords)
+        duration_s = None if workload.duration_s is None else float(workload.duration_s)
+        if duration_s is None and workload.num_prompts is None:
+            raise ValueError("workload needs num_prompts or duration_s")
+        first_byte = workload.first_byte_timeout_s
+        return cls(
+            base_url=base_url, request=request, prompts=prompts,
+            prompt_sizing=prompt_tokenizer.source if sized else None,
+            num_prompts=None if duration_s is not None else int(workload.num_prompts),  # a duration replaces the count
+            duration_s=duration_s,
+            concurrency=max(1, int(workload.concurrency or 1)),
+            request_rate=None if workload.request_rate is None else float(workload.request_rate),
+            burstiness=None if getattr(workload, "burstiness", None) is None else float(workload.burstiness),
+            seed=int(getattr(workload, "seed", 0) or 0),
+            warmup_requests=int(workload.warmup_requests or 0),
+            prewarm_connections=bool(getattr(workload, "prewarm_connections", False)),
+            timeout_s=float(workload.timeout_s),
+            first_byte_timeout_s=None if first_byte is None else float(first_byte),
+            client_processes=int(getattr(workload, "client_processes", 1) or 1),
+        )

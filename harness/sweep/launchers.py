@@ -1,0 +1,128 @@
+"""Where a sweep's points run: one class per Hydra launcher specgate supports, and the one
+registry of them (`LAUNCHERS`, by the class name of the launcher config's `_target_`).
+
+A launcher says which Hydra launcher it stands for, what it adds to every point's job
+(`job_overrides`), how the jobs it submitted are followed (`jobs`, harness/sweep/jobs.py),
+whether the points run on this machine (then this machine is checked for them before the
+sweep starts), and runs the sweep's points (`run`). `basic` runs each point's pytest in
+turn here; the submitit launchers run the Hydra app harness/sweep/app.py with `--multirun`
+(harness/sweep/launch.py). A new launcher (e.g. Ray) is one class here and a line in
+`LAUNCHERS`; nothing else branches on which launcher runs a sweep.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import ClassVar
+
+
+from harness.config.compose import launcher_config, ConfigError, override_key
+from harness.sweep import point
+from harness.sweep.finish import INTERRUPTED_EXIT, finish_interrupted, finish_sweep
+from harness.sweep.jobs import LocalJobs, SlurmJobs
+from harness.sweep.launch import run_launched
+from harness.sweep.plan import SweepPlan
+
+# what specgate itself sets on a launched sweep (inside its record, so that it finds the jobs)
+SPECGATE_OWNS = ("hydra.sweep.", "hydra.launcher.name", "hydra.launcher.submitit_folder")
+
+
+class Launcher:
+    """Where the points of a sweep run (see the module's docstring)."""
+
+    hydra_target: ClassVar[str]  # the class name of the Hydra launcher config's _target_
+    name: ClassVar[str]  # what the sweep record calls it (sweep.json launcher.engine): basic, slurm, local
+    points_run_here: ClassVar[bool] = True  # False: on other machines, which check themselves
+
+    def job_overrides(self) -> list[str]:
+        """Hydra overrides every job of this launcher gets, before the user's launcher settings."""
+        return []
+
+    def jobs(self, app: subprocess.Popen, job_name: str):
+        """The jobs the Hydra app submitted, as their engine sees them (harness/sweep/jobs.py)."""
+        raise NotImplementedError
+
+    def run(self, sweep: SweepPlan) -> int:
+        """Run every point of `sweep` and return the sweep's exit status (this class: through
+        the Hydra app, harness/sweep/launch.py)."""
+        return run_launched(sweep, self)
+
+
+class BasicLauncher(Launcher):
+    """Hydra's default: each point's pytest in turn on this machine (no Hydra app, no jobs)."""
+
+    hydra_target = "BasicLauncher"
+    name = "basic"
+
+    def run(self, sweep: SweepPlan) -> int:
+        statuses: list[int] = []
+        try:
+            for overrides, entry in zip(sweep.point_runs, sweep.entries):
+                print(f"specgate sweep: point {entry['label']}", flush=True)
+                command = point.point_command(overrides, sweep.conf_dir, sweep.pytest_options)
+                status, interrupted = point.run_point(command)
+                statuses.append(status)
+                sweep.record.point_ended(entry, status)
+                if interrupted:
+                    raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            return finish_interrupted(sweep.record, statuses[-1] if statuses and statuses[-1] != 0 else INTERRUPTED_EXIT)
+        return finish_sweep(sweep.record, statuses, sweep.gates)
+
+
+class SubmititSlurmLauncher(Launcher):
+    """hydra-submitit-launcher's SLURM executor: one job per point, found by its job name."""
+
+    hydra_target = "SlurmLauncher"
+    name = "slurm"
+    points_run_here = False  # each point's pytest checks its own node
+
+    def job_overrides(self) -> list[str]:
+        """A SLURM point never shares its node: its server owns every GPU there (sbatch
+        --exclusive). Placed before the user's launcher settings, so that
+        `~hydra.launcher.additional_parameters.exclusive` can take it back (a CPU-only cluster)."""
+        return ["++hydra.launcher.additional_parameters.exclusive=true"]
+
+    def jobs(self, app: subprocess.Popen, job_name: str) -> SlurmJobs:
+        return SlurmJobs(job_name)
+
+
+class SubmititLocalLauncher(Launcher):
+    """hydra-submitit-launcher's local executor: one process per point on this machine."""
+
+    hydra_target = "LocalLauncher"
+    name = "local"
+
+    def jobs(self, app: subprocess.Popen, job_name: str) -> LocalJobs:
+        return LocalJobs(app.pid)
+
+
+LAUNCHERS: dict[str, Launcher] = {launcher.hydra_target: launcher
+                                  for launcher in (BasicLauncher(), SubmititSlurmLauncher(), SubmititLocalLauncher())}
+
+
+def is_launcher_override(override: str) -> bool:
+    """`hydra/launcher=...`, `hydra.launcher.partition=...`: the launcher's, not a point's."""
+    return override_key(override).startswith(("hydra/", "hydra."))
+
+
+def launcher_of(launcher_overrides: list[str], conf_dir: Path) -> Launcher:
+    """The launcher the overrides pick. Its settings are composed as the app will get them,
+    so a misspelt launcher or parameter is one sentence before anything starts."""
+    if not launcher_overrides:
+        return LAUNCHERS[BasicLauncher.hydra_target]
+    owned = [o for o in launcher_overrides if override_key(o).startswith(SPECGATE_OWNS)]
+    if owned:
+        raise ConfigError(f"{owned[0]}: specgate sets where a launched sweep's jobs go and what they are called "
+                          f"(inside the sweep record, so that it finds them)")
+    choice = [o for o in launcher_overrides if override_key(o) == "hydra/launcher"]
+    target = str(launcher_config(choice, conf_dir).get("_target_", "")).rsplit(".", 1)[-1]
+    if target not in LAUNCHERS:
+        raise ConfigError(f"launcher {target or '?'}: specgate sweep runs points with hydra/launcher=basic, "
+                          f"submitit_local or submitit_slurm (or a preset of them in conf/hydra/launcher/)")
+    launcher = LAUNCHERS[target]
+    launcher_config([*launcher.job_overrides(), *launcher_overrides], conf_dir)
+    return launcher
+
+

@@ -1,0 +1,77 @@
+"""One point of a sweep as its own pytest process: its label, its overrides (its record
+inside the sweep's), its command line, and running it until it ends or is stopped. Every
+launcher runs a point this way: here (the basic launcher) or inside a job (app.py)."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from harness import PROJECT_ROOT, SUITES_DIR
+from harness.config.compose import SweepPoint, override_key
+
+STOP_GRACE_S = (120, 30)  # after SIGINT, then after SIGTERM: time for a point to stop its servers
+EXIT_STATUS_FILE = "exit_status"  # in points/<label>/: the point's pytest exit status, once it ended
+
+
+def label(index: int, point: SweepPoint) -> str:
+    """`1_concurrency-4_num_steps-2`: the point's number and what it picked, as a folder name
+    (no `=` or `,`, which an override's value could not carry unquoted)."""
+    picks = [f"{override_key(o).rsplit('.', 1)[-1]}-{o.split('=', 1)[1]}" for o in point.swept]
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", "_".join([str(index), *picks]))[:120]
+
+
+def point_overrides(overrides: list[str], point_root: Path) -> list[str]:
+    """The point's overrides as its pytest gets them: its record goes inside the sweep's."""
+    kept = [o for o in overrides if override_key(o) != "record.root"]
+    quoted = str(point_root).replace("'", "\\'")  # Hydra's quoted string: the path as it is
+    return [*kept, f"record.root='{quoted}'"]
+
+
+def point_command(overrides: list[str], conf_dir: Path, pytest_options: list[str]) -> list[str]:
+    return [sys.executable, "-m", "pytest", str(SUITES_DIR), "-p", "harness.plugin", "--conf-dir", str(conf_dir),
+            *pytest_options, *overrides]
+
+
+def point_environment() -> dict[str, str]:
+    """This process's environment, with the project on PYTHONPATH (a point may run from anywhere)."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")]))}
+
+
+def run_point(command: list[str]) -> tuple[int, bool]:
+    """The point's pytest and whether a Ctrl-C (or SIGTERM) stopped it. Its own process group,
+    so that one Ctrl-C reaches it once, from here: SIGINT (then SIGTERM), with time to stop
+    its servers and close its record as interrupted."""
+    child = subprocess.Popen(command, env=point_environment(), start_new_session=True)
+    try:
+        return child.wait(), False
+    except KeyboardInterrupt:
+        return stop(child), True
+
+
+def stop(child: subprocess.Popen) -> int:
+    """SIGINT, then SIGTERM, then SIGKILL, each after a grace period. A second Ctrl-C while
+    the point stops its servers is ignored, so it cannot cut that short and leave one behind."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        return signal_until_gone(child)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def signal_until_gone(child: subprocess.Popen) -> int:
+    for sig, grace in zip((signal.SIGINT, signal.SIGTERM), STOP_GRACE_S):
+        if child.poll() is not None:
+            break
+        child.send_signal(sig)
+        try:
+            child.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            continue
+    if child.poll() is None:
+        child.kill()
+    return child.wait()
