@@ -15,7 +15,7 @@ import pytest
 
 from harness.sim.model import SimModel
 
-_spec = importlib.util.spec_from_file_location("accuracy", Path(__file__).resolve().parents[1] / "benchmarks" / "accuracy.py")
+_spec = importlib.util.spec_from_file_location("accuracy", Path(__file__).resolve().parents[2] / "benchmarks" / "accuracy.py")
 accuracy = importlib.util.module_from_spec(_spec)
 sys.modules["accuracy"] = accuracy  # dataclasses look their module up there
 _spec.loader.exec_module(accuracy)

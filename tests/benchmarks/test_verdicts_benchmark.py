@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-_spec = importlib.util.spec_from_file_location("verdicts", Path(__file__).resolve().parents[1] / "benchmarks" / "verdicts.py")
+_spec = importlib.util.spec_from_file_location("verdicts", Path(__file__).resolve().parents[2] / "benchmarks" / "verdicts.py")
 verdicts = importlib.util.module_from_spec(_spec)
 sys.modules["verdicts"] = verdicts  # dataclasses look their module up there
 _spec.loader.exec_module(verdicts)

@@ -27,7 +27,7 @@ from harness.sim.cli import parse_args as sim_parse_args
 from harness.sim.model import SimModel
 from harness.capacity.slo import Slo, goodput, misses, slos_of
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXP = "+exp=sim_capacity"
 
 

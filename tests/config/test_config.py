@@ -9,7 +9,7 @@ import pytest
 
 from harness.config.compose import ConfigError, compose, list_experiments, merge_overrides, override_key
 
-CONF = Path(__file__).resolve().parent.parent / "conf"
+CONF = Path(__file__).resolve().parents[2] / "conf"
 EXPERIMENTS = sorted(p.stem for p in (CONF / "exp").glob("*.yaml"))
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from harness.config.compose import compose, list_experiments
 
-CONF = Path(__file__).resolve().parent.parent / "conf"
+CONF = Path(__file__).resolve().parents[2] / "conf"
 
 
 @pytest.mark.parametrize("name", sorted(list_experiments(CONF)))

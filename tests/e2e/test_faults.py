@@ -1,5 +1,5 @@
 """The fault matrix: whole runs (`pytest suites/...` with backend=attach) against servers
-that misbehave on purpose (tests/fake_openai.py, as a process). Every third request
+that misbehave on purpose (tests/support/fake_openai.py, as a process). Every third request
 misbehaves, so each run has requests that finished and requests that failed. For each
 fault the run must end with:
 
@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-FAKE = ROOT / "tests" / "fake_openai.py"
+ROOT = Path(__file__).resolve().parents[2]
+FAKE = ROOT / "tests" / "support" / "fake_openai.py"
 MEASURED, WARMUP = 6, 1  # fault_every=3: requests 3 and 6 (2 of the 6 measured) misbehave
 
 # fault -> (fake's arguments, what the one reason says, how many measured requests fail)
@@ -42,7 +42,7 @@ FAULTS = {
 
 
 class Fake:
-    """tests/fake_openai.py as a process: the server someone else started."""
+    """tests/support/fake_openai.py as a process: the server someone else started."""
 
     def __init__(self, *args: str):
         self.proc = subprocess.Popen([sys.executable, str(FAKE), "--port", "0", *args], stdout=subprocess.PIPE,

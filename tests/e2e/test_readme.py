@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
 ATTACH_URL = "http://127.0.0.1:30000"
 
@@ -30,7 +30,7 @@ OUTCOMES: dict[str, tuple[int, str] | str] = {
     ".venv/bin/specgate show +exp=sim_smoke": (0, "# ---- arm: eagle3"),
     ".venv/bin/specgate run +exp=sim_smoke -k eagle3": (0, "gate(s) passed, 0 failed"),
     ".venv/bin/specgate clean [--images]": "removes every container specgate labelled, other tests' too: "
-                                           "tests/test_docker_backend.py checks it against its own engine",
+                                           "tests/servers/test_docker_backend.py checks it against its own engine",
 }
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CENTRAL = {"output_tok_s", "itl_ms.p50", "e2e_ms.p50", "accept_length", "verify_cycle_ms"}
 
 

@@ -18,7 +18,7 @@ from harness.engines.base import Engine, Launch
 from harness.engines.legacy import upgrade_config
 from harness.servers.process import ProcessServer
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ALLOWED = ("harness/engines/", "harness/sim/")
 # Engines by name: ours, and those a newcomer would add next. The simulator's name ("sim")
 # is too common a word to search strings for; comparisons with it are caught below.

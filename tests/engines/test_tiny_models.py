@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 VENV = Path(os.environ.get("SPECGATE_VLLM_VENV") or ROOT / ".venv-vllm")
 MODELS = Path(os.environ.get("SPECGATE_TINY_MODELS") or ROOT / ".cache" / "tiny-models")
 VPYTHON = VENV / "bin" / "python"

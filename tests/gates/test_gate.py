@@ -12,10 +12,10 @@ from omegaconf import OmegaConf
 
 from harness.gates import registry as gate
 from harness.config.compose import ConfigError, compose
-from harness.measure.metrics import ArmResult, Stat
 from harness.config.schema import GateConfig
+from tests.support.arm_results import result
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def gate_cfg(**values):
@@ -26,14 +26,6 @@ def ctx(arm, result, cfg, results=None, plain_arm="baseline", gpu=None, telemetr
     return gate.GateContext(arm=arm, gate=cfg, result=result, gpu=gpu, plain_arm=plain_arm,
                             results=results or {}, reference=reference, reference_label="runs/old",
                             telemetry_source=telemetry)
-
-
-def result(arm="eagle3", **values) -> ArmResult:
-    base = dict(arm=arm, output_tok_s=66.0, request_per_s=0.2, ttft_ms=Stat(mean=50, p50=50, p90=60, p99=70),
-                itl_ms=Stat(mean=30, p50=30, p90=31, p99=33), decode_step_ms=15.0, accept_length=2.0,
-                accept_length_source="run", verify_cycle_ms=30.0, requests_ok=5, requests_failed=0)
-    base.update(values)
-    return ArmResult(**base)
 
 
 PLAIN = result("baseline", output_tok_s=82.0, decode_step_ms=12.2, accept_length=None, verify_cycle_ms=None,

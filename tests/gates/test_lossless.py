@@ -22,12 +22,9 @@ from harness.gates.lossless import NEAR_TIE_NATS, compare, summary, top_logprobs
 from harness.measure.metrics import ArmResult, Stat
 from harness.config.schema import GateConfig, WorkloadConfig
 
-try:
-    from tests.test_sim import FAST, SPEC, Sim
-except ImportError:  # tests/ is not a package: pytest put it on sys.path
-    from test_sim import FAST, SPEC, Sim
+from tests.support.sim_process import FAST, SPEC, Sim
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def line(index: int, text: str, ids: list[int] | None = None, tokens: list[str] | None = None,

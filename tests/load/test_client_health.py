@@ -29,7 +29,7 @@ from harness.measure.metrics import ArmResult, Stat, summarize
 from harness.config.schema import ClientBoundConfig, GateConfig, WorkloadConfig
 from harness.report.summary import format_summary
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 # --- the measurements ------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from harness.load.processes import DealtBudget, SharedBudget, merge_results, spl
 from harness.measure.metrics import summarize
 from harness.config.schema import WorkloadConfig
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 # --- the split ---------------------------------------------------------------------------------

@@ -18,14 +18,10 @@ from harness.load.datasets import DatasetError, load_dataset
 from harness.load.prompts import DatasetPrompts, prompt_source
 from harness.config.schema import WorkloadConfig
 
-try:
-    from tests.fake_openai import FakeOpenAI
-    from tests.test_client import FakeSGLang
-except ImportError:  # tests/ is not a package: pytest put it on sys.path
-    from fake_openai import FakeOpenAI
-    from test_client import FakeSGLang
+from tests.support.fake_openai import FakeOpenAI
+from tests.support.fake_sglang import FakeSGLang
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SPECMIX = ROOT / "datasets" / "specmix.jsonl"
 CATEGORIES = {"code", "prose", "extraction", "repetition", "math"}
 FAKE_ANSWER = "the quick brown fox jumps"  # FakeOpenAI's first five tokens

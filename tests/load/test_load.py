@@ -27,10 +27,7 @@ sglang_request_extras, sglang_spec_details = SGLANG.request_extras, SGLANG.spec_
 from harness.load.runner import RequestBudget
 from harness.config.schema import WorkloadConfig
 
-try:
-    from tests.test_client import FakeSGLang
-except ImportError:  # tests/ is not a package: pytest put it on sys.path
-    from test_client import FakeSGLang
+from tests.support.fake_sglang import FakeSGLang
 
 
 PINNED_PROMPT = "for of did last me know"  # RandomWords(6, seed 3), request 0
@@ -236,7 +233,7 @@ def test_ctrl_c_propagates_and_closes_cleanly(fake, tmp_path):
 
     env = dict(os.environ, PYTHONASYNCIODEBUG="0")
     p = subprocess.Popen([sys.executable, "-X", "dev", str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         env=env, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+                         env=env, cwd=Path(__file__).resolve().parents[2])
     assert p.stdout.readline().strip() == b"started"
     time.sleep(0.7)  # requests are in flight (the fake holds "slow" for 5 s)
     t = time.perf_counter()
@@ -392,7 +389,7 @@ def test_request_budget():
 def test_records_import_nothing_from_the_harness():
     """records.py is shared by the request functions, the load runner and metrics: a
     harness import there would bring back the client <-> load cycle."""
-    tree = ast.parse((Path(__file__).resolve().parents[1] / "harness" / "load" / "records.py").read_text())
+    tree = ast.parse((Path(__file__).resolve().parents[2] / "harness" / "load" / "records.py").read_text())
     imported = [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
     imported += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
     assert not [m for m in imported if m.startswith("harness")], imported
@@ -403,7 +400,7 @@ def test_burstiness_from_config_picks_gamma_arrivals():
 
     from harness.config.compose import compose
 
-    conf = Path(__file__).resolve().parent.parent / "conf"
+    conf = Path(__file__).resolve().parents[2] / "conf"
     workload = compose(["workload.request_rate=5", "workload.burstiness=0.5"], conf).arms[0].cfg.workload
     assert isinstance(arrival_process(workload), GammaArrivals)
     plain = compose(["workload.request_rate=5"], conf).arms[0].cfg.workload

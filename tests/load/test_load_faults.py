@@ -1,4 +1,4 @@
-"""The load against servers that misbehave (tests/fake_openai.py), and against the
+"""The load against servers that misbehave (tests/support/fake_openai.py), and against the
 simulator with speculation: a server's numbers are checked, not believed, and every
 fault ends in one sentence that names it."""
 
@@ -25,14 +25,10 @@ from harness.load.requests import Sampling, _json_instead_of_stream, make_sessio
 from harness.config.schema import WorkloadConfig
 from harness.sim.tokens import count_output_tokens, plan_output, render
 
-try:
-    from tests.fake_openai import FakeOpenAI, fake_openai  # noqa: F401 (a fixture)
-    from tests.test_sim import FAST, SPEC, Sim
-except ImportError:  # tests/ is not a package: pytest put it on sys.path
-    from fake_openai import FakeOpenAI, fake_openai  # noqa: F401
-    from test_sim import FAST, SPEC, Sim
+from tests.support.fake_openai import FakeOpenAI
+from tests.support.sim_process import FAST, SPEC, Sim
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 WORDS_16 = "the quick brown fox jumps over a lazy dog while seven tired engineers measure every token"
 
 
@@ -307,7 +303,7 @@ def test_the_fake_shuts_down_cleanly_while_handlers_hang():
 
 
 def test_the_fake_runs_as_a_process_until_killed():
-    proc = subprocess.Popen([sys.executable, str(REPO / "tests" / "fake_openai.py"), "--mode", "hang_mid_stream",
+    proc = subprocess.Popen([sys.executable, str(REPO / "tests" / "support" / "fake_openai.py"), "--mode", "hang_mid_stream",
                              "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         port = int(proc.stdout.readline())

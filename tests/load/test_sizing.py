@@ -18,10 +18,6 @@ from harness.measure.prompt_length import combine, judge, sentence
 from harness.config.schema import WorkloadConfig
 from harness.sim.tokens import count_tokens
 
-try:
-    from tests.fake_openai import FakeOpenAI, fake_openai  # noqa: F401 (a fixture)
-except ImportError:  # run from inside tests/
-    from fake_openai import FakeOpenAI, fake_openai  # noqa: F401
 
 def pieces(text: str) -> int:
     """A tokenizer with a BOS whose words of more than four letters are two tokens."""
@@ -101,7 +97,7 @@ def test_a_folder_without_tokenizer_json_stops_the_config(tmp_path):
 def test_a_real_tokenizer_json_sizes_exactly():
     import tokenizers  # a dependency of the project (pyproject.toml)
 
-    model = Path(__file__).resolve().parent.parent / ".cache" / "tiny-models" / "target"  # make install's
+    model = Path(__file__).resolve().parents[2] / ".cache" / "tiny-models" / "target"  # make install's
     tokenizer = local_tokenizer(str(model))
     source = RandomWords(100, tokenizer=tokenizer)
     exact = tokenizers.Tokenizer.from_file(str(model / "tokenizer.json"))

@@ -17,10 +17,7 @@ from harness.load import LoadResult, RequestRecord
 from harness.measure.metrics import combine_repeats, summarize
 from harness.config.schema import GateConfig
 from harness.measure.server_metrics import ONE_PLUS_ACCEPTED, TOKENS_PER_VERIFY, parse, window
-try:
-    from tests.test_gate import result
-except ImportError:  # tests/ is not a package: pytest put it on sys.path
-    from test_gate import result
+from tests.support.arm_results import result
 
 
 def gate_cfg(**values):

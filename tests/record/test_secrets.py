@@ -16,7 +16,7 @@ from harness.config.compose import compose
 from harness.record.secrets import REDACTED, Redactor, secret_name
 from harness.servers.process import ProcessServer
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("name, secret", [

@@ -28,7 +28,7 @@ import pytest
 from harness.record.store import RecordError
 from harness.report.html import write_report
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 WIDTH, HEIGHT = 1280, 2000
 
 

@@ -20,7 +20,7 @@ from harness.servers.images import ImageInfo
 from harness.servers.docker import DockerServer, host_venv_mounts, venv_site_packages
 from harness.servers.labels import LABEL, SESSION, Session, container_labels, remove_containers
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
 
 

@@ -25,7 +25,7 @@ import requests
 from harness.servers import images
 from harness.servers.images import BuildContext, ImageError, ImageInfo, docker_client, ensure_image
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TEST_KIND = "specgate-test"  # specgate.kind label of the images built by these tests
 TEST_LABEL = {"specgate": "1", "specgate.test": "test_images"}  # on the containers they start
 MISSING = "specgate-test/no-such-sglang:v0"  # an image no engine or registry has

@@ -4,7 +4,7 @@ sim_smoke against the real engine, and what a remote engine changes in the check
 loopback is not ours; its GPUs are not the ones NVML sees here).
 
 The TCP engine is this machine's engine exposed on a non-loopback address of this machine
-(tests/tcp_to_unix.py, as `dockerd -H tcp://ADDR:PORT` would), so the server's port is
+(tests/support/tcp_to_unix.py, as `dockerd -H tcp://ADDR:PORT` would), so the server's port is
 published on, and reached at, that address. The ssh engine is reached through a real sshd
 on a loopback port with its own keys (scripts/ensure_sshd.sh installs it), the docker SDK
 shelling out to `ssh ... docker system dial-stdio` as the docker CLI does.
@@ -26,7 +26,7 @@ import pytest
 from harness.config.compose import ConfigError, compose
 from harness.servers.docker import client_host, unreachable_publish
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
 
 
@@ -59,7 +59,7 @@ def tcp_engine():
     """tcp://ADDR:PORT of this machine's engine, ADDR not loopback where this machine has one."""
     docker.from_env().ping()
     address = this_machines_address()
-    proc, where = start_and_read_line([PYTHON, str(ROOT / "tests" / "tcp_to_unix.py"), address, "0",
+    proc, where = start_and_read_line([PYTHON, str(ROOT / "tests" / "support" / "tcp_to_unix.py"), address, "0",
                                        "/var/run/docker.sock"], "listening ")
     yield address, int(where.rsplit(":", 1)[1])
     proc.kill()

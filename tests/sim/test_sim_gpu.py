@@ -22,7 +22,7 @@ import requests
 from harness.sim.gpu import SimGpuModel, sim_uuid
 from harness.telemetry import Sampler, make_source, resolve_uuids, summarize
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 # 4 ms steps: 2000 tokens keep a request streaming ~8 s, longer than any test needs.
 FAST = ["--sim-decode-step-ms", "4", "--sim-prefill-base-ms", "1", "--sim-startup-s", "0.2", "--sim-gpu-ramp-s", "0.5"]
 

@@ -6,10 +6,10 @@ Three ways to use it::
     with FakeOpenAI("hang_mid_stream") as fake:             # a context manager
         run_load(workload, fake.url, fake.model)
 
-    def test_x(fake_openai):                                # a fixture factory
+    def test_x(fake_openai):                                # a fixture factory (tests/load/conftest.py)
         fake = fake_openai("lying_usage", lie_factor=3)     # closed when the test ends
 
-    python tests/fake_openai.py --mode hang_mid_stream --port 0   # a process: prints its port
+    python tests/support/fake_openai.py --mode hang_mid_stream --port 0   # a process: prints its port
                                                                   # on the first line, serves until killed
 
 then ``backend=attach backend.url=http://127.0.0.1:PORT`` runs suites against it.
@@ -86,7 +86,7 @@ class FakeOpenAI:
         if error_format not in ("json", "sse"):
             raise ValueError(f"unknown error_format {error_format!r}: expected json or sse")
         if mode == "dies_mid_load" and not may_exit:
-            raise ValueError("dies_mid_load exits the process: run the fake as a process (python tests/fake_openai.py)")
+            raise ValueError("dies_mid_load exits the process: run the fake as a process (python tests/support/fake_openai.py)")
         self.mode = mode
         self.fault_every = max(1, int(fault_every))  # every Nth generation request misbehaves; the rest are honest
         self.die_after = die_after
@@ -372,29 +372,6 @@ def _prompt_text(body: dict) -> str:
     if "messages" in body:
         return " ".join(str(m.get("content", "")) for m in body["messages"] if isinstance(m, dict))
     return str(body.get("prompt", ""))
-
-
-# --- as a pytest fixture factory --------------------------------------------------------
-try:
-    import pytest
-except ImportError:  # run as a bare script: no fixture needed
-    pytest = None
-
-if pytest is not None:
-
-    @pytest.fixture
-    def fake_openai():
-        """``fake_openai(mode, **options)`` starts a :class:`FakeOpenAI`; all are closed at the test's end."""
-        started: list[FakeOpenAI] = []
-
-        def start(mode: str = "ok", **options: Any) -> FakeOpenAI:
-            fake = FakeOpenAI(mode, **options).start()
-            started.append(fake)
-            return fake
-
-        yield start
-        for fake in started:
-            fake.close()
 
 
 # --- as a process -----------------------------------------------------------------------

@@ -2,7 +2,7 @@
 would, so a test can drive the local engine the way a laptop drives a GPU box's: the Docker
 API over TCP, to an address that is not the local socket.
 
-    python tests/tcp_to_unix.py HOST PORT /var/run/docker.sock
+    python tests/support/tcp_to_unix.py HOST PORT /var/run/docker.sock
 
 Prints `listening HOST:PORT` once it accepts connections (PORT 0 picks a free one). Each
 connection is two byte pumps, one per direction, that pass a half-close on, so the API's

@@ -19,7 +19,7 @@ from harness.sweep import driver as sweep
 from harness.config.compose import ConfigError, compose, sweep_points
 from harness.sweep.record import headline
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SIM = ["+exp=sim_smoke", "backend=process", "workload.num_prompts=2", "workload.max_tokens=16"]
 
 

@@ -19,7 +19,7 @@ from harness import cli
 from harness.config.compose import compose
 from harness.engines.sim import truth_model
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CONCURRENCY = (2, 4, 8, 16)  # the truth, 5.53, lies between 4 and 8
 # sim_crossover's own min_speedup_through (1.1x up to 4) passes; a crossover of 8 is more than
 # the knee allows, so this gate fails and, with it, the sweep's exit status

@@ -17,7 +17,7 @@ import pytest
 
 from harness import cli
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SIM = ["+exp=sim_smoke", "backend=process", "workload.num_prompts=2", "workload.max_tokens=16"]
 QUIET = ["-p", "no:cacheprovider", "--no-progress"]
 # Background children of a non-interactive shell start with SIGINT ignored: reset it, so that

@@ -25,12 +25,9 @@ from harness.telemetry.energy import energy_summary, joules_per_token_ratio, tra
 from harness.telemetry.nvml import NvmlSource
 from harness.telemetry.sampler import phase_of
 
-try:
-    from tests.test_telemetry import FakeNvml, _gpu
-except ImportError:  # run from inside tests/
-    from test_telemetry import FakeNvml, _gpu
+from tests.support.fake_nvml import FakeNvml, gpu_readings as _gpu
 
-DATA = Path(__file__).resolve().parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"  # tests/data/
 IDLE_W, LOAD_W, RIPPLE_W = 85.0, 480.0, 20.0
 LOAD = (2.0, 9.0)  # the load window (s); telemetry's ramp-in leaves out its first second
 RAMP_IN_S = 1.0
@@ -292,7 +289,7 @@ def test_sim_smoke_reports_joules_per_token_that_match_the_power_model(tmp_path)
     from harness.report.html import write_report
     from harness.sim.gpu import SimGpuModel
 
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     proc = subprocess.run([sys.executable, "-m", "pytest", "suites/", "-p", "no:cacheprovider", "--no-progress",
                            "+exp=sim_smoke", "backend=process", f"record.root={tmp_path}"],
                           cwd=root, capture_output=True, text=True, timeout=300)
@@ -328,7 +325,7 @@ def test_check_nvml_energy_script_prints_both_methods(monkeypatch, tmp_path, cap
             return int(time.perf_counter() * 300_000) + 10**9  # mJ: 300 J each second
 
     fake = Steady([_gpu(0, power_mw=300_000)])
-    path = Path(__file__).resolve().parent.parent / "scripts" / "check_nvml_energy.py"
+    path = Path(__file__).resolve().parents[2] / "scripts" / "check_nvml_energy.py"
     spec = importlib.util.spec_from_file_location("check_nvml_energy", path)
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
