@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -26,6 +25,7 @@ from harness.servers.labels import RUN
 from harness.sim.cli import parse_args as sim_parse_args
 from harness.sim.model import SimModel
 from harness.capacity.slo import Slo, goodput, misses, slos_of
+from tests.support.runs import require_whole_run_marker, specgate, start_specgate
 
 ROOT = Path(__file__).resolve().parents[2]
 EXP = "+exp=sim_capacity"
@@ -210,10 +210,10 @@ def true_capacity(arm, limit_ms: float, maximum: int) -> int:
     return max(c for c, ms in tpot.items() if ms <= limit_ms)
 
 
+@pytest.mark.slow
 def test_capacity_finds_the_simulators_known_capacity_per_arm_within_10_percent(tmp_path):
     runs = tmp_path / "runs"
-    done = subprocess.run([sys.executable, "-m", "harness.cli", "capacity", EXP, f"record.root={runs}"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    done = specgate("capacity", EXP, f"record.root={runs}")
     (folder,) = runs.iterdir()
     data = json.loads((folder / "capacity.json").read_text())
     experiment = compose([EXP])
@@ -252,11 +252,11 @@ def containers_of(record_name: str) -> list:
     return docker.from_env().containers.list(all=True, filters={"label": f"{RUN}={record_name}"})
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_the_probe_and_the_server_and_closes_the_record(tmp_path):
     runs = tmp_path / "runs"
-    child = subprocess.Popen([sys.executable, "-m", "harness.cli", "capacity", EXP, f"record.root={runs}"],
-                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             start_new_session=True)
+    child = start_specgate("capacity", EXP, f"record.root={runs}", stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True, start_new_session=True)
     try:
         for line in child.stdout:  # the first probe has met the SLOs: the second is under way
             if "concurrency 1: met" in line:
@@ -277,12 +277,15 @@ def test_ctrl_c_stops_the_probe_and_the_server_and_closes_the_record(tmp_path):
 
 
 def run_capacity_cli(tmp_path, *overrides: str) -> tuple[int, dict, Path]:
+    """`specgate capacity` in this process: a whole run, servers and all."""
+    require_whole_run_marker()
     runs = tmp_path / "runs"
     status = cli.main(["capacity", EXP, *overrides, f"record.root={runs}"])
     (folder,) = runs.iterdir()
     return status, json.loads((folder / "capacity.json").read_text()), folder
 
 
+@pytest.mark.slow
 def test_a_capacity_that_reaches_max_is_a_bound_the_gate_cannot_pass_on(tmp_path):
     status, data, folder = run_capacity_cli(tmp_path, "capacity.max=2")
     assert (status, data["exit_status"]) == (1, 1)
@@ -295,6 +298,7 @@ def test_a_capacity_that_reaches_max_is_a_bound_the_gate_cannot_pass_on(tmp_path
     assert not containers_of(folder.name)
 
 
+@pytest.mark.slow
 def test_a_probe_whose_requests_fail_misses_and_the_search_exits_1(tmp_path):
     status, data, folder = run_capacity_cli(tmp_path, "workload.timeout_s=0.1", "gate.min_capacity.eagle3.over=null",
                                             "+gate.min_capacity.eagle3.at_least=1")

@@ -8,6 +8,7 @@ import re
 import pytest
 
 from harness.config.compose import ConfigError, compose, list_experiments, merge_overrides, override_key
+from tests.support.runs import specgate
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 EXPERIMENTS = sorted(p.stem for p in (CONF / "exp").glob("*.yaml"))
@@ -163,12 +164,9 @@ def test_a_record_root_under_a_file_is_a_config_error(tmp_path):
 
 
 def test_the_cli_says_config_mistakes_with_exit_4_and_knows_its_version():
-    import subprocess
-    import sys
-
-    bad = subprocess.run([sys.executable, "-m", "harness.cli", "run", "+exp=nope"], capture_output=True, text=True)
+    bad = specgate("run", "+exp=nope", refused=True)
     assert bad.returncode == 4 and "exp=nope: no such option" in bad.stderr
-    version = subprocess.run([sys.executable, "-m", "harness.cli", "--version"], capture_output=True, text=True)
+    version = specgate("--version")
     assert version.returncode == 0 and version.stdout.startswith("specgate ")
 
 

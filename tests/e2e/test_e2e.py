@@ -14,13 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.runs import run_suites, specgate, start_suites
+
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
-
-
-def run_suites(*args: str, timeout: float = 300, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([PYTHON, "-m", "pytest", "suites/", "-p", "no:cacheprovider", "--no-progress", *args],
-                          cwd=cwd, capture_output=True, text=True, timeout=timeout)
 
 
 def sim_processes(marker: str) -> list[int]:
@@ -68,6 +65,7 @@ def results_of(root: Path) -> dict:
     return json.loads((root / "latest" / "results.json").read_text())
 
 
+@pytest.mark.slow
 def test_sim_smoke_passes_and_records_everything(tmp_path, marker):
     proc = run_suites("+exp=sim_smoke", f"record.root={tmp_path}", f"server.model_path={marker}")
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
@@ -102,6 +100,7 @@ def test_sim_smoke_passes_and_records_everything(tmp_path, marker):
     assert specgate_containers(tmp_path) == []
 
 
+@pytest.mark.slow
 def test_eagle_k2_sim_fails_its_gates_for_the_right_reasons(tmp_path, marker):
     proc = run_suites("+exp=eagle_k2_sim", f"record.root={tmp_path}", f"server.model_path={marker}")
     assert proc.returncode == 1, proc.stdout[-4000:]
@@ -130,7 +129,7 @@ def test_eagle_k2_sim_fails_its_gates_for_the_right_reasons(tmp_path, marker):
 ])
 def test_config_mistakes_stop_before_any_server_starts(tmp_path, overrides, fragments):
     started = time.monotonic()
-    proc = run_suites(*overrides, f"record.root={tmp_path}", timeout=60)
+    proc = run_suites(*overrides, f"record.root={tmp_path}", timeout=60, refused=True)
     elapsed = time.monotonic() - started
     assert proc.returncode == 4, proc.stdout + proc.stderr
     for fragment in fragments:
@@ -140,12 +139,13 @@ def test_config_mistakes_stop_before_any_server_starts(tmp_path, overrides, frag
 
 
 def test_eagle_k2_without_a_gpu_fails_fast_in_one_sentence(tmp_path):
-    proc = run_suites("+exp=eagle_k2", f"record.root={tmp_path}", timeout=60)
+    proc = run_suites("+exp=eagle_k2", f"record.root={tmp_path}", timeout=60, refused=True)
     assert proc.returncode == 4
     assert "needs an NVIDIA GPU machine" in proc.stderr and "no NVIDIA driver" in proc.stderr
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.slow
 def test_a_server_that_never_gets_healthy_fails_with_its_log(tmp_path, marker):
     proc = run_suites("+exp=sim_smoke", f"record.root={tmp_path}", f"server.model_path={marker}",
                       "server.sim.startup_s=60", "backend.startup_timeout_s=2", "-k", "baseline and not eagle3")
@@ -164,12 +164,10 @@ def restore_sigint() -> None:
 
 
 def start_in_background(tmp_path: Path, marker: str, *extra: str, new_session: bool = False) -> subprocess.Popen:
-    return subprocess.Popen(
-        [PYTHON, "-m", "pytest", "suites/", "-p", "no:cacheprovider", "--no-progress", "+exp=sim_smoke",
-         f"record.root={tmp_path}", f"server.model_path={marker}", "server.sim.decode_step_ms=20",
-         "workload.num_prompts=200", *extra],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=restore_sigint,
-        start_new_session=new_session)
+    return start_suites("+exp=sim_smoke", f"record.root={tmp_path}", f"server.model_path={marker}",
+                        "server.sim.decode_step_ms=20", "workload.num_prompts=200", *extra,
+                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=restore_sigint,
+                        start_new_session=new_session)
 
 
 def posts_served(tmp_path: Path) -> int:
@@ -193,6 +191,7 @@ SHORT_LOAD = ("workload.max_tokens=32", "workload.concurrency=2", "workload.num_
               "server.sim.decode_step_ms=4")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_an_interrupt_mid_load_keeps_the_finished_requests_and_closes_the_record(tmp_path, marker, signum):
     proc = start_in_background(tmp_path, marker, *SHORT_LOAD)
@@ -248,10 +247,7 @@ def remove_leftovers(root: Path, marker: str) -> None:
             pass
 
 
-def specgate_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([PYTHON, "-m", "harness.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
-
-
+@pytest.mark.slow
 def test_a_run_killed_with_sigkill_leaves_a_record_that_says_it_is_incomplete(tmp_path, marker):
     earlier = write_finished_record(tmp_path)
     proc = start_in_background(tmp_path, marker, new_session=True)
@@ -264,10 +260,10 @@ def test_a_run_killed_with_sigkill_leaves_a_record_that_says_it_is_incomplete(tm
         assert results["status"] == "running" and results["finished_utc"] is None
         assert results["arms"]["baseline"]["status"] == "measuring"  # the arm it died in
         assert (tmp_path / "latest").resolve() == earlier.resolve(), "latest moved to a run that never ended"
-        compare = specgate_cli("compare", str(earlier), str(record))
+        compare = specgate("compare", str(earlier), str(record), timeout=120)
         assert compare.returncode == 0, compare.stderr
         assert "**INCOMPLETE**" in compare.stdout and "the run died before it finished" in compare.stdout
-        report = specgate_cli("report", str(record))
+        report = specgate("report", str(record), timeout=120)
         assert report.returncode == 0, report.stderr
         assert "INCOMPLETE: the run died before it finished" in (record / "report.html").read_text()
     finally:
@@ -276,6 +272,7 @@ def test_a_run_killed_with_sigkill_leaves_a_record_that_says_it_is_incomplete(tm
     assert wait_gone(marker) == [] and specgate_containers(tmp_path) == []
 
 
+@pytest.mark.slow
 def test_a_server_that_dies_mid_load_fails_the_arm_in_words(tmp_path, marker):
     proc = start_in_background(tmp_path, marker, "-k", "baseline and not eagle3")
     try:
@@ -297,6 +294,7 @@ def test_a_server_that_dies_mid_load_fails_the_arm_in_words(tmp_path, marker):
     assert specgate_containers(tmp_path) == []
 
 
+@pytest.mark.slow
 def test_attach_measures_a_server_someone_else_started(tmp_path, marker):
     port = free_port()
     server = subprocess.Popen([PYTHON, "-m", "harness.sim", "--model-path", marker, "--port", str(port),
@@ -324,17 +322,17 @@ def free_port() -> int:
 
 
 def test_specgate_list_and_show():
-    listing = subprocess.run([PYTHON, "-m", "harness.cli", "list"], cwd=ROOT, capture_output=True, text=True)
+    listing = specgate("list")
     assert listing.returncode == 0 and "sim_smoke" in listing.stdout and "eagle_k2_sim" in listing.stdout
-    shown = subprocess.run([PYTHON, "-m", "harness.cli", "show", "+exp=sim_smoke", "workload.max_tokens=64"],
-                           cwd=ROOT, capture_output=True, text=True)
+    shown = specgate("show", "+exp=sim_smoke", "workload.max_tokens=64")
     assert shown.returncode == 0, shown.stderr
     assert "# ---- arm: baseline" in shown.stdout and "# ---- arm: eagle3" in shown.stdout
     assert shown.stdout.count("max_tokens: 64") == 2
-    bad = subprocess.run([PYTHON, "-m", "harness.cli", "show", "drafter=nope"], cwd=ROOT, capture_output=True, text=True)
+    bad = specgate("show", "drafter=nope")
     assert bad.returncode == 4 and "valid choices" in bad.stderr  # a config mistake, as pytest says it
 
 
+@pytest.mark.slow
 def test_specmix_breaks_acceptance_and_speed_down_by_category(tmp_path):
     """The bundled dataset on the simulator, whose acceptance depends on the content
     (server.sim.accept_by_text): each category's accept length near its truth, in the
@@ -347,8 +345,7 @@ def test_specmix_breaks_acceptance_and_speed_down_by_category(tmp_path):
     # truths 1 + p1 + p1 p2: code 2.665, prose 1.725 (a short output's last cycle is cut, so a little lower)
     assert 2.45 < eagle3["code"]["accept_length"] < 2.75 and 1.6 < eagle3["prose"]["accept_length"] < 1.85
     assert eagle3["code"]["speedup_vs_baseline"] > 1.2 > eagle3["prose"]["speedup_vs_baseline"]
-    report = subprocess.run([PYTHON, "-m", "harness.cli", "report", str(tmp_path / "latest")], cwd=ROOT,
-                            capture_output=True, text=True, timeout=120)
+    report = specgate("report", str(tmp_path / "latest"), timeout=120)
     assert report.returncode == 0, report.stderr
     html = (tmp_path / "latest" / "report.html").read_text()
     assert "Per category" in html and "<strong>eagle3</strong></td><td>prose</td>" in html

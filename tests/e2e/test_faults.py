@@ -23,8 +23,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.runs import start_suites
+
 ROOT = Path(__file__).resolve().parents[2]
 FAKE = ROOT / "tests" / "support" / "fake_openai.py"
+pytestmark = pytest.mark.slow  # every test here is a whole run against a fake server
 MEASURED, WARMUP = 6, 1  # fault_every=3: requests 3 and 6 (2 of the 6 measured) misbehave
 
 # fault -> (fake's arguments, what the one reason says, how many measured requests fail)
@@ -58,15 +61,14 @@ class Fake:
 def run_against(fake: Fake, tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
     """One run of the throughput suite against the fake, in its own process group; asserts
     that nothing of that group outlives it."""
-    argv = [sys.executable, "-m", "pytest", "suites/test_throughput.py", "-p", "no:cacheprovider", "--no-progress",
-            "backend=attach", f"backend.url={fake.url}", f"record.root={tmp_path}",
-            f"workload.num_prompts={MEASURED}", f"workload.warmup_requests={WARMUP}", "workload.max_tokens=16",
-            "workload.first_byte_timeout_s=1", "workload.timeout_s=2", *overrides]
-    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = start_suites("backend=attach", f"backend.url={fake.url}", f"record.root={tmp_path}",
+                        f"workload.num_prompts={MEASURED}", f"workload.warmup_requests={WARMUP}", "workload.max_tokens=16",
+                        "workload.first_byte_timeout_s=1", "workload.timeout_s=2", *overrides,
+                        path="suites/test_throughput.py", stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                        start_new_session=True)
     stdout, stderr = proc.communicate(timeout=300)
     assert not group_alive(proc.pid), "a process of the run outlived it"
-    return subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
 
 
 def group_alive(pgid: int) -> bool:

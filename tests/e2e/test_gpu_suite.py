@@ -4,15 +4,17 @@ nvml/smi telemetry is skipped with that reason, not passed."""
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+import pytest
+
+from tests.support import runs
+
+pytestmark = pytest.mark.slow  # every test here runs the suites
 
 
 def run_suites(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pytest", "suites/", "-p", "no:cacheprovider", "--no-progress",
-                           "-rs", *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    return runs.run_suites("-rs", *args)
 
 
 def results(root: Path) -> dict:

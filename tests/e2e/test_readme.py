@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.support.runs import REFUSED, require_whole_run_marker
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
@@ -65,10 +66,19 @@ def attached_sim():
     server.wait(timeout=10)
 
 
-@pytest.mark.parametrize("command", [c for c, outcome in OUTCOMES.items() if isinstance(outcome, tuple)])
+def starts_a_run(command: str) -> bool:
+    """A run that gets as far as starting servers (a config refusal, exit status 4, does not)."""
+    argv = shlex.split(command)
+    return ("suites/" in argv or argv[1:2] == ["run"]) and OUTCOMES[command][0] != REFUSED
+
+
+@pytest.mark.parametrize("command", [pytest.param(c, marks=[pytest.mark.slow] if starts_a_run(c) else [])
+                                     for c, outcome in OUTCOMES.items() if isinstance(outcome, tuple)])
 def test_a_readme_command_ends_as_documented(command, tmp_path, attached_sim):
     status, says = OUTCOMES[command]
     argv = shlex.split(command.replace(ATTACH_URL, attached_sim))
+    if starts_a_run(command):
+        require_whole_run_marker()  # the README's own command line, so not through run_suites
     if "suites/" in argv or argv[1:2] == ["run"]:  # a run: its record goes to tmp_path
         argv += [f"record.root={tmp_path}", "--no-progress", "-p", "no:cacheprovider"]
     proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600,

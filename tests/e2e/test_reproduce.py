@@ -4,22 +4,16 @@ summary for CI — end to end on the simulator."""
 
 import json
 import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests.support.runs import run_suites
+
 ROOT = Path(__file__).resolve().parents[2]
 CENTRAL = {"output_tok_s", "itl_ms.p50", "e2e_ms.p50", "accept_length", "verify_cycle_ms"}
-
-
-def run_suites(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    import os
-
-    return subprocess.run([sys.executable, "-m", "pytest", "suites/", "-p", "no:cacheprovider", "--no-progress", *args],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, **(env or {})})
 
 
 @pytest.fixture(scope="module")
@@ -32,6 +26,7 @@ def first_run(tmp_path_factory):
     return root, (root / "latest").resolve(), junit, step_summary, proc
 
 
+@pytest.mark.slow
 def test_repeats_report_median_spread_and_cv(first_run):
     _, record, _, _, proc = first_run
     block = json.loads((record / "results.json").read_text())["arms"]["eagle3"]
@@ -44,6 +39,7 @@ def test_repeats_report_median_spread_and_cv(first_run):
     assert {json.loads(l)["repeat"] for l in lines} == {0, 1}
 
 
+@pytest.mark.slow
 def test_the_record_says_how_to_reproduce_it(first_run):
     _, record, _, _, _ = first_run
     results = json.loads((record / "results.json").read_text())
@@ -55,6 +51,7 @@ def test_the_record_says_how_to_reproduce_it(first_run):
     assert yaml.safe_load((record / "arms" / "eagle3" / "config.yaml").read_text())["workload"]["seed"] == 0
 
 
+@pytest.mark.slow
 def test_junit_xml_carries_each_gates_numbers(first_run):
     _, _, junit, _, _ = first_run
     tree = ET.parse(junit)
@@ -64,6 +61,7 @@ def test_junit_xml_carries_each_gates_numbers(first_run):
     assert float(props["min_speedup[eagle3].value"]) > 1.1
 
 
+@pytest.mark.slow
 def test_the_summary_goes_to_the_github_step_summary(first_run):
     _, record, _, step_summary, _ = first_run
     text = step_summary.read_text()
@@ -71,6 +69,7 @@ def test_the_summary_goes_to_the_github_step_summary(first_run):
     assert text.strip() == (record / "summary.md").read_text().strip()
 
 
+@pytest.mark.slow
 def test_replay_reruns_the_recorded_config_and_prints_the_drift(first_run, tmp_path):
     _, record, _, _, _ = first_run
     proc = run_suites("--replay", str(record), f"record.root={tmp_path}")
@@ -83,6 +82,7 @@ def test_replay_reruns_the_recorded_config_and_prints_the_drift(first_run, tmp_p
     assert central and not [line for line in central if "outside the band" in line], "\n".join(central)
 
 
+@pytest.mark.slow
 def test_a_slower_server_fails_the_baseline_gate_naming_the_regression(first_run, tmp_path):
     _, record, _, _, _ = first_run
     proc = run_suites("--replay", str(record), "server.sim.decode_step_ms=4.4", f"gate.baseline={record}",
@@ -95,6 +95,7 @@ def test_a_slower_server_fails_the_baseline_gate_naming_the_regression(first_run
     assert 0.0 < tok["interval"][0] <= tok["interval"][1]  # the regression's interval, all of it worse
 
 
+@pytest.mark.slow
 def test_replay_says_when_todays_conf_differs_and_refuses_group_switches(first_run, tmp_path):
     _, record, _, _, _ = first_run
     copy = tmp_path / "record"
@@ -115,6 +116,7 @@ def test_a_reference_run_that_is_not_a_record_stops_the_run_in_one_sentence(tmp_
     assert f"gate.baseline: {tmp_path / 'nope'} is not a run record: it does not exist" in proc.stderr
 
 
+@pytest.mark.slow
 def test_a_reference_run_of_another_workload_stops_the_run_unless_told_to_warn(first_run, tmp_path):
     _, record, _, _, _ = first_run
     other = ("workload.max_tokens=7", f"gate.baseline={record}", f"record.root={tmp_path}", "--collect-only")
@@ -130,16 +132,17 @@ def test_a_reference_run_of_another_workload_stops_the_run_unless_told_to_warn(f
     assert same.returncode == 0, same.stderr[-2000:]  # fewer requests measure the same thing
 
 
+@pytest.mark.slow
 def test_a_full_run_evaluates_every_configured_gate(first_run):
     _, record, _, _, _ = first_run
     assert json.loads((record / "results.json").read_text())["gates_not_evaluated"] == []
     assert "NOT evaluated" not in (record / "summary.md").read_text()
 
 
+@pytest.mark.slow
 def test_gates_of_a_suite_that_did_not_run_are_listed_not_silent(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "pytest", "suites/test_throughput.py", "-p", "no:cacheprovider",
-                           "--no-progress", "+exp=sim_smoke", "workload.num_prompts=2", f"record.root={tmp_path}"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = run_suites("+exp=sim_smoke", "workload.num_prompts=2", f"record.root={tmp_path}",
+                      path="suites/test_throughput.py")
     assert proc.returncode == 0, proc.stdout[-2000:]
     results = json.loads((tmp_path / "latest" / "results.json").read_text())
     missing = {(g["name"], g["arm"]) for g in results["gates_not_evaluated"]}
@@ -151,6 +154,7 @@ def test_gates_of_a_suite_that_did_not_run_are_listed_not_silent(tmp_path):
     assert "min_accept_length [eagle3]" in listed and "min_speedup [eagle3]" in listed
 
 
+@pytest.mark.slow
 def test_a_replay_of_a_torn_results_json_stops_before_any_server_starts(first_run, tmp_path):
     _, record, _, _, _ = first_run
     copy = tmp_path / "record"
@@ -158,7 +162,7 @@ def test_a_replay_of_a_torn_results_json_stops_before_any_server_starts(first_ru
     text = (copy / "results.json").read_text()
     (copy / "results.json").write_text(text[: len(text) // 2])  # cut in half: not JSON
     new_root = tmp_path / "new"
-    proc = run_suites("--replay", str(copy), f"record.root={new_root}")
+    proc = run_suites("--replay", str(copy), f"record.root={new_root}", refused=True)
     assert proc.returncode == 4, proc.stdout[-3000:]
     assert f"specgate: --replay: {copy / 'results.json'} is not a readable run record" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr

@@ -3,22 +3,18 @@ draft_model speculation at both bounds, through every suite. Takes minutes; dese
 locally with `-m "not real_engine"` (CI always runs it; `make install` sets it up)."""
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.runs import run_suites
+
 pytestmark = pytest.mark.real_engine
 
 
 @pytest.fixture(scope="module")
 def vllm_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("vllm-runs")
-    proc = subprocess.run([sys.executable, "-m", "pytest", "suites/", "-p", "no:cacheprovider", "--no-progress",
-                           "+exp=vllm_cpu_smoke", f"record.root={root}", "-v", "-rs"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=1500)
+    proc = run_suites("+exp=vllm_cpu_smoke", f"record.root={root}", "-v", "-rs", timeout=1500)
     results = json.loads((root / "latest" / "results.json").read_text()) if (root / "latest").exists() else {}
     lines = (root / "latest" / "requests.jsonl").read_text().splitlines() if (root / "latest").exists() else []
     return proc, results, [json.loads(line) for line in lines]
@@ -74,9 +70,8 @@ def test_speculation_is_lossless_under_greedy(vllm_run):
 def test_vllm_runs_in_a_container_too(tmp_path):
     """The docker backend with the CPU build: a debootstrapped bookworm image (built once,
     then reused by its hash) running the host venv's vLLM, mounted read-only."""
-    proc = subprocess.run([sys.executable, "-m", "pytest", "suites/", "-p", "no:cacheprovider", "--no-progress",
-                           "+exp=vllm_cpu_smoke", "backend=docker", f"record.root={tmp_path}", "-k", "draft_self"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    proc = run_suites("+exp=vllm_cpu_smoke", "backend=docker", f"record.root={tmp_path}", "-k", "draft_self",
+                      timeout=900)
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
     record = (tmp_path / "latest").resolve()
     arm = json.loads((record / "results.json").read_text())["arms"]["draft_self"]

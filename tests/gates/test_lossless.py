@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,6 +21,7 @@ from harness.gates.lossless import NEAR_TIE_NATS, compare, summary, top_logprobs
 from harness.measure.metrics import ArmResult, Stat
 from harness.config.schema import GateConfig, WorkloadConfig
 
+from tests.support import runs
 from tests.support.sim_process import FAST, SPEC, Sim
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -267,12 +267,11 @@ def test_a_load_keeps_text_ids_and_logprobs_from_the_simulator(api):
 
 
 def run_suites(exp: str, root: Path) -> tuple[subprocess.CompletedProcess, dict]:
-    proc = subprocess.run([sys.executable, "-m", "pytest", "suites/", "-p", "no:cacheprovider", "--no-progress",
-                           f"+exp={exp}", "backend=process", f"record.root={root}", "-rA"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = runs.run_suites(f"+exp={exp}", "backend=process", f"record.root={root}", "-rA")
     return proc, json.loads((root / "latest" / "results.json").read_text())
 
 
+@pytest.mark.slow
 def test_sim_lossy_fails_the_lossless_gate_only_naming_the_divergence(tmp_path):
     proc, results = run_suites("sim_lossy", tmp_path)
     assert proc.returncode == 1, proc.stdout[-3000:]
@@ -289,6 +288,7 @@ def test_sim_lossy_fails_the_lossless_gate_only_naming_the_divergence(tmp_path):
     assert any(texts[("eagle3", i)] != texts[("baseline", i)] for i in range(4))
 
 
+@pytest.mark.slow
 def test_sim_smoke_passes_the_lossless_gate(tmp_path):
     proc, results = run_suites("sim_smoke", tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:]

@@ -28,6 +28,7 @@ from harness.load.client_health import (CpuMark, LoopLagTicker, client_block, co
 from harness.measure.metrics import ArmResult, Stat, summarize
 from harness.config.schema import ClientBoundConfig, GateConfig, WorkloadConfig
 from harness.report.summary import format_summary
+from tests.support.runs import run_suites
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -274,10 +275,9 @@ def test_a_starved_client_is_flagged_client_bound_and_an_ordinary_one_is_not(sim
     assert verdict.status == "failed" and "not the server's" in verdict.detail
 
 
+@pytest.mark.slow
 def test_sim_smoke_records_the_client_block_and_keeps_up(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "pytest", "suites/test_throughput.py", "-p", "no:cacheprovider",
-                           "--no-progress", "+exp=sim_smoke", f"record.root={tmp_path}"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = run_suites("+exp=sim_smoke", f"record.root={tmp_path}", path="suites/test_throughput.py")
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     results = json.loads((tmp_path / "latest" / "results.json").read_text())
     for arm in ("baseline", "eagle3"):

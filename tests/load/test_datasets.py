@@ -20,6 +20,7 @@ from harness.config.schema import WorkloadConfig
 
 from tests.support.fake_openai import FakeOpenAI
 from tests.support.fake_sglang import FakeSGLang
+from tests.support.runs import run_suites
 
 ROOT = Path(__file__).resolve().parents[2]
 SPECMIX = ROOT / "datasets" / "specmix.jsonl"
@@ -157,9 +158,8 @@ def test_a_bad_item_of_a_json_array_names_its_line(tmp_path):
 
 def test_a_bad_dataset_stops_the_run_with_exit_4_before_any_server(tmp_path):
     path = write(tmp_path / "bad.jsonl", {"prompt": "ok"}, '{"prompt": oops}')
-    proc = subprocess.run([sys.executable, "-m", "pytest", "suites/", "+exp=sim_smoke", f"workload.dataset={path}",
-                           f"record.root={tmp_path / 'runs'}", "--collect-only", "-q", "-p", "no:cacheprovider"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc = run_suites("+exp=sim_smoke", f"workload.dataset={path}", f"record.root={tmp_path / 'runs'}",
+                      "--collect-only", "-q", timeout=120)
     assert proc.returncode == 4, proc.stdout + proc.stderr
     assert f"ERROR: specgate: workload.dataset {path}, line 2: not valid JSON" in proc.stderr, proc.stderr
     assert not (tmp_path / "runs").exists()
@@ -221,14 +221,13 @@ def test_a_failed_turn_ends_its_conversation(tmp_path):
     assert [(r.turn, r.status) for r in res.records] == [(0, 500)] and len(fake.bodies) == 1
 
 
+@pytest.mark.slow
 def test_a_run_writes_category_and_row_into_requests_jsonl(tmp_path):
     path = write(tmp_path / "d.jsonl", {"turns": ["Count from 1 to 3", "Again"], "category": "repetition"},
                  {"prompt": "Describe the sea.", "category": "prose"})
-    proc = subprocess.run([sys.executable, "-m", "pytest", "suites/test_throughput.py", "+exp=sim_smoke",
-                           "backend=process", "telemetry=off", "--arm", "baseline", f"workload.dataset={path}",
-                           "workload.num_prompts=2", "workload.warmup_requests=0", "workload.max_tokens=8",
-                           f"record.root={tmp_path / 'runs'}", "--no-progress", "-p", "no:cacheprovider"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=180)
+    proc = run_suites("+exp=sim_smoke", "backend=process", "telemetry=off", "--arm", "baseline", f"workload.dataset={path}",
+                      "workload.num_prompts=2", "workload.warmup_requests=0", "workload.max_tokens=8",
+                      f"record.root={tmp_path / 'runs'}", path="suites/test_throughput.py", timeout=180)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     lines = [json.loads(line) for line in (tmp_path / "runs" / "latest" / "requests.jsonl").read_text().splitlines()]
     assert sorted((line["dataset_row"], line["turn"], line["category"]) for line in lines) == [

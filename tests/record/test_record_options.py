@@ -1,16 +1,12 @@
 """`record.*` options do what they say in a real run (a suite run in a subprocess)."""
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+import pytest
 
+from tests.support.runs import run_suites
 
-def run_suites(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pytest", "suites/", "-p", "no:cacheprovider", "--no-progress", *args],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+pytestmark = pytest.mark.slow  # every test here runs the suites
 
 
 def test_keep_requests_false_writes_no_requests_jsonl(tmp_path):

@@ -5,9 +5,6 @@ redacted."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +12,7 @@ import pytest
 from harness.config.compose import compose
 from harness.record.secrets import REDACTED, Redactor, secret_name
 from harness.servers.process import ProcessServer
+from tests.support.runs import run_suites, specgate
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -69,11 +67,7 @@ def assert_no_secret(*roots: Path) -> None:
             assert secret.encode() not in data, f"{secret} leaked into {path}"
 
 
-def run_suites(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pytest", "suites/", "-p", "no:cacheprovider", "--no-progress", *args],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, **(env or {})})
-
-
+@pytest.mark.slow
 def test_planted_secrets_reach_no_file_and_no_report(tmp_path):
     junit, step = tmp_path / "junit.xml", tmp_path / "step.md"
     proc = run_suites("+exp=sim_smoke", "backend=process", "telemetry=off", f"record.root={tmp_path / 'runs'}",
@@ -82,8 +76,7 @@ def test_planted_secrets_reach_no_file_and_no_report(tmp_path):
                       env={"GITHUB_STEP_SUMMARY": str(step)})
     assert proc.returncode == 0, proc.stdout[-3000:]
     record = (tmp_path / "runs" / "latest").resolve()
-    report = subprocess.run([sys.executable, "-m", "harness.cli", "report", str(record)], cwd=ROOT,
-                            capture_output=True, text=True, timeout=120)
+    report = specgate("report", str(record), timeout=120)
     assert report.returncode == 0, report.stderr
     log = (record / "arms" / "baseline" / "server.log").read_text()
     assert "sk-extra" not in log and REDACTED in log  # the simulator logged its unknown flags, scrubbed as written
@@ -95,6 +88,7 @@ def test_planted_secrets_reach_no_file_and_no_report(tmp_path):
         assert secret not in proc.stdout and secret not in proc.stderr
 
 
+@pytest.mark.slow
 def test_a_password_in_the_attach_url_reaches_no_file(tmp_path):
     cfg = compose(["+exp=sim_smoke", "backend=process", "telemetry=off"]).arm("baseline").cfg
     server = ProcessServer("baseline", cfg, tmp_path / "sim.log")

@@ -6,7 +6,6 @@ passing the same suites."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -19,9 +18,9 @@ from harness.servers import ServerError
 from harness.servers.images import ImageInfo
 from harness.servers.docker import DockerServer, host_venv_mounts, venv_site_packages
 from harness.servers.labels import LABEL, SESSION, Session, container_labels, remove_containers
+from tests.support.runs import run_suites, specgate
 
 ROOT = Path(__file__).resolve().parents[2]
-PYTHON = sys.executable
 
 
 @pytest.fixture(scope="module")
@@ -33,11 +32,6 @@ def engine():
         pytest.fail(f"no Docker engine answers ({exc}); `make install` starts one (scripts/ensure_docker.sh)")
     yield client
     client.close()
-
-
-def run_suites(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([PYTHON, "-m", "pytest", "suites/", "-p", "no:cacheprovider", "--no-progress", *args],
-                          cwd=ROOT, capture_output=True, text=True, timeout=timeout)
 
 
 def session_containers(engine, session_id: str) -> list:
@@ -107,12 +101,13 @@ def test_leftovers_of_dead_sessions_are_removed_and_live_ones_kept(engine):
 def test_specgate_clean_removes_everything_labelled(engine):
     image = next(t for i in engine.images.list(filters={"label": LABEL}) for t in i.tags if t.startswith("specgate/sim:"))
     container = engine.containers.create(image, command=["--help"], labels=container_labels(Session(), "x"))
-    proc = subprocess.run([PYTHON, "-m", "harness.cli", "clean"], cwd=ROOT, capture_output=True, text=True)
+    proc = specgate("clean")
     assert proc.returncode == 0 and container.name in proc.stdout
     with pytest.raises(docker.errors.NotFound):
         engine.containers.get(container.id)
 
 
+@pytest.mark.slow
 def test_environment_check_passes_when_every_process_has_the_preset(engine, tmp_path):
     proc = run_suites("+exp=sim_smoke", "nccl=pcie_tuned", "server.tp_size=2", f"record.root={tmp_path}",
                       "-k", "environment", "-v")
@@ -123,6 +118,7 @@ def test_environment_check_passes_when_every_process_has_the_preset(engine, tmp_
     assert len(seen) >= 4 and all(p["vars"]["NCCL_ALGO"] == "Ring" for p in seen)
 
 
+@pytest.mark.slow
 def test_environment_check_names_the_workers_that_lost_the_variables(engine, tmp_path):
     proc = run_suites("+exp=sim_env_scrubbed", f"record.root={tmp_path}", "-k", "environment")
     assert proc.returncode == 1, proc.stdout[-3000:]
@@ -133,11 +129,13 @@ def test_environment_check_names_the_workers_that_lost_the_variables(engine, tmp
     assert engine.containers.list(all=True, filters={"label": f"specgate.run={run}"}) == []
 
 
+@pytest.mark.slow
 def test_the_process_backend_still_passes_the_suites(tmp_path):
     proc = run_suites("+exp=sim_smoke", "backend=process", "nccl=pcie_tuned", f"record.root={tmp_path}")
     assert proc.returncode == 0, proc.stdout[-3000:]
 
 
+@pytest.mark.slow
 def test_a_missing_release_image_fails_within_seconds_in_one_sentence(engine, tmp_path):
     target, drafter = tmp_path / "target", tmp_path / "drafter"
     for folder, config in ((target, {"hidden_size": 64, "vocab_size": 100}),
@@ -152,7 +150,7 @@ def test_a_missing_release_image_fails_within_seconds_in_one_sentence(engine, tm
 
 
 def test_a_missing_model_path_stops_before_anything_starts(tmp_path):
-    proc = run_suites("+exp=eagle_k2", "server.requires_gpu=false", f"record.root={tmp_path}", timeout=60)
+    proc = run_suites("+exp=eagle_k2", "server.requires_gpu=false", f"record.root={tmp_path}", timeout=60, refused=True)
     assert proc.returncode == 4
     assert "does not exist on this machine" in proc.stderr
     assert not any(tmp_path.iterdir())

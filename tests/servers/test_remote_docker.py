@@ -25,6 +25,7 @@ import pytest
 
 from harness.config.compose import ConfigError, compose
 from harness.servers.docker import client_host, unreachable_publish
+from tests.support.runs import run_suites
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
@@ -116,10 +117,10 @@ def wait_for_ssh(port: int, env: dict, sshd: subprocess.Popen) -> None:
     pytest.fail(f"ssh to 127.0.0.1:{port} does not reach the engine: {probe.stderr.strip()}")
 
 
-def run_sim_smoke(record_root: Path, *overrides: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([PYTHON, "-m", "pytest", "suites/", "-p", "no:cacheprovider", "--no-progress",
-                           "+exp=sim_smoke", "backend=docker", f"record.root={record_root}", *overrides],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+def run_sim_smoke(record_root: Path, *overrides: str, env: dict | None = None,
+                  refused: bool = False) -> subprocess.CompletedProcess:
+    return run_suites("+exp=sim_smoke", "backend=docker", f"record.root={record_root}", *overrides, env=env,
+                      refused=refused)
 
 
 def containers_named(names: list[str]) -> list[str]:
@@ -139,6 +140,7 @@ def check_end_to_end(proc: subprocess.CompletedProcess, record_root: Path, host:
     assert containers_named([s["container"] for s in servers.values()]) == []
 
 
+@pytest.mark.slow
 def test_sim_smoke_runs_through_an_engine_reached_over_tcp(tcp_engine, tmp_path):
     """The server's port is published on this machine's non-loopback address only, and
     reached there: as on a GPU box whose engine listens on tcp://gpu-box:2375."""
@@ -148,12 +150,14 @@ def test_sim_smoke_runs_through_an_engine_reached_over_tcp(tcp_engine, tmp_path)
     check_end_to_end(proc, tmp_path, address, docker_host)
 
 
+@pytest.mark.slow
 def test_sim_smoke_runs_through_an_engine_reached_over_ssh(ssh_engine, tmp_path):
     docker_host, env = ssh_engine
     proc = run_sim_smoke(tmp_path, f"backend.docker_host={docker_host}", env=env)
     check_end_to_end(proc, tmp_path, "127.0.0.1", docker_host)
 
 
+@pytest.mark.slow
 def test_an_engine_that_does_not_answer_fails_each_arm_in_one_sentence(tmp_path):
     proc = run_sim_smoke(tmp_path, "backend.docker_host=tcp://127.0.0.1:1")
     assert proc.returncode == 1
@@ -167,7 +171,7 @@ def test_an_engine_that_does_not_answer_fails_each_arm_in_one_sentence(tmp_path)
 
 
 def test_a_remote_engines_loopback_is_refused_before_anything_starts(tmp_path):
-    proc = run_sim_smoke(tmp_path, "backend.docker_host=ssh://me@gpu-box")
+    proc = run_sim_smoke(tmp_path, "backend.docker_host=ssh://me@gpu-box", refused=True)
     assert proc.returncode == 4
     assert ("backend.publish_host 127.0.0.1 publishes the server on gpu-box's own loopback, which this "
             "machine cannot reach") in proc.stderr

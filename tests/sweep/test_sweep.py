@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -18,6 +17,7 @@ from harness import cli
 from harness.sweep import driver as sweep
 from harness.config.compose import ConfigError, compose, sweep_points
 from harness.sweep.record import headline
+from tests.support.runs import run_suites, specgate
 
 ROOT = Path(__file__).resolve().parents[2]
 SIM = ["+exp=sim_smoke", "backend=process", "workload.num_prompts=2", "workload.max_tokens=16"]
@@ -119,12 +119,12 @@ def test_an_interrupted_point_ends_the_sweep_as_interrupted(tmp_path, monkeypatc
     assert "status **interrupted**" in (sweep_dir / "summary.md").read_text()
 
 
+@pytest.mark.slow
 def test_two_points_on_the_simulator_each_a_whole_experiment(tmp_path):
     runs = tmp_path / "runs"
     secret = "hf_basicsweepsecret0123456789"
-    done = subprocess.run([sys.executable, "-m", "harness.cli", "sweep", *SIM, "workload.concurrency=1,2",
-                           f"+server.env.HF_TOKEN={secret}", f"record.root={runs}", "-p", "no:cacheprovider",
-                           "--no-progress"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    done = specgate("sweep", *SIM, "workload.concurrency=1,2", f"+server.env.HF_TOKEN={secret}", f"record.root={runs}",
+                    "-p", "no:cacheprovider", "--no-progress", timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     (sweep_dir,) = runs.iterdir()
     # a secret override reaches the points but no file of the sweep (sweep.json keeps the overrides)
@@ -152,13 +152,12 @@ def test_two_points_on_the_simulator_each_a_whole_experiment(tmp_path):
     assert len(rows) == 4 and "status **finished**, exit status 0" in summary
 
 
+@pytest.mark.slow
 def test_pytest_multirun_runs_the_sweep(tmp_path):
     """`pytest suites/ ... --multirun k=1,2` is `specgate sweep`: one pytest per point, the sweep's
     record and exit status; pytest options (-k ARM) reach every point."""
     runs = tmp_path / "runs"
-    done = subprocess.run([sys.executable, "-m", "pytest", "suites/", "-p", "no:cacheprovider", "--no-progress", *SIM,
-                           "workload.concurrency=1,2", "--multirun", "-k", "baseline", f"record.root={runs}"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    done = run_suites(*SIM, "workload.concurrency=1,2", "--multirun", "-k", "baseline", f"record.root={runs}")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     (sweep_dir,) = runs.iterdir()
     data = json.loads((sweep_dir / "sweep.json").read_text())
@@ -169,9 +168,8 @@ def test_pytest_multirun_runs_the_sweep(tmp_path):
 
 
 def test_pytest_multirun_with_a_bad_point_exits_4_before_any_server(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "pytest", "suites/", "-p", "no:cacheprovider", *SIM,
-                           "workload.concurrency=1,0", "--multirun", f"record.root={tmp_path}"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    done = run_suites(*SIM, "workload.concurrency=1,0", "--multirun", f"record.root={tmp_path}", timeout=120,
+                      refused=True)
     assert done.returncode == 4
     assert "sweep point 1 (workload.concurrency=0)" in done.stderr
     assert not any(tmp_path.iterdir())

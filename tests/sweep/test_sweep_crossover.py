@@ -8,18 +8,16 @@ from __future__ import annotations
 import json
 import math
 import re
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from harness import cli
 from harness.config.compose import compose
 from harness.engines.sim import truth_model
+from tests.support.runs import specgate
 
-ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow  # one real sweep serves every test here
 CONCURRENCY = (2, 4, 8, 16)  # the truth, 5.53, lies between 4 and 8
 # sim_crossover's own min_speedup_through (1.1x up to 4) passes; a crossover of 8 is more than
 # the knee allows, so this gate fails and, with it, the sweep's exit status
@@ -30,10 +28,8 @@ OVERRIDES = ["+exp=sim_crossover", "backend=process", "sweep_gate.crossover_at_l
 def sweep(tmp_path_factory):
     runs = tmp_path_factory.mktemp("runs")
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "harness.cli", "sweep", *OVERRIDES,
-                           f"workload.concurrency={','.join(map(str, CONCURRENCY))}", f"record.root={runs}",
-                           "-p", "no:cacheprovider", "--no-progress", "-q"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=400)
+    done = specgate("sweep", *OVERRIDES, f"workload.concurrency={','.join(map(str, CONCURRENCY))}",
+                    f"record.root={runs}", "-p", "no:cacheprovider", "--no-progress", "-q", timeout=400)
     print(f"sweep of {len(CONCURRENCY)} points took {time.monotonic() - started:.1f} s")
     (sweep_dir,) = runs.iterdir()
     return done, sweep_dir, json.loads((sweep_dir / "sweep.json").read_text())

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from harness import cli
+from tests.support.runs import start_specgate
 
 ROOT = Path(__file__).resolve().parents[2]
 SIM = ["+exp=sim_smoke", "backend=process", "workload.num_prompts=2", "workload.max_tokens=16"]
@@ -34,9 +35,8 @@ def slurm():
 
 
 def sweep(runs: Path, *tokens: str) -> subprocess.Popen:
-    return subprocess.Popen([*WITH_SIGINT, sys.executable, "-m", "harness.cli", "sweep", *SIM, *tokens,
-                             f"record.root={runs}", *QUIET], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    return start_specgate("sweep", *SIM, *tokens, f"record.root={runs}", *QUIET, prefix=WITH_SIGINT,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
 def finished(process: subprocess.Popen, timeout: float = 300) -> tuple[int, str]:
@@ -176,9 +176,9 @@ def test_what_a_machine_must_have_is_checked_on_the_jobs_node(slurm, tmp_path):
     """eagle_k2 needs a GPU: this machine, submitting, has none and says nothing; the job's node
     has none either, and the point's own pytest refuses there (exit 4) with its sentence."""
     runs = tmp_path / "runs"
-    status, output = finished(subprocess.Popen(
-        [sys.executable, "-m", "harness.cli", "sweep", "+exp=eagle_k2", f"record.root={runs}",
-         "hydra/launcher=submitit_slurm", *QUIET], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    status, output = finished(start_specgate("sweep", "+exp=eagle_k2", f"record.root={runs}",
+                                             "hydra/launcher=submitit_slurm", *QUIET, stdout=subprocess.PIPE,
+                                             stderr=subprocess.STDOUT, text=True))
     assert status == 1, output[-3000:]
     sweep_dir, data = sweep_record(runs)
     (point,) = data["points"]

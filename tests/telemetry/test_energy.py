@@ -26,6 +26,7 @@ from harness.telemetry.nvml import NvmlSource
 from harness.telemetry.sampler import phase_of
 
 from tests.support.fake_nvml import FakeNvml, gpu_readings as _gpu
+from tests.support.runs import run_suites
 
 DATA = Path(__file__).resolve().parents[1] / "data"  # tests/data/
 IDLE_W, LOAD_W, RIPPLE_W = 85.0, 480.0, 20.0
@@ -277,22 +278,17 @@ def test_max_joules_per_token_when_telemetry_cannot_tell():
 
 
 # ---------------------------------------------------------------- the simulator, end to end
+@pytest.mark.slow
 def test_sim_smoke_reports_joules_per_token_that_match_the_power_model(tmp_path):
     """`pytest suites/ +exp=sim_smoke` (telemetry=sim): every arm's joules per token from the
     simulated GPUs' energy counters, against what the simulator's power model says one
     stream draws (harness/sim/gpu.py) times the span, over the tokens streamed in it.
     Within 5 %: between two requests of the closed loop nothing runs for a moment and the
     draw relaxes toward idle, which the model's steady figure leaves out."""
-    import subprocess
-    import sys
-
     from harness.report.html import write_report
     from harness.sim.gpu import SimGpuModel
 
-    root = Path(__file__).resolve().parents[2]
-    proc = subprocess.run([sys.executable, "-m", "pytest", "suites/", "-p", "no:cacheprovider", "--no-progress",
-                           "+exp=sim_smoke", "backend=process", f"record.root={tmp_path}"],
-                          cwd=root, capture_output=True, text=True, timeout=300)
+    proc = run_suites("+exp=sim_smoke", "backend=process", f"record.root={tmp_path}")
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     record = (tmp_path / "latest").resolve()
     results = json.loads((record / "results.json").read_text())
