@@ -66,10 +66,10 @@ def results_of(root: Path) -> dict:
 
 
 @pytest.mark.slow
-def test_sim_smoke_passes_and_records_everything(tmp_path, marker):
-    proc = run_suites("+exp=sim_smoke", f"record.root={tmp_path}", f"server.model_path={marker}")
+def test_sim_smoke_passes_and_records_everything(sim_smoke_on_docker):
+    proc, record, tmp_path, marker = (sim_smoke_on_docker.proc, sim_smoke_on_docker.record, sim_smoke_on_docker.root,
+                                      sim_smoke_on_docker.marker)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    record = (tmp_path / "latest").resolve()
     for name in ("config.yaml", "overrides.yaml", "results.json", "requests.jsonl", "summary.md",
                  "arms/baseline/config.yaml", "arms/eagle3/config.yaml", "arms/baseline/server.log", "arms/eagle3/server.log"):
         assert (record / name).is_file(), f"{name} missing from the record"

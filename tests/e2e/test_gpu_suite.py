@@ -21,8 +21,8 @@ def results(root: Path) -> dict:
     return json.loads((root / "latest" / "results.json").read_text())
 
 
-def test_sim_gpus_boost_under_load_and_are_recorded(tmp_path):
-    proc = run_suites("+exp=sim_smoke", f"record.root={tmp_path}", "-k", "gpu and eagle3", "-v")
+def test_sim_gpus_boost_under_load_and_are_recorded(sim_smoke_on_docker):
+    proc, tmp_path = sim_smoke_on_docker.proc, sim_smoke_on_docker.root  # every suite, -v
     assert proc.returncode == 0, proc.stdout[-3000:]
     for test in ("test_sm_clock_under_load", "test_no_slowdown_reasons_under_load", "test_gpu_utilization_under_load"):
         assert f"{test}[eagle3] PASSED" in proc.stdout

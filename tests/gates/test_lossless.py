@@ -289,8 +289,8 @@ def test_sim_lossy_fails_the_lossless_gate_only_naming_the_divergence(tmp_path):
 
 
 @pytest.mark.slow
-def test_sim_smoke_passes_the_lossless_gate(tmp_path):
-    proc, results = run_suites("sim_smoke", tmp_path)
+def test_sim_smoke_passes_the_lossless_gate(sim_smoke_on_processes):
+    proc, results = sim_smoke_on_processes.proc, sim_smoke_on_processes.results
     assert proc.returncode == 0, proc.stdout[-3000:]
     [verdict] = [g for g in results["gates"] if g["name"] == "lossless" and g["arm"] == "eagle3"]
     assert verdict["status"] == "passed" and verdict["value"] == 1.0

@@ -28,7 +28,6 @@ from harness.load.client_health import (CpuMark, LoopLagTicker, client_block, co
 from harness.measure.metrics import ArmResult, Stat, summarize
 from harness.config.schema import ClientBoundConfig, GateConfig, WorkloadConfig
 from harness.report.summary import format_summary
-from tests.support.runs import run_suites
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -276,8 +275,8 @@ def test_a_starved_client_is_flagged_client_bound_and_an_ordinary_one_is_not(sim
 
 
 @pytest.mark.slow
-def test_sim_smoke_records_the_client_block_and_keeps_up(tmp_path):
-    proc = run_suites("+exp=sim_smoke", f"record.root={tmp_path}", path="suites/test_throughput.py")
+def test_sim_smoke_records_the_client_block_and_keeps_up(sim_smoke_on_docker):
+    proc, tmp_path = sim_smoke_on_docker.proc, sim_smoke_on_docker.root  # every suite, test_throughput's among them
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     results = json.loads((tmp_path / "latest" / "results.json").read_text())
     for arm in ("baseline", "eagle3"):

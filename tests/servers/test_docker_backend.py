@@ -130,8 +130,8 @@ def test_environment_check_names_the_workers_that_lost_the_variables(engine, tmp
 
 
 @pytest.mark.slow
-def test_the_process_backend_still_passes_the_suites(tmp_path):
-    proc = run_suites("+exp=sim_smoke", "backend=process", "nccl=pcie_tuned", f"record.root={tmp_path}")
+def test_the_process_backend_still_passes_the_suites(sim_smoke_on_processes):
+    proc = sim_smoke_on_processes.proc  # backend=process nccl=pcie_tuned
     assert proc.returncode == 0, proc.stdout[-3000:]
 
 

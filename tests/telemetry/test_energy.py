@@ -26,7 +26,6 @@ from harness.telemetry.nvml import NvmlSource
 from harness.telemetry.sampler import phase_of
 
 from tests.support.fake_nvml import FakeNvml, gpu_readings as _gpu
-from tests.support.runs import run_suites
 
 DATA = Path(__file__).resolve().parents[1] / "data"  # tests/data/
 IDLE_W, LOAD_W, RIPPLE_W = 85.0, 480.0, 20.0
@@ -279,7 +278,7 @@ def test_max_joules_per_token_when_telemetry_cannot_tell():
 
 # ---------------------------------------------------------------- the simulator, end to end
 @pytest.mark.slow
-def test_sim_smoke_reports_joules_per_token_that_match_the_power_model(tmp_path):
+def test_sim_smoke_reports_joules_per_token_that_match_the_power_model(sim_smoke_on_processes):
     """`pytest suites/ +exp=sim_smoke` (telemetry=sim): every arm's joules per token from the
     simulated GPUs' energy counters, against what the simulator's power model says one
     stream draws (harness/sim/gpu.py) times the span, over the tokens streamed in it.
@@ -288,9 +287,9 @@ def test_sim_smoke_reports_joules_per_token_that_match_the_power_model(tmp_path)
     from harness.report.html import write_report
     from harness.sim.gpu import SimGpuModel
 
-    proc = run_suites("+exp=sim_smoke", "backend=process", f"record.root={tmp_path}")
+    proc = sim_smoke_on_processes.proc
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    record = (tmp_path / "latest").resolve()
+    record = sim_smoke_on_processes.record
     results = json.loads((record / "results.json").read_text())
     per_token = {}
     for arm, tokens_per_pass in (("baseline", 1), ("eagle3", 3)):  # drafter eagle3_k25: 3 draft tokens a verify
