@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.specgate-installed
 
-.PHONY: install install-run run test slurm clean-runs
+.PHONY: install install-run run test test-fast slurm clean-runs
 
 # What the main job needs: the venv, a Docker engine (installed and started when missing:
 # scripts/ensure_docker.sh) and the simulator's image, built offline (reused when
@@ -35,6 +35,13 @@ run: install-run
 # The project's own tests (including end-to-end runs of the suites in subprocesses).
 test: install
 	$(BIN)/pytest tests/ -q
+
+# The inner loop: every test that does not start a whole run (servers, the suites or
+# `specgate run|sweep|capacity|replay` in a subprocess). Whole runs carry one of these markers
+# (tests/support/runs.py refuses to start one under a test without it); `make test` runs them.
+FAST_LANE := not slow and not cluster and not real_engine and not benchmark_reduced
+test-fast: install-run
+	$(BIN)/pytest tests/ -q -m "$(FAST_LANE)"
 
 # A single-node SLURM cluster on this machine (root, Debian): `specgate sweep ...
 # hydra/launcher=submitit_slurm` runs its points as SLURM jobs here. Idempotent; the SLURM

@@ -8,7 +8,7 @@ and from integrating the power samples (trapezoid), with the mean power each imp
 
     .venv/bin/python scripts/check_nvml_energy.py --seconds 8 --record /tmp/h200.json
 
-``--record`` writes every reading in the format tests/test_energy.py replays (drop the file
+``--record`` writes every reading in the format tests/telemetry/test_energy.py replays (drop the file
 into tests/data/ as nvml_energy_<name>.json and the NVML path is tested against it).
 Exit status: 0 measured, 1 nothing measured under load, 2 no NVIDIA driver.
 """
@@ -66,7 +66,7 @@ def main() -> int:
     ap.add_argument("--ramp-in-s", type=float, default=2.0, help="left out after the load starts, as the harness does")
     ap.add_argument("--interval-s", type=float, default=0.1)
     ap.add_argument("--gpus", default="", help="comma-separated NVML indices (default: all)")
-    ap.add_argument("--record", type=Path, help="write every reading here (tests/test_energy.py's replay format)")
+    ap.add_argument("--record", type=Path, help="write every reading here (tests/telemetry/test_energy.py's replay format)")
     args = ap.parse_args()
 
     source = NvmlSource(pcie_interval_s=None)

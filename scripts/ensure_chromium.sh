@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Make sure a headless-capable Chromium is installed: tests/test_report.py opens the HTML
+# Make sure a headless-capable Chromium is installed: tests/report/test_report.py opens the HTML
 # report in it (DevTools protocol) to check that it renders without console errors.
 # Called by `make install`. Idempotent: when a browser is found it only prints its path.
 #

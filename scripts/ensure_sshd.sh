@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Make sure OpenSSH's server binary is installed: tests/test_remote_docker.py starts its own
+# Make sure OpenSSH's server binary is installed: tests/servers/test_remote_docker.py starts its own
 # sshd on a loopback port (its own config, keys and authorized_keys in a temporary folder,
 # nothing of this machine's ssh set-up touched) to drive the Docker engine over ssh://, as
 # a laptop drives a GPU box. Idempotent: prints the binary's path when it is there.

@@ -17,7 +17,7 @@ Five categories, ROWS_PER_CATEGORY rows each, every row seeded:
 
 code and prose read the running Python's standard library, whose sources and docstrings
 change a little between versions: the committed file is the reference (built with the
-Python that `.venv` runs), and tests/test_datasets.py checks that a rebuild gives the same
+Python that `.venv` runs), and tests/load/test_datasets.py checks that a rebuild gives the same
 extraction, repetition and math rows byte for byte and the same shape for the rest.
 """
 

@@ -5,6 +5,7 @@ import pytest
 
 from harness.plugin import is_override, ordered_arms
 from harness.config.compose import PYTEST_VALUE_OPTIONS as VALUE_OPTIONS, compose
+from tests.support.runs import run_suites
 
 
 @pytest.mark.parametrize("token", ["+exp=sim_smoke", "workload.max_tokens=64", "workload=chat_short",
@@ -33,13 +34,7 @@ def test_the_plain_arm_runs_first():
 
 
 def collect(*args: str):
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parent.parent
-    return subprocess.run([sys.executable, "-m", "pytest", "suites/", "+exp=sim_smoke", "--collect-only", "-q",
-                           "-p", "no:cacheprovider", *args], cwd=root, capture_output=True, text=True, timeout=120)
+    return run_suites("+exp=sim_smoke", "--collect-only", "-q", *args, timeout=120)
 
 
 def arms_of(stdout: str) -> set[str]:

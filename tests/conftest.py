@@ -1,0 +1,66 @@
+"""What every test area shares: the running test, told to the whole-run helper
+(tests/support/runs.py) so that it can refuse to start a run under an unmarked test, and the
+sim_smoke runs that several areas read."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.support import runs
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    # Before the fixtures: a module-scoped fixture that starts a run is set up here, in its first test.
+    runs.current_test = item
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    runs.current_test = None
+
+
+@dataclass(frozen=True)
+class WholeRun:
+    """A finished `pytest suites/ ...` in a subprocess: its output and its record."""
+
+    proc: subprocess.CompletedProcess
+    root: Path  # record.root: the record is root/latest
+    marker: str  # the simulator's model path, to find its processes
+
+    @property
+    def record(self) -> Path:
+        return (self.root / "latest").resolve()
+
+    @property
+    def results(self) -> dict:
+        return json.loads((self.record / "results.json").read_text())
+
+
+def _sim_smoke(tmp_path_factory: pytest.TempPathFactory, name: str, *overrides: str) -> WholeRun:
+    root = tmp_path_factory.mktemp(name)
+    marker = f"e2e-{uuid.uuid4().hex[:8]}"
+    proc = runs.run_suites("+exp=sim_smoke", f"record.root={root}", f"server.model_path={marker}", "-v", *overrides)
+    return WholeRun(proc, root, marker)
+
+
+# One sim_smoke run per backend serves every test that only reads what such a run leaves
+# (its exit status, output, record): one run instead of one per test. A test that needs
+# a run of its own (other overrides, an interruption) still starts one.
+@pytest.fixture(scope="session")
+def sim_smoke_on_docker(tmp_path_factory) -> WholeRun:
+    """`pytest suites/ +exp=sim_smoke -v` on the default (docker) backend."""
+    return _sim_smoke(tmp_path_factory, "sim_smoke_docker")
+
+
+@pytest.fixture(scope="session")
+def sim_smoke_on_processes(tmp_path_factory) -> WholeRun:
+    """`pytest suites/ +exp=sim_smoke backend=process nccl=pcie_tuned -v -rA`: the process
+    backend, with an NCCL preset its processes must carry."""
+    return _sim_smoke(tmp_path_factory, "sim_smoke_process", "backend=process", "nccl=pcie_tuned", "-rA")

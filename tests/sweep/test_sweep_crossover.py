@@ -1,0 +1,97 @@
+"""The break-even map for real: `specgate sweep +exp=sim_crossover` over concurrency on the
+simulator, whose compute-bound knee gives a known crossover (SimModel truth, 5.53), then
+`specgate report` on that sweep's record. One sweep (4 points x 2 arms, ~50 s on 2 busy
+CPUs) serves every test here."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+
+import pytest
+
+from harness import cli
+from harness.config.compose import compose
+from harness.engines.sim import truth_model
+from tests.support.runs import specgate
+
+pytestmark = pytest.mark.slow  # one real sweep serves every test here
+CONCURRENCY = (2, 4, 8, 16)  # the truth, 5.53, lies between 4 and 8
+# sim_crossover's own min_speedup_through (1.1x up to 4) passes; a crossover of 8 is more than
+# the knee allows, so this gate fails and, with it, the sweep's exit status
+OVERRIDES = ["+exp=sim_crossover", "backend=process", "sweep_gate.crossover_at_least.eagle3=8"]
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    runs = tmp_path_factory.mktemp("runs")
+    started = time.monotonic()
+    done = specgate("sweep", *OVERRIDES, f"workload.concurrency={','.join(map(str, CONCURRENCY))}",
+                    f"record.root={runs}", "-p", "no:cacheprovider", "--no-progress", "-q", timeout=400)
+    print(f"sweep of {len(CONCURRENCY)} points took {time.monotonic() - started:.1f} s")
+    (sweep_dir,) = runs.iterdir()
+    return done, sweep_dir, json.loads((sweep_dir / "sweep.json").read_text())
+
+
+def truth():
+    return truth_model(compose(OVERRIDES).arm("eagle3").cfg)
+
+
+def test_the_measured_crossover_is_within_one_swept_point_of_the_truth(sweep):
+    done, _, data = sweep
+    (found,) = data["crossovers"]
+    speedups = {c: s for c, s in found["points"]}
+    true_crossover = truth().expected_crossover_batch()
+    print(f"truth {true_crossover:.2f}; measured {found['pays_through']}: {found['words']}; speedups {speedups}")
+    assert found["arm"] == "eagle3" and sorted(speedups) == list(CONCURRENCY), done.stdout[-3000:]
+    # the grid doubles, so one swept point is a factor of 2 either way
+    assert found["pays_through"] is not None
+    assert abs(math.log2(found["pays_through"] / true_crossover)) <= 1.0, (found, true_crossover)
+
+
+def test_the_knee_shows_in_the_measured_break_even_at_every_point(sweep):
+    """Break-even = measured verify cycle / measured plain step, both at the point's concurrency:
+    flat (1.87) below the knee, then growing as the verify pass turns compute-bound."""
+    _, _, data = sweep
+    model, plain = truth(), truth_model(compose(OVERRIDES).arm("baseline").cfg)
+    for point in data["points"]:
+        eagle3 = point["arms"]["eagle3"]
+        c = eagle3["concurrency"]
+        true_break_even = model.verify_cycle_ms(c) / plain.decode_step_ms(c)
+        print(f"concurrency {c}: break-even {eagle3['break_even_accept_length']:.3f} (truth {true_break_even:.3f}), "
+              f"accept length {eagle3['accept_length']:.3f}, speedup {eagle3['speedup']:.3f} "
+              f"(truth {model.expected_speedup(c):.3f})")
+        assert eagle3["break_even_accept_length"] == pytest.approx(true_break_even, rel=0.10), point["label"]
+        assert eagle3["accept_length"] == pytest.approx(model.expected_accept_length(), abs=0.1)
+
+
+def test_a_failed_sweep_gate_fails_the_sweep_whose_points_all_passed(sweep):
+    done, sweep_dir, data = sweep
+    assert [p["exit_status"] for p in data["points"]] == [0] * len(CONCURRENCY), done.stdout[-3000:]
+    assert done.returncode == 1 and data["exit_status"] == 1
+    verdicts = {v["name"]: v for v in data["sweep_gates"]}
+    assert verdicts["min_speedup_through"]["status"] == "passed"
+    crossover = verdicts["crossover_at_least"]
+    assert crossover["status"] == "failed" and crossover["threshold"] == 8
+    assert (crossover["passed"], crossover["scope"], crossover["with"]) == (False, "sweep", [])  # one verdict type
+    assert re.fullmatch(r"eagle3 pays up to concurrency ~[\d.]+ \(.*\): crossover below 8", crossover["detail"])
+    assert f"specgate sweep gate: FAILED crossover_at_least eagle3: {crossover['detail']}" in done.stdout
+    summary = (sweep_dir / "summary.md").read_text()
+    assert "## Sweep gates" in summary and "- PASSED min_speedup_through eagle3" in summary
+
+
+def test_the_sweep_report_draws_the_break_even_map(sweep, capsys):
+    _, sweep_dir, data = sweep
+    assert cli.main(["report", str(sweep_dir)]) == 0
+    page = (sweep_dir / "report.html").read_text()
+    assert capsys.readouterr().out.strip() == f"report: {sweep_dir / 'report.html'}"
+    (found,) = data["crossovers"]
+    assert f"eagle3 {found['words']}" in page  # the crossover in words
+    assert page.count('src="data:image/png;base64,') == 2  # speedup vs concurrency; accept length vs break-even
+    assert "FAILED: 1 sweep gate(s) failed" in page
+    assert page.count('<span class="badge passed">passed</span>') == 1
+    assert page.count('<span class="badge failed">failed</span>') == 1
+    assert page.count("<tr><td><code>") == 2 * len(CONCURRENCY)  # point x arm
+    assert "http://" not in page and "https://" not in page and "<script" not in page  # self-contained

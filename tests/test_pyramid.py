@@ -1,0 +1,65 @@
+"""The test pyramid holds: a test that starts a whole run is marked, so `make test-fast` (every
+unmarked test) stays the inner loop and `make test` the whole suite. The rule is enforced where
+runs start (tests/support/runs.py); these tests check the enforcement itself, that no test file
+starts a run around it, and that the Makefile leaves out exactly the marked tests."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+from tests.support import ROOT
+from tests.support.runs import WHOLE_RUN_MARKERS
+
+A_RUN_STARTED_BY_HAND = re.compile(r'"-m",\s*"(harness\.cli|pytest)"')
+
+
+def test_an_unmarked_test_that_starts_a_whole_run_fails_saying_what_to_add(tmp_path):
+    (tmp_path / "test_inner.py").write_text(textwrap.dedent('''
+        import pytest
+        from tests.support.runs import require_whole_run_marker, run_suites, specgate
+
+        def test_unmarked_run():
+            run_suites("+exp=sim_smoke")  # the marker check fails it before the subprocess starts
+
+        def test_unmarked_sweep():
+            specgate("sweep", "+exp=sim_smoke")
+
+        def test_unmarked_but_only_reading():
+            assert specgate("list").returncode == 0
+
+        @pytest.mark.slow
+        def test_marked():
+            require_whole_run_marker()
+
+    '''))
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "tests.conftest", "-p", "no:cacheprovider",
+                           "-W", "ignore::pytest.PytestUnknownMarkWarning", "-q", "test_inner.py"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert "2 failed, 2 passed" in done.stdout, done.stdout[-3000:]
+    for name in ("test_unmarked_run", "test_unmarked_sweep"):
+        assert (f"test_inner.py::{name} starts a whole run but carries none of the markers "
+                f"{', '.join(WHOLE_RUN_MARKERS)}: add @pytest.mark.slow") in done.stdout, done.stdout[-3000:]
+    assert not list(tmp_path.glob("runs*")), "a run started under an unmarked test"
+
+
+def test_no_test_file_starts_pytest_or_specgate_around_the_helper():
+    helper = ROOT / "tests" / "support" / "runs.py"
+    this_file = ROOT / "tests" / "test_pyramid.py"  # runs pytest on a small file of its own, not the suites
+    by_hand = [f"{path.relative_to(ROOT)}:{text[:match.start()].count(chr(10)) + 1}"
+               for path in sorted((ROOT / "tests").rglob("*.py")) if path not in (helper, this_file)
+               for text in [path.read_text()] for match in A_RUN_STARTED_BY_HAND.finditer(text)]
+    assert by_hand == [], ("start these through tests/support/runs.py (run_suites, start_suites, specgate, "
+                           f"start_specgate), which checks the test's marker: {by_hand}")
+
+
+def test_make_test_fast_leaves_out_every_whole_run_marker_and_nothing_else():
+    makefile = (ROOT / "Makefile").read_text()
+    (expression,) = re.findall(r'^FAST_LANE\s*:?=\s*(.+)$', makefile, re.M)
+    assert sorted(re.findall(r"not (\w+)", expression)) == sorted(WHOLE_RUN_MARKERS), expression
+    recipe = makefile.split("\ntest-fast:", 1)[1].split("\n\n", 1)[0]
+    assert '-m "$(FAST_LANE)"' in recipe and "tests/" in recipe, recipe
