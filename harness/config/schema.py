@@ -181,7 +181,7 @@ class ClientBoundConfig:
 class GateConfig:
     """Thresholds. Each field is read by a gate of harness/gates/registry.py's registry (its `keys`),
     except repeats and max_cv, which shape every measurement and its noise guard. These are the
-    only defaults: conf/gate/default.yaml repeats none of them (tests/test_gate_defaults.py)."""
+    only defaults: conf/gate/default.yaml repeats none of them (tests/config/test_gate_defaults.py)."""
 
     min_output_tok_s: Dict[str, float] = field(default_factory=dict)  # arm -> floor
     max_ttft_ms: Dict[str, PercentileLimits] = field(default_factory=dict)  # arm -> {p50: ms, p99: ms}
