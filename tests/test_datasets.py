@@ -17,6 +17,7 @@ from harness.load.conversation import Conversation, Message
 from harness.load.datasets import DatasetError, load_dataset
 from harness.load.prompts import DatasetPrompts, prompt_source
 from harness.config.schema import WorkloadConfig
+from harness.record.requests import read_lines
 
 try:
     from tests.fake_openai import FakeOpenAI
@@ -234,7 +235,7 @@ def test_a_run_writes_category_and_row_into_requests_jsonl(tmp_path):
                            f"record.root={tmp_path / 'runs'}", "--no-progress", "-p", "no:cacheprovider"],
                           cwd=ROOT, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    lines = [json.loads(line) for line in (tmp_path / "runs" / "latest" / "requests.jsonl").read_text().splitlines()]
+    lines = read_lines(tmp_path / "runs" / "latest")
     assert sorted((line["dataset_row"], line["turn"], line["category"]) for line in lines) == [
         (0, 0, "repetition"), (0, 1, "repetition"), (1, 0, "prose")]
 

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.record.requests import read_lines
+
 ROOT = Path(__file__).resolve().parent.parent
 FAKE = ROOT / "tests" / "fake_openai.py"
 MEASURED, WARMUP = 6, 1  # fault_every=3: requests 3 and 6 (2 of the 6 measured) misbehave
@@ -84,7 +86,7 @@ def group_alive(pgid: int) -> bool:
 def record_of(tmp_path: Path) -> tuple[dict, list[dict], str]:
     record = tmp_path / "latest"
     results = json.loads((record / "results.json").read_text())
-    lines = [json.loads(line) for line in (record / "requests.jsonl").read_text().splitlines()]
+    lines = read_lines(record)
     return results, lines, (record / "summary.md").read_text()
 
 

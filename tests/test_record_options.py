@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from harness.record.requests import has_requests, read_lines
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -13,12 +15,12 @@ def run_suites(*args: str) -> subprocess.CompletedProcess:
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
-def test_keep_requests_false_writes_no_requests_jsonl(tmp_path):
+def test_keep_requests_false_writes_no_request_files(tmp_path):
     proc = run_suites("+exp=sim_smoke", f"record.root={tmp_path}", "record.keep_requests=false", "backend=process",
                       "-k", "requests_succeed and baseline")
     assert proc.returncode == 0, proc.stdout[-3000:]
     record = (tmp_path / "latest").resolve()
-    assert not (record / "requests.jsonl").exists()
+    assert not has_requests(record) and not list(record.rglob("*.parquet"))
     results = json.loads((record / "results.json").read_text())
     assert results["arms"]["baseline"]["requests"]["ok"] > 0  # measured all the same
 
@@ -27,7 +29,7 @@ def test_keep_requests_true_writes_one_line_per_request(tmp_path):
     proc = run_suites("+exp=sim_smoke", f"record.root={tmp_path}", "backend=process", "-k", "requests_succeed and baseline")
     assert proc.returncode == 0, proc.stdout[-3000:]
     record = (tmp_path / "latest").resolve()
-    lines = [json.loads(line) for line in (record / "requests.jsonl").read_text().splitlines()]
+    lines = read_lines(record)
     results = json.loads((record / "results.json").read_text())
     measured = [line for line in lines if not line["warmup"]]
     assert len(measured) == results["arms"]["baseline"]["requests"]["ok"]

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from harness.record.requests import read_lines
+
 ROOT = Path(__file__).resolve().parent.parent
 CENTRAL = {"output_tok_s", "itl_ms.p50", "e2e_ms.p50", "accept_length", "verify_cycle_ms"}
 
@@ -40,8 +42,7 @@ def test_repeats_report_median_spread_and_cv(first_run):
     assert set(noise) >= {"median", "min", "max", "mad", "cv"} and noise["min"] <= noise["median"] <= noise["max"]
     assert block["output_tok_s"] == pytest.approx(noise["median"], rel=1e-3)
     assert "## Noise over 2 repeats" in proc.stdout
-    lines = (record / "requests.jsonl").read_text().splitlines()
-    assert {json.loads(l)["repeat"] for l in lines} == {0, 1}
+    assert {line["repeat"] for line in read_lines(record)} == {0, 1}
 
 
 def test_the_record_says_how_to_reproduce_it(first_run):

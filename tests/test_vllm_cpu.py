@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.record.requests import read_lines
+
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.real_engine
 
@@ -20,8 +22,8 @@ def vllm_run(tmp_path_factory):
                            "+exp=vllm_cpu_smoke", f"record.root={root}", "-v", "-rs"],
                           cwd=ROOT, capture_output=True, text=True, timeout=1500)
     results = json.loads((root / "latest" / "results.json").read_text()) if (root / "latest").exists() else {}
-    lines = (root / "latest" / "requests.jsonl").read_text().splitlines() if (root / "latest").exists() else []
-    return proc, results, [json.loads(line) for line in lines]
+    lines = read_lines(root / "latest") if (root / "latest").exists() else []
+    return proc, results, lines
 
 
 def test_every_suite_passes_against_vllm(vllm_run):

@@ -233,12 +233,15 @@ class ColumnBuilder:
         self.names = list(columns)
         self.values: dict[str, list[float]] = {name: [] for name in self.names}
         self.lengths: dict[str, list[int]] = {name: [] for name in self.names}
+        self.seen: set[str] = set()  # fields some line carries: the others get no column, as in a Parquet file
         self.size = 0
 
     def add(self, line: dict[str, Any]) -> None:
         self.size += 1
         for name in self.names:
             value = line.get(name)
+            if name in line:
+                self.seen.add(name)
             if isinstance(value, list):
                 numbers = [number(v) for v in value]
                 ok = not any(math.isnan(v) for v in numbers)  # a list with a hole is no series
@@ -250,7 +253,7 @@ class ColumnBuilder:
 
     def build(self) -> RequestColumns:
         columns = RequestColumns(self.size)
-        for name in self.names:
+        for name in (name for name in self.names if name in self.seen):
             lengths = self.lengths[name]
             if any(n >= 0 for n in lengths):  # a list column (a scalar where a list belongs: an empty row)
                 clean = [max(n, 0) for n in lengths]
