@@ -33,7 +33,7 @@ PERCENTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0}
 # the columns evidence() reads: what a reference run's record is asked for
 COLUMNS = ("warmup", "ok", "repeat", "send_ms", "end_ms", "ttft_ms", "e2e_ms", "decode_ms", "completion_tokens",
            "spec_verify_ct", "chunk_ms", "chunk_tokens")
-DIRECT_LIMIT = 200_000  # up to this many values a percentile's resample gathers them all
+DIRECT_LIMIT = 20_000  # up to this many values a percentile's resample gathers them all
 WINDOW_SHARE = 0.05  # else the values within this share of the total around the pooled rank are weighed
 
 
