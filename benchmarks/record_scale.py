@@ -4,7 +4,8 @@ Makes synthetic run records of N requests (two arms, N/2 each) without running a
 each request as the load's RequestRecord writes it under sim_smoke's lossless gate (200
 output tokens, a chunk per 1 or ~2.3 tokens, text, token ids, tokens, 2 top logprobs per
 token: ~12 KB a request as a JSONL line), written through the record writer
-(harness.record.store.RunRecord.add_requests) in batches as a run would. Then, each in a
+(harness.record.requests.append_requests, as RunRecord.add_requests calls it, without
+its redaction) in batches as a run would. Then, each in a
 fresh child process whose peak RSS is taken from os.wait4:
 
 - ``report``:  ``specgate report REF`` (reads every arm's TTFT and chunk times);
@@ -46,6 +47,7 @@ from harness.config.compose import compose  # noqa: E402
 from harness.load.records import LoadResult, RequestRecord  # noqa: E402
 from harness.measure.metrics import summarize  # noqa: E402
 from harness.record.recorder import Recorder  # noqa: E402
+from harness.record.requests import append_requests  # noqa: E402
 
 ARMS = {"baseline": 1.0, "eagle3": 2.3}  # tokens per chunk: plain decoding, EAGLE-3's accept length
 OUTPUT_TOKENS, STEP_MS, CONCURRENCY, BATCH = 200, 4.0, 64, 5_000
@@ -102,12 +104,13 @@ def make_record(root: Path, requests: int, seed: int, layout: str) -> Path:
         for start in range(0, count, BATCH):
             batch = synthetic_records(arm, start, min(BATCH, count - start), rng)
             lines = [{**r.to_json(), "repeat": 0} for r in batch]
+            # the record writer's own call, less its redaction (nothing secret here; it costs more
+            # than the writing: harness/record/secrets.py)
             if layout == "parquet":
-                recorder.add_requests(arm, lines)
-            else:  # as the writer before did: redacted, one line per request with its arm
-                redact = recorder.record.redactor.data
+                append_requests(recorder.record.arm_dir(arm), arm, lines)
+            else:  # as the writer before did: one line per request with its arm
                 with open(recorder.path / "requests.jsonl", "a", encoding="utf-8") as handle:
-                    handle.writelines(json.dumps({"arm": arm, **redact(line)}) + "\n" for line in lines)
+                    handle.writelines(json.dumps({"arm": arm, **line}) + "\n" for line in lines)
             if start == 0:  # the arm's figures from its first batch: results.json is not what is measured here
                 load = LoadResult(batch, batch[1].send_time, max(r.end_time for r in batch), "openai", "sim")
                 arms[arm] = {"status": "measured", **summarize(arm, load).to_json()}

@@ -189,7 +189,7 @@ def request_values(ok: RequestColumns, base: str) -> Ragged:
     if base == "itl_ms":
         gaps = ok.ragged("chunk_ms").gaps()
         has = gaps.lengths > 0
-        return gaps.take(np.flatnonzero(has))
+        return gaps if has.all() else gaps.take(np.flatnonzero(has))
     if base == "tpot_ms":
         tokens, decode = ok.get("completion_tokens"), ok.get("decode_ms")
         keep = (tokens > 1) & np.isfinite(decode)

@@ -194,6 +194,8 @@ class RequestColumns:
         return found if found is not None else Ragged(np.empty(0), np.zeros(self.size + 1, dtype=np.int64))
 
     def where(self, mask: np.ndarray) -> RequestColumns:
+        if mask.all():
+            return self  # every row: no copy of what may be millions of chunk times
         rows = np.flatnonzero(mask)
         return RequestColumns(rows.size, {k: v[rows] for k, v in self.scalars.items()},
                               {k: v.take(rows) for k, v in self.lists.items()})
@@ -289,18 +291,26 @@ def read_columns(parquet: Path, legacy: Path, arm: str, columns: Sequence[str]) 
 def parquet_columns(path: Path, columns: Sequence[str]) -> RequestColumns:
     source = pq.ParquetFile(path)
     present = [name for name in columns if name in source.schema_arrow.names]
-    parts: dict[str, list] = {name: [] for name in present}
+    parts: dict[str, list] = {name: [] for name in present}  # numpy pieces, one per row group
     for batch in source.iter_batches(columns=present, batch_size=ROW_GROUP_ROWS) if present else ():
         for name in present:
-            parts[name].append(batch.column(name))
+            array = batch.column(name)
+            parts[name].append(ragged(array) if pa.types.is_list(array.type) else floats(array))
     result = RequestColumns(source.metadata.num_rows)
     for name in present:
-        array = pa.chunked_array(parts.pop(name), type=source.schema_arrow.field(name).type).combine_chunks()
-        if pa.types.is_list(array.type):
-            result.lists[name] = ragged(array)
+        pieces = parts.pop(name)
+        if pa.types.is_list(source.schema_arrow.field(name).type):
+            result.lists[name] = joined(pieces)
         else:
-            result.scalars[name] = floats(array)
+            result.scalars[name] = np.concatenate(pieces) if pieces else np.empty(0)
     return result
+
+
+def joined(pieces: list[Ragged]) -> Ragged:
+    """Row groups' list columns end to end."""
+    lengths = [piece.lengths for piece in pieces]
+    offsets = np.concatenate([[0], np.cumsum(np.concatenate(lengths)) if lengths else []]).astype(np.int64)
+    return Ragged(np.concatenate([piece.values for piece in pieces]) if pieces else np.empty(0), offsets)
 
 
 def floats(array: pa.Array) -> np.ndarray:
