@@ -6,6 +6,7 @@ reference-run gate."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -22,6 +23,8 @@ from harness.record.requests import OUTPUTS_FILE, REQUESTS_FILE, RequestColumns,
 from harness.record.store import RunRecord, read_reference_runs, read_run
 from harness.report.html import latency_samples
 from harness.run.replay import drift_rows
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def request_line(i: int, repeat: int = 0, step_ms: float = 4.0, texts: bool = True) -> dict:
@@ -138,3 +141,15 @@ def gate_against(reference, candidate):
                       requests=candidate.request_columns("eagle3", COLUMNS),
                       reference_requests=reference.request_columns("eagle3", COLUMNS))
     return no_regression_against_reference(ctx)
+
+
+def test_the_query_in_docs_record_md_runs_on_a_record(tmp_path, capsys):
+    text = (ROOT / "docs" / "record.md").read_text()
+    code = text.split("## Querying a record", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    assert 'record = "runs/latest"' in code
+    write_record(tmp_path / "run", {"baseline": [request_line(i, step_ms=3.0) for i in range(6)],
+                                    "eagle3": [request_line(i) for i in range(6)]}, jsonl=False)
+    exec(code.replace('"runs/latest"', repr(str(tmp_path / "run"))), {})
+    printed = capsys.readouterr().out
+    assert "baseline" in printed and "eagle3" in printed and "ttft_ms_approximate_median" in printed
+    assert "'text': 'count 0'" in printed and "'row': 2" in printed

@@ -112,7 +112,7 @@ class GateContext:
     reference: dict | None  # this arm's block in the reference run (gate.baseline), if any
     reference_label: str  # how verdicts name the reference run
     telemetry_source: str  # the arm's telemetry.source: "off" means no GPU gate can decide
-    requests: list = field(default_factory=list)  # this arm's requests.jsonl lines (the samples behind verdicts)
+    requests: list = field(default_factory=list)  # this arm's request lines in memory (the samples behind verdicts)
     reference_requests: Any = field(default_factory=list)  # the same arm's requests in the reference run (RequestColumns)
     history: list = field(default_factory=list)  # the arm's blocks in a history of past runs (gate.baseline folder)
     arm_requests: dict = field(default_factory=dict)  # every measured arm's request lines in this run (speedup intervals)
@@ -600,7 +600,7 @@ def compare_metric(ctx: GateContext, c: Comparison) -> Verdict:
 
 
 def point_verdict(arm: str, c: Comparison, old: float, new: float, limit: float, why_limit: str, label: str) -> Verdict:
-    """Without requests.jsonl in both runs (an older record, record.keep_requests=false):
+    """Without per-request data in both runs (an older record, record.keep_requests=false):
     one value against one value, as the verdict says."""
     name = f"baseline.{c.metric}"
     change = (new - old) / old
@@ -608,7 +608,7 @@ def point_verdict(arm: str, c: Comparison, old: float, new: float, limit: float,
     passed = worse <= limit
     words = f"regressed by {worse:.1%}" if worse > 0 else f"improved by {-worse:.1%}"
     detail = (f"{arm}: {c.metric} {words} vs the reference run {label} ({old:.2f} -> {new:.2f}); {why_limit}; "
-              f"judged on the two values only (no requests.jsonl to draw an interval from)")
+              f"judged on the two values only (no per-request data to draw an interval from)")
     return Verdict(name, arm, passed, new, limit, detail, baseline=old)
 
 

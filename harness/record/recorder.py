@@ -2,7 +2,7 @@
 nothing), with every file redacted and written atomically.
 
 The recorder knows where things go (config, overrides, each arm's config and server log,
-requests.jsonl, telemetry CSV/PNG, results.json, summary.md, the CI step summary); the
+the per-request columns, telemetry CSV/PNG, results.json, summary.md, the CI step summary); the
 runner tells it what to write. Layout: see harness/record/store.py and README "Reading a run record".
 """
 
