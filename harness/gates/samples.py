@@ -34,7 +34,9 @@ PERCENTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0}
 COLUMNS = ("warmup", "ok", "repeat", "send_ms", "end_ms", "ttft_ms", "e2e_ms", "decode_ms", "completion_tokens",
            "spec_verify_ct", "chunk_ms", "chunk_tokens")
 DIRECT_LIMIT = 20_000  # up to this many values a percentile's resample gathers them all
-WINDOW_SHARE = 0.05  # else the values within this share of the total around the pooled rank are weighed
+# else the values within this many standard deviations of a resample's rank (at least
+# MIN_HALF_WINDOW values) either side of the pooled percentile are weighed
+WINDOW_SIGMAS, MIN_HALF_WINDOW = 10.0, 2_000
 
 
 @dataclass
@@ -121,15 +123,27 @@ class WeightedPercentile:
 
     def __init__(self, ev: Evidence):
         self.ev, self.q = ev, PERCENTILES[ev.statistic]
+        # partitions, not a sort: only the window's values need their order (ties may fall in
+        # any order: equal values give the same percentile)
         ids = Ragged(ev.rows, ev.offsets).row_ids()
-        order = np.argsort(ev.rows, kind="stable")
         total = ev.rows.size
-        center = int(self.q / 100.0 * (total - 1))
-        half = max(int(WINDOW_SHARE * total), 1000)
-        self.low, high = max(0, center - half), min(total, center + half + 2)
-        self.below = np.bincount(ids[order[:self.low]], minlength=ev.count)  # per group, values under the window
-        self.values, self.ids = ev.rows[order[self.low:high]], ids[order[self.low:high]]
         self.lengths = np.diff(ev.offsets)
+        center = int(self.q / 100.0 * (total - 1))
+        order = np.argpartition(ev.rows, center)
+        half = self.half_window(np.bincount(ids[order[:center]], minlength=ev.count))
+        self.low, high = max(0, center - half), min(total, center + half + 2)
+        order = np.argpartition(ev.rows, [self.low, high - 1])
+        self.below = np.bincount(ids[order[:self.low]], minlength=ev.count)  # per group, values under the window
+        window = order[self.low:high]
+        window = window[np.argsort(ev.rows[window])]
+        self.values, self.ids = ev.rows[window], ids[window]
+
+    def half_window(self, under_center: np.ndarray) -> int:
+        """How far a resample's percentile rank strays from the pooled one: each group adds
+        its values under the pooled percentile less its share q of its values; a resample
+        sums n draws of that, so its spread is sqrt(n) times theirs."""
+        stray = under_center - self.q / 100.0 * self.lengths
+        return max(MIN_HALF_WINDOW, int(WINDOW_SIGMAS * math.sqrt(self.ev.count * float(stray.var()))))
 
     def resampled(self, rng: np.random.Generator, times: int) -> np.ndarray:
         n, out = self.ev.count, np.empty(times)
