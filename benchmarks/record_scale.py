@@ -173,11 +173,16 @@ def measure(command: str, layout: str, requests: int, reference: Path, candidate
     return Measured(command, layout, requests, round(seconds, 2), round(peak_kb / 1024.0, 1), proc.returncode)
 
 
-def measure_size(requests: int, layout: str, work: Path, say) -> tuple[list[Measured], dict]:
+def measure_size(requests: int, layout: str, work: Path, say, copy_candidate: bool = False) -> tuple[list[Measured], dict]:
     started = time.perf_counter()
     reference = make_record(work / f"{layout}-{requests}-ref", requests, 1, layout)
-    candidate = make_record(work / f"{layout}-{requests}-new", requests, 2, layout)
-    size = {"layout": layout, "requests": requests, "write_s": round((time.perf_counter() - started) / 2, 1),
+    write_s = time.perf_counter() - started
+    if copy_candidate:  # the same reading cost in half the writing time (the gate then compares equal runs)
+        candidate = work / f"{layout}-{requests}-new" / reference.name
+        shutil.copytree(reference, candidate)
+    else:
+        candidate = make_record(work / f"{layout}-{requests}-new", requests, 2, layout)
+    size = {"layout": layout, "requests": requests, "write_s": round(write_s, 1),
             "record_mb": round(folder_bytes(reference) / 2**20, 1),
             "timings_mb": round(sum(p.stat().st_size for p in reference.glob("arms/*/requests.parquet")) / 2**20, 1)}
     say(f"{layout} {requests}: records written ({size['record_mb']} MB each, {size['write_s']} s each)")
@@ -220,6 +225,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--jsonl-sizes", type=int, nargs="*", default=[10_000],
                         help="sizes also written in the layout before (requests.jsonl), to compare")
+    parser.add_argument("--copy-candidate", action="store_true",
+                        help="the second record a copy of the first (half the writing time)")
     parser.add_argument("--work", type=Path, default=None, help="where the records go (default a temp folder)")
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "record_scale"))
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
@@ -235,7 +242,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for layout, chosen in (("parquet", args.sizes), ("jsonl", args.jsonl_sizes)):
             for requests in chosen:
-                found, size = measure_size(requests, layout, work, lambda text: print(text, flush=True))
+                found, size = measure_size(requests, layout, work, lambda text: print(text, flush=True),
+                                           args.copy_candidate)
                 measured += found
                 sizes.append(size)
     finally:

@@ -132,6 +132,7 @@ class WeightedPercentile:
         order = np.argpartition(ev.rows, center)
         half = self.half_window(np.bincount(ids[order[:center]], minlength=ev.count))
         self.low, high = max(0, center - half), min(total, center + half + 2)
+        del order  # one partition of millions of indices at a time
         order = np.argpartition(ev.rows, [self.low, high - 1])
         self.below = np.bincount(ids[order[:self.low]], minlength=ev.count)  # per group, values under the window
         window = order[self.low:high]
@@ -203,7 +204,7 @@ def request_values(ok: RequestColumns, base: str) -> Ragged:
     if base == "itl_ms":
         gaps = ok.ragged("chunk_ms").gaps()
         has = gaps.lengths > 0
-        return gaps if has.all() else gaps.take(np.flatnonzero(has))
+        return gaps if has.all() else gaps.select(has)
     if base == "tpot_ms":
         tokens, decode = ok.get("completion_tokens"), ok.get("decode_ms")
         keep = (tokens > 1) & np.isfinite(decode)

@@ -154,15 +154,14 @@ class Ragged:
         return np.diff(self.offsets)
 
     def row_ids(self) -> np.ndarray:
-        """The row each value belongs to."""
-        return np.repeat(np.arange(self.offsets.size - 1), self.lengths)
+        """The row each value belongs to (int32: half the memory of millions of chunk gaps)."""
+        return np.repeat(np.arange(self.offsets.size - 1, dtype=np.int32), self.lengths)
 
-    def take(self, rows: np.ndarray) -> Ragged:
-        """The rows `rows` (indices, in that order), values end to end."""
-        lengths = self.lengths[rows]
+    def select(self, mask: np.ndarray) -> Ragged:
+        """The rows where `mask` is true, by a mask over the values (no index arrays)."""
+        lengths = self.lengths[mask]
         offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-        starts = np.repeat(self.offsets[:-1][rows] - offsets[:-1], lengths)
-        return Ragged(self.values[starts + np.arange(offsets[-1])], offsets)
+        return Ragged(self.values[np.repeat(mask, self.lengths)], offsets)
 
     def gaps(self) -> Ragged:
         """Each row's differences between consecutive values (a row of one value has none)."""
@@ -196,9 +195,8 @@ class RequestColumns:
     def where(self, mask: np.ndarray) -> RequestColumns:
         if mask.all():
             return self  # every row: no copy of what may be millions of chunk times
-        rows = np.flatnonzero(mask)
-        return RequestColumns(rows.size, {k: v[rows] for k, v in self.scalars.items()},
-                              {k: v.take(rows) for k, v in self.lists.items()})
+        return RequestColumns(int(mask.sum()), {k: v[mask] for k, v in self.scalars.items()},
+                              {k: v.select(mask) for k, v in self.lists.items()})
 
     def measured(self, missing_ok_counts: bool = False) -> RequestColumns:
         """The measured (not warm-up) requests that succeeded; `missing_ok_counts`: a line
@@ -303,6 +301,7 @@ def parquet_columns(path: Path, columns: Sequence[str]) -> RequestColumns:
             result.lists[name] = joined(pieces)
         else:
             result.scalars[name] = np.concatenate(pieces) if pieces else np.empty(0)
+    pa.default_memory_pool().release_unused()  # the row groups' Arrow buffers: give them back now
     return result
 
 
