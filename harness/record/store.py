@@ -17,6 +17,7 @@ interrupted): a run that is still going, or died (kill -9), never moves it.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import re
@@ -69,6 +70,7 @@ class RunRecord:
     def add_requests(self, arm: str, lines: list[dict[str, Any]]) -> None:
         """Append an arm's requests to its columnar files (each rewritten atomically)."""
         append_requests(self.arm_dir(arm), arm, [self.redactor.data(line) for line in lines])
+        gc.collect()  # the garbage of building the columns, collected here rather than mid-way through the next load
 
     def write_text(self, relative: str, text: str) -> None:
         atomic_write(self.path / relative, self.redactor.text(text))
