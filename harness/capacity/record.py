@@ -5,7 +5,7 @@ a run record holds of its config:
     config.yaml, overrides.yaml, arms/<arm>/config.yaml   the composed config (re-run it with
                                                           the `command` in capacity.json)
     arms/<arm>/server.log   the arm's server, up for all its probes
-    requests.jsonl          every probe's requests, each line with its arm and `probe`
+    arms/<arm>/requests.parquet  every probe's requests, each row with its `probe` (docs/record.md)
     capacity.json           the SLOs, the search, per arm its capacity, goodput there and
                             every probe's figures, the gate verdicts and the exit status;
                             `status` running from the start, then finished or interrupted

@@ -261,7 +261,7 @@ class SweepGateConfig:
 @dataclass
 class RecordConfig:
     root: str = "runs"  # records go to <root>/<UTC timestamp>_<exp>/
-    keep_requests: bool = True  # write requests.jsonl
+    keep_requests: bool = True  # write the per-request files (arms/<arm>/requests.parquet, docs/record.md)
 
 
 @dataclass

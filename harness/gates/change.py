@@ -29,6 +29,7 @@ import numpy as np
 
 from harness.measure.registry import resolve
 from harness.measure.samples import Evidence, measured
+from harness.record.requests import RequestColumns
 
 BOOTSTRAP_RESAMPLES = 1000
 CONFIDENCE = 0.95  # one-sided, at each end of the interval
@@ -52,17 +53,21 @@ class Change:
     needed: Optional[str] = None  # roughly what would decide it, in words
 
 
-# --- samples from request lines (requests.jsonl) ---------------------------------------------
+# --- samples from a run's requests (lines in memory, or a record's columns) --------------------
 
-def evidence(metric: str, lines: list[dict]) -> Optional[Evidence]:
-    """The samples behind `metric` in one run's request lines, resampled as its registry
+def evidence(metric: str, requests: RequestColumns | list[dict]) -> Optional[Evidence]:
+    """The samples behind `metric` in one run's requests (this run's lines in memory, or a
+    reference record's columns: harness/record/requests.py), resampled as its registry
     entry says; None for a metric the registry gives no samples (it is then judged on its
     point values, and the verdict says so)."""
     try:
         entry = resolve(metric)
     except KeyError:
         return None
-    return entry.samples.evidence(measured(lines)) if entry.samples is not None else None
+    if entry.samples is None:
+        return None
+    lines = requests.rows() if isinstance(requests, RequestColumns) else requests
+    return entry.samples.evidence(measured(lines))
 
 
 # --- the bootstrap and the decision ------------------------------------------------------------

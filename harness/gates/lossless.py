@@ -110,7 +110,7 @@ class Comparison:
 
 def compare(reference_arm: str, reference_lines: list[dict], arm: str, lines: list[dict]) -> Comparison:
     """Each measured request of ``arm`` against the same request of ``reference_arm``
-    (requests.jsonl lines of each)."""
+    (the request lines of each)."""
     theirs, mine = by_request(reference_lines), by_request(lines)
     repeats = len({key[0] for key in [*theirs, *mine]})
     comparison = Comparison()

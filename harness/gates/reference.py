@@ -137,13 +137,13 @@ def why_no_interval(path: str, old_ev, new_ev, ctx: GateContext) -> str | None:
     if entry_of(path).samples is None:
         return f"{path} has no per-request samples to draw an interval from"
     if not ctx.reference_requests or not ctx.requests:
-        return "no requests.jsonl to draw an interval from"
+        return "no per-request data to draw an interval from"
     empty = [run for run, ev in (("the reference run", old_ev), ("this run", new_ev)) if ev is None or not ev.groups]
     return f"no request of {' or '.join(empty)} carries {path}'s samples" if empty else None
 
 
 def point_verdict(arm: str, c: Comparison, old: float, new: float, limit: float, why_limit: str, label: str,
-                  without: str = "no requests.jsonl to draw an interval from") -> Verdict:
+                  without: str = "no per-request data to draw an interval from") -> Verdict:
     """Without an interval (why_no_interval): one value against one value, as the verdict says."""
     name = f"baseline.{c.metric}"
     change = (new - old) / old

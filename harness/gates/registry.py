@@ -49,8 +49,8 @@ class GateContext:
     reference: dict | None  # this arm's block in the reference run (gate.baseline), if any
     reference_label: str  # how verdicts name the reference run
     telemetry_source: str  # the arm's telemetry.source: "off" means no GPU gate can decide
-    requests: list = field(default_factory=list)  # this arm's requests.jsonl lines (the samples behind verdicts)
-    reference_requests: list = field(default_factory=list)  # the same arm's lines in the reference run
+    requests: list = field(default_factory=list)  # this arm's request lines in memory (the samples behind verdicts)
+    reference_requests: Any = field(default_factory=list)  # the same arm's requests in the reference run (RequestColumns)
     history: list = field(default_factory=list)  # the arm's blocks in a history of past runs (gate.baseline folder)
     arm_requests: dict = field(default_factory=dict)  # every measured arm's request lines in this run (speedup intervals)
     server_windows: list = field(default_factory=list)  # the server's /metrics differenced, one per repeat

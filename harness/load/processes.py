@@ -259,7 +259,7 @@ class _Parent:
 def merge_results(results: list[LoadResult], api: str, model: str, interrupted: bool = False) -> LoadResult:
     """One LoadResult from the processes' results: their records in send order (warm-ups
     first, as they went first), every record's ``run_start`` the earliest process's, so
-    requests.jsonl has one t0."""
+    the record's request times have one t0."""
     records: list[RequestRecord] = sorted((r for res in results for r in res.records), key=lambda r: r.send_time)
     run_start = min((res.run_start for res in results), default=time.perf_counter())
     for rec in records:

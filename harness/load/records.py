@@ -65,7 +65,7 @@ class RequestRecord:
         return self.chunk_times[-1] - self.chunk_times[0] if self.chunk_times else None
 
     def to_json(self, t0: float | None = None) -> dict:
-        """One line of requests.jsonl.  Times in ms; absolute ones (send, end, chunks)
+        """One request's row of the record (docs/record.md).  Times in ms; absolute ones (send, end, chunks)
         relative to ``t0``, by default the run start that the load runner stamped on the
         record (else this request's own send time)."""
         if t0 is None:
@@ -112,7 +112,7 @@ class LoadResult:
     end_time: float  # last measured end
     api: str
     model: str
-    run_start: float = 0.0  # before the first warm-up request: t0 of requests.jsonl
+    run_start: float = 0.0  # before the first warm-up request: t0 of the record's request times
     prompt_sizing: str | None = None  # what counted the prompts' tokens (harness.load.sizing); None: not sized
     client: dict | None = None  # the client's own health over the load (harness/load/client_health.py)
 

@@ -31,6 +31,9 @@ WINDOWS_PER_REPEAT = 10  # time windows a repeat's measured span is cut into for
 PERCENTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0}
 
 Line = dict[str, Any]
+# the per-request columns samples read: what a reference run's record is asked for
+COLUMNS = ("warmup", "ok", "repeat", "send_ms", "end_ms", "ttft_ms", "e2e_ms", "tpot_ms", "decode_ms",
+           "completion_tokens", "prompt_tokens", "spec_verify_ct", "chunk_ms", "chunk_tokens")
 
 
 @dataclass
@@ -43,6 +46,11 @@ class Evidence:
     unit: str  # what one group is, in words: "requests", "windows"
     samples: int  # the values the statistic rests on (gaps for ITL; for tails, what counts)
     percentile: Optional[float] = None  # the percentile the statistic is (its tail needs samples beyond it)
+
+    @property
+    def count(self) -> int:
+        """How many rows (values, or pairs) the groups hold."""
+        return sum(len(group) for group in self.groups)
 
     def value(self) -> Optional[float]:
         return self.statistic(np.concatenate(self.groups)) if self.groups else None

@@ -4,7 +4,7 @@ way, redacted by the one policy and written atomically. Created on first use (a 
 measures nothing writes nothing).
 
 The recorder knows where things go (config, overrides, each arm's config and server log,
-requests.jsonl, telemetry CSV/PNG, the kind's JSON, summary.md, the CI step summary); the
+the per-request columns, telemetry CSV/PNG, the kind's JSON, summary.md, the CI step summary); the
 driver tells it what to write. Layout: see harness/record/store.py and README "Reading a run record".
 """
 

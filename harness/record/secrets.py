@@ -36,6 +36,8 @@ HEADER = re.compile(r"(?i)\b(authorization|proxy-authorization|x-api-key|api-key
 FLAG_EQUALS = re.compile(r"(--?[A-Za-z][\w.-]*)=(\S+)")
 FLAG_SPACE = re.compile(r"(--?[A-Za-z][\w.-]*)([ \t]+)(?!-)(\S+)")
 ASSIGNMENT = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)=([^\s&;]+)")
+# URL userinfo needs ':', a query parameter and an assignment '=', a header ':' or '=', a flag '-'
+PATTERN_CHARS = frozenset("=:-")
 
 
 def secret_name(name: Any) -> bool:
@@ -55,6 +57,8 @@ def secrets_in_text(text: str) -> set[str]:
 
 
 def redact_patterns(text: str) -> str:
+    if not PATTERN_CHARS.intersection(text):
+        return text  # every pattern needs one of these: a request's tokens and texts mostly skip all six
     text = URL_USERINFO.sub(rf"\1{REDACTED}\3", text)
     text = QUERY_PARAM.sub(lambda m: m.group(1) + REDACTED if secret_name(m.group(2)) else m.group(0), text)
     text = HEADER.sub(lambda m: m.group(1) + m.group(2) + (m.group(3) or "") + REDACTED, text)
@@ -72,6 +76,7 @@ class Redactor:
 
     def remember(self, values) -> None:
         self.secret_values |= {v for v in values if isinstance(v, str) and len(v) >= MIN_SECRET_LENGTH and v != REDACTED}
+        self.longest_first = sorted(self.secret_values, key=len, reverse=True)  # text() runs per string of every request
 
     def learn(self, data: Any) -> None:
         """Remember every secret value in `data` (and this process's secret-named
@@ -84,6 +89,8 @@ class Redactor:
             return {k: (REDACTED if secret_name(k) and isinstance(v, str) and v else self.data(v))
                     for k, v in data.items()}
         if isinstance(data, (list, tuple)):
+            if all(isinstance(item, (int, float)) for item in data):
+                return list(data)  # numbers hide nothing: a request's chunk times and token ids pass at C speed
             out, hide_next = [], False
             for item in data:
                 out.append(REDACTED if hide_next and isinstance(item, str) else self.data(item))
@@ -95,8 +102,9 @@ class Redactor:
 
     def text(self, text: str) -> str:
         text = redact_patterns(text)
-        for value in sorted(self.secret_values, key=len, reverse=True):
-            text = text.replace(value, REDACTED)
+        for value in self.longest_first:
+            if value in text:
+                text = text.replace(value, REDACTED)
         return text
 
 

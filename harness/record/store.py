@@ -6,7 +6,9 @@ Layout (see README "Reading a run record"):
     config.yaml          the composed experiment (before arm overrides)
     overrides.yaml       the command-line overrides
     arms/<arm>/config.yaml, arms/<arm>/server.log
-    requests.jsonl       one line per request, with its arm and timings
+    arms/<arm>/requests.parquet, outputs.parquet   the arm's requests in columns, and what
+                         they generated (harness/record/requests.py, docs/record.md); a record
+                         written before has requests.jsonl (one line per request) instead
     results.json         per-arm metrics and every gate verdict (rewritten after each arm);
                          its `status` is `running` from the moment the record is made, then
                          `finished` or `interrupted` when the run ends
@@ -17,6 +19,7 @@ interrupted): a run that is still going, or died (kill -9), never moves it.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import re
@@ -29,6 +32,7 @@ import yaml
 
 from harness.record.atomic import atomic_write
 from harness.record.kinds import RUN, RecordKind, kind_of
+from harness.record.requests import LEGACY_FILE, REQUESTS_FILE, RequestColumns, append_requests, read_columns
 from harness.record.secrets import REDACTED, Redactor  # noqa: F401  (REDACTED: what replay looks for)
 
 # A record's `status` in results.json: `running` until the run ends, so a record that still
@@ -48,7 +52,6 @@ class RunRecord:
         self.kind = kind
         self.path = unique_dir(self.root / f"{stamp}_{safe_name(exp_name)}{kind.suffix}")
         self.redactor = redactor or Redactor()
-        self.request_lines: list[str] = []
 
     def point_latest(self) -> None:
         """Swap `<root>/latest` atomically to this record (a relative link, so the tree can
@@ -75,9 +78,9 @@ class RunRecord:
         self.write_json(self.kind.data_file, data)
 
     def add_requests(self, arm: str, lines: list[dict[str, Any]]) -> None:
-        """Append an arm's requests; the whole file is rewritten atomically."""
-        self.request_lines += [json.dumps({"arm": arm, **self.redactor.data(line)}) for line in lines]
-        atomic_write(self.path / "requests.jsonl", "".join(line + "\n" for line in self.request_lines))
+        """Append an arm's requests to its columnar files (each rewritten atomically)."""
+        append_requests(self.arm_dir(arm), arm, [self.redactor.data(line) for line in lines])
+        gc.collect()  # the garbage of building the columns, collected here rather than mid-way through the next load
 
     def write_text(self, relative: str, text: str) -> None:
         atomic_write(self.path / relative, self.redactor.text(text))
@@ -151,21 +154,11 @@ class RunData:
         return {RUNNING: "incomplete: it still says running, so the run died before it finished (e.g. kill -9)",
                 INTERRUPTED: "interrupted: the run was stopped (Ctrl-C or SIGTERM) before it finished"}.get(self.status, "")
 
-    def request_lines(self, arm: str) -> list[dict[str, Any]]:
-        """The arm's lines of requests.jsonl beside results.json ([] when the record kept
-        none, or a line is not JSON: verdicts then fall back to the point values)."""
-        file = self.path.parent / "requests.jsonl"
-        if not file.is_file():
-            return []
-        lines = []
-        try:
-            for text in file.read_text(encoding="utf-8").splitlines():
-                line = json.loads(text)
-                if isinstance(line, dict) and line.get("arm") == arm:
-                    lines.append(line)
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-            return []
-        return lines
+    def request_columns(self, arm: str, columns: list[str] | tuple[str, ...]) -> RequestColumns:
+        """The arm's requests beside results.json, only `columns` of them (no rows when the
+        record kept none: verdicts then fall back to the point values). Reads either layout."""
+        folder = self.path.parent
+        return read_columns(folder / "arms" / safe_name(arm) / REQUESTS_FILE, folder / LEGACY_FILE, arm, columns)
 
 
 def results_path(path: Path) -> Path:

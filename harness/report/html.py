@@ -44,7 +44,7 @@ def write_report(run_dir: Path, out: Optional[Path] = None) -> Path:
     run = read_run(Path(run_dir))
     record_dir = run.path.parent
     out = Path(out) if out is not None else record_dir / "report.html"
-    html = render_report(run, read_requests(record_dir / "requests.jsonl"))
+    html = render_report(run)
     try:
         atomic_write(out, html)
     except OSError as exc:
@@ -52,20 +52,20 @@ def write_report(run_dir: Path, out: Optional[Path] = None) -> Path:
     return out
 
 
-def render_report(run: RunData, requests: list[dict[str, Any]]) -> str:
+def render_report(run: RunData) -> str:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    return env.get_template("report.html.j2").render(**report_context(run, requests))
+    return env.get_template("report.html.j2").render(**report_context(run))
 
 
 # --- the record as the template sees it --------------------------------------------------
 
-def report_context(run: RunData, requests: list[dict[str, Any]]) -> dict[str, Any]:
+def report_context(run: RunData) -> dict[str, Any]:
     data, arms = run.data, list(run.arms)
     plain_arm = data.get("plain_arm") or None
     columns = report_metrics(plain_arm)
     gates = [gate_row(g) for g in data.get("gates") or [] if isinstance(g, dict)]
-    samples = {arm: latency_samples(requests, arm) for arm in arms}
+    samples = {arm: latency_samples(run, arm) for arm in arms}
     return {
         "label": run.label,
         "experiment": str(data.get("experiment") or run.label),
@@ -275,33 +275,17 @@ def energy_facts(result: dict[str, Any]) -> list[str]:
     return [line]
 
 
-# --- requests.jsonl -----------------------------------------------------------------------
+# --- the requests' latencies ----------------------------------------------------------------
 
-def read_requests(path: Path) -> list[dict[str, Any]]:
-    """Every parseable line of requests.jsonl (none when the file is missing)."""
-    try:
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return []
-    out = []
-    for line in lines:
-        try:
-            item = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a torn line must not cost the whole report
-        if isinstance(item, dict):
-            out.append(item)
-    return out
+LATENCY_COLUMNS = ("warmup", "ok", "ttft_ms", "chunk_ms")  # all the charts read of the requests
 
 
-def latency_samples(requests: list[dict[str, Any]], arm: str) -> dict[str, np.ndarray]:
-    """TTFT per request and ITL per chunk gap (ms), from the arm's measured, successful requests."""
-    measured = [r for r in requests if r.get("arm") == arm and not r.get("warmup") and r.get("ok", True)]
-    ttft = [v for r in measured if (v := number(r.get("ttft_ms"))) is not None]
-    gaps = [np.diff(np.asarray(chunks, dtype=float)) for r in measured
-            if isinstance(chunks := r.get("chunk_ms"), list) and len(chunks) > 1
-            and all(number(c) is not None for c in chunks)]
-    return {"ttft": np.asarray(ttft, dtype=float), "itl": np.concatenate(gaps) if gaps else np.empty(0)}
+def latency_samples(run: RunData, arm: str) -> dict[str, np.ndarray]:
+    """TTFT per request and ITL per chunk gap (ms), from the arm's measured, successful
+    requests (a line from before `ok` existed counts), read as columns."""
+    measured = run.request_columns(arm, LATENCY_COLUMNS).measured(missing_ok_counts=True)
+    ttft = measured.get("ttft_ms")
+    return {"ttft": ttft[np.isfinite(ttft)], "itl": measured.ragged("chunk_ms").gaps().values}
 
 
 # --- charts --------------------------------------------------------------------------------

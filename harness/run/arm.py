@@ -191,7 +191,7 @@ class ArmSession:
         return extras
 
     def keep_requests(self, repeat: int, load: LoadResult, **flags: Any) -> None:
-        """The load's requests into requests.jsonl (and memory, for reference-run verdicts)."""
+        """The load's requests into the record's per-request files (and memory, for reference-run verdicts)."""
         lines = [{**r.to_json(), "repeat": repeat, **flags} for r in load.records]
         self.outcome.request_lines += lines
         if self.arm.cfg.record.keep_requests:

@@ -31,7 +31,7 @@ class ArmOutcome:
     # figures where client and server disagree (harness/measure/agreement.py); [] all agreed, None nothing compared
     client_server_disagreement: list[dict[str, Any]] | None = None
     environment: list[dict[str, Any]] | None = None  # configured variables as each server process has them
-    request_lines: list[dict[str, Any]] = field(default_factory=list)  # requests.jsonl lines (kept in memory for verdicts)
+    request_lines: list[dict[str, Any]] = field(default_factory=list)  # the record's request lines (kept in memory for verdicts)
     interrupted_load: dict[str, Any] | None = None  # {repeat, finished, in_flight} of a load cut by Ctrl-C/SIGTERM
 
     @property

@@ -18,10 +18,12 @@ from harness.run.arm import ArmFailed, ArmRun, ArmSession
 from harness.config.compose import Arm, Experiment
 from harness.gates.verdict import Verdict
 from harness.gates.registry import configured_gates
+from harness.measure.samples import COLUMNS as SAMPLE_COLUMNS
 from harness.measure.registry import cross_arm
 from harness.measure.metrics import ArmResult, category_speedups
 from harness.run.outcome import ArmOutcome
 from harness.record.recorder import Recorder
+from harness.record.requests import RequestColumns
 from harness.record.store import FINISHED, INTERRUPTED, RUNNING, RunData
 from harness.run.replay import drift_rows, drift_table
 from harness.record.secrets import redact_patterns
@@ -139,8 +141,9 @@ class Runner:
         runs = self.history + ([self.reference] if self.reference is not None else [])
         return [run.arms[name] for run in runs if isinstance(run.arms.get(name), dict)] if self.history else []
 
-    def reference_requests(self, name: str) -> list[dict]:
-        return self.reference.request_lines(name) if self.reference is not None else []
+    def reference_requests(self, name: str) -> RequestColumns | list:
+        """The reference run's requests of this arm: only the columns its samples need."""
+        return self.reference.request_columns(name, SAMPLE_COLUMNS) if self.reference is not None else []
 
     @property
     def reference_label(self) -> str:

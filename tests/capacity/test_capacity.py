@@ -25,6 +25,7 @@ from harness.servers.labels import RUN
 from harness.sim.cli import parse_args as sim_parse_args
 from harness.sim.model import SimModel
 from harness.capacity.slo import Slo, goodput, misses, slos_of
+from harness.record.requests import read_lines
 from tests.support.runs import require_whole_run_marker, specgate, start_specgate
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -250,7 +251,7 @@ def test_capacity_finds_the_simulators_known_capacity_per_arm_within_10_percent(
     assert f"- PASSED min_capacity eagle3: {verdict['detail']}" in (folder / "summary.md").read_text()
     server_logs = [(folder / "arms" / arm / "server.log").read_text() for arm in ("baseline", "eagle3")]
     assert all(log.count("server_args:") == 1 for log in server_logs)  # one server start per arm, every probe on it
-    lines = [json.loads(line) for line in (folder / "requests.jsonl").read_text().splitlines()]
+    lines = read_lines(folder)
     assert {line["probe"] for line in lines if line["arm"] == "eagle3"} == set(range(len(data["arms"]["eagle3"]["probes"])))
     assert "## Probes" in (folder / "summary.md").read_text() and (folder / "config.yaml").is_file()
     assert not containers_of(folder.name)

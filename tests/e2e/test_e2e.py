@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.record.requests import read_lines
 from tests.support.runs import run_suites, specgate, start_suites
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,8 +71,8 @@ def test_sim_smoke_passes_and_records_everything(sim_smoke_on_docker):
     proc, record, tmp_path, marker = (sim_smoke_on_docker.proc, sim_smoke_on_docker.record, sim_smoke_on_docker.root,
                                       sim_smoke_on_docker.marker)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    for name in ("config.yaml", "overrides.yaml", "results.json", "requests.jsonl", "summary.md",
-                 "arms/baseline/config.yaml", "arms/eagle3/config.yaml", "arms/baseline/server.log", "arms/eagle3/server.log"):
+    for name in ("config.yaml", "overrides.yaml", "results.json", "arms/baseline/requests.parquet", "summary.md",
+                 "arms/eagle3/requests.parquet", "arms/baseline/config.yaml", "arms/eagle3/config.yaml", "arms/baseline/server.log", "arms/eagle3/server.log"):
         assert (record / name).is_file(), f"{name} missing from the record"
     results = results_of(tmp_path)
     for arm in ("baseline", "eagle3"):
@@ -90,7 +91,7 @@ def test_sim_smoke_passes_and_records_everything(sim_smoke_on_docker):
     assert not [g for g in results["gates"] if not g["passed"] and g["passed"] is not None]
     assert {g["name"] for g in results["gates"] if g["passed"]} >= {
         "min_output_tok_s", "min_speedup", "accept_length_at_least_break_even", "min_accept_length"}
-    lines = (record / "requests.jsonl").read_text().splitlines()
+    lines = read_lines(record)
     assert len(lines) == 2 * (4 + 1)  # measured + warm-up, per arm
     assert "test_min_speedup[eagle3] PASSED" in proc.stdout or "passed" in proc.stdout
     assert "specgate summary" in proc.stdout and "gate(s) passed" in proc.stdout
@@ -207,7 +208,7 @@ def test_an_interrupt_mid_load_keeps_the_finished_requests_and_closes_the_record
     assert results["status"] == "interrupted" and results["interrupted"] is True
     baseline = results["arms"]["baseline"]
     assert baseline["status"] == "interrupted" and "output_tok_s" not in baseline  # a cut load is no measurement
-    lines = [json.loads(line) for line in (tmp_path / "latest" / "requests.jsonl").read_text().splitlines()]
+    lines = read_lines(tmp_path / "latest")
     measured = [line for line in lines if not line["warmup"]]
     assert len(measured) >= 5 and all(line["ok"] and line["e2e_ms"] for line in lines)
     assert all(line["arm"] == "baseline" and line["interrupted_load"] is True for line in lines)

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.record.requests import read_lines
 from tests.support.runs import start_suites
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -86,7 +87,7 @@ def group_alive(pgid: int) -> bool:
 def record_of(tmp_path: Path) -> tuple[dict, list[dict], str]:
     record = tmp_path / "latest"
     results = json.loads((record / "results.json").read_text())
-    lines = [json.loads(line) for line in (record / "requests.jsonl").read_text().splitlines()]
+    lines = read_lines(record)
     return results, lines, (record / "summary.md").read_text()
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from harness.record.requests import read_lines
 from tests.support.runs import run_suites
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,8 +36,7 @@ def test_repeats_report_median_spread_and_cv(first_run):
     assert set(noise) >= {"median", "min", "max", "mad", "cv"} and noise["min"] <= noise["median"] <= noise["max"]
     assert block["output_tok_s"] == pytest.approx(noise["median"], rel=1e-3)
     assert "## Noise over 2 repeats" in proc.stdout
-    lines = (record / "requests.jsonl").read_text().splitlines()
-    assert {json.loads(l)["repeat"] for l in lines} == {0, 1}
+    assert {line["repeat"] for line in read_lines(record)} == {0, 1}
 
 
 @pytest.mark.slow

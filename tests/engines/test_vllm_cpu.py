@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from harness.record.requests import read_lines
 from tests.support.runs import run_suites
 
 pytestmark = pytest.mark.real_engine
@@ -16,8 +17,8 @@ def vllm_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("vllm-runs")
     proc = run_suites("+exp=vllm_cpu_smoke", f"record.root={root}", "-v", "-rs", timeout=1500)
     results = json.loads((root / "latest" / "results.json").read_text()) if (root / "latest").exists() else {}
-    lines = (root / "latest" / "requests.jsonl").read_text().splitlines() if (root / "latest").exists() else []
-    return proc, results, [json.loads(line) for line in lines]
+    lines = read_lines(root / "latest") if (root / "latest").exists() else []
+    return proc, results, lines
 
 
 def test_every_suite_passes_against_vllm(vllm_run):

@@ -21,6 +21,7 @@ from harness.load.records import RequestRecord
 from harness.gates.lossless import NEAR_TIE_NATS, compare, summary, top_logprobs_to_ask
 from harness.measure.metrics import ArmResult, Stat
 from harness.config.schema import GateConfig, WorkloadConfig
+from harness.record.requests import read_lines
 
 from tests.support import runs
 from tests.support.sim_process import FAST, SPEC, Sim
@@ -284,7 +285,7 @@ def test_sim_lossy_fails_the_lossless_gate_only_naming_the_divergence(tmp_path):
     assert first.startswith("request ") and " at token " in first and "by token ids: baseline " in first
     assert "(id " in first and ", eagle3 " in first and "nats ≥ 0.1" in first, first
     assert "FAILED suites/test_speculative.py::test_lossless[eagle3]" in proc.stdout
-    lines = [json.loads(x) for x in (tmp_path / "latest" / "requests.jsonl").read_text().splitlines()]
+    lines = read_lines(tmp_path / "latest")
     texts = {(x["arm"], x["index"]): x["text"] for x in lines if not x["warmup"]}
     assert any(texts[("eagle3", i)] != texts[("baseline", i)] for i in range(4))
 

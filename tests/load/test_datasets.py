@@ -17,6 +17,7 @@ from harness.load.conversation import Conversation, Message
 from harness.load.datasets import DatasetError, load_dataset
 from harness.load.prompts import DatasetPrompts, prompt_source
 from harness.config.schema import WorkloadConfig
+from harness.record.requests import read_lines
 
 from tests.support.fake_openai import FakeOpenAI
 from tests.support.fake_sglang import FakeSGLang
@@ -229,7 +230,7 @@ def test_a_run_writes_category_and_row_into_requests_jsonl(tmp_path):
                       "workload.num_prompts=2", "workload.warmup_requests=0", "workload.max_tokens=8",
                       f"record.root={tmp_path / 'runs'}", path="suites/test_throughput.py", timeout=180)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    lines = [json.loads(line) for line in (tmp_path / "runs" / "latest" / "requests.jsonl").read_text().splitlines()]
+    lines = read_lines(tmp_path / "runs" / "latest")
     assert sorted((line["dataset_row"], line["turn"], line["category"]) for line in lines) == [
         (0, 0, "repetition"), (0, 1, "repetition"), (1, 0, "prose")]
 

@@ -138,7 +138,7 @@ def test_the_run_report_shows_it(output_tokens_p50, tmp_path):
     result = summarize("eagle3", loaded)
     (tmp_path / "results.json").write_text(json.dumps({"experiment": "x", "status": "finished",
                                                        "arms": {"eagle3": {"status": "measured", **result.to_json()}}}))
-    page = render_report(read_run(tmp_path), lines_of(loaded))
+    page = render_report(read_run(tmp_path))
     assert LABEL in page and f"{result.figures[PATH]:.1f}" in page
 
 
@@ -161,5 +161,5 @@ def test_records_written_before_read_under_their_old_spellings(tmp_path):
     [row] = [r for r in compare_data([tmp_path])["rows"] if r["metric"] == "joules_per_token"]
     assert row["values"] == [0.25]
     assert category_rows({"eagle3": arm}, ["eagle3"], None) == [["eagle3", "code", "3", "2", "50", "-", "12.5", "3.25"]]
-    page = render_report(read_run(tmp_path), [])
+    page = render_report(read_run(tmp_path))
     assert "J/token" in page and "0.250" in page

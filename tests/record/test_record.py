@@ -7,6 +7,7 @@ import os
 import pytest
 
 from harness.config.compose import compose
+from harness.record.requests import read_lines
 from harness.record.store import (RecordError, Redactor, RunRecord, atomic_write, load_results, read_reference_runs,
                             read_run, read_runs)
 from harness.run.runner import Runner
@@ -132,13 +133,14 @@ def test_ordinary_token_counts_are_not_secrets():
     assert redactor.text("eagle3 0.5.23") == "eagle3 0.5.23"
 
 
-def test_requests_jsonl_and_log_scrubbing(tmp_path):
+def test_request_files_and_log_scrubbing(tmp_path):
     redactor = Redactor({"sk-abcdef123"})
     record = RunRecord(tmp_path, "x", redactor)
     record.add_requests("a", [{"index": 0}])
-    record.add_requests("b", [{"index": 0, "error": "bad key sk-abcdef123"}])
-    lines = [json.loads(l) for l in (record.path / "requests.jsonl").read_text().splitlines()]
+    record.add_requests("b", [{"index": 0, "error": "bad key sk-abcdef123", "text": "echo sk-abcdef123"}])
+    lines = read_lines(record.path)
     assert [l["arm"] for l in lines] == ["a", "b"] and lines[1]["error"] == "bad key ***"
+    assert lines[1]["text"] == "echo ***" and lines[0]["text"] is None
     log = record.arm_dir("a") / "server.log"
     log.write_text("args: --api-key sk-abcdef123\n")
     record.scrub_file("arms/a/server.log")
