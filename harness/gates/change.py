@@ -73,14 +73,27 @@ def evidence(metric: str, requests: RequestColumns | list[dict]) -> Optional[Evi
 # --- the bootstrap and the decision ------------------------------------------------------------
 
 def resampled(ev: Evidence, rng: np.random.Generator, times: int) -> np.ndarray:
-    """The statistic over `times` resamples of the groups, with replacement."""
+    """The statistic over `times` resamples of the groups, with replacement. The groups are
+    laid end to end once and each resample is one gather of rows (not a concatenation of
+    100,000 small arrays): the same rows, in the same order, as drawing group by group."""
     n = len(ev.groups)
+    rows = np.concatenate(ev.groups) if n else np.empty(0)
+    lengths = np.fromiter((len(g) for g in ev.groups), dtype=np.int64, count=n)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    single = bool(n) and bool((lengths == 1).all())
     values = np.empty(times)
     for i in range(times):
         picks = rng.integers(0, n, size=n)
-        value = ev.statistic(np.concatenate([ev.groups[j] for j in picks]))
+        value = ev.statistic(rows[picks] if single else rows[gathered(offsets, lengths, picks)])
         values[i] = np.nan if value is None else value
     return values
+
+
+def gathered(offsets: np.ndarray, lengths: np.ndarray, picks: np.ndarray) -> np.ndarray:
+    """The row indices of groups `picks`, end to end."""
+    picked = lengths[picks]
+    ends = np.cumsum(picked)
+    return np.repeat(offsets[:-1][picks] - (ends - picked), picked) + np.arange(ends[-1] if ends.size else 0)
 
 
 def tail_shortfall(metric: str, *runs: Evidence) -> Optional[str]:
