@@ -72,6 +72,38 @@ CONTENT_TYPE_ERROR = {"object": "error", "message": "Unsupported Media Type: Onl
 HANDLER_SOCKET_TIMEOUT_S = 5.0  # a client that connects and sends nothing cannot hold close() longer
 
 
+class _JoiningServer(ThreadingHTTPServer):
+    """ThreadingHTTPServer whose server_close() joins its handler threads.
+
+    The stock server makes handlers daemon threads and then does not track them, so
+    server_close() returned while released handlers were still unwinding (a test that
+    counted threads right after close() saw them). Handlers stay daemons, so a fake a
+    test forgot to close cannot hold the interpreter's exit.
+    """
+
+    daemon_threads = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.handler_threads: list[threading.Thread] = []
+        self.handler_threads_lock = threading.Lock()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        thread = threading.Thread(target=self.process_request_thread, args=(request, client_address),
+                                  daemon=True)
+        with self.handler_threads_lock:
+            self.handler_threads = [t for t in self.handler_threads if t.is_alive()]
+            self.handler_threads.append(thread)
+        thread.start()
+
+    def server_close(self) -> None:
+        super().server_close()
+        with self.handler_threads_lock:
+            threads, self.handler_threads = self.handler_threads, []
+        for thread in threads:
+            thread.join()
+
+
 class FakeOpenAI:
     """One fake server on ``host``:``port`` (0: a free port) in background threads."""
 
@@ -113,8 +145,7 @@ class FakeOpenAI:
 
     # --- lifecycle ---------------------------------------------------------------------
     def start(self) -> "FakeOpenAI":
-        server = ThreadingHTTPServer(self._address, _Handler)
-        server.block_on_close = True  # server_close() joins every handler thread
+        server = _JoiningServer(self._address, _Handler)
         server.fake = self
         server.count_lock = threading.Lock()
         self._server = server
