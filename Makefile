@@ -32,9 +32,10 @@ $(STAMP): pyproject.toml
 run: install-run
 	$(BIN)/pytest suites/ +exp=sim_smoke
 
-# The project's own tests (including end-to-end runs of the suites in subprocesses).
+# The project's own tests (including end-to-end runs of the suites in subprocesses); the
+# slowest 40 are listed at the end, to keep the suite lean (CI: 2 cores, 90 minutes).
 test: install
-	$(BIN)/pytest tests/ -q
+	$(BIN)/pytest tests/ -q --durations=40
 
 # The inner loop: every test that does not start a whole run (servers, the suites or
 # `specgate run|sweep|capacity|replay` in a subprocess). Whole runs carry one of these markers
