@@ -138,7 +138,7 @@ def why_no_interval(path: str, old_ev, new_ev, ctx: GateContext) -> str | None:
         return f"{path} has no per-request samples to draw an interval from"
     if not ctx.reference_requests or not ctx.requests:
         return "no per-request data to draw an interval from"
-    empty = [run for run, ev in (("the reference run", old_ev), ("this run", new_ev)) if ev is None or not ev.groups]
+    empty = [run for run, ev in (("the reference run", old_ev), ("this run", new_ev)) if ev is None or not ev.groups_count]
     return f"no request of {' or '.join(empty)} carries {path}'s samples" if empty else None
 
 

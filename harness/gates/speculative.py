@@ -93,7 +93,7 @@ def speed_interval(verdict: Verdict, ctx: GateContext, over: str, floor: float) 
     """The speedup's interval from both arms' per-window token rates: failed only when
     even its upper end is below the floor, passed when its lower end clears it."""
     mine, theirs = evidence("output_tok_s", ctx.requests), evidence("output_tok_s", ctx.arm_requests.get(over, []))
-    if mine is None or theirs is None or not mine.groups or not theirs.groups:
+    if mine is None or theirs is None or not mine.groups_count or not theirs.groups_count:
         return  # no request lines (e.g. a test's bare result): the point ratio decides
     # judge() measures how much worse `mine` is than `theirs`; the floor is 1 - ratio worse
     change = judge("output_tok_s", theirs, mine, 1.0 - floor, lower_is_better=False, confidence=ctx.gate.confidence)

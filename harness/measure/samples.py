@@ -38,22 +38,63 @@ COLUMNS = ("warmup", "ok", "repeat", "send_ms", "end_ms", "ttft_ms", "e2e_ms", "
 
 @dataclass
 class Evidence:
-    """One run's samples for one metric: `groups` are resampled together (a request, or a
-    time window); `statistic` turns the rows of a resample into the metric's value."""
+    """One run's samples for one metric: rows (values, or (numerator, denominator) pairs)
+    cut into groups that a bootstrap resamples together (a request's values, a time
+    window's rate), group i at ``rows[offsets[i]:offsets[i+1]]``, and the statistic
+    (``stat``: mean, ratio, p50, p90, p99) that turns rows back into the metric's value.
+    Rows end to end, not a list of arrays: 100,000 requests are a few numpy arrays."""
 
-    groups: list[np.ndarray]  # each an array of rows (values, or (numerator, denominator) pairs)
-    statistic: Callable[[np.ndarray], Optional[float]]
+    rows: np.ndarray
+    offsets: np.ndarray
+    stat: str  # "mean" | "ratio" | a percentile's name ("p50")
     unit: str  # what one group is, in words: "requests", "windows"
     samples: int  # the values the statistic rests on (gaps for ITL; for tails, what counts)
-    percentile: Optional[float] = None  # the percentile the statistic is (its tail needs samples beyond it)
+
+    @classmethod
+    def singles(cls, rows: np.ndarray, stat: str, unit: str) -> "Evidence":
+        """Every row its own group."""
+        return cls(rows, np.arange(rows.shape[0] + 1, dtype=np.int64), stat, unit, rows.shape[0])
+
+    @property
+    def groups_count(self) -> int:
+        """How many groups (the n of a bootstrap)."""
+        return self.offsets.size - 1
+
+    @property
+    def groups(self) -> list[np.ndarray]:
+        return np.split(self.rows, self.offsets[1:-1]) if self.groups_count else []
 
     @property
     def count(self) -> int:
         """How many rows (values, or pairs) the groups hold."""
-        return sum(len(group) for group in self.groups)
+        return int(self.rows.shape[0])
+
+    @property
+    def single(self) -> bool:
+        """Every group is one row (a resample is a gather of rows)."""
+        return self.count == self.groups_count
+
+    @property
+    def percentile(self) -> Optional[float]:
+        """The percentile the statistic is (its tail needs samples beyond it), else None."""
+        return PERCENTILES.get(self.stat)
+
+    def statistic(self, rows: np.ndarray) -> Optional[float]:
+        return statistic_of(self.stat, rows)
 
     def value(self) -> Optional[float]:
-        return self.statistic(np.concatenate(self.groups)) if self.groups else None
+        return statistic_of(self.stat, self.rows) if self.groups_count else None
+
+
+def statistic_of(stat: str, rows: np.ndarray) -> Optional[float]:
+    """A statistic of rows: the mean, a ratio of the columns' sums, or a percentile."""
+    if not rows.size:
+        return None
+    if stat == "mean":
+        return float(rows.mean())
+    if stat == "ratio":
+        return ratio_of_sums(rows)
+    return float(np.percentile(rows, PERCENTILES[stat]))
 
 
 def percentile_of(q: float) -> Callable[[np.ndarray], Optional[float]]:
@@ -78,29 +119,134 @@ def statistic_named(stat: str) -> tuple[Callable[[np.ndarray], Optional[float]],
     raise KeyError(f"'{stat}' is not a statistic; valid: mean, {', '.join(PERCENTILES)}")
 
 
-# --- what one request line gives ------------------------------------------------------------
+# --- what one request gives: read from a line, or from a whole record's columns at once ------
+#
+# A metric's samples are defined on one request line (``values_of(line)``, ``row_of(line)``),
+# which is all a newly registered metric has to write. The built-in ones also read a
+# record's columns in one pass (``from_columns``): a columnar record (harness/record/
+# requests.py: ``get(name)`` a float column with NaN for missing, ``ragged(name)`` a list
+# column as values and offsets) of 100,000 requests is then not walked row by row. Both
+# readings give the same rows (tests/measure/test_samples.py).
 
-def field_value(name: str) -> Callable[[Line], list[float]]:
+@dataclass(frozen=True)
+class FieldValue:
     """A request's one value of a field (its TTFT, its E2E), none when missing."""
-    def values(line: Line) -> list[float]:
-        value = line.get(name)
+
+    name: str
+
+    def __call__(self, line: Line) -> list[float]:
+        value = line.get(self.name)
         return [] if value is None else [float(value)]
-    return values
+
+    def from_columns(self, columns: Any) -> tuple[np.ndarray, np.ndarray]:
+        values = columns.get(self.name)
+        values = values[np.isfinite(values)]
+        return values, np.arange(values.size + 1, dtype=np.int64)
 
 
-def itl_values(line: Line) -> list[float]:
+def field_value(name: str) -> FieldValue:
+    return FieldValue(name)
+
+
+class ItlValues:
     """Every gap between a request's token chunks."""
-    chunks = line.get("chunk_ms") or []
-    return list(np.diff(np.asarray(chunks, dtype=float))) if len(chunks) > 1 else []
+
+    def __call__(self, line: Line) -> list[float]:
+        chunks = line.get("chunk_ms") or []
+        return list(np.diff(np.asarray(chunks, dtype=float))) if len(chunks) > 1 else []
+
+    def from_columns(self, columns: Any) -> tuple[np.ndarray, np.ndarray]:
+        chunks = columns.ragged("chunk_ms")
+        lengths = np.diff(chunks.offsets)
+        gaps = np.maximum(lengths - 1, 0)
+        keep = np.ones(chunks.values.size, dtype=bool)
+        keep[chunks.offsets[:-1][lengths > 0]] = False  # a row's first chunk has no gap before it
+        offsets = np.concatenate([[0], np.cumsum(gaps[gaps > 0])]).astype(np.int64)
+        return np.diff(chunks.values)[keep[1:]], offsets
 
 
-def tpot_values(line: Line) -> list[float]:
+class TpotValues:
     """Decode time over the tokens after the first (none for a one-token request)."""
-    tokens, decode = line.get("completion_tokens"), line.get("decode_ms")
-    return [decode / (tokens - 1)] if tokens and tokens > 1 and decode is not None else []
+
+    def __call__(self, line: Line) -> list[float]:
+        tokens, decode = line.get("completion_tokens"), line.get("decode_ms")
+        return [decode / (tokens - 1)] if tokens and tokens > 1 and decode is not None else []
+
+    def from_columns(self, columns: Any) -> tuple[np.ndarray, np.ndarray]:
+        tokens, decode = columns.get("completion_tokens"), columns.get("decode_ms")
+        keep = (tokens > 1) & np.isfinite(decode)
+        values = decode[keep] / (tokens[keep] - 1)
+        return values, np.arange(values.size + 1, dtype=np.int64)
+
+
+itl_values, tpot_values = ItlValues(), TpotValues()
+
+
+def given(x: np.ndarray) -> np.ndarray:
+    """A count the line carries, and not 0 (a line's `if verify:`)."""
+    return np.isfinite(x) & (x != 0)
+
+
+class AcceptLengthRow:
+    """Σ completion tokens ÷ Σ verify cycles over the requests that carry verify counts."""
+
+    def __call__(self, line: Line) -> Optional[tuple[float, float]]:
+        verify = line.get("spec_verify_ct")
+        return (line.get("completion_tokens") or 0, verify) if verify else None
+
+    def from_columns(self, columns: Any) -> np.ndarray:
+        tokens, verify = columns.get("completion_tokens"), columns.get("spec_verify_ct")
+        keep = given(verify)
+        return pairs(np.nan_to_num(tokens[keep], nan=0.0), verify[keep])
+
+
+class VerifyCycleRow:
+    """Σ decode time ÷ Σ verify cycles: a request without a decode span (one chunk) adds its cycles."""
+
+    def __call__(self, line: Line) -> Optional[tuple[float, float]]:
+        verify = line.get("spec_verify_ct")
+        return (line.get("decode_ms") or 0.0, verify) if verify else None
+
+    def from_columns(self, columns: Any) -> np.ndarray:
+        decode, verify = columns.get("decode_ms"), columns.get("spec_verify_ct")
+        keep = given(verify)
+        return pairs(np.nan_to_num(decode[keep], nan=0.0), verify[keep])
+
+
+class DecodeStepRow:
+    """Σ decode time ÷ Σ tokens after the first."""
+
+    def __call__(self, line: Line) -> Optional[tuple[float, float]]:
+        tokens, decode = line.get("completion_tokens"), line.get("decode_ms")
+        return (decode, tokens - 1) if tokens and tokens > 1 and decode is not None else None
+
+    def from_columns(self, columns: Any) -> np.ndarray:
+        tokens, decode = columns.get("completion_tokens"), columns.get("decode_ms")
+        keep = (tokens > 1) & np.isfinite(decode)
+        return pairs(decode[keep], tokens[keep] - 1)
+
+
+accept_length_row, verify_cycle_row, decode_step_row = AcceptLengthRow(), VerifyCycleRow(), DecodeStepRow()
+
+
+def pairs(numerators: np.ndarray, denominators: np.ndarray) -> np.ndarray:
+    return np.stack([numerators, denominators], axis=1).astype(float) if numerators.size else np.empty((0, 2))
+
+
+def columnar(requests: Any, reader: Any) -> bool:
+    """Read `requests` as columns: they are a record's columns and the reader has a columnar form."""
+    return hasattr(requests, "ragged") and hasattr(reader, "from_columns")
+
+
+def lines_of(requests: Any) -> list:
+    """Request lines: the lines themselves, or a columnar record's rows read one by one."""
+    return requests.rows() if hasattr(requests, "rows") else requests
 
 
 # --- the three kinds --------------------------------------------------------------------------
+#
+# Each takes one arm's measured, successful requests: request lines (dicts, RecordLine
+# views), or a columnar record's requests (already measured: RequestColumns.measured()).
 
 @dataclass(frozen=True)
 class PerRequest:
@@ -115,10 +261,15 @@ class PerRequest:
         statistic_named(stat)  # a KeyError for an unknown one
         return PerRequest(self.values_of, stat)
 
-    def evidence(self, lines: list[Line]) -> Evidence:
-        groups = [np.asarray(v, dtype=float) for v in (self.values_of(line) for line in lines) if len(v)]
-        statistic, q = statistic_named(self.stat)
-        return Evidence(groups, statistic, "requests", sum(g.size for g in groups), q)
+    def evidence(self, requests: Any) -> Evidence:
+        if columnar(requests, self.values_of):
+            values, offsets = self.values_of.from_columns(requests)
+        else:
+            per_line = [self.values_of(line) for line in lines_of(requests)]
+            lengths = np.fromiter((len(v) for v in per_line), dtype=np.int64, count=len(per_line))
+            values = np.asarray([x for v in per_line for x in v], dtype=float)
+            offsets = np.concatenate([[0], np.cumsum(lengths[lengths > 0])]).astype(np.int64)
+        return Evidence(values, offsets, self.stat, "requests", values.size)
 
 
 @dataclass(frozen=True)
@@ -128,9 +279,13 @@ class RatioOfSums:
     row_of: Callable[[Line], Optional[tuple[float, float]]]
     kind: str = "ratio of sums over requests"
 
-    def evidence(self, lines: list[Line]) -> Evidence:
-        rows = [np.asarray([row], dtype=float) for row in (self.row_of(line) for line in lines) if row is not None]
-        return Evidence(rows, ratio_of_sums, "requests", len(rows))
+    def evidence(self, requests: Any) -> Evidence:
+        if columnar(requests, self.row_of):
+            rows = self.row_of.from_columns(requests)
+        else:
+            found = [row for row in (self.row_of(line) for line in lines_of(requests)) if row is not None]
+            rows = np.asarray(found, dtype=float).reshape(-1, 2)
+        return Evidence.singles(rows, "ratio", "requests")
 
 
 @dataclass(frozen=True)
@@ -140,13 +295,18 @@ class WindowRate:
     what: str
     kind: str = "rate in time windows"
 
-    def evidence(self, lines: list[Line]) -> Evidence:
-        groups = window_rates(lines, self.what) if lines else []
-        return Evidence(groups, mean_of, "windows", len(groups))
+    def evidence(self, requests: Any) -> Evidence:
+        if hasattr(requests, "ragged"):
+            rates = column_window_rates(requests, self.what) if len(requests) else np.empty(0)
+        else:
+            lines = lines_of(requests)
+            rates = window_rates(lines, self.what) if lines else np.empty(0)
+        return Evidence.singles(rates, "mean", "windows")
 
 
-def window_rates(lines: list[Line], what: str) -> list[np.ndarray]:
-    """Tokens (or completed requests) per second in equal windows of each repeat's span."""
+def window_rates(lines: list[Line], what: str) -> np.ndarray:
+    """Tokens (or completed requests) per second in equal windows of each repeat's span,
+    repeats in the order they first appear."""
     by_repeat: dict[Any, list[Line]] = {}
     for line in lines:
         by_repeat.setdefault(line.get("repeat", 0), []).append(line)
@@ -154,35 +314,46 @@ def window_rates(lines: list[Line], what: str) -> list[np.ndarray]:
     for repeat_lines in by_repeat.values():
         start = min(line["send_ms"] for line in repeat_lines)
         end = max(line["end_ms"] for line in repeat_lines)
-        if end <= start:
-            continue
-        edges = np.linspace(start, end, WINDOWS_PER_REPEAT + 1)
         if what == "tokens":
             times = np.concatenate([np.asarray(line.get("chunk_ms") or [], dtype=float) for line in repeat_lines])
             weights = np.concatenate([np.asarray(line.get("chunk_tokens") or [], dtype=float) for line in repeat_lines])
         else:
             times = np.asarray([line["end_ms"] for line in repeat_lines], dtype=float)
             weights = np.ones(times.size)
-        counts, _ = np.histogram(times, bins=edges, weights=weights)
-        rates += [np.asarray([c * 1000.0 / (edges[1] - edges[0])]) for c in counts]
-    return rates
+        rates += windowed(start, end, times, weights)
+    return np.asarray(rates, dtype=float)
 
 
-def accept_length_row(line: Line) -> Optional[tuple[float, float]]:
-    """Σ completion tokens ÷ Σ verify cycles over the requests that carry verify counts."""
-    verify = line.get("spec_verify_ct")
-    return (line.get("completion_tokens") or 0, verify) if verify else None
+def column_window_rates(columns: Any, what: str) -> np.ndarray:
+    """window_rates over a columnar record: the same windows, the same order."""
+    repeat = np.nan_to_num(columns.get("repeat"), nan=0.0)
+    kinds, first = np.unique(repeat, return_index=True)
+    send, end = columns.get("send_ms"), columns.get("end_ms")
+    if what == "tokens":
+        chunks, tokens = columns.ragged("chunk_ms"), columns.ragged("chunk_tokens")
+        if not np.array_equal(chunks.offsets, tokens.offsets):  # a line with a hole in one list: read as lines
+            return window_rates(columns.rows(), what)
+        chunk_repeat = np.repeat(repeat, np.diff(chunks.offsets))
+    rates: list[float] = []
+    for value in kinds[np.argsort(first)]:
+        mine = repeat == value
+        if what == "tokens":
+            in_repeat = chunk_repeat == value
+            times, weights = chunks.values[in_repeat], tokens.values[in_repeat]
+        else:
+            times = end[mine]
+            weights = np.ones(times.size)
+        rates += windowed(float(np.min(send[mine])), float(np.max(end[mine])), times, weights)
+    return np.asarray(rates, dtype=float)
 
 
-def verify_cycle_row(line: Line) -> Optional[tuple[float, float]]:
-    """Σ decode time ÷ Σ verify cycles: a request without a decode span (one chunk) adds its cycles."""
-    verify = line.get("spec_verify_ct")
-    return (line.get("decode_ms") or 0.0, verify) if verify else None
-
-
-def decode_step_row(line: Line) -> Optional[tuple[float, float]]:
-    tokens, decode = line.get("completion_tokens"), line.get("decode_ms")
-    return (decode, tokens - 1) if tokens and tokens > 1 and decode is not None else None
+def windowed(start: float, end: float, times: np.ndarray, weights: np.ndarray) -> list[float]:
+    """Weights per second in WINDOWS_PER_REPEAT equal windows of [start, end] (none for an empty span)."""
+    if not end > start:
+        return []
+    edges = np.linspace(start, end, WINDOWS_PER_REPEAT + 1)
+    counts, _ = np.histogram(times, bins=edges, weights=weights)
+    return list(counts * 1000.0 / (edges[1] - edges[0]))
 
 
 class RecordLine:
