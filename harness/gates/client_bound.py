@@ -7,7 +7,11 @@ decides, against ``gate.client_bound``, which of the arm's figures the client di
   (TTFT, ITL, E2E) is the client's when the loop lag p99 exceeds
   ``loop_lag_ms_p99`` **and** the lag at the matching percentile (p50 for a mean or
   median, p99 for a p90 or p99) is at least ``min_share`` of the figure: a 15 ms lag
-  is the client's trouble beside a 4 ms ITL, and noise beside a 2 s TTFT.
+  is the client's trouble beside a 4 ms ITL, and noise beside a 2 s TTFT. A decode-time
+  figure (TPOT, decode step, verify cycle) is a request's first-to-last-chunk span shared
+  out over its tokens: one stall at either end shortens or stretches that span by the
+  stall, so those figures are the client's when the loop lag p99 is at least
+  ``min_share`` of the mean span (mean E2E less mean TTFT).
 * **send gap**: requests that went out late were not the load that was asked for (a
   closed loop's slot stood idle for the gap; an open loop's arrivals came later), so
   the throughput figures are the client's when the send gap p99 exceeds
@@ -38,6 +42,11 @@ LAG_AT = {"mean": "p50", "p50": "p50", "p90": "p99", "p99": "p99"}  # figure sta
 def distributions() -> list[str]:
     """Latency distributions whose stamps a lagging event loop makes late (ttft_ms, itl_ms, e2e_ms)."""
     return list(dict.fromkeys(m.family for m in all_metrics() if m.client == "latency"))
+
+
+def decode_figures() -> list[str]:
+    """Figures made of each request's first-to-last-chunk span (tpot_ms.*, decode_step_ms, verify_cycle_ms)."""
+    return [m.path for m in all_metrics() if m.client == "decode"]
 
 
 def throughput() -> list[str]:
@@ -76,6 +85,14 @@ def lag_bound_figures(result: Any, lag: dict, share: float) -> list[str]:
     return found
 
 
+def decode_bound_figures(result: Any, lag: dict, share: float) -> list[str]:
+    """The decode-time figures a stall of the loop's p99 lag is at least `share` of the mean span of."""
+    e2e, ttft, delay = metric_value(result, "e2e_ms.mean"), metric_value(result, "ttft_ms.mean"), lag.get("p99")
+    if e2e is None or ttft is None or delay is None or e2e <= ttft or delay < share * (e2e - ttft):
+        return []
+    return [path for path in decode_figures() if metric_value(result, path) is not None]
+
+
 def judge(result: Any, client: dict, thresholds: Any) -> dict:
     """The judgement for one arm: ``client_bound`` (bool), ``client_bound_figures`` (metric
     paths that are the client's) and ``verdict`` (in words); {} without a client block."""
@@ -87,7 +104,7 @@ def judge(result: Any, client: dict, thresholds: Any) -> dict:
     figures: list[str] = []
     reasons: list[str] = []
     if lag.get("p99") is not None and lag["p99"] > lag_limit:
-        lagged = lag_bound_figures(result, lag, share)
+        lagged = lag_bound_figures(result, lag, share) + decode_bound_figures(result, lag, share)
         figures += lagged
         reasons.append(f"event-loop lag p99 {lag['p99']:.1f} ms (p50 {lag['p50']:.1f}, max {lag['max']:.1f}) > "
                        f"{lag_limit:g} ms" + (f" and ≥ {share:.0%} of each of those" if lagged else

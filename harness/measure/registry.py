@@ -84,7 +84,9 @@ class Metric:
     # field for (None: its samples' statistic); harness/measure/metrics.py fills ArmResult.figures
     compute: Optional[Callable[[list[dict]], Optional[float]]] = None
     combine: Combine = "median"  # repeats: median of each repeat's value, their sum, or recomputed pooled
-    client: Optional[str] = None  # a stalled client distorts it: "latency" (late stamps) or "throughput" (late sends)
+    # a stalled client distorts it: "latency" (late stamps), "decode" (a request's first-to-last
+    # chunk span: a stall at either end shortens or stretches it) or "throughput" (late sends)
+    client: Optional[str] = None
     one_sided: bool = False  # client lag can only make it worse, so a pass despite the lag stands
     aliases: tuple[str, ...] = ()  # keys records written before wrote it under (read, never written)
 
@@ -170,18 +172,18 @@ for _entry in (
                  column="ITL p50"),
     distribution("itl_ms.p99", "ITL p99 ms", "{:.2f}", s.itl_values, one_sided=False, noise=True, column="ITL p99",
                  in_capacity=True),
-    distribution("tpot_ms.p50", "TPOT p50 ms", "{:.2f}", s.tpot_values, client=None, one_sided=False, noise=True,
+    distribution("tpot_ms.p50", "TPOT p50 ms", "{:.2f}", s.tpot_values, client="decode", one_sided=False, noise=True,
                  compared=True, column="TPOT p50", in_sweep=True, in_capacity=True, aliases=("tpot_ms_p50",)),
-    distribution("tpot_ms.p99", "TPOT p99 ms", "{:.2f}", s.tpot_values, client=None, one_sided=False,
+    distribution("tpot_ms.p99", "TPOT p99 ms", "{:.2f}", s.tpot_values, client="decode", one_sided=False,
                  in_compare=False, in_report=False, in_sweep=True, in_capacity=True, aliases=("tpot_ms_p99",)),
     distribution("e2e_ms.p50", "E2E p50 ms", "{:.0f}", E2E, noise=True, column="E2E p50"),
     distribution("e2e_ms.p99", "E2E p99 ms", "{:.0f}", E2E, in_compare=False, in_report=False, in_capacity=True),
     Metric("accept_length", "accept length", "tokens/cycle", "{:.2f}", "higher", noise=True, column="accept len",
            in_sweep=True, in_capacity=True, samples=RatioOfSums(s.accept_length_row)),
     Metric("verify_cycle_ms", "verify cycle ms", "ms", "{:.2f}", "lower", noise=True, column="cycle ms",
-           column_pattern="{:.1f}", in_sweep=True, samples=RatioOfSums(s.verify_cycle_row)),
+           column_pattern="{:.1f}", in_sweep=True, samples=RatioOfSums(s.verify_cycle_row), client="decode"),
     Metric("decode_step_ms", "decode step ms", "ms", "{:.2f}", "lower", noise=True,
-           in_compare=False, in_report=False, in_sweep=True, samples=RatioOfSums(s.decode_step_row)),
+           in_compare=False, in_report=False, in_sweep=True, samples=RatioOfSums(s.decode_step_row), client="decode"),
     # Cross-arm metrics: one run's plain arm is the reference, so runs with different
     # plain arms would not line up in `specgate compare`.
     Metric("speedup", "speedup vs {plain}", "x", "{:.2f}x", "higher", column="speedup",

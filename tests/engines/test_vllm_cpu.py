@@ -47,6 +47,13 @@ def test_client_numbers_agree_with_vllms_own_histograms(vllm_run):
         assert arm["ttft_ms"]["mean"] <= server["ttft_mean_ms"] * 3 + 50, (name, server, arm["ttft_ms"])
         # Decode time per token: the client's first-to-last-chunk span vs the sum of the server's
         # inter-token latencies over the same requests (vLLM observes those per engine step).
+        # On 2 cores vLLM's busy loop can stall the client's event loop for as long as a request
+        # decodes (seen: lag p99 115 ms beside a 120 ms span); the harness must then say the
+        # decode figures are the client's, and they are not held against the server's.
+        client, lag = arm["client"], arm["client"]["loop_lag_ms"]["p99"]
+        if lag > 20 and lag >= 0.1 * (arm["e2e_ms"]["mean"] - arm["ttft_ms"]["mean"]):  # gate.client_bound's defaults
+            assert "decode_step_ms" in client["client_bound_figures"], (name, client)
+            continue
         decoded = arm["completion_tokens"] - arm["requests"]["ok"]
         server_ms = server["itl_sum_s"] * 1000 / decoded
         assert 0.8 <= arm["decode_step_ms"] / server_ms <= 1.25, (name, arm["decode_step_ms"], server_ms)

@@ -149,6 +149,22 @@ def test_a_lag_small_beside_the_figures_is_not_client_bound():
     assert "but under 10% of every latency figure" in slow_server.client["verdict"]
 
 
+def test_a_stall_as_long_as_a_tenth_of_the_decode_span_makes_the_decode_figures_the_clients():
+    # vLLM on 2 busy cores: a 115 ms stall (p99) while requests decode 47 tokens in ~120 ms; the
+    # client read 2.5 ms per decode step where the server measured 3.6 (the span lost the stall)
+    def stalled(p99: float, e2e: float = 140.0) -> ArmResult:
+        result = result_with((0.7, p99), ttft=(20.0, 180.0), itl=(2.0, 60.0), e2e_p50=e2e)
+        result.tpot_ms, result.decode_step_ms, result.verify_cycle_ms = Stat(2.5, 2.5, 3.0, 3.0, 6), 2.47, None
+        result.client.update(judge(result, result.client, ClientBoundConfig()))
+        return result
+
+    figures = stalled(115.0).client["client_bound_figures"]
+    assert {"tpot_ms.p50", "tpot_ms.p99", "decode_step_ms"} <= set(figures) and "verify_cycle_ms" not in figures
+    assert "TPOT p50/p99" in stalled(115.0).client["verdict"]
+    longer = stalled(25.0, e2e=420.0).client  # a 25 ms stall: past the 20 ms limit, under 10 % of a 400 ms span
+    assert longer["client_bound"] and not {"tpot_ms.p50", "decode_step_ms"} & set(longer["client_bound_figures"])
+
+
 def test_a_late_sender_makes_throughput_the_clients():
     late = result_with((0.5, 2.0), gap_p99=80.0, gap_mean=60.0, e2e_p50=400.0)  # 60 ms idle per 400 ms request
     assert late.client["client_bound_figures"] == ["output_tok_s", "request_per_s"]

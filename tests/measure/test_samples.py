@@ -45,10 +45,10 @@ def test_window_rates_are_per_repeat():
 
 def gathered_resamples(ev, seed: int, times: int) -> np.ndarray:
     """The plain bootstrap: every drawn group's rows laid end to end, the statistic over them."""
-    rng, out = np.random.default_rng(seed), []
+    rng, out, groups = np.random.default_rng(seed), [], ev.groups
     for _ in range(times):
         picks = rng.integers(0, ev.groups_count, size=ev.groups_count)
-        value = ev.statistic(np.concatenate([ev.groups[i] for i in picks]))
+        value = ev.statistic(np.concatenate([groups[i] for i in picks]))
         out.append(np.nan if value is None else value)
     return np.asarray(out)
 

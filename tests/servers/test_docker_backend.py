@@ -98,6 +98,7 @@ def test_leftovers_of_dead_sessions_are_removed_and_live_ones_kept(engine):
                 pass
 
 
+@pytest.mark.serial  # `specgate clean` removes every labelled container: other tests' servers too
 def test_specgate_clean_removes_everything_labelled(engine):
     image = next(t for i in engine.images.list(filters={"label": LABEL}) for t in i.tags if t.startswith("specgate/sim:"))
     container = engine.containers.create(image, command=["--help"], labels=container_labels(Session(), "x"))
