@@ -32,17 +32,28 @@ $(STAMP): pyproject.toml
 run: install-run
 	$(BIN)/pytest suites/ +exp=sim_smoke
 
-# The project's own tests (including end-to-end runs of the suites in subprocesses); the
-# slowest 40 are listed at the end, to keep the suite lean (CI: 2 cores, 90 minutes).
+# The project's own tests (including end-to-end runs of the suites in subprocesses), in two
+# passes: the tests that can share the machine on $(WORKERS) pytest-xdist workers, a test file
+# per worker (so a module's shared run starts once), then, one at a time, the tests marked
+# to be alone (SERIAL: a benchmark's ratios, vLLM's CPU build using every core, `specgate
+# clean`). The tests mostly wait on servers: on CI's 2 cores three workers keep them busy
+# without starving anyone. Both passes always run; the first failure's status is the exit
+# status. The slowest tests are listed, to keep the suite lean (CI: 2 cores, 90 minutes).
+WORKERS ?= 3
+SERIAL  := serial or benchmark_reduced or real_engine
 test: install
-	$(BIN)/pytest tests/ -q --durations=40
+	@status=0; \
+	$(BIN)/pytest tests/ -q -n $(WORKERS) --dist loadfile -m "not ($(SERIAL))" --durations=25 || status=$$?; \
+	$(BIN)/pytest tests/ -q -m "$(SERIAL)" --durations=10 || { s=$$?; [ $$status -ne 0 ] || status=$$s; }; \
+	exit $$status
 
 # The inner loop: every test that does not start a whole run (servers, the suites or
-# `specgate run|sweep|capacity|replay` in a subprocess). Whole runs carry one of these markers
-# (tests/support/runs.py refuses to start one under a test without it); `make test` runs them.
-FAST_LANE := not slow and not cluster and not real_engine and not benchmark_reduced
+# `specgate run|sweep|capacity|replay` in a subprocess), on $(WORKERS) workers. Whole runs carry
+# one of these markers (tests/support/runs.py refuses to start one under a test without it);
+# `make test` runs them.
+FAST_LANE := not slow and not cluster and not real_engine and not benchmark_reduced and not serial
 test-fast: install-run
-	$(BIN)/pytest tests/ -q -m "$(FAST_LANE)"
+	$(BIN)/pytest tests/ -q -n $(WORKERS) --dist loadfile -m "$(FAST_LANE)"
 
 # A single-node SLURM cluster on this machine (root, Debian): `specgate sweep ...
 # hydra/launcher=submitit_slurm` runs its points as SLURM jobs here. Idempotent; the SLURM

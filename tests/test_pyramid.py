@@ -58,8 +58,18 @@ def test_no_test_file_starts_pytest_or_specgate_around_the_helper():
 
 
 def test_make_test_fast_leaves_out_every_whole_run_marker_and_nothing_else():
+    # and the tests that must run alone: the fast lane runs on parallel workers
     makefile = (ROOT / "Makefile").read_text()
     (expression,) = re.findall(r'^FAST_LANE\s*:?=\s*(.+)$', makefile, re.M)
-    assert sorted(re.findall(r"not (\w+)", expression)) == sorted(WHOLE_RUN_MARKERS), expression
+    assert sorted(re.findall(r"not (\w+)", expression)) == sorted([*WHOLE_RUN_MARKERS, "serial"]), expression
     recipe = makefile.split("\ntest-fast:", 1)[1].split("\n\n", 1)[0]
     assert '-m "$(FAST_LANE)"' in recipe and "tests/" in recipe, recipe
+
+
+def test_make_test_runs_every_test_in_one_of_its_two_passes():
+    """The parallel pass takes what the serial pass leaves, by the same expression."""
+    makefile = (ROOT / "Makefile").read_text()
+    recipe = makefile.split("\ntest: install", 1)[1].split("\n\n", 1)[0]
+    assert '-m "not ($(SERIAL))"' in recipe and '-m "$(SERIAL)"' in recipe, recipe
+    (serial,) = re.findall(r'^SERIAL\s*:?=\s*(.+)$', makefile, re.M)
+    assert "serial" in serial.split(" or "), serial
