@@ -88,11 +88,17 @@ def test_a_slower_server_fails_the_baseline_gate_naming_the_regression(first_run
     proc = run_suites("--replay", str(record), "server.sim.decode_step_ms=4.4", f"gate.baseline={record}",
                       f"record.root={tmp_path}", "-k", "baseline and not eagle3")
     assert proc.returncode == 1, proc.stdout[-3000:]
-    assert "baseline: output_tok_s regressed: output_tok_s" in proc.stdout and "95% interval" in proc.stdout
+    assert "baseline: tpot_ms.p50 regressed: tpot_ms.p50" in proc.stdout and "95% interval" in proc.stdout
     verdicts = json.loads((tmp_path / "latest" / "results.json").read_text())["gates"]
-    [tok] = [v for v in verdicts if v["name"] == "baseline.output_tok_s" and v["arm"] == "baseline"]
-    assert tok["status"] == "failed" and 0.07 < (tok["baseline"] - tok["value"]) / tok["baseline"] < 0.12
-    assert 0.0 < tok["interval"][0] <= tok["interval"][1]  # the regression's interval, all of it worse
+    compared = {v["name"]: v for v in verdicts if v["arm"] == "baseline" and v["name"].startswith("baseline.")}
+    for name in ("baseline.tpot_ms.p50", "baseline.itl_ms.p50"):  # the decode step's own figures, 10 % slower
+        v = compared[name]
+        assert v["status"] == "failed" and 0.07 < v["value"] / v["baseline"] - 1 < 0.12, v
+        assert 0.0 < v["interval"][0] <= v["interval"][1], v  # the regression's interval, all of it worse
+    # Throughput is ~9 % lower too: failed, or inconclusive where the reference run's two repeats
+    # spread wider than that (a busy machine widens the noise band); never passed.
+    tok = compared["baseline.output_tok_s"]
+    assert tok["status"] in ("failed", "inconclusive") and 0.06 < 1 - tok["value"] / tok["baseline"] < 0.12, tok
 
 
 @pytest.mark.slow
