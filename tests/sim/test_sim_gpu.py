@@ -5,12 +5,8 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -21,53 +17,18 @@ import requests
 
 from harness.sim.gpu import SimGpuModel, sim_uuid
 from harness.telemetry import Sampler, make_source, resolve_uuids, summarize
+from tests.support import sim_process
 
 REPO = Path(__file__).resolve().parents[2]
 # 4 ms steps: 2000 tokens keep a request streaming ~8 s, longer than any test needs.
 FAST = ["--sim-decode-step-ms", "4", "--sim-prefill-base-ms", "1", "--sim-startup-s", "0.2", "--sim-gpu-ramp-s", "0.5"]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Sim:
-    def __init__(self, args: list[str]):
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = tempfile.TemporaryFile("w+")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "harness.sim", "--model-path", "sim-model", "--port", str(self.port), *args],
-            cwd=REPO, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
-        )
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, self.output()
-            try:
-                if requests.get(self.url + "/health", timeout=1).status_code == 200:
-                    return
-            except requests.ConnectionError:
-                pass
-            time.sleep(0.05)
-        raise TimeoutError(self.output())
-
-    def output(self) -> str:
-        self.log.flush()
-        self.log.seek(0)
-        return self.log.read()
+class Sim(sim_process.Sim):
+    """The simulator as a process (tests/support/sim_process.py), with its GPU model's route."""
 
     def gpus(self) -> list[dict]:
         return requests.get(self.url + "/sim/gpu", timeout=5).json()["gpus"]
-
-    def kill(self) -> None:
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.proc.wait(5)
-        self.log.close()
 
 
 class Stream:
