@@ -43,6 +43,13 @@ class SimModelConfig:
     gpu_ramp_s: float = 1.5  # time constant of the ramp from idle to boost
     gpu_throttle: str = "none"  # none | thermal | power: a fault that caps clocks under load
     lossy_rate: float = 0.0  # a fault: this share of accepted draft tokens comes out wrong (speculative arms only)
+    # drift, the noise of a real GPU box (harness/sim/drift.py), all off by default: a speed factor
+    # per server start, a slow wander during the run, per-step jitter (sds of log speed)
+    drift_speed_sd: float = 0.0
+    drift_wander_sd: float = 0.0
+    drift_wander_s: float = 30.0
+    drift_jitter_sd: float = 0.0
+    drift_seed: Optional[int] = None  # null: a fresh seed per server start, in its log
 
 
 

@@ -66,6 +66,15 @@ def build_parser() -> argparse.ArgumentParser:
     _bool_flag(p, "--sim-record-emissions", "keep each streaming request's arrival and chunk emission times "
                "for GET /sim/emissions (the truth benchmarks/clients.py checks clients against)")
     _bool_flag(p, "--sim-scrub-worker-env", "start worker processes with a minimal environment")
+    # --- drift: the noise of a real GPU box (see harness/sim/drift.py); all off by default ---
+    p.add_argument("--sim-drift-speed-sd", type=_non_negative, default=0.0,
+                   help="sd of the log speed factor drawn once per server start (run-to-run drift)")
+    p.add_argument("--sim-drift-wander-sd", type=_non_negative, default=0.0,
+                   help="sd of the slow wander of log speed during a run")
+    p.add_argument("--sim-drift-wander-s", type=_positive, default=30.0, help="the wander's time constant, seconds")
+    p.add_argument("--sim-drift-jitter-sd", type=_non_negative, default=0.0, help="sd of per-step log jitter")
+    p.add_argument("--sim-drift-seed", type=int, default=None,
+                   help="the drift's seed (default: a fresh one per start, logged)")
     # --- simulated GPUs (GET /sim/gpu; see harness/sim/gpu.py) -----------------
     p.add_argument("--sim-gpu-ramp-s", type=float, default=1.5, help="time constant of the idle->boost clock ramp")
     p.add_argument("--sim-gpu-boost-mhz", type=float, default=2600.0, help="SM clock under load")
@@ -79,6 +88,13 @@ def _share(text: str) -> float:
     value = float(text)
     if not 0.0 <= value <= 1.0:
         raise argparse.ArgumentTypeError(f"{text} is not a share between 0 and 1")
+    return value
+
+
+def _positive(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
     return value
 
 

@@ -42,6 +42,8 @@ import argparse
 import json
 from dataclasses import dataclass, field
 
+from harness.sim.drift import DriftModel
+
 # Points of the log grid from batch 1 to max_running_requests that the crossover search scans
 # before it bisects (fine enough that a speedup curve cannot cross 1.0 twice between two).
 CROSSOVER_GRID = 2000
@@ -104,6 +106,7 @@ class SimModel:
     num_steps: int = 2
     num_draft_tokens: int = 3
     compute_knee_tokens: float | None = None  # tokens per target pass past which it is compute-bound; None/0: never
+    drift: DriftModel = field(default_factory=DriftModel)  # how the box drifts (drift.py); none by default
 
     def __post_init__(self) -> None:
         # Keep exactly one conditional probability per draft step.
@@ -141,6 +144,8 @@ class SimModel:
             num_steps=int(num_steps),
             num_draft_tokens=int(num_draft),
             compute_knee_tokens=getattr(ns, "sim_compute_knee_tokens", None) or None,
+            drift=DriftModel(ns.sim_drift_speed_sd, ns.sim_drift_wander_sd, ns.sim_drift_wander_s,
+                             ns.sim_drift_jitter_sd, ns.sim_drift_seed).seeded(),
         )
 
     # ------------------------------------------------------------------ timing

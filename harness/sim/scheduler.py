@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
+from harness.sim.drift import Drift
 from harness.sim.model import SimModel
 from harness.sim.procs import child_setup
 from harness.sim.tokens import EOS_TOKEN_ID, OutputPlan, lossy_draw
@@ -91,6 +92,7 @@ class Scheduler:
         self.verify_tokens_total = 0
         self.step_id = 0
         self.stop = False
+        self.drift = Drift(model.drift)  # how much slower or faster than the model each step runs
 
     # ----------------------------------------------------------------- inbox
     def _handle(self, msg: tuple) -> None:
@@ -130,7 +132,7 @@ class Scheduler:
         room = max(0, self.model.max_running_requests - len(self.running))
         admitted = [self.waiting.popleft() for _ in range(min(room, len(self.waiting)))]
         n_tokens = sum(r.prompt_tokens for r in admitted)
-        duration = self.model.prefill_ms(n_tokens, len(admitted)) / 1000.0
+        duration = self.model.prefill_ms(n_tokens, len(admitted)) * self.drift.factor() / 1000.0
         items = []
         for r in admitted:
             n = 1 if r.remaining() > 0 else 0
@@ -147,7 +149,7 @@ class Scheduler:
         items = []
         done = []
         if m.speculative:
-            duration = m.verify_cycle_ms(batch) / 1000.0
+            duration = m.verify_cycle_ms(batch) * self.drift.factor() / 1000.0
             for r in self.running.values():
                 rand = r.rng.random
                 accepted = 0
@@ -170,7 +172,7 @@ class Scheduler:
                 if finish is not None:
                     done.append(r.rid)
         else:
-            duration = m.decode_step_ms(batch) / 1000.0
+            duration = m.decode_step_ms(batch) * self.drift.factor() / 1000.0
             for r in self.running.values():
                 finish = r.finish_after(1)
                 items.append((r.rid, r.generated, 1, None, finish, None, ()))
