@@ -6,6 +6,7 @@ import math
 import re
 from dataclasses import dataclass
 
+from harness.gates.client_bound import bound_figures, guard_client_bound, labels
 from harness.gates.change import evidence, judge
 from harness.measure.registry import Metric, all_metrics, compared_by_default, metric_value, resolve
 from harness.measure.metrics import spread
@@ -101,8 +102,21 @@ def no_regression_against_reference(ctx: GateContext) -> list[Verdict]:
         return [skipped("baseline", arm, f"the reference run {label} has no measured arm '{arm}'")]
     if (missing := unmeasured("baseline", ctx)) is not None:
         return missing
-    verdicts = [compare_metric(ctx, c) for c in comparisons(gate)]
+    verdicts = [client_lag(compare_metric(ctx, c), ctx, c.metric) for c in comparisons(gate)]
     return [with_gpu_state(v, ctx) for v in verdicts]
+
+
+def client_lag(verdict: Verdict, ctx: GateContext, metric: str) -> Verdict:
+    """A compared figure that was the client's own lag (gates/client_bound.py) decides
+    nothing: in the reference run, neither a pass nor a failure stands (its figure was not
+    the server's); in this run, as every limit gate treats it (a failure is inconclusive, a
+    pass on a figure lag can only worsen stands)."""
+    if metric in bound_figures(ctx.reference) and verdict.status in ("passed", "failed"):
+        verdict.inconclusive, verdict.passed = True, inconclusive_passes(ctx.gate)
+        verdict.detail = (f"inconclusive, client-bound in the reference run: its {labels([metric])} was the "
+                          f"client's lag, not the server's (see its client block): {verdict.detail}")
+        return verdict
+    return guard_client_bound([verdict], ctx.result, [metric], inconclusive_passes(ctx.gate))[0]
 
 
 def compare_metric(ctx: GateContext, c: Comparison) -> Verdict:

@@ -162,3 +162,22 @@ def test_speedup_is_judged_with_its_interval(floor, spec_step_ms, status):
     [v] = speculative.min_speedup(speedup_ctx(floor, spec_step_ms))
     assert v.status == status, v.detail
     assert "95% interval" in v.detail and v.interval[0] <= v.value <= v.interval[1]
+
+
+def test_a_figure_that_was_the_clients_lag_decides_nothing_against_the_reference():
+    old_lines, slow_lines = lines(64, 1, concurrency=8), lines(64, 2, step_ms=8.0, concurrency=8)
+    old_tok_s = evidence("output_tok_s", old_lines).value()
+    lagged = {"client_bound": True, "client_bound_figures": ["tpot_ms.p50"], "verdict": "client-bound: ..."}
+    # this run's TPOT was the client's lag: its failure is inconclusive, its throughput still judged
+    c = ctx(slow_lines, old_lines, {"compare": {"tpot_ms.p50": "5%", "output_tok_s": "5%"}}, output_tok_s=old_tok_s,
+            tpot_ms={"p50": 4.0})
+    c.result.client = lagged
+    verdicts = {v.name: v for v in reference.no_regression_against_reference(c)}
+    tpot, tok = verdicts["baseline.tpot_ms.p50"], verdicts["baseline.output_tok_s"]
+    assert tpot.status == "inconclusive" and "client-bound: TPOT p50 is the client's lag" in tpot.detail, tpot.detail
+    assert tok.status == "failed", tok.detail
+    # the reference run's TPOT was the client's: a pass does not stand either
+    same = ctx(lines(64, 3, concurrency=8), old_lines, {"compare": {"tpot_ms.p50": "5%"}}, output_tok_s=old_tok_s,
+               tpot_ms={"p50": 4.0}, client=lagged)
+    [v] = reference.no_regression_against_reference(same)
+    assert v.status == "inconclusive" and "client-bound in the reference run: its TPOT p50" in v.detail, v.detail
