@@ -235,7 +235,7 @@ def run_capacity(overrides: list[str], conf_dir: Path, command: list[str]) -> in
                 if engine not in cleaned:  # what dead sessions left on this engine goes first, as in a run
                     cleaned.add(engine)
                     remove_dead_sessions_containers(arm.cfg, session)
-                session.run = record.path.name
+                session.run, session.record = record.path.name, str(record.path.resolve())
                 ArmSearch(arm, record, session, slos, settings, found[arm.name]).run()
     except KeyboardInterrupt:
         record.finish(capacity_verdicts(experiment, found, settings), INTERRUPTED_EXIT, interrupted=True)

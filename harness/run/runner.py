@@ -75,7 +75,8 @@ class Runner:
         """Start the arm's server and measure its workload; the server stays up until close_arm."""
         arm = self.experiment.arm(name)
         outcome = self.outcomes[name] = ArmOutcome(name, backend=arm.cfg.backend.kind, choices=arm.choices)
-        self.session.run = self.start_record().name
+        record = self.start_record()
+        self.session.run, self.session.record = record.name, str(record.resolve())
         arm_session = self.open_sessions[name] = ArmSession(arm, outcome, self.recorder, self.session, self.progress)
         try:
             self.remove_dead_sessions_containers(arm, arm_session)

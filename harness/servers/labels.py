@@ -13,6 +13,7 @@ import docker.errors
 
 LABEL = "specgate"  # on every container and image specgate creates
 SESSION, RUN, ARM, PID, HOST = "specgate.session", "specgate.run", "specgate.arm", "specgate.pid", "specgate.host"
+RECORD = "specgate.record"  # the record folder's absolute path: two runs started in the same second share a name
 
 
 @dataclass
@@ -21,12 +22,14 @@ class Session:
 
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     run: str = ""  # the run record's folder name
+    record: str = ""  # the run record's folder, absolute (unique where names are not)
     pid: int = field(default_factory=os.getpid)
     host: str = field(default_factory=socket.gethostname)
 
 
 def container_labels(session: Session, arm: str) -> dict[str, str]:
-    return {LABEL: "1", SESSION: session.id, RUN: session.run, ARM: arm, PID: str(session.pid), HOST: session.host}
+    return {LABEL: "1", SESSION: session.id, RUN: session.run, RECORD: session.record, ARM: arm, PID: str(session.pid),
+            HOST: session.host}
 
 
 def session_is_dead(labels: dict[str, str]) -> bool:

@@ -21,7 +21,7 @@ from harness.config.compose import ConfigError, compose
 from harness.engines import engine_of
 from harness.load import LoadResult, RequestRecord
 from harness.measure.metrics import ArmResult, Stat
-from harness.servers.labels import RUN
+from harness.servers.labels import RECORD
 from harness.sim.cli import parse_args as sim_parse_args
 from harness.sim.model import SimModel
 from harness.capacity.slo import Slo, goodput, misses, slos_of
@@ -254,15 +254,16 @@ def test_capacity_finds_the_simulators_known_capacity_per_arm_within_10_percent(
     lines = read_lines(folder)
     assert {line["probe"] for line in lines if line["arm"] == "eagle3"} == set(range(len(data["arms"]["eagle3"]["probes"])))
     assert "## Probes" in (folder / "summary.md").read_text() and (folder / "config.yaml").is_file()
-    assert not containers_of(folder.name)
+    assert not containers_of(folder)
     assert cli.main(["report", str(folder)]) == 0  # the capacity record's own page
     page = (folder / "report.html").read_text()
     assert "Capacity: sim_capacity" in page and page.count('src="data:image/png;base64,') == 2  # TPOT p99, goodput
     assert "http://" not in page and "https://" not in page  # self-contained
 
 
-def containers_of(record_name: str) -> list:
-    return docker.from_env().containers.list(all=True, filters={"label": f"{RUN}={record_name}"})
+def containers_of(record: Path) -> list:
+    """The containers labelled with this record (its path: another test's run may share its name)."""
+    return docker.from_env().containers.list(all=True, filters={"label": f"{RECORD}={record.resolve()}"})
 
 
 @pytest.mark.slow
@@ -285,7 +286,7 @@ def test_ctrl_c_stops_the_probe_and_the_server_and_closes_the_record(tmp_path):
     assert (data["status"], data["exit_status"]) == ("interrupted", 2)
     assert (data["arms"]["baseline"]["status"], data["arms"]["eagle3"]["status"]) == ("interrupted", "not_run")
     assert "status **interrupted**" in (folder / "summary.md").read_text()
-    assert not containers_of(folder.name)
+    assert not containers_of(folder)
     assert not list(folder.rglob(".*.tmp"))  # no half-written file
 
 
@@ -308,7 +309,7 @@ def test_a_capacity_that_reaches_max_is_a_bound_the_gate_cannot_pass_on(tmp_path
     (verdict,) = data["gates"]
     assert verdict["status"] == "failed" and "cannot tell: eagle3 reached capacity.max" in verdict["detail"]  # 2 < 1.2 x 2, but only a bound
     assert "**2** (capacity.max reached: a lower bound)" in (folder / "summary.md").read_text()
-    assert not containers_of(folder.name)
+    assert not containers_of(folder)
 
 
 @pytest.mark.slow
@@ -322,4 +323,4 @@ def test_a_probe_whose_requests_fail_misses_and_the_search_exits_1(tmp_path):
         assert probe["failed_requests"] == 4 and "4 of 4 requests failed" in probe["misses"][-1]
     (verdict,) = data["gates"]
     assert verdict["status"] == "failed" and "below 1 (even the first load missed)" in verdict["detail"]
-    assert not containers_of(folder.name)
+    assert not containers_of(folder)

@@ -95,10 +95,12 @@ def test_a_slower_server_fails_the_baseline_gate_naming_the_regression(first_run
         v = compared[name]
         assert v["status"] == "failed" and 0.07 < v["value"] / v["baseline"] - 1 < 0.12, v
         assert 0.0 < v["interval"][0] <= v["interval"][1], v  # the regression's interval, all of it worse
-    # Throughput is ~9 % lower too: failed, or inconclusive where the reference run's two repeats
-    # spread wider than that (a busy machine widens the noise band); never passed.
+    # Throughput is ~9 % lower too. Its verdict depends on the noise band, the spread of both
+    # runs' two repeats: on a quiet machine it fails; on a busy one (tests on three workers)
+    # the band reached 9.5 % (inconclusive) and more (passed: the allowed change is at least
+    # the noise band; issue 21 makes a single run against a reference know that limit).
     tok = compared["baseline.output_tok_s"]
-    assert tok["status"] in ("failed", "inconclusive") and 0.06 < 1 - tok["value"] / tok["baseline"] < 0.12, tok
+    assert 0.06 < 1 - tok["value"] / tok["baseline"] < 0.12, tok
 
 
 @pytest.mark.slow

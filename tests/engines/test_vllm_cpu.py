@@ -86,5 +86,5 @@ def test_vllm_runs_in_a_container_too(tmp_path):
     assert arm["accept_length"] >= 3.6, arm
     assert arm["server"]["image"]["tag"].startswith("specgate/vllm-cpu-base:"), arm["server"]
     docker = pytest.importorskip("docker")
-    left = docker.from_env().containers.list(all=True, filters={"label": f"specgate.run={record.name}"})
+    left = docker.from_env().containers.list(all=True, filters={"label": f"specgate.record={record}"})
     assert not left, [c.name for c in left]

@@ -126,8 +126,8 @@ def test_environment_check_names_the_workers_that_lost_the_variables(engine, tmp
     assert "server processes lack the configured environment" in proc.stdout
     assert "sglang::sched" in proc.stdout and "sglang::tp_TP1" in proc.stdout, proc.stdout[-3000:]
     assert "missing NCCL_ALGO, NCCL_BUFFSIZE, NCCL_MIN_NCHANNELS, NCCL_P2P_LEVEL, NCCL_PROTO" in proc.stdout
-    run = (tmp_path / "latest").resolve().name
-    assert engine.containers.list(all=True, filters={"label": f"specgate.run={run}"}) == []
+    record = (tmp_path / "latest").resolve()
+    assert engine.containers.list(all=True, filters={"label": f"specgate.record={record}"}) == []
 
 
 @pytest.mark.slow

@@ -450,8 +450,9 @@ def test_output_details_in_sglangs_shapes(sim: Sim):
     tokens = [t for lp in logprobs for t in lp["tokens"]]
     assert [o for lp in logprobs for o in lp["text_offset"]] == [len("".join(tokens[:k])) for k in range(5)]
     assert "".join(tokens) == "".join(c["text"] for c in chosen)
-    first = logprobs[0]
-    assert first["token_logprobs"] == [-0.1] and list(first["top_logprobs"][0].values()) == [-0.1, -3.0, -4.0]
+    first = logprobs[0]  # a chunk may carry several tokens when the machine is busy (steps read together)
+    assert len(first["token_logprobs"]) == len(first["tokens"]) == len(first["top_logprobs"]) >= 1
+    assert first["token_logprobs"][0] == -0.1 and list(first["top_logprobs"][0].values()) == [-0.1, -3.0, -4.0]
     out = _generate_output(sim, "Count from 1 to 2", 10)
     meta = out["meta_info"]
     assert out["output_ids"] == [1001, 11, 1002, 2] and [e[1] for e in meta["output_token_logprobs"]] == out["output_ids"]
