@@ -55,9 +55,21 @@ def remove_containers(client: docker.DockerClient, only_dead: bool, keep_session
             continue
         if only_dead and not session_is_dead(labels):
             continue
-        try:
-            container.remove(force=True)
+        if remove_container(container):
             removed.append(container.name)
-        except docker.errors.NotFound:
-            pass
     return removed
+
+
+def remove_container(container) -> bool:
+    """Force-remove a container; False when it is gone already or another session is
+    removing it (two runs starting at once both clear a dead session's leftovers: Docker
+    answers the second with 409 "removal ... is already in progress")."""
+    try:
+        container.remove(force=True)
+        return True
+    except docker.errors.NotFound:
+        return False
+    except docker.errors.APIError as exc:
+        if exc.status_code == 409 and "already in progress" in str(exc):
+            return False
+        raise

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from harness.record.requests import read_lines
+from harness.servers.labels import remove_container
 from tests.support.runs import run_suites, specgate, start_suites
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -249,9 +250,12 @@ def remove_leftovers(root: Path, marker: str) -> None:
     try:
         for container in client.containers.list(all=True, filters={"label": "specgate.session"}):
             if container.labels.get("specgate.record") in runs:
-                container.remove(force=True)
+                remove_container(container)  # another test's run may be clearing it as a dead session's
     finally:
         client.close()
+    deadline = time.monotonic() + 15
+    while specgate_containers(root) and time.monotonic() < deadline:  # a removal another run began
+        time.sleep(0.2)
     for pid in sim_processes(marker):
         try:
             os.kill(pid, signal.SIGKILL)

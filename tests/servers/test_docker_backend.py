@@ -98,6 +98,33 @@ def test_leftovers_of_dead_sessions_are_removed_and_live_ones_kept(engine):
                 pass
 
 
+def test_a_container_another_session_is_removing_is_not_an_error():
+    """Two runs starting at once both clear a dead session's leftovers: Docker answers the
+    second removal with 409 "already in progress", which must not stop that run."""
+    from requests import HTTPError, Response
+
+    from harness.servers.labels import remove_container
+
+    def answer(status: int, text: str):
+        response = Response()
+        response.status_code = status
+        return docker.errors.APIError(HTTPError(text, response=response), response=response, explanation=text)
+
+    class Container:
+        def __init__(self, error):
+            self.error = error
+
+        def remove(self, force: bool) -> None:
+            if self.error:
+                raise self.error
+
+    assert remove_container(Container(None)) is True
+    assert remove_container(Container(docker.errors.NotFound("gone"))) is False
+    assert remove_container(Container(answer(409, "removal of container 4 is already in progress"))) is False
+    with pytest.raises(docker.errors.APIError):
+        remove_container(Container(answer(500, "the engine is broken")))
+
+
 @pytest.mark.serial  # `specgate clean` removes every labelled container: other tests' servers too
 def test_specgate_clean_removes_everything_labelled(engine):
     image = next(t for i in engine.images.list(filters={"label": LABEL}) for t in i.tags if t.startswith("specgate/sim:"))
