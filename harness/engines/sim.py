@@ -99,6 +99,19 @@ class Simulator(SGLang):
         if cfg.server.sim is not None and not 0.0 <= cfg.server.sim.lossy_rate <= 1.0:
             raise EngineConfigError(f"server.sim.lossy_rate is the share of accepted draft tokens that come out "
                                     f"wrong, between 0 and 1, got {cfg.server.sim.lossy_rate}")
+        if cfg.server.sim is not None:
+            check_drift(cfg.server.sim)
+
+
+def check_drift(sim: DictConfig) -> None:
+    """The drift's spreads are standard deviations (0: off) and its time constant a duration."""
+    for key in ("drift_speed_sd", "drift_wander_sd", "drift_jitter_sd"):
+        if sim[key] < 0:
+            raise EngineConfigError(f"server.sim.{key} is a standard deviation of log speed (0: no drift), "
+                                    f"got {sim[key]}")
+    if not sim.drift_wander_s > 0:
+        raise EngineConfigError(f"server.sim.drift_wander_s is the wander's time constant in seconds, above 0, "
+                                f"got {sim.drift_wander_s}")
 
 
 def truth_model(cfg: DictConfig) -> SimModel:

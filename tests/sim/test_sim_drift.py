@@ -8,6 +8,7 @@ import re
 import time
 
 import numpy as np
+import pytest
 import requests
 
 from harness.sim.cli import parse_args
@@ -85,3 +86,17 @@ def test_server_sim_drift_keys_reach_the_simulators_flags():
                                               drift_jitter_sd=0.01, drift_seed=5))
     model = SimModel.from_args(parse_args(["--model-path", "m", *sim_args(cfg)]))
     assert model.drift == DriftModel(speed_sd=0.1, wander_sd=0.02, wander_s=5.0, jitter_sd=0.01, seed=5)
+
+
+@pytest.mark.parametrize("override, sentence", [
+    ("server.sim.drift_speed_sd=-0.1", "server.sim.drift_speed_sd is a standard deviation of log speed (0: no drift), "
+                                       "got -0.1"),
+    ("server.sim.drift_wander_s=0", "server.sim.drift_wander_s is the wander's time constant in seconds, above 0, "
+                                    "got 0.0"),
+])
+def test_a_drift_that_cannot_be_is_one_sentence_before_any_server(override, sentence):
+    from harness.config.compose import ConfigError, compose
+
+    with pytest.raises(ConfigError) as caught:
+        compose(["+exp=sim_smoke", override])
+    assert sentence in str(caught.value)
