@@ -50,6 +50,9 @@ class SimModelConfig:
     drift_wander_s: float = 30.0
     drift_jitter_sd: float = 0.0
     drift_seed: Optional[int] = None  # null: a fresh seed per server start, in its log
+    drift_machine_sd: float = 0.0  # the box's own slow drift, shared by every server on it (wall-clock time)
+    drift_machine_s: float = 120.0
+    drift_machine_seed: int = 0  # which box
 
 
 
@@ -105,13 +108,13 @@ class Simulator(SGLang):
 
 def check_drift(sim: DictConfig) -> None:
     """The drift's spreads are standard deviations (0: off) and its time constant a duration."""
-    for key in ("drift_speed_sd", "drift_wander_sd", "drift_jitter_sd"):
+    for key in ("drift_speed_sd", "drift_wander_sd", "drift_jitter_sd", "drift_machine_sd"):
         if sim[key] < 0:
             raise EngineConfigError(f"server.sim.{key} is a standard deviation of log speed (0: no drift), "
                                     f"got {sim[key]}")
-    if not sim.drift_wander_s > 0:
-        raise EngineConfigError(f"server.sim.drift_wander_s is the wander's time constant in seconds, above 0, "
-                                f"got {sim.drift_wander_s}")
+    for key in ("drift_wander_s", "drift_machine_s"):
+        if not sim[key] > 0:
+            raise EngineConfigError(f"server.sim.{key} is a time constant in seconds, above 0, got {sim[key]}")
 
 
 def truth_model(cfg: DictConfig) -> SimModel:

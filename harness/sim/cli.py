@@ -75,6 +75,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sim-drift-jitter-sd", type=_non_negative, default=0.0, help="sd of per-step log jitter")
     p.add_argument("--sim-drift-seed", type=int, default=None,
                    help="the drift's seed (default: a fresh one per start, logged)")
+    p.add_argument("--sim-drift-machine-sd", type=_non_negative, default=0.0,
+                   help="sd of the box's slow drift of log speed, shared by every server on it (a function of "
+                        "wall-clock time and --sim-drift-machine-seed)")
+    p.add_argument("--sim-drift-machine-s", type=_positive, default=120.0,
+                   help="seconds over which the box's drift changes")
+    p.add_argument("--sim-drift-machine-seed", type=int, default=0,
+                   help="which box: servers with the same seed share its drift")
     # --- simulated GPUs (GET /sim/gpu; see harness/sim/gpu.py) -----------------
     p.add_argument("--sim-gpu-ramp-s", type=float, default=1.5, help="time constant of the idle->boost clock ramp")
     p.add_argument("--sim-gpu-boost-mhz", type=float, default=2600.0, help="SM clock under load")

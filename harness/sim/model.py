@@ -145,7 +145,8 @@ class SimModel:
             num_draft_tokens=int(num_draft),
             compute_knee_tokens=getattr(ns, "sim_compute_knee_tokens", None) or None,
             drift=DriftModel(ns.sim_drift_speed_sd, ns.sim_drift_wander_sd, ns.sim_drift_wander_s,
-                             ns.sim_drift_jitter_sd, ns.sim_drift_seed).seeded(),
+                             ns.sim_drift_jitter_sd, ns.sim_drift_seed, ns.sim_drift_machine_sd,
+                             ns.sim_drift_machine_s, ns.sim_drift_machine_seed).seeded(),
         )
 
     # ------------------------------------------------------------------ timing

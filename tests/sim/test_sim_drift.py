@@ -3,6 +3,7 @@ is configured to have, and applied by the running server to every step."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import time
@@ -74,7 +75,7 @@ def test_the_server_runs_every_step_at_its_starts_speed():
     plain, _ = seconds_for([])
     drifted, log = seconds_for(["--sim-drift-speed-sd", "0.3", "--sim-drift-seed", str(seed)])
     assert abs(drifted / plain / expected - 1) < 0.1, (drifted, plain, expected)
-    assert re.search(rf"drift=DriftModel\(speed_sd=0\.3, .*seed={seed}\)", log), log[-2000:]
+    assert re.search(rf"drift=DriftModel\(speed_sd=0\.3, .*seed={seed},", log), log[-2000:]
 
 
 def test_server_sim_drift_keys_reach_the_simulators_flags():
@@ -83,16 +84,33 @@ def test_server_sim_drift_keys_reach_the_simulators_flags():
     from harness.engines.sim import SimModelConfig, sim_args
 
     cfg = OmegaConf.structured(SimModelConfig(drift_speed_sd=0.1, drift_wander_sd=0.02, drift_wander_s=5.0,
-                                              drift_jitter_sd=0.01, drift_seed=5))
+                                              drift_jitter_sd=0.01, drift_seed=5, drift_machine_sd=0.03,
+                                              drift_machine_s=60.0, drift_machine_seed=9))
     model = SimModel.from_args(parse_args(["--model-path", "m", *sim_args(cfg)]))
-    assert model.drift == DriftModel(speed_sd=0.1, wander_sd=0.02, wander_s=5.0, jitter_sd=0.01, seed=5)
+    assert model.drift == DriftModel(speed_sd=0.1, wander_sd=0.02, wander_s=5.0, jitter_sd=0.01, seed=5,
+                                     machine_sd=0.03, machine_s=60.0, machine_seed=9)
+
+
+def test_the_machines_drift_is_shared_by_every_server_on_it_and_slow():
+    """Two servers (two Drifts, different seeds) at the same wall-clock moment see the same
+    machine; its spread over time is machine_sd; a minute apart it has barely moved, ten
+    periods apart it is another machine state."""
+    model = DriftModel(machine_sd=0.03, machine_s=120.0, machine_seed=4)
+    at = lambda seed, wall: Drift(dataclasses.replace(model, seed=seed), wall_clock=lambda: wall).factor()
+    assert at(1, 5000.0) == at(2, 5000.0) != at(1, 5000.0 + 1200.0)
+    assert at(1, 5000.0) != Drift(dataclasses.replace(model, machine_seed=5), wall_clock=lambda: 5000.0).factor()
+    series = np.log([at(1, t) for t in np.arange(0.0, 120.0 * 4000, 37.0)])
+    assert abs(series.std() - 0.03) < 0.003 and abs(series.mean()) < 0.003
+    near = np.log([at(1, t) for t in (7000.0, 7010.0)])
+    assert abs(near[1] - near[0]) < 0.01  # ten seconds: the same machine, nearly
 
 
 @pytest.mark.parametrize("override, sentence", [
     ("server.sim.drift_speed_sd=-0.1", "server.sim.drift_speed_sd is a standard deviation of log speed (0: no drift), "
                                        "got -0.1"),
-    ("server.sim.drift_wander_s=0", "server.sim.drift_wander_s is the wander's time constant in seconds, above 0, "
-                                    "got 0.0"),
+    ("server.sim.drift_wander_s=0", "server.sim.drift_wander_s is a time constant in seconds, above 0, got 0.0"),
+    ("server.sim.drift_machine_sd=-1", "server.sim.drift_machine_sd is a standard deviation of log speed"),
+    ("server.sim.drift_machine_s=-5", "server.sim.drift_machine_s is a time constant in seconds, above 0, got -5.0"),
 ])
 def test_a_drift_that_cannot_be_is_one_sentence_before_any_server(override, sentence):
     from harness.config.compose import ConfigError, compose
@@ -100,3 +118,21 @@ def test_a_drift_that_cannot_be_is_one_sentence_before_any_server(override, sent
     with pytest.raises(ConfigError) as caught:
         compose(["+exp=sim_smoke", override])
     assert sentence in str(caught.value)
+
+
+def test_the_gpu_box_preset_drifts_every_arm_as_documented():
+    """`+drift=gpu_box` (conf/drift/gpu_box.yaml) is the drift model the verdict benchmarks
+    and the A/B tests use; docs/simulator.md states its values."""
+    from pathlib import Path
+
+    from harness.config.compose import compose
+    from harness.engines.sim import truth_model
+
+    experiment = compose(["+exp=sim_smoke", "+drift=gpu_box"])
+    for arm in experiment.arms:
+        drift = truth_model(arm.cfg).drift
+        assert (drift.speed_sd, drift.machine_sd, drift.machine_s, drift.wander_sd, drift.jitter_sd) == \
+            (0.01, 0.03, 120.0, 0.01, 0.03)
+        assert drift.seed is not None  # each start draws its own, logged
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "simulator.md").read_text()
+    assert "`+drift=gpu_box`" in docs and "| 1 % | 3 % over 120 s | 1 % over 30 s | 3 % |" in docs
