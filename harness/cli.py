@@ -5,6 +5,7 @@
     specgate run  +exp=NAME [k=v ...]  the same as `pytest suites/ +exp=NAME ...`
     specgate sweep +exp=NAME k=1,4 ... one whole experiment per point of a Hydra sweep
     specgate capacity +exp=NAME slo.tpot_ms.p99=50 ...  per arm, the largest load meeting every SLO
+    specgate ab +exp=NAME [k=v ...] a:k=v b:k=v   side B against side A in alternating rounds (ABBA)
     specgate replay RUN_DIR [k=v ...]  re-run a recorded run's config; print the drift
     specgate compare RUN RUN [...]     arms x metrics side by side across runs
     specgate report RUN_DIR [-o FILE]  one self-contained HTML report (of a run, a capacity record,
@@ -80,6 +81,12 @@ def cmd_capacity(args: argparse.Namespace) -> int:
     from harness.capacity.driver import run_capacity
 
     return run_capacity(args.overrides, Path(args.conf_dir).resolve(), ["specgate", "capacity", *args.overrides])
+
+
+def cmd_ab(args: argparse.Namespace) -> int:
+    from harness.ab.driver import run_ab
+
+    return run_ab(args.tokens, Path(args.conf_dir).resolve(), ["specgate", "ab", *args.tokens])
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -167,6 +174,11 @@ def parser() -> argparse.ArgumentParser:
     capacity.add_argument("overrides", nargs="*",
                           help="Hydra overrides, e.g. +exp=sim_capacity slo.tpot_ms.p99=50 capacity.dimension=request_rate")
     capacity.set_defaults(func=cmd_capacity)
+    ab = commands.add_parser("ab", help="side B against side A, measured in alternating rounds on this machine")
+    ab.add_argument("tokens", nargs="*", help="Hydra overrides for both sides, a:KEY=VALUE for side A's own, "
+                                              "b:KEY=VALUE for side B's, e.g. +exp=sim_smoke b:server.sim.decode_step_ms=4.4 "
+                                              "ab.rounds=3")
+    ab.set_defaults(func=cmd_ab)
     return root
 
 

@@ -245,6 +245,17 @@ class CapacityConfig:
 
 
 @dataclass
+class ABConfig:
+    """How `specgate ab` measures its two sides (harness/ab/): `rounds` rounds, each one load
+    per arm and side, in ABBA order (the first side turns every round) or `alternate` (A
+    first); a fresh server per side and round, or both kept up for every round."""
+
+    rounds: int = 3  # at least 2: the paired change's spread comes from the rounds
+    order: str = "abba"  # abba | alternate
+    keep_up: bool = False  # true: both sides' servers stay up for every round (they must fit on the GPUs together)
+
+
+@dataclass
 class SpeedupThrough:
     concurrency: int = 1  # every swept point at or below this concurrency ...
     ratio: float = 1.0  # ... must reach this output tok/s ratio over the plain arm
@@ -278,6 +289,7 @@ class SpecgateConfig:
     record: RecordConfig = field(default_factory=RecordConfig)
     slo: SloConfig = field(default_factory=SloConfig)  # specgate capacity's objectives
     capacity: CapacityConfig = field(default_factory=CapacityConfig)  # specgate capacity's search
+    ab: ABConfig = field(default_factory=ABConfig)  # specgate ab's rounds
     name: str = "default"  # experiment name (set by exp/*.yaml)
     description: str = ""  # one line, shown by `specgate list`
     plain_arm: Optional[str] = None  # the plain-decoding arm for speedup / break-even

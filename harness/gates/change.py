@@ -236,3 +236,66 @@ def more_data(change: Change, n: int, unit: str) -> str:
     if distance < half / 10.0:
         return f"more than {100 * n} {unit} per run (the change sits on the allowed limit)"
     return f"about {math.ceil(n * (half / distance) ** 2)} {unit} per run"
+
+
+# --- two builds measured in alternating rounds (specgate ab) -----------------------------------
+
+MIN_ROUNDS = 2  # fewer rounds that counted: a paired change has no spread to judge it by
+
+
+@dataclass
+class PairedChange(Change):
+    """A Change of B against A measured in rounds: each round's own change, and how many counted."""
+
+    rounds: list[Optional[float]] = None  # per round: B's relative regression against A (None: not measured)
+
+
+def judge_paired(metric: str, rounds: list[tuple[Optional[Evidence], Optional[Evidence]]], allowed: float,
+                 lower_is_better: bool, confidence: float = CONFIDENCE, seed: int = 0) -> PairedChange:
+    """B against A over rounds measured in alternation on one machine (harness/ab/). The
+    change is the geometric mean over rounds of B's value over A's in the same round, so what
+    the machine did between rounds (its temperature, other jobs) cancels. Its interval comes
+    from a round-blocked bootstrap: the rounds drawn with replacement, each drawn round with
+    its A and its B resampled by request as `judge` does, so both the spread between rounds
+    and each load's own sampling noise are in it."""
+    sign = 1.0 if lower_is_better else -1.0
+    values = [(a.value() if a else None, b.value() if b else None) for a, b in rounds]
+    per_round = [sign * (vb / va - 1.0) if va and vb is not None else None for va, vb in values]
+    counted = [(a, b) for (a, b), change in zip(rounds, per_round) if change is not None]
+    old = float(np.exp(np.mean([math.log(a.value()) for a, _ in counted]))) if counted else None
+    new = float(np.exp(np.mean([math.log(b.value()) for _, b in counted]))) if counted else None
+    change = PairedChange(metric, old, new, None, None, None, allowed, "inconclusive", rounds=per_round)
+    if len(counted) < MIN_ROUNDS:
+        change.why = f"{len(counted)} round(s) measured it in both A and B, fewer than the {MIN_ROUNDS} a paired change needs"
+        change.needed = f"at least {MIN_ROUNDS} rounds"
+        return change
+    logs = np.array([math.log(b.value() / a.value()) for a, b in counted])
+    change.worse = sign * (math.exp(float(logs.mean())) - 1.0)
+    few = min(min(a.groups_count, b.groups_count) for a, b in counted)
+    if few < MIN_SAMPLES:
+        change.why = f"only {few} {counted[0][0].unit} in a round, fewer than the {MIN_SAMPLES} needed"
+        change.needed = f"at least {MIN_SAMPLES} {counted[0][0].unit} per round"
+        return change
+    if (short := tail_shortfall(metric, *(ev for pair in counted for ev in pair))) is not None:
+        change.why, change.needed = short.replace("in each run", "in each round"), short.rsplit("; ", 1)[1]
+        return change
+    rng = np.random.default_rng(seed)
+    within = np.array([np.log(resampled(b, rng, BOOTSTRAP_RESAMPLES) / resampled(a, rng, BOOTSTRAP_RESAMPLES))
+                       for a, b in counted])  # rounds x resamples
+    picks = rng.integers(0, len(counted), size=(BOOTSTRAP_RESAMPLES, len(counted)))
+    drawn = within[picks, np.arange(BOOTSTRAP_RESAMPLES)[:, None]].mean(axis=1)
+    worse_b = sign * (np.exp(drawn) - 1.0)
+    worse_b = worse_b[np.isfinite(worse_b)]
+    if worse_b.size < BOOTSTRAP_RESAMPLES // 2:
+        change.why = "the metric could not be recomputed from most resamples"
+        return change
+    tail = (1.0 - confidence) * 100.0
+    change.low, change.high = (float(x) for x in np.percentile(worse_b, [tail, 100.0 - tail]))
+    if change.low > allowed:
+        change.outcome = "failed"
+    elif change.high <= allowed:
+        change.outcome = "passed"
+    else:
+        change.why = "the interval straddles the allowed change"
+        change.needed = "more rounds (ab.rounds)"
+    return change

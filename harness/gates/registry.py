@@ -5,6 +5,7 @@ Scopes (what a gate judges, and the context it is given):
     arm       one arm of a run (GateContext); its suite's test is ``test_<name>``, keys in ``gate.*``
     sweep     a whole sweep once every point has run (SweepContext); keys in ``sweep_gate.*``
     capacity  the arms' capacities once every search ended (CapacityContext); keys in ``gate.*``
+    ab        an A/B's two sides over its rounds, once the rounds ended (ABContext); keys in ``gate.*``
 
 Config validation and the suites are generated from :data:`GATES`, and each driver asks the
 registry for the gates of its scope (:func:`judge`), so a new gate is one registered function in
@@ -29,7 +30,7 @@ from harness.gates.verdict import Scope, Verdict
 # --- the registry ---------------------------------------------------------------------------
 
 Suite = Literal["throughput", "speculative", "gpu", "baseline"]  # suites/test_<suite>.py; "baseline" gates vs a reference run
-SECTIONS: dict[str, str] = {"arm": "gate", "capacity": "gate", "sweep": "sweep_gate"}  # where a scope's keys live
+SECTIONS: dict[str, str] = {"arm": "gate", "capacity": "gate", "sweep": "sweep_gate", "ab": "gate"}  # where a scope's keys live
 
 
 class GateConfigError(ValueError):
@@ -74,6 +75,15 @@ class CapacityContext:
     capacities: dict[str, Any]  # arm -> its search (status, capacity, reached_max; harness/capacity/driver.py)
     unit: str  # the capacity's unit in words: "concurrent requests" or "req/s"
     start: float  # capacity.start: an arm that missed even that load has a capacity below it
+
+
+@dataclass
+class ABContext:
+    """What an A/B gate may look at: per arm, each round's loads on side A and side B."""
+
+    gate: Any  # the experiment's cfg.gate (side A's; the sides share what they measure)
+    rounds: dict[str, list[Any]]  # arm -> its rounds (harness/ab/driver.py RoundPair: lines and results of A and B)
+    sides: dict[str, str]  # "A"/"B" -> what the side is, in words (its own overrides)
 
 
 @dataclass(frozen=True)
@@ -127,7 +137,7 @@ def gates_in(scope: Scope) -> list[Gate]:
     return [g for g in GATES.values() if g.scope == scope]
 
 
-def judge(scope: Scope, ctx: SweepContext | CapacityContext) -> list[Verdict]:
+def judge(scope: Scope, ctx: SweepContext | CapacityContext | ABContext) -> list[Verdict]:
     """Every verdict of a sweep's or a capacity search's gates (a driver's one call), in
     registration order; a gate with nothing configured gives none."""
     if scope == "arm":

@@ -10,8 +10,8 @@ from typing import Any, Literal
 
 from harness.measure.metrics import ArmResult
 
-Scope = Literal["arm", "sweep", "capacity"]  # what a gate judges: one arm of a run, a whole sweep, a capacity search
-SCOPES: tuple[str, ...] = ("arm", "sweep", "capacity")
+Scope = Literal["arm", "sweep", "capacity", "ab"]  # what a gate judges: one arm of a run, a whole sweep, a capacity search, an A/B
+SCOPES: tuple[str, ...] = ("arm", "sweep", "capacity", "ab")
 
 # How a line names each status; a sweep's undecidable curve reads "NOT EVALUABLE", not "NOT_EVALUABLE".
 STATUS_WORDS = {"not_evaluable": "NOT EVALUABLE"}

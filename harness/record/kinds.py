@@ -4,6 +4,7 @@
     sweep      <record.root>/<UTC timestamp>_<exp>_sweep/      sweep.json     (specgate sweep; each point's
                                                                                run record is inside it)
     capacity   <record.root>/<UTC timestamp>_<exp>_capacity/   capacity.json  (specgate capacity)
+    ab         <record.root>/<UTC timestamp>_<exp>_ab/         ab.json        (specgate ab)
 
 Every kind has a summary.md beside its JSON, and the JSON's `status` says running, finished
 or interrupted. One writer (harness/record/recorder.py's Recorder) writes every kind.
@@ -27,7 +28,8 @@ class RecordKind:
 RUN = RecordKind("run", "", "results.json", writes_configs=True, step_summary=True)
 SWEEP = RecordKind("sweep", "_sweep", "sweep.json", writes_configs=False, step_summary=False)
 CAPACITY = RecordKind("capacity", "_capacity", "capacity.json", writes_configs=True, step_summary=False)
-KINDS: dict[str, RecordKind] = {kind.name: kind for kind in (RUN, SWEEP, CAPACITY)}
+AB = RecordKind("ab", "_ab", "ab.json", writes_configs=True, step_summary=True)
+KINDS: dict[str, RecordKind] = {kind.name: kind for kind in (RUN, SWEEP, CAPACITY, AB)}
 
 
 def kind_of(folder: Path) -> RecordKind | None:

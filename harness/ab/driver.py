@@ -1,0 +1,245 @@
+"""`specgate ab`: side A and side B (two builds, two images, two configs) measured in
+alternating rounds on this machine, and judged on their paired differences.
+
+Every round measures each arm on both sides, one after the other, in the round's order (ABBA
+by default: AB, BA, AB, ...), each with a fresh server (two big servers rarely fit on the GPUs
+at once; `ab.keep_up=true` keeps both up for every round instead). A side's server is
+started, measured and stopped by the measurement every driver shares (harness/run/arm.py),
+so a side is measured exactly as a run measures an arm.
+
+Everything a user can get wrong is found before the first server starts (exit 4). A round
+fails when a side's server cannot start, dies, or a request fails: the A/B stops there (the
+rounds after it would measure a broken side), judges the rounds that counted and exits 1,
+its record saying which rounds counted. Ctrl-C or SIGTERM stops the current load and server
+and closes the record as interrupted (exit 2). Record: harness/ab/record.py; gate:
+harness/gates/ab.py (through the registry); docs/ab.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.ab.plan import SIDES, ABPlan
+from harness.ab.record import ABRecord, measurement_name
+from harness.capacity.driver import sigint_ignored, sigterm_as_interrupt
+from harness.gates.client_bound import judge as judge_client
+from harness.gates.reference import comparisons
+from harness.gates.registry import ABContext, judge
+from harness.gates.verdict import Verdict, failed
+from harness.load import print_progress
+from harness.measure.metrics import ArmResult
+from harness.measure.registry import metric_value, number
+from harness.run.arm import ArmFailed, ArmSession
+from harness.run.outcome import ArmOutcome
+from harness.servers import Session, remove_dead_sessions_containers
+
+PASSED, FAILED, INTERRUPTED_EXIT = 0, 1, 2
+
+
+class RoundFailed(Exception):
+    """A side could not be measured in a round (one sentence): the A/B stops there."""
+
+
+@dataclass
+class RoundPair:
+    """One round of one arm as the gate reads it: each side's request lines and result."""
+
+    round: int  # 1-based
+    lines: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # side -> its measured request lines
+    results: dict[str, ArmResult] = field(default_factory=dict)
+
+
+class SideServer:
+    """One side's server for one arm: started, loaded once per round it serves, stopped."""
+
+    def __init__(self, plan: ABPlan, record: ABRecord, session: Session, arm: str, side: str,
+                 round_index: int | None):
+        self.arm_name, self.side, self.record = arm, side, record
+        arm_cfg = plan.arm(side, arm)
+        self.arm = dataclasses.replace(arm_cfg, name=measurement_name(arm, side, round_index))
+        self.outcome = ArmOutcome(self.arm.name, backend=arm_cfg.cfg.backend.kind, choices=arm_cfg.choices)
+        self.session = ArmSession(self.arm, self.outcome, record.recorder, session)
+
+    def start(self, block: dict[str, Any], where: str) -> None:
+        block["status"] = "starting"
+        try:
+            self.session.start()
+        except ArmFailed as exc:
+            block.update(status=self.outcome.status, error=self.record.scrub(str(exc)), server=self.outcome.server)
+            raise RoundFailed(f"{where}: {block['error']}") from None
+        block["server"] = self.outcome.server
+
+    def load(self, block: dict[str, Any], round_index: int, where: str) -> tuple[list[dict[str, Any]], ArmResult]:
+        """One load of the arm's workload; its lines (flagged with the round and side) and figures."""
+        block["status"] = "measuring"
+        first = len(self.outcome.request_lines)
+        sampler = self.session.start_telemetry()
+        try:
+            _, result = self.session.run_workload(self.arm.cfg.workload, round_index, sampler, self.live_line(where),
+                                                  round=round_index + 1, side=self.side)
+        except ArmFailed as exc:
+            block.update(status=self.outcome.status, error=self.record.scrub(str(exc)))
+            raise RoundFailed(f"{where}: {block['error']}") from None
+        finally:
+            if sampler is not None:
+                self.session.finish_telemetry(sampler)
+        result.client.update(judge_client(result, result.client, self.arm.cfg.gate.client_bound))
+        block.update(status="measured", **figures_of(result, self.arm.cfg.gate), gpu=gpu_state(self.outcome.gpu))
+        if not self.session.server.is_alive():
+            block.update(status="server_died", error=self.record.scrub(
+                f"the server {self.session.server.exit_description()} during the load"))
+            raise RoundFailed(f"{where}: {block['error']}")
+        if result.requests_failed:
+            block.update(status="requests_failed", error=self.record.scrub(
+                f"{result.requests_failed} of {result.requests_failed + result.requests_ok} requests failed "
+                f"({', '.join(result.errors)})"))
+            raise RoundFailed(f"{where}: {block['error']}")
+        return self.outcome.request_lines[first:], result
+
+    def stop(self) -> None:
+        with sigint_ignored():  # a second Ctrl-C must not cut the server's stop short
+            self.session.stop()
+
+    def live_line(self, where: str):
+        if not sys.stderr.isatty():
+            return None
+        return lambda snapshot: print_progress(snapshot, label=f"[{where}] ")
+
+
+def figures_of(result: ArmResult, gate) -> dict[str, Any]:
+    """A side's figures in one round as ab.json keeps them: the compared metrics, the load."""
+    return {"figures": {c.metric: rounded(number(metric_value(result, c.metric))) for c in comparisons(gate)},
+            "requests_ok": result.requests_ok, "requests_failed": result.requests_failed,
+            "duration_s": rounded(result.duration_s),
+            "client_bound": bool((result.client or {}).get("client_bound"))}
+
+
+def gpu_state(gpu: dict | None) -> dict | None:
+    """What the GPUs did during the load, in brief (the per-GPU clock ratio and throttling)."""
+    if not gpu or not gpu.get("gpus"):
+        return None if not gpu else {"unavailable": gpu.get("unavailable")}
+    return {str(block.get("index", uuid)): {"sm_clock_ratio_under_load": block.get("sm_clock_ratio_under_load"),
+                                            "throttle_fraction_under_load": block.get("throttle_fraction_under_load")}
+            for uuid, block in gpu["gpus"].items()}
+
+
+def rounded(value: float | None) -> float | None:
+    return None if value is None else round(float(value), 4)
+
+
+class ABRun:
+    """The rounds of one A/B, filling the record and the pairs the gate reads."""
+
+    def __init__(self, plan: ABPlan, record: ABRecord):
+        self.plan, self.record, self.session = plan, record, Session()
+        self.pairs: dict[str, list[RoundPair]] = {name: [] for name in plan.arm_names}
+        self.cleaned: set = set()
+
+    def run(self) -> None:
+        self.session.run, self.session.record = self.record.path.name, str(self.record.path.resolve())
+        if self.plan.keep_up:
+            for arm in self.plan.arm_names:
+                self.run_kept_up(arm)
+        else:
+            for round_index in range(self.plan.rounds):
+                for arm in self.plan.arm_names:
+                    self.run_fresh_round(arm, round_index)
+
+    def clean_engine(self, arm: str, side: str) -> None:
+        """What dead sessions left on a side's engine goes first, once, as in a run."""
+        cfg = self.plan.arm(side, arm).cfg
+        engine = (cfg.backend.kind, cfg.backend.docker_host)
+        if engine not in self.cleaned:
+            self.cleaned.add(engine)
+            remove_dead_sessions_containers(cfg, self.session)
+
+    def run_fresh_round(self, arm: str, round_index: int) -> None:
+        order = self.plan.order_of(round_index)
+        entry, pair = self.record.round_entry(arm, round_index, order), RoundPair(round_index + 1)
+        self.pairs[arm].append(pair)
+        for side in order:
+            self.clean_engine(arm, side)
+            server, block = SideServer(self.plan, self.record, self.session, arm, side, round_index), {}
+            entry[side] = block
+            where = f"round {round_index + 1}, arm '{arm}', side {side}"
+            say(f"{where}: starting ({self.plan.describe(side)})")
+            try:
+                server.start(block, where)
+                pair.lines[side], pair.results[side] = server.load(block, round_index, where)
+            finally:
+                server.stop()
+                self.record.save()
+        self.count(entry, pair)
+
+    def run_kept_up(self, arm: str) -> None:
+        servers: dict[str, SideServer] = {}
+        try:
+            for side in SIDES:
+                self.clean_engine(arm, side)
+                servers[side] = SideServer(self.plan, self.record, self.session, arm, side, None)
+                servers[side].start({}, f"arm '{arm}', side {side}")
+            for round_index in range(self.plan.rounds):
+                order = self.plan.order_of(round_index)
+                entry, pair = self.record.round_entry(arm, round_index, order), RoundPair(round_index + 1)
+                self.pairs[arm].append(pair)
+                for side in order:
+                    entry[side] = block = {"server": servers[side].outcome.server}
+                    where = f"round {round_index + 1}, arm '{arm}', side {side}"
+                    try:
+                        pair.lines[side], pair.results[side] = servers[side].load(block, round_index, where)
+                    finally:
+                        self.record.save()
+                self.count(entry, pair)
+        finally:
+            for server in servers.values():
+                server.stop()
+
+    def count(self, entry: dict[str, Any], pair: RoundPair) -> None:
+        entry["counted"] = all(side in pair.lines for side in SIDES)
+        self.record.save()
+        line = "; ".join(f"{side} " + ", ".join(f"{m} {v:g}" for m, v in (entry[side].get("figures") or {}).items()
+                                                if v is not None) for side in entry["order"])
+        say(f"round {entry['round']}: {line}")
+
+    def verdicts(self) -> list[Verdict]:
+        sides = {side: self.plan.describe(side) for side in SIDES}
+        return judge("ab", ABContext(self.plan.base.base.gate, self.pairs, sides))
+
+
+def say(line: str) -> None:
+    print(f"specgate ab: {line}", flush=True)
+
+
+def run_ab(tokens: list[str], conf_dir: Path, command: list[str]) -> int:
+    """Check both sides, then the rounds. Exit status: 0 every round measured and no verdict
+    failed; 1 otherwise; 2 interrupted (4 is the caller's, for a ConfigError raised here
+    before anything starts)."""
+    plan = ABPlan.of(tokens, Path(conf_dir))
+    record = ABRecord(plan, command)
+    say(f"{plan.base.name}: A = {plan.describe('A')}; B = {plan.describe('B')}; {plan.rounds} rounds "
+        f"({plan.order.upper()}, {'servers kept up' if plan.keep_up else 'fresh servers'}); record {record.path}")
+    ab = ABRun(plan, record)
+    try:
+        with sigterm_as_interrupt():
+            ab.run()
+    except KeyboardInterrupt:
+        record.stopped = "interrupted (Ctrl-C or SIGTERM); the verdicts use the rounds that ended before"
+        record.finish(ab.verdicts(), INTERRUPTED_EXIT, interrupted=True)
+        print(f"specgate ab: interrupted; record {record.path}", file=sys.stderr)
+        return INTERRUPTED_EXIT
+    except RoundFailed as exc:
+        counted = [str(p.round) for p in next(iter(ab.pairs.values()), []) if len(p.lines) == 2]
+        record.stopped = (f"{exc}; the A/B stopped there; rounds that counted: "
+                          f"{', '.join(counted) or 'none'}")
+        print(f"specgate ab: {record.stopped}", file=sys.stderr, flush=True)
+    verdicts = ab.verdicts()
+    status = FAILED if record.stopped or failed(verdicts) else PASSED
+    record.finish(verdicts, status, interrupted=False)
+    for verdict in verdicts:
+        print(f"specgate ab gate: {verdict.line()}", flush=True)
+    say(f"exit status {status}; summary {record.path / 'summary.md'}")
+    return status

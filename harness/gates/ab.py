@@ -1,0 +1,61 @@
+"""The A/B gate (scope "ab"; `specgate ab`, harness/ab/): each compared metric of each arm,
+B against A, judged on the paired change over the rounds that measured both sides, with a
+round-blocked interval (harness/gates/change.py `judge_paired`). The metrics and the allowed
+change are the reference-run gate's (gate.compare, else the registry's default-compared
+metrics at gate.tolerance); an A/B needs no noise band or floor: what the machine did
+between rounds cancels in the pairs, and what it did within them is in the interval."""
+
+from __future__ import annotations
+
+from harness.gates.change import PairedChange, evidence, judge_paired
+from harness.gates.reference import Comparison, comparisons
+from harness.gates.registry import ABContext, register
+from harness.gates.verdict import Verdict, inconclusive_passes
+
+
+@register("no_regression_between_sides", None, ("tolerance", "compare", "confidence", "inconclusive"), scope="ab")
+def no_regression_between_sides(ctx: ABContext) -> list[Verdict]:
+    """Per arm and compared metric: passed, failed or inconclusive, B against A."""
+    return [side_verdict(arm, c, rounds, ctx) for arm, rounds in ctx.rounds.items() for c in comparisons(ctx.gate)]
+
+
+def side_verdict(arm: str, c: Comparison, rounds: list, ctx: ABContext) -> Verdict:
+    pairs = [(side_evidence(c.metric, r.lines.get("A")), side_evidence(c.metric, r.lines.get("B"))) for r in rounds]
+    change = judge_paired(c.metric, pairs, c.allowed, not c.higher_is_better, ctx.gate.confidence)
+    return paired_verdict(arm, c, change, len(rounds), ctx)
+
+
+def side_evidence(metric: str, lines: list | None):
+    """A side's samples of `metric` in one round; None when that side was not measured in it."""
+    if not lines:
+        return None
+    found = evidence(metric, lines)
+    return found if found is not None and found.groups_count else None
+
+
+def paired_verdict(arm: str, c: Comparison, change: PairedChange, rounds: int, ctx: ABContext) -> Verdict:
+    name, gate = f"ab.{c.metric}", ctx.gate
+    verdict = Verdict(name, arm, None, change.new, change.allowed, "", baseline=change.old, scope="ab")
+    counted = sum(r is not None for r in change.rounds)
+    per_round = ", ".join("–" if r is None else f"{r:+.1%}" for r in change.rounds)
+    over = f"over {counted} of {rounds} rounds (per round: {per_round} worse)"
+    if change.worse is None:
+        verdict.inconclusive, verdict.passed = True, inconclusive_passes(gate)
+        verdict.detail = f"{arm}: {c.metric} B against A inconclusive: {change.why}"
+        return verdict
+    words = f"{change.worse:+.1%} worse" if change.worse > 0 else f"{-change.worse:.1%} better"
+    interval = ""
+    if change.low is not None:
+        verdict.interval = [round(change.low, 5), round(change.high, 5)]
+        interval = f", {gate.confidence:.0%} interval {change.low:+.1%} to {change.high:+.1%} worse"
+    facts = (f"{c.metric} A {change.old:.2f} -> B {change.new:.2f} ({words}{interval}) {over}; "
+             f"allowed {change.allowed:.1%}")
+    if change.outcome == "failed":
+        verdict.passed, verdict.detail = False, f"{arm}: B regressed: {facts}"
+    elif change.outcome == "passed":
+        verdict.passed, verdict.detail = True, f"{arm}: {facts}"
+    else:
+        verdict.inconclusive, verdict.passed = True, inconclusive_passes(gate)
+        needed = f"; {change.needed} would decide it" if change.needed else ""
+        verdict.detail = f"{arm}: {c.metric} inconclusive ({change.why}{needed}; gate.inconclusive={gate.inconclusive}): {facts}"
+    return verdict
