@@ -9,7 +9,7 @@
     specgate replay RUN_DIR [k=v ...]  re-run a recorded run's config; print the drift
     specgate compare RUN RUN [...]     arms x metrics side by side across runs
     specgate report RUN_DIR [-o FILE]  one self-contained HTML report (of a run, a capacity record,
-                                       or a sweep: its break-even map)
+                                       an A/B record, or a sweep: its break-even map)
     specgate clean [--images]          remove every container (and image) specgate labelled
 """
 
@@ -105,13 +105,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from harness.ab.report import write_ab_report
     from harness.capacity.report import write_capacity_report
     from harness.record.store import record_kind
     from harness.report.html import write_report
     from harness.sweep.report import write_sweep_report
 
     # a sweep's report is its break-even map; anything else is read as a run (whose reader says what is missing)
-    writers = {"sweep": write_sweep_report, "capacity": write_capacity_report}
+    writers = {"sweep": write_sweep_report, "capacity": write_capacity_report, "ab": write_ab_report}
     write = writers.get(record_kind(args.run_dir), write_report)
     print(f"report: {write(args.run_dir, args.output)}")
     return 0
@@ -175,7 +176,7 @@ def parser() -> argparse.ArgumentParser:
                           help="Hydra overrides, e.g. +exp=sim_capacity slo.tpot_ms.p99=50 capacity.dimension=request_rate")
     capacity.set_defaults(func=cmd_capacity)
     ab = commands.add_parser("ab", help="side B against side A, measured in alternating rounds on this machine")
-    ab.add_argument("tokens", nargs="*", help="Hydra overrides for both sides, a:KEY=VALUE for side A's own, "
+    ab.add_argument("tokens", nargs=argparse.REMAINDER, help="Hydra overrides for both sides, a:KEY=VALUE for side A's own, "
                                               "b:KEY=VALUE for side B's, e.g. +exp=sim_smoke b:server.sim.decode_step_ms=4.4 "
                                               "ab.rounds=3")
     ab.set_defaults(func=cmd_ab)

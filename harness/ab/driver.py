@@ -18,14 +18,16 @@ harness/gates/ab.py (through the registry); docs/ab.md.
 from __future__ import annotations
 
 import dataclasses
+import signal
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from harness.ab.plan import SIDES, ABPlan
 from harness.ab.record import ABRecord, measurement_name
-from harness.capacity.driver import sigint_ignored, sigterm_as_interrupt
+from harness.capacity.driver import sigint_ignored
 from harness.gates.client_bound import judge as judge_client
 from harness.gates.reference import comparisons
 from harness.gates.registry import ABContext, judge
@@ -38,6 +40,32 @@ from harness.run.outcome import ArmOutcome
 from harness.servers import Session, remove_dead_sessions_containers
 
 PASSED, FAILED, INTERRUPTED_EXIT = 0, 1, 2
+
+
+class Interrupts:
+    """Ctrl-C and SIGTERM as KeyboardInterrupt, remembered: a signal that lands while the
+    interpreter swallows exceptions (a fork's handlers, as a server process starts) is not
+    lost, but raised again at the next step (`check`)."""
+
+    def __init__(self):
+        self.seen: int | None = None
+
+    def handle(self, signum, frame):
+        self.seen = signum
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    def check(self) -> None:
+        if self.seen is not None:
+            raise KeyboardInterrupt(f"signal {self.seen}")
+
+    @contextmanager
+    def installed(self) -> Iterator["Interrupts"]:
+        previous = {sig: signal.signal(sig, self.handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield self
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
 
 class RoundFailed(Exception):
@@ -134,8 +162,9 @@ def rounded(value: float | None) -> float | None:
 class ABRun:
     """The rounds of one A/B, filling the record and the pairs the gate reads."""
 
-    def __init__(self, plan: ABPlan, record: ABRecord):
+    def __init__(self, plan: ABPlan, record: ABRecord, interrupts: Interrupts | None = None):
         self.plan, self.record, self.session = plan, record, Session()
+        self.interrupts = interrupts or Interrupts()
         self.pairs: dict[str, list[RoundPair]] = {name: [] for name in plan.arm_names}
         self.cleaned: set = set()
 
@@ -169,10 +198,12 @@ class ABRun:
             say(f"{where}: starting ({self.plan.describe(side)})")
             try:
                 server.start(block, where)
+                self.interrupts.check()
                 pair.lines[side], pair.results[side] = server.load(block, round_index, where)
             finally:
                 server.stop()
                 self.record.save()
+            self.interrupts.check()
         self.count(entry, pair)
 
     def run_kept_up(self, arm: str) -> None:
@@ -182,6 +213,7 @@ class ABRun:
                 self.clean_engine(arm, side)
                 servers[side] = SideServer(self.plan, self.record, self.session, arm, side, None)
                 servers[side].start({}, f"arm '{arm}', side {side}")
+                self.interrupts.check()
             for round_index in range(self.plan.rounds):
                 order = self.plan.order_of(round_index)
                 entry, pair = self.record.round_entry(arm, round_index, order), RoundPair(round_index + 1)
@@ -193,6 +225,7 @@ class ABRun:
                         pair.lines[side], pair.results[side] = servers[side].load(block, round_index, where)
                     finally:
                         self.record.save()
+                    self.interrupts.check()
                 self.count(entry, pair)
         finally:
             for server in servers.values():
@@ -222,9 +255,10 @@ def run_ab(tokens: list[str], conf_dir: Path, command: list[str]) -> int:
     record = ABRecord(plan, command)
     say(f"{plan.base.name}: A = {plan.describe('A')}; B = {plan.describe('B')}; {plan.rounds} rounds "
         f"({plan.order.upper()}, {'servers kept up' if plan.keep_up else 'fresh servers'}); record {record.path}")
-    ab = ABRun(plan, record)
+    interrupts = Interrupts()
+    ab = ABRun(plan, record, interrupts)
     try:
-        with sigterm_as_interrupt():
+        with interrupts.installed():
             ab.run()
     except KeyboardInterrupt:
         record.stopped = "interrupted (Ctrl-C or SIGTERM); the verdicts use the rounds that ended before"

@@ -77,7 +77,7 @@ def split_sides(tokens: list[str]) -> tuple[list[str], dict[str, list[str]]]:
         prefix = token[:2].lower()
         if prefix in PREFIXES:
             if not token[2:] or "=" not in token[2:]:
-                raise ConfigError(f"'{token}' gives side {PREFIXES[prefix]} no override; write {prefix}KEY=VALUE")
+                raise ConfigError(f"'{token}' gives side {PREFIXES[prefix]} no override; write it as {prefix}group.option=value")
             own[PREFIXES[prefix]].append(token[2:])
         elif token.startswith("-"):
             raise ConfigError(f"specgate ab takes Hydra overrides only ({token} is an option); "

@@ -121,16 +121,21 @@ def summary(data: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def rounds_table(metrics: list[str], rounds: list[dict[str, Any]]) -> str:
-    """round x side: order, status, each compared metric; whether the round counted."""
-    head = ["round", "order", "side", "status", *metrics, "counted"]
-    rows = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+def round_rows(metrics: list[str], rounds: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """round x side: order, status, each compared metric, whether the round counted."""
+    header = ["round", "order", "side", "status", *metrics, "counted"]
+    rows = []
     for entry in rounds:
         for side in SIDES:
             block = entry.get(side) or {}
             figures = block.get("figures") or {}
             status = block.get("status", "not run") + (f" ({block['error']})" if block.get("error") else "")
-            rows.append("| " + " | ".join([str(entry["round"]), entry["order"], side, status,
-                                           *(cell(figures.get(m)) for m in metrics),
-                                           "yes" if entry.get("counted") else "no"]) + " |")
-    return "\n".join(rows)
+            rows.append([str(entry["round"]), entry["order"], side, status, *(cell(figures.get(m)) for m in metrics),
+                         "yes" if entry.get("counted") else "no"])
+    return header, rows
+
+
+def rounds_table(metrics: list[str], rounds: list[dict[str, Any]]) -> str:
+    header, rows = round_rows(metrics, rounds)
+    return "\n".join(["| " + " | ".join(header) + " |", "|" + " --- |" * len(header),
+                      *("| " + " | ".join(row) + " |" for row in rows)])

@@ -1,6 +1,6 @@
 """The A/B gate (scope "ab"; `specgate ab`, harness/ab/): each compared metric of each arm,
-B against A, judged on the paired change over the rounds that measured both sides, with a
-round-blocked interval (harness/gates/change.py `judge_paired`). The metrics and the allowed
+B against A, judged on the paired change over the rounds that measured both sides, with an
+interval over the rounds (harness/gates/change.py `judge_paired`: the round is the unit). The metrics and the allowed
 change are the reference-run gate's (gate.compare, else the registry's default-compared
 metrics at gate.tolerance); an A/B needs no noise band or floor: what the machine did
 between rounds cancels in the pairs, and what it did within them is in the interval."""

@@ -1,0 +1,79 @@
+"""The A/B verdict (harness/gates/change.py judge_paired, harness/gates/ab.py): B against A
+paired by round, so what the machine did between rounds cancels; a round-blocked interval;
+too few rounds, or a round one side did not measure, are said, not guessed."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from omegaconf import OmegaConf
+
+from harness.ab.driver import RoundPair
+from harness.config.schema import GateConfig
+from harness.gates.ab import no_regression_between_sides
+from harness.gates.change import evidence, judge, judge_paired
+from harness.gates.registry import ABContext
+from tests.gates.test_change import lines
+
+MACHINE = [1.0, 1.08, 0.94, 1.05]  # the box's speed in each round: 8 % apart, as a drifting GPU box
+
+
+def rounds(slower: float, n_rounds: int = 3, metric: str = "output_tok_s", seed: int = 0):
+    """(A, B) evidence per round: both sides at the round's machine speed, B `slower`."""
+    out = []
+    for r in range(n_rounds):
+        step = 4.0 * MACHINE[r]
+        out.append((evidence(metric, lines(48, seed + 2 * r, step_ms=step, concurrency=8)),
+                    evidence(metric, lines(48, seed + 2 * r + 1, step_ms=step * (1 + slower), concurrency=8))))
+    return out
+
+
+def test_the_machines_drift_between_rounds_cancels_in_the_pairs():
+    same = judge_paired("output_tok_s", rounds(0.0), 0.02, lower_is_better=False)
+    assert same.outcome == "passed", same
+    assert abs(same.worse) < 0.01 and same.low < 0 < same.high < 0.02
+    # the same data judged run against run (A of round 1 against B of round 2) sees the machine
+    across = judge("output_tok_s", rounds(0.0)[0][0], rounds(0.0)[1][1], 0.02, lower_is_better=False)
+    assert across.outcome == "failed" and across.worse > 0.05
+
+
+@pytest.mark.parametrize("metric, lower_is_better", [("output_tok_s", False), ("tpot_ms.p50", True)])
+def test_a_five_percent_slower_b_fails_in_every_round_order(metric, lower_is_better):
+    change = judge_paired(metric, rounds(0.05, metric=metric), 0.02, lower_is_better)
+    assert change.outcome == "failed", change
+    assert 0.02 < change.low < change.worse < change.high and 0.03 < change.worse < 0.07
+    assert len(change.rounds) == 3 and all(0.02 < r < 0.08 for r in change.rounds)
+
+
+def test_one_round_that_counted_is_inconclusive_and_says_so():
+    pairs = rounds(0.10)
+    pairs[1] = (pairs[1][0], None)  # side B was not measured in round 2
+    pairs[2] = (None, pairs[2][1])
+    change = judge_paired("output_tok_s", pairs, 0.02, lower_is_better=False)
+    assert change.outcome == "inconclusive" and change.rounds[1:] == [None, None]
+    assert change.why == "1 round(s) measured it in both A and B, fewer than the 2 a paired change needs"
+
+
+def test_the_gate_names_the_sides_the_rounds_and_what_counted():
+    gate = OmegaConf.structured(GateConfig(compare={"output_tok_s": "2%"}))
+    pairs = []
+    for r in range(3):
+        step = 4.0 * MACHINE[r]
+        pairs.append(RoundPair(r + 1, {"A": lines(48, 10 + r, step_ms=step, concurrency=8),
+                                       "B": lines(48, 20 + r, step_ms=step * 1.10, concurrency=8)}))
+    pairs.append(RoundPair(4, {"A": lines(48, 30, concurrency=8)}))  # B's server died in round 4
+    (verdict,) = no_regression_between_sides(ABContext(gate, {"baseline": pairs}, {"A": "main", "B": "branch"}))
+    assert verdict.status == "failed" and verdict.scope == "ab" and verdict.name == "ab.output_tok_s"
+    assert "baseline: B regressed: output_tok_s A " in verdict.detail
+    assert "over 3 of 4 rounds (per round: " in verdict.detail and ", – worse); allowed 2.0%" in verdict.detail
+    assert verdict.interval[0] > 0.02 and math.isclose(verdict.threshold, 0.02)
+
+
+@pytest.mark.parametrize("p, df, published", [(0.95, 1, 6.3138), (0.95, 2, 2.9200), (0.95, 4, 2.1318),
+                                              (0.975, 9, 2.2622), (0.99, 3, 4.5407), (0.999, 1, 318.31),
+                                              (0.95, 120, 1.6577)])
+def test_students_t_quantiles_match_the_published_table(p, df, published):
+    from harness.gates.change import t_quantile
+
+    assert t_quantile(p, df) == pytest.approx(published, rel=2e-4)
