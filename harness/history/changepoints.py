@@ -37,7 +37,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 # A change point's p-value must be at most this. 0.05 is MongoDB's published default: on a
-# flat series (no change at all) about 1 in 20 shows a spurious change point. The histories
+# flat series (no change at all) at most about 1 in 20 shows a spurious change point. The histories
 # this reads are short (10-30 runs): at 0.05 a clean step after 12 runs shows from its 2nd
 # run on, at 0.01 only from about its 4th (tests/history/test_changepoints.py checks both
 # the false-alarm rate and the 2nd run). A single last run is never one: a shuffle puts any
