@@ -10,6 +10,8 @@
     specgate compare RUN RUN [...]     arms x metrics side by side across runs
     specgate report RUN_DIR [-o FILE]  one self-contained HTML report (of a run, a capacity record,
                                        an A/B record, or a sweep: its break-even map)
+    specgate history DIR [--metric PATH ...] [--experiment NAME] [-o FILE]
+                                       a folder of run records over time, with change points
     specgate clean [--images]          remove every container (and image) specgate labelled
 """
 
@@ -118,6 +120,16 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_history(args: argparse.Namespace) -> int:
+    from harness.history.folder import read_history
+    from harness.history.report import history_text, write_history_page
+
+    history = read_history(args.folder, args.metric, args.experiment)
+    print(history_text(history), end="")
+    print(f"history: {write_history_page(history, args.output)}")
+    return 0
+
+
 def cmd_clean(args: argparse.Namespace) -> int:
     """Remove every container specgate labelled (e.g. after a kill -9), on the local
     engine or --docker-host; with --images also the images it built."""
@@ -156,6 +168,15 @@ def parser() -> argparse.ArgumentParser:
     report.add_argument("run_dir", type=Path, help="a run record folder, a capacity record's, or a sweep's (its break-even map)")
     report.add_argument("-o", "--output", type=Path, default=None, help="where to write (default <run>/report.html)")
     report.set_defaults(func=cmd_report)
+    history = commands.add_parser("history", help="a folder of run records over time: each arm's headline metrics "
+                                                  "with their change points (a table and an HTML page)")
+    history.add_argument("folder", type=Path, help="a folder of run records (e.g. runs/)")
+    history.add_argument("--metric", action="append", default=[], metavar="PATH",
+                         help="another metric path of an arm's results (e.g. ttft_ms.p99); repeatable")
+    history.add_argument("--experiment", default=None, metavar="NAME",
+                         help="the experiment whose runs to read, when the folder holds runs of several")
+    history.add_argument("-o", "--output", type=Path, default=None, help="where to write the page (default DIR/history.html)")
+    history.set_defaults(func=cmd_history)
     clean = commands.add_parser("clean", help="remove every container specgate labelled")
     clean.add_argument("--docker-host", default=None, help="another engine (ssh://..., tcp://...)")
     clean.add_argument("--images", action="store_true", help="also remove the images specgate built")
