@@ -5,6 +5,7 @@
     specgate run  +exp=NAME [k=v ...]  the same as `pytest suites/ +exp=NAME ...`
     specgate sweep +exp=NAME k=1,4 ... one whole experiment per point of a Hydra sweep
     specgate capacity +exp=NAME slo.tpot_ms.p99=50 ...  per arm, the largest load meeting every SLO
+    specgate calibrate +exp=NAME calibrate.runs=5  identical runs -> a noise profile for gate.baseline
     specgate replay RUN_DIR [k=v ...]  re-run a recorded run's config; print the drift
     specgate compare RUN RUN [...]     arms x metrics side by side across runs
     specgate report RUN_DIR [-o FILE]  one self-contained HTML report (of a run, a capacity record,
@@ -80,6 +81,13 @@ def cmd_capacity(args: argparse.Namespace) -> int:
     from harness.capacity.driver import run_capacity
 
     return run_capacity(args.overrides, Path(args.conf_dir).resolve(), ["specgate", "capacity", *args.overrides])
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from harness.calibrate.driver import run_calibration
+
+    overrides, pytest_options = split_tokens(args.tokens)
+    return run_calibration(overrides, pytest_options, Path(args.conf_dir).resolve(), ["specgate", "calibrate", *args.tokens])
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -167,6 +175,10 @@ def parser() -> argparse.ArgumentParser:
     capacity.add_argument("overrides", nargs="*",
                           help="Hydra overrides, e.g. +exp=sim_capacity slo.tpot_ms.p99=50 capacity.dimension=request_rate")
     capacity.set_defaults(func=cmd_capacity)
+    calibrate = commands.add_parser("calibrate", help="identical whole runs, one after another: a noise profile for gate.baseline")
+    calibrate.add_argument("tokens", nargs=argparse.REMAINDER,
+                           help="Hydra overrides and pytest options, e.g. +exp=sim_smoke calibrate.runs=5")
+    calibrate.set_defaults(func=cmd_calibrate)
     return root
 
 

@@ -4,6 +4,9 @@
     sweep      <record.root>/<UTC timestamp>_<exp>_sweep/      sweep.json     (specgate sweep; each point's
                                                                                run record is inside it)
     capacity   <record.root>/<UTC timestamp>_<exp>_capacity/   capacity.json  (specgate capacity)
+    calibration <record.root>/<UTC timestamp>_<exp>_calibration/ calibration.json (specgate calibrate; each
+                                                                               run's record inside it, and
+                                                                               noise_profile.json once it ends)
 
 Every kind has a summary.md beside its JSON, and the JSON's `status` says running, finished
 or interrupted. One writer (harness/record/recorder.py's Recorder) writes every kind.
@@ -17,7 +20,7 @@ from pathlib import Path
 
 @dataclass(frozen=True)
 class RecordKind:
-    name: str  # run | sweep | capacity
+    name: str  # run | sweep | capacity | calibration
     suffix: str  # the folder is <UTC timestamp>_<exp><suffix>
     data_file: str  # the record's JSON: its figures, verdicts and status
     writes_configs: bool  # config.yaml, overrides.yaml, arms/<arm>/config.yaml (a sweep's points keep their own)
@@ -27,7 +30,8 @@ class RecordKind:
 RUN = RecordKind("run", "", "results.json", writes_configs=True, step_summary=True)
 SWEEP = RecordKind("sweep", "_sweep", "sweep.json", writes_configs=False, step_summary=False)
 CAPACITY = RecordKind("capacity", "_capacity", "capacity.json", writes_configs=True, step_summary=False)
-KINDS: dict[str, RecordKind] = {kind.name: kind for kind in (RUN, SWEEP, CAPACITY)}
+CALIBRATION = RecordKind("calibration", "_calibration", "calibration.json", writes_configs=True, step_summary=False)
+KINDS: dict[str, RecordKind] = {kind.name: kind for kind in (RUN, SWEEP, CAPACITY, CALIBRATION)}
 
 
 def kind_of(folder: Path) -> RecordKind | None:
