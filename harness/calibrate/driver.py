@@ -116,14 +116,15 @@ def finish(record: CalibrationRecord, experiment: Experiment) -> int:
     about = {"experiment": experiment.name, "host": platform.node(), "started_utc": record.data["started_utc"],
              "finished_utc": utc_now(), "runs_asked": len(record.data["runs"]), "load_size": sizes,
              "record": str(record.path)}
-    labels = list(record.results)
-    results = [record.results[label] for label in labels]
+    labels = [entry["label"] for entry in record.data["runs"]]
+    # a run that did not finish (it died, or left no readable record) offers no arm
+    results = [record.results.get(label) or {"experiment": experiment.name, "arms": {}} for label in labels]
     offered = NoiseProfile.from_results(results, label=str(record.path), metrics=compared_metrics(experiment),
                                         run_labels=labels, identities=identities, about=about)
-    missing = {arm: "measured in no finished run" for arm in experiment.arm_names
+    missing = {arm: f"measured in none of the {len(labels)} runs" for arm in experiment.arm_names
                if arm not in offered.arms and arm not in offered.uncovered}
-    profile = NoiseProfile(offered.label, experiment.name, tuple(e["label"] for e in record.data["runs"]),
-                           offered.arms, {**offered.uncovered, **missing}, offered.about)
+    profile = NoiseProfile(offered.label, experiment.name, offered.runs, offered.arms,
+                           {**offered.uncovered, **missing}, offered.about)
     if profile.arms:
         record.write_profile(profile)
     status = 0 if not profile.uncovered else 1
@@ -131,7 +132,7 @@ def finish(record: CalibrationRecord, experiment: Experiment) -> int:
     for arm, why in profile.uncovered.items():
         print(f"specgate calibrate: arm '{arm}' has no noise profile: {why}", file=sys.stderr)
     if profile.arms:
-        print(f"specgate calibrate: noise profile of {', '.join(profile.arms)} over {len(labels)} finished run(s): "
+        print(f"specgate calibrate: noise profile of {', '.join(profile.arms)} over {len(record.results)} finished run(s): "
               f"{record.path / 'noise_profile.json'}; judge a run against it with gate.baseline={record.path}",
               flush=True)
     return status

@@ -26,11 +26,14 @@ class FakeRuns:
     `latest` as a finished run does, with the arms `measured` says; `stop_at` makes that run
     end as a Ctrl-C does."""
 
-    def __init__(self, unmeasured: dict[int, set[str]] | None = None, stop_at: int | None = None):
-        self.calls, self.unmeasured, self.stop_at = 0, unmeasured or {}, stop_at
+    def __init__(self, unmeasured: dict[int, set[str]] | None = None, stop_at: int | None = None,
+                 dies: int | None = None):
+        self.calls, self.unmeasured, self.stop_at, self.dies = 0, unmeasured or {}, stop_at, dies
 
     def __call__(self, command: list[str]) -> tuple[int, bool]:
         index, self.calls = self.calls, self.calls + 1
+        if index == self.dies:
+            return 1, False  # died before its record was made
         root = Path(next(re.fullmatch(r"record.root='(.*)'", a).group(1) for a in command if a.startswith("record.root=")))
         folder = root / f"20260101T00000{index}Z_sim_smoke"
         folder.mkdir(parents=True)
@@ -97,6 +100,17 @@ def test_an_arm_measured_in_fewer_than_three_runs_has_no_profile_and_exit_1(tmp_
     profile = NoiseProfile.read(folder)
     assert list(profile.arms) == ["baseline"] and "eagle3" in profile.uncovered
     assert "## No profile" in (folder / "summary.md").read_text()
+
+
+def test_a_run_that_died_counts_for_no_arm_and_the_others_still_make_a_profile(tmp_path, monkeypatch):
+    assert calibrate(tmp_path, monkeypatch, FakeRuns(dies=2), "calibrate.runs=4") == 0
+    folder = calibration(tmp_path)
+    assert [r["status"] for r in json.loads((folder / "calibration.json").read_text())["runs"]] == \
+        ["finished", "finished", "no_record", "finished"]
+    profile = NoiseProfile.read(folder)
+    assert profile.runs == ("run_1", "run_2", "run_3", "run_4")
+    assert profile.arm("eagle3").runs == ("run_1", "run_2", "run_4")
+    assert profile.arm("eagle3").metrics["output_tok_s"].values == (310.0, 320.0, 315.0)
 
 
 def test_an_interrupted_calibration_writes_no_profile_and_says_which_runs_finished(tmp_path, monkeypatch, capsys):
