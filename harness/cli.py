@@ -6,6 +6,7 @@
     specgate sweep +exp=NAME k=1,4 ... one whole experiment per point of a Hydra sweep
     specgate capacity +exp=NAME slo.tpot_ms.p99=50 ...  per arm, the largest load meeting every SLO
     specgate ab +exp=NAME [k=v ...] a:k=v b:k=v   side B against side A in alternating rounds (ABBA)
+    specgate calibrate +exp=NAME calibrate.runs=5  identical runs -> a noise profile for gate.baseline
     specgate replay RUN_DIR [k=v ...]  re-run a recorded run's config; print the drift
     specgate compare RUN RUN [...]     arms x metrics side by side across runs
     specgate report RUN_DIR [-o FILE]  one self-contained HTML report (of a run, a capacity record,
@@ -89,6 +90,13 @@ def cmd_ab(args: argparse.Namespace) -> int:
     from harness.ab.driver import run_ab
 
     return run_ab(args.tokens, Path(args.conf_dir).resolve(), ["specgate", "ab", *args.tokens])
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from harness.calibrate.driver import run_calibration
+
+    overrides, pytest_options = split_tokens(args.tokens)
+    return run_calibration(overrides, pytest_options, Path(args.conf_dir).resolve(), ["specgate", "calibrate", *args.tokens])
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -201,6 +209,10 @@ def parser() -> argparse.ArgumentParser:
                                               "b:KEY=VALUE for side B's, e.g. +exp=sim_smoke b:server.sim.decode_step_ms=4.4 "
                                               "ab.rounds=3")
     ab.set_defaults(func=cmd_ab)
+    calibrate = commands.add_parser("calibrate", help="identical whole runs, one after another: a noise profile for gate.baseline")
+    calibrate.add_argument("tokens", nargs=argparse.REMAINDER,
+                           help="Hydra overrides and pytest options, e.g. +exp=sim_smoke calibrate.runs=5")
+    calibrate.set_defaults(func=cmd_calibrate)
     return root
 
 

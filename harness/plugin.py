@@ -20,7 +20,7 @@ import pytest
 from harness.gates import verdict
 from harness.config.compose import DEFAULT_CONF_DIR, PYTEST_VALUE_OPTIONS, ConfigError, Experiment, compose, is_override
 from harness.gates.registry import GateContext, gates_of
-from harness.run.preflight import load_baseline, preflight
+from harness.run.preflight import load_baseline, load_profile, preflight
 from harness.run.replay import read_replayed, replay_experiment
 from harness.load import print_progress
 from harness.run.runner import ArmFailed, ArmRun, Runner
@@ -105,12 +105,14 @@ def pytest_configure(config: pytest.Config) -> None:
         else:
             experiment = compose(overrides, conf_dir(config))
         baseline, baseline_notes = load_baseline(experiment)
+        profile = load_profile(experiment)
         preflight(experiment)
     except ConfigError as exc:
         raise pytest.UsageError(redact_patterns(f"specgate: {exc}")) from None
     progress = None if config.getoption("no_progress") else terminal_progress(config)
     runner = Runner(experiment, progress=progress, notes=notes + baseline_notes,
-                    reference=baseline[-1] if baseline else None, history=baseline[:-1], replayed=replayed)
+                    reference=baseline[-1] if baseline else None, history=baseline[:-1], replayed=replayed,
+                    profile=profile)
     config.stash[RUNNER] = runner
     arms = selected_arms(config, experiment)
     if arms is not None:
@@ -276,7 +278,7 @@ def gate_context(arm_run: ArmRun, runner: Runner) -> GateContext:
                        plain_arm=runner.experiment.plain_arm, results=runner.results,
                        reference=arm_run.reference, reference_label=arm_run.reference_label,
                        requests=arm_run.outcome.request_lines, reference_requests=runner.reference_requests(arm_run.name),
-                       history=runner.history_arms(arm_run.name),
+                       history=runner.history_arms(arm_run.name), profile=runner.profile,
                        arm_requests={name: o.request_lines for name, o in runner.outcomes.items()},
                        server_windows=arm_run.outcome.server_windows,
                        telemetry_source=arm_run.cfg.telemetry.source)

@@ -362,6 +362,8 @@ def validate(experiment: Experiment) -> None:
                           f"valid: {', '.join(BASELINE_MISMATCH)}")
     if not 0.5 < gate.confidence < 1.0:
         raise ConfigError(f"gate.confidence must be between 0.5 and 1 (e.g. 0.95), got {gate.confidence}")
+    if not 0.0 <= gate.run_to_run_floor < 1.0:
+        raise ConfigError(f"gate.run_to_run_floor is a fraction from 0 to 1 (0.05: 5 %), got {gate.run_to_run_floor}")
     check_lossless(experiment)
     for arm in experiment.arms:
         validate_arm(arm)

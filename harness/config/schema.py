@@ -205,6 +205,12 @@ class GateConfig:
     latency_noise_floor_ms: float = 0.5  # without samples to draw an interval from: smaller latency moves are jitter
     compare: Dict[str, str] = field(default_factory=dict)  # metric -> allowed regression, e.g. output_tok_s: "3%"
     confidence: float = 0.95  # a regression fails only when it exceeds the allowed change with this confidence
+    # one run against one reference run, with no between-run noise known (no noise profile, no
+    # history band): a regression whose interval's better end is within this fraction is
+    # inconclusive, not failed, as two runs on one machine differ by that much (docs/verdicts.md
+    # "Noise profiles": among 240 comparisons of identical runs on the drifting simulator the
+    # interval's better end reached 5.7 %)
+    run_to_run_floor: float = 0.06
     inconclusive: str = "warn"  # what an inconclusive comparison does: fail | warn | pass
     min_clock_ratio_under_load: Optional[float] = None  # SM clock under load >= ratio x max SM clock, every GPU
     fail_on_throttle_reasons: List[str] = field(default_factory=lambda: [
@@ -256,6 +262,16 @@ class ABConfig:
 
 
 @dataclass
+class CalibrateConfig:
+    """`specgate calibrate` (harness/calibrate/): identical whole runs of the experiment, one after
+    another, whose spread becomes a noise profile that gate.baseline can read."""
+
+    # identical runs; at least 3. Five: the profile's interval is t(K-1, 0.95) * sqrt(1 + pi/2K) times
+    # the spread: 3.60x at K=3, 2.44x at 5, 1.97x at 10, so five runs get most of ten's narrowing in half the time
+    runs: int = 5
+
+
+@dataclass
 class SpeedupThrough:
     concurrency: int = 1  # every swept point at or below this concurrency ...
     ratio: float = 1.0  # ... must reach this output tok/s ratio over the plain arm
@@ -290,6 +306,7 @@ class SpecgateConfig:
     slo: SloConfig = field(default_factory=SloConfig)  # specgate capacity's objectives
     capacity: CapacityConfig = field(default_factory=CapacityConfig)  # specgate capacity's search
     ab: ABConfig = field(default_factory=ABConfig)  # specgate ab's rounds
+    calibrate: CalibrateConfig = field(default_factory=CalibrateConfig)  # specgate calibrate's runs
     name: str = "default"  # experiment name (set by exp/*.yaml)
     description: str = ""  # one line, shown by `specgate list`
     plain_arm: Optional[str] = None  # the plain-decoding arm for speedup / break-even

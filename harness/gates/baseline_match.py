@@ -26,6 +26,7 @@ import yaml
 from omegaconf import OmegaConf
 
 from harness.config.compose import ConfigError, Experiment
+from harness.gates.profile import NoiseProfile
 from harness.record.store import REDACTED, RunData, safe_name
 
 # Workload keys that size or bound a load rather than shape each request.
@@ -51,7 +52,11 @@ def model_name(path: Any) -> Any:
 
 def differences(current: Mapping[str, Any], reference: Mapping[str, Any]) -> list[str]:
     """`key: X there, Y here` for each identity key both runs have and that differs."""
-    mine, theirs = identity(current), identity(reference)
+    return identity_differences(identity(current), identity(reference))
+
+
+def identity_differences(mine: Mapping[str, Any], theirs: Mapping[str, Any]) -> list[str]:
+    """`key: X there, Y here` for each key of two identities (identity()) that both have and that differs."""
     out = []
     for key, value in theirs.items():
         if key not in mine or value == REDACTED or mine[key] == REDACTED:
@@ -108,3 +113,32 @@ def check_baseline(experiment: Experiment, runs: list[RunData]) -> tuple[list[Ru
     run, diff = next(iter(mismatched.values()))
     raise ConfigError(f"gate.baseline: {describe(run, diff)}; its numbers would judge that change, not this "
                       f"run's: measure the same thing, or set gate.baseline_mismatch=warn to compare anyway")
+
+
+def check_profile(experiment: Experiment, profile: NoiseProfile) -> list[str]:
+    """The same rules for a noise profile (gate.baseline=<calibration folder>): each arm it
+    profiles must have measured what this run's arm of that name measures (the identity the
+    calibration kept), and it must profile at least one of this run's arms. Notes to show
+    (arms it cannot judge, a mismatch gate.baseline_mismatch=warn lets through); ConfigError
+    when it judges nothing here or measured something else under `fail`."""
+    shared = [arm for arm in experiment.arms if arm.name in profile.arms]
+    if not shared:
+        theirs = ", ".join(sorted(profile.arms)) or "none"
+        raise ConfigError(f"gate.baseline: the noise profile {profile.label} (of experiment '{profile.experiment}') "
+                          f"profiles none of this run's arms ({', '.join(experiment.arm_names)}; it has {theirs}): "
+                          f"calibrate this experiment (specgate calibrate +exp={experiment.name})")
+    notes = [f"gate.baseline: the noise profile has no arm '{arm.name}' "
+             f"({profile.uncovered.get(arm.name, 'not in the calibrated experiment')})"
+             for arm in experiment.arms if arm.name not in profile.arms]
+    diffs = {arm.name: d for arm in shared
+             if (d := identity_differences(identity(OmegaConf.to_container(arm.cfg, resolve=True)),
+                                           profile.arms[arm.name].identity))}
+    if not diffs:
+        return notes
+    arm, diff = next(iter(diffs.items()))
+    more = f" (and {len(diffs) - 1} other arm(s))" if len(diffs) > 1 else ""
+    said = f"the noise profile {profile.label} measured arm '{arm}' differently{more}: {'; '.join(diff)}"
+    if experiment.base.gate.baseline_mismatch == "warn":
+        return notes + [f"gate.baseline_mismatch=warn: comparing anyway, though {said}"]
+    raise ConfigError(f"gate.baseline: {said}; its spread would judge that change, not this run's: calibrate "
+                      f"the same thing, or set gate.baseline_mismatch=warn to compare anyway")

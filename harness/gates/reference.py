@@ -1,4 +1,4 @@
-"""Comparison with a reference run (gate.baseline; suites/test_baseline.py): every compared metric's change with an interval from its samples (harness/gates/change.py), the noise band of a run history, and the GPU state behind a verdict."""
+"""Comparison with a reference run (gate.baseline; suites/test_baseline.py): every compared metric's change with an interval from its samples (harness/gates/change.py), the noise band of a run history, a noise profile's predictive interval (harness/gates/profile.py), the run-to-run floor when no between-run noise is known, and the GPU state behind a verdict."""
 
 from __future__ import annotations
 
@@ -91,13 +91,15 @@ def allowed_change(metric: str, old: float, allowed: float, band: float, gate) -
 
 @register("no_regression_against_baseline", "baseline",
           ("baseline", "compare", "tolerance", "latency_noise_floor_ms", "confidence", "inconclusive",
-           "baseline_mismatch"))
+           "baseline_mismatch", "run_to_run_floor"))
 def no_regression_against_reference(ctx: GateContext) -> list[Verdict]:
     """Each compared metric no worse than its allowed change vs the reference run
     (gate.baseline), judged from the samples of both runs: passed, failed or inconclusive."""
     arm, gate, label = ctx.arm, ctx.gate, ctx.reference_label
     if not gate.baseline:
         return [skipped("baseline", arm, "no reference run configured (gate.baseline=<run dir | results.json>)")]
+    if ctx.profile is not None:
+        return profile_verdicts(ctx)
     if ctx.reference is None or not ctx.reference.get("requests"):
         return [skipped("baseline", arm, f"the reference run {label} has no measured arm '{arm}'")]
     if (missing := unmeasured("baseline", ctx)) is not None:
@@ -136,12 +138,81 @@ def compare_metric(ctx: GateContext, c: Comparison) -> Verdict:
         # one value against one value: a small latency move is scheduling jitter (the floor)
         limit = allowed_change(c.metric, old, c.allowed, max(band, lookback or 0.0), gate)
         floor = f", {gate.latency_noise_floor_ms:g} ms floor" if entry_of(c.metric).unit == "ms" else ""
-        return point_verdict(arm, c, old, new, limit, f"allowed {limit:.1%} = max({bands}{floor})", label, without)
+        verdict = point_verdict(arm, c, old, new, limit, f"allowed {limit:.1%} = max({bands}{floor})", label, without)
+        return verdict if lookback is not None else point_within_floor(verdict, c, old, new, gate)
     # with samples, jitter is inside the interval: no floor
     limit = max(c.allowed, band, lookback or 0.0)
     why_limit = f"allowed {limit:.1%} = max({bands})"
     change = judge(c.metric, old_ev, new_ev, limit, not c.higher_is_better, gate.confidence)
+    if lookback is None:  # no between-run noise known: the run-to-run floor stands in for it
+        change = within_floor(change, gate)
     return interval_verdict(arm, c, change, old, new, why_limit, label, gate)
+
+
+# --- one run against one run: the run-to-run floor (gate.run_to_run_floor) --------------------
+
+DECIDERS = "a noise profile (specgate calibrate), a history folder, or an A/B run (specgate ab)"
+
+
+def floor_words(gate) -> str:
+    return f"within the {gate.run_to_run_floor:.0%} two runs on one machine can differ by (gate.run_to_run_floor)"
+
+
+def within_floor(change, gate):
+    """One run against one reference run, with no between-run noise known (no profile, no
+    history band): a regression whose interval's better end is within the run-to-run floor
+    may be what the machine did between the runs, which no interval over one run's requests
+    can see, so it is inconclusive, not failed, and says what would decide it."""
+    if change.outcome != "failed" or change.low > gate.run_to_run_floor:
+        return change
+    change.outcome, change.why, change.needed = "inconclusive", floor_words(gate), DECIDERS
+    return change
+
+
+def point_within_floor(verdict: Verdict, c: Comparison, old: float, new: float, gate) -> Verdict:
+    """within_floor for a verdict on two values alone."""
+    worse = (old - new) / old if c.higher_is_better else (new - old) / old
+    if verdict.passed is not False or worse > gate.run_to_run_floor:
+        return verdict
+    verdict.inconclusive, verdict.passed = True, inconclusive_passes(gate)
+    verdict.detail = (f"{verdict.arm}: {c.metric} inconclusive ({floor_words(gate)}; {DECIDERS} would decide it; "
+                      f"gate.inconclusive={gate.inconclusive}): {verdict.detail.split(': ', 1)[1]}")
+    return verdict
+
+
+# --- against a noise profile (gate.baseline=<calibration folder>) ------------------------------
+
+def profile_verdicts(ctx: GateContext) -> list[Verdict]:
+    """Each compared metric of this run against the noise profile's median, with its
+    predictive interval from the between-run spread (harness/gates/profile.py)."""
+    arm, gate, profile = ctx.arm, ctx.gate, ctx.profile
+    if profile.arm(arm) is None:
+        why = profile.uncovered.get(arm, "the calibrated experiment has no such arm")
+        return [skipped("baseline", arm, f"the noise profile {profile.label} has no arm '{arm}' ({why})")]
+    if (missing := unmeasured("baseline", ctx)) is not None:
+        return missing
+    verdicts = [guard_client_bound([profile_metric(ctx, c)], ctx.result, [c.metric], inconclusive_passes(gate))[0]
+                for c in comparisons(gate)]
+    return [with_gpu_state(v, ctx) for v in verdicts]
+
+
+def profile_metric(ctx: GateContext, c: Comparison) -> Verdict:
+    """One compared metric against the profile. The allowed change is the tolerance (or the
+    one gate.compare lists): the machine's noise is already in the interval."""
+    arm, gate, profile = ctx.arm, ctx.gate, ctx.profile
+    name = f"baseline.{c.metric}"
+    if c.metric not in profile.arms[arm].metrics:
+        return skipped(name, arm, f"the noise profile {profile.label} has no {c.metric} for arm '{arm}' "
+                                  f"(calibrate with it in gate.compare)")
+    new = metric_value(ctx.result, c.metric)
+    old = profile.arms[arm].metrics[c.metric].median
+    if new is None:
+        return Verdict(name, arm, False, None, None, f"{arm}: {c.metric} was not measured (noise profile median "
+                                                      f"{old:.2f})", old)
+    change = profile.judge(arm, c.metric, new, c.allowed, c.higher_is_better, gate.confidence)
+    against = profile.describe(arm, c.metric)
+    return interval_verdict(arm, c, change, old, new, f"allowed {c.allowed:.1%} (tolerance)", "", gate,
+                            against=against, kind="predictive interval")
 
 
 def why_no_interval(path: str, old_ev, new_ev, ctx: GateContext) -> str | None:
@@ -170,18 +241,20 @@ def point_verdict(arm: str, c: Comparison, old: float, new: float, limit: float,
 
 
 def interval_verdict(arm: str, c: Comparison, change, old: float, new: float, why_limit: str, label: str,
-                     gate) -> Verdict:
+                     gate, against: str | None = None, kind: str = "interval") -> Verdict:
+    """`against`: what the verdict names ("the reference run <label>" unless given)."""
     name = f"baseline.{c.metric}"
+    against = against or f"the reference run {label}"
     verdict = Verdict(name, arm, None, new, change.allowed, "", baseline=old)
     if change.worse is None:
         verdict.inconclusive, verdict.passed = True, inconclusive_passes(gate)
-        verdict.detail = f"{arm}: {c.metric} inconclusive vs the reference run {label}: {change.why}"
+        verdict.detail = f"{arm}: {c.metric} inconclusive vs {against}: {change.why}"
         return verdict
     words = f"{change.worse:+.1%} worse" if change.worse > 0 else f"{-change.worse:.1%} better"
-    interval = "" if change.low is None else f", {gate.confidence:.0%} interval {change.low:+.1%} to {change.high:+.1%} worse"
+    interval = "" if change.low is None else f", {gate.confidence:.0%} {kind} {change.low:+.1%} to {change.high:+.1%} worse"
     if change.low is not None:
         verdict.interval = [round(change.low, 5), round(change.high, 5)]
-    facts = f"{c.metric} {old:.2f} -> {new:.2f} ({words}{interval}) vs the reference run {label}; {why_limit}"
+    facts = f"{c.metric} {old:.2f} -> {new:.2f} ({words}{interval}) vs {against}; {why_limit}"
     if change.outcome == "failed":
         verdict.passed = False
         verdict.detail = f"{arm}: {c.metric} regressed: {facts}"

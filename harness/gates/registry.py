@@ -53,6 +53,7 @@ class GateContext:
     requests: list = field(default_factory=list)  # this arm's request lines in memory (the samples behind verdicts)
     reference_requests: Any = field(default_factory=list)  # the same arm's requests in the reference run (RequestColumns)
     history: list = field(default_factory=list)  # the arm's blocks in a history of past runs (gate.baseline folder)
+    profile: Any = None  # a noise profile (gates/profile.py NoiseProfile) gate.baseline names instead of a run
     arm_requests: dict = field(default_factory=dict)  # every measured arm's request lines in this run (speedup intervals)
     server_windows: list = field(default_factory=list)  # the server's /metrics differenced, one per repeat
 

@@ -5,6 +5,9 @@
                                                                                run record is inside it)
     capacity   <record.root>/<UTC timestamp>_<exp>_capacity/   capacity.json  (specgate capacity)
     ab         <record.root>/<UTC timestamp>_<exp>_ab/         ab.json        (specgate ab)
+    calibration <record.root>/<UTC timestamp>_<exp>_calibration/ calibration.json (specgate calibrate; each
+                                                                               run's record inside it, and
+                                                                               noise_profile.json once it ends)
 
 Every kind has a summary.md beside its JSON, and the JSON's `status` says running, finished
 or interrupted. One writer (harness/record/recorder.py's Recorder) writes every kind.
@@ -18,7 +21,7 @@ from pathlib import Path
 
 @dataclass(frozen=True)
 class RecordKind:
-    name: str  # run | sweep | capacity
+    name: str  # run | sweep | capacity | calibration
     suffix: str  # the folder is <UTC timestamp>_<exp><suffix>
     data_file: str  # the record's JSON: its figures, verdicts and status
     writes_configs: bool  # config.yaml, overrides.yaml, arms/<arm>/config.yaml (a sweep's points keep their own)
@@ -29,7 +32,8 @@ RUN = RecordKind("run", "", "results.json", writes_configs=True, step_summary=Tr
 SWEEP = RecordKind("sweep", "_sweep", "sweep.json", writes_configs=False, step_summary=False)
 CAPACITY = RecordKind("capacity", "_capacity", "capacity.json", writes_configs=True, step_summary=False)
 AB = RecordKind("ab", "_ab", "ab.json", writes_configs=True, step_summary=True)
-KINDS: dict[str, RecordKind] = {kind.name: kind for kind in (RUN, SWEEP, CAPACITY, AB)}
+CALIBRATION = RecordKind("calibration", "_calibration", "calibration.json", writes_configs=True, step_summary=False)
+KINDS: dict[str, RecordKind] = {kind.name: kind for kind in (RUN, SWEEP, CAPACITY, AB, CALIBRATION)}
 
 
 def kind_of(folder: Path) -> RecordKind | None:

@@ -1,4 +1,4 @@
-"""The one record writer: every driver's record (a run's, a sweep's, a capacity search's;
+"""The one record writer: every driver's record (a run's, a sweep's, a capacity search's, a calibration's;
 harness/record/kinds.py) is made and written through a Recorder, so each is named the same
 way, redacted by the one policy and written atomically. Created on first use (a run that
 measures nothing writes nothing).
@@ -39,7 +39,7 @@ def append_step_summary(text: str) -> None:
 class Recorder:
     def __init__(self, experiment: Experiment, kind: str = "run"):
         self.experiment = experiment
-        self.kind = KINDS[kind]  # run | sweep | capacity: the folder's name, its JSON, what else it holds
+        self.kind = KINDS[kind]  # run | sweep | capacity | calibration: the folder's name, its JSON, what else it holds
         self.redactor = Redactor()  # what the record learns before it exists (a sweep's overrides) counts too
         self.started_utc = utc_now()  # the driver began now, whenever its folder is first needed
         self._record: RunRecord | None = None

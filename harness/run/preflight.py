@@ -1,7 +1,7 @@
 """What must hold before any server starts, for every driver (the pytest plugin, `specgate
 sweep`, `specgate capacity`): the machine has what the experiment needs (a GPU where one is
 needed, the interpreter a build names), each drafter fits its target, and the reference run
-(gate.baseline) is readable and measured the same thing.
+or noise profile (gate.baseline) is readable and measured the same thing.
 
 Each problem is a :class:`ConfigError` with one sentence; the entry point decides how to say
 it (pytest's usage error, the CLI's exit status 4). No pytest here.
@@ -15,7 +15,8 @@ from pathlib import Path
 
 from harness.config.compose import ConfigError, Experiment, remote_engine
 from harness.engines import engine_of
-from harness.gates.baseline_match import check_baseline
+from harness.gates.baseline_match import check_baseline, check_profile
+from harness.gates.profile import NoiseProfile, is_profile
 from harness.gates.reference import comparisons
 from harness.record.store import RecordError, RunData, read_reference_runs
 from harness.run.drafter_fit import DrafterMismatch, check_drafter_fit
@@ -75,13 +76,33 @@ def load_baseline(experiment: Experiment) -> tuple[list[RunData], list[str]]:
     path = experiment.base.gate.baseline
     if not path:
         return [], []
+    if (profile := load_profile(experiment)) is not None:  # judged against it instead (gates/profile.py)
+        check_comparisons(experiment)
+        return [], check_profile(experiment, profile)
     try:
         reference, notes = read_reference_runs(Path(path))
     except RecordError as exc:
         raise ConfigError(f"gate.baseline: {exc}") from None
+    check_comparisons(experiment)
+    kept, mismatch_notes = check_baseline(experiment, reference)
+    return kept, notes + mismatch_notes
+
+
+def check_comparisons(experiment: Experiment) -> None:
     try:
         comparisons(experiment.base.gate)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    kept, mismatch_notes = check_baseline(experiment, reference)
-    return kept, notes + mismatch_notes
+
+
+def load_profile(experiment: Experiment) -> NoiseProfile | None:
+    """The noise profile gate.baseline names (a calibration folder or its noise_profile.json,
+    harness/gates/profile.py), read; None when it names none. A torn or missing profile is
+    one sentence (ConfigError)."""
+    path = experiment.base.gate.baseline
+    if not is_profile(path):
+        return None
+    try:
+        return NoiseProfile.read(Path(path))
+    except RecordError as exc:
+        raise ConfigError(f"gate.baseline: {exc}") from None

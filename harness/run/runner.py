@@ -59,6 +59,7 @@ class Runner:
     notes: list[str] = field(default_factory=list)  # said at the start and in the summary (e.g. replay drift of conf/)
     reference: RunData | None = None  # the reference run (gate.baseline), to compare with
     history: list[RunData] = field(default_factory=list)  # older runs of a history folder (gate.baseline), oldest first
+    profile: Any = None  # a noise profile gate.baseline names instead (harness/gates/profile.py NoiseProfile)
     replayed: RunData | None = None  # the record a replay re-runs, read before anything started
     outcomes: dict[str, ArmOutcome] = field(default_factory=dict)
     verdicts: list[Verdict] = field(default_factory=list)

@@ -1,4 +1,4 @@
-"""One record writer with kinds run | sweep | capacity | ab (harness/record/recorder.py, kinds.py): each
+"""One record writer with kinds run | sweep | capacity | ab | calibration (harness/record/recorder.py, kinds.py): each
 kind's folder name, JSON and summary, through the one redaction policy; the reader tells a
 folder's kind; and `specgate report` still renders sweep and capacity records written before
 verdicts had one shape."""
@@ -12,7 +12,7 @@ import pytest
 from harness import cli
 from harness.capacity.record import summary as capacity_summary
 from harness.config.compose import compose
-from harness.record.kinds import AB, CAPACITY, KINDS, RUN, SWEEP
+from harness.record.kinds import AB, CALIBRATION, CAPACITY, KINDS, RUN, SWEEP
 from harness.record.recorder import Recorder
 from harness.record.store import RunRecord, record_kind
 from harness.sweep.record import crossovers, summary as sweep_summary
@@ -21,7 +21,8 @@ SECRET = "hf_planted_secret_123456"
 
 
 @pytest.mark.parametrize("kind, suffix, data_file", [(RUN, "", "results.json"), (SWEEP, "_sweep", "sweep.json"),
-                                                     (CAPACITY, "_capacity", "capacity.json"), (AB, "_ab", "ab.json")])
+                                                     (CAPACITY, "_capacity", "capacity.json"), (AB, "_ab", "ab.json"),
+                                                     (CALIBRATION, "_calibration", "calibration.json")])
 def test_each_kind_names_its_folder_and_its_json_as_today(tmp_path, kind, suffix, data_file):
     record = RunRecord(tmp_path, "sim_smoke", kind=kind)
     assert record.path.name.endswith(f"_sim_smoke{suffix}") and record.path.name[:8].isdigit()
@@ -29,11 +30,12 @@ def test_each_kind_names_its_folder_and_its_json_as_today(tmp_path, kind, suffix
     record.write_data({"status": "running"})
     assert json.loads((record.path / data_file).read_text()) == {"status": "running"}
     assert record_kind(record.path) == kind.name
-    assert set(KINDS) == {"run", "sweep", "capacity", "ab"}
+    assert set(KINDS) == {"run", "sweep", "capacity", "ab", "calibration"}
 
 
 @pytest.mark.parametrize("kind, configs, step_summary", [("run", True, True), ("sweep", False, False),
-                                                         ("capacity", True, False), ("ab", True, True)])
+                                                         ("capacity", True, False), ("ab", True, True),
+                                                         ("calibration", True, False)])
 def test_every_driver_writes_through_one_recorder_redacted(tmp_path, monkeypatch, kind, configs, step_summary):
     step = tmp_path / "step_summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step))

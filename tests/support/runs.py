@@ -22,7 +22,7 @@ from tests.support import ROOT
 WHOLE_RUN_MARKERS = ("slow", "cluster", "real_engine", "benchmark_reduced")
 # `specgate` commands that start servers; the others (list, show, compare, report, clean)
 # read configs or records and finish in seconds.
-WHOLE_RUN_COMMANDS = frozenset({"run", "sweep", "capacity", "replay", "ab"})
+WHOLE_RUN_COMMANDS = frozenset({"run", "sweep", "capacity", "calibrate", "replay", "ab"})
 # A config mistake stops pytest and specgate with this status before anything starts.
 REFUSED = 4
 

@@ -1,0 +1,142 @@
+"""`specgate calibrate +exp=NAME [k=v ...] calibrate.runs=K`: K identical whole runs of the
+experiment, one after another, then the noise profile of their figures (harness/gates/profile.py)
+that `gate.baseline=<the calibration's folder>` judges a later run against.
+
+Each run is its own pytest process exactly as a sweep's point runs (harness/sweep/point.py):
+nothing (a server, a warm cache, a signal handler) carries from one run into the next, so the
+spread between them is what the machine does between runs. Every run is composed and checked
+before the first starts; fewer than 3 runs, or a sweep, is one sentence (exit 4) before
+anything starts. A run whose gates failed still counts (its figures were measured); a run that
+did not measure an arm does not count for that arm, and an arm measured in fewer than 3 runs
+has no profile (exit 1, said in the summary). Ctrl-C or SIGTERM stops the current run as a
+sweep's point is stopped and writes no profile (exit 2; the record says which runs finished).
+Record layout: harness/calibrate/record.py.
+"""
+
+from __future__ import annotations
+
+import platform
+import signal
+import sys
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from harness.calibrate.record import CalibrationRecord
+from harness.config.compose import ConfigError, Experiment, compose, is_sweep
+from harness.gates.baseline_match import LOAD_SIZE_KEYS, identity
+from harness.gates.profile import MIN_RUNS, NoiseProfile
+from harness.measure.registry import compared_by_default
+from harness.record.recorder import utc_now
+from harness.run.preflight import load_baseline, preflight
+from harness.sweep.point import point_command, point_overrides, run_point
+
+INTERRUPTED_EXIT = 2  # pytest's status for a run stopped by Ctrl-C
+
+
+def check_calibration(overrides: list[str], conf_dir: Path) -> Experiment:
+    """The experiment to calibrate, composed and checked; a ConfigError (one sentence) for
+    anything that would make the runs not identical or too few."""
+    swept = [o for o in overrides if is_sweep(o)]
+    if swept:
+        raise ConfigError(f"specgate calibrate repeats one configuration; {swept[0]} sweeps several "
+                          f"(calibrate each value on its own, or use specgate sweep)")
+    experiment = compose(overrides, conf_dir)
+    runs = experiment.base.calibrate.runs
+    if runs < MIN_RUNS:
+        raise ConfigError(f"calibrate.runs={runs}: a noise profile needs at least {MIN_RUNS} runs "
+                          f"(a spread from two runs has one degree of freedom); the default is 5")
+    return experiment
+
+
+def check_runs(run_overrides: list[list[str]], conf_dir: Path) -> None:
+    """Every run composed and checked as its own pytest will check it, before the first starts."""
+    for index, overrides in enumerate(run_overrides, start=1):
+        try:
+            experiment = compose(overrides, conf_dir)
+            load_baseline(experiment)
+            preflight(experiment)
+        except ConfigError as exc:
+            raise ConfigError(f"calibration run {index}: {exc}") from None
+
+
+def compared_metrics(experiment: Experiment) -> list[str]:
+    """What the profile holds: the registry's default-compared metrics and gate.compare's."""
+    paths = [m.path for m in compared_by_default()]
+    return paths + [str(p) for p in experiment.base.gate.compare if str(p) not in paths]
+
+
+def what_was_measured(experiment: Experiment) -> tuple[dict[str, dict], dict[str, dict]]:
+    """Per arm: its identity (what baseline_match compares) and its load's size."""
+    identities, sizes = {}, {}
+    for arm in experiment.arms:
+        cfg = OmegaConf.to_container(arm.cfg, resolve=True)
+        identities[arm.name] = identity(cfg)
+        sizes[arm.name] = {k: v for k, v in (cfg.get("workload") or {}).items() if k in LOAD_SIZE_KEYS}
+    return identities, sizes
+
+
+def run_calibration(overrides: list[str], pytest_options: list[str], conf_dir: Path, command: list[str]) -> int:
+    """Check, run the K runs, write the profile. Exit status: 0 when every arm has a profile,
+    1 when an arm has none, 2 when interrupted (no profile written)."""
+    experiment = check_calibration(overrides, conf_dir)
+    runs = experiment.base.calibrate.runs
+    labels = [f"run_{i}" for i in range(1, runs + 1)]
+    # checked as they will run, each in a folder of its own (where is all that differs), before any folder is made
+    somewhere = Path(experiment.base.record.root).absolute() / "calibration"
+    check_runs([point_overrides(overrides, somewhere / label) for label in labels], conf_dir)
+    record = CalibrationRecord(experiment, command, runs)
+    run_overrides = [point_overrides(overrides, record.run_root(label)) for label in labels]
+    record.learn_secrets([*overrides, *pytest_options])
+    entries = [record.add_run(label, o) for label, o in zip(labels, run_overrides)]
+    record.save()
+    print(f"specgate calibrate: {runs} identical run(s) of {experiment.name}; record {record.path}", flush=True)
+    previous_sigterm = signal.signal(signal.SIGTERM, raise_interrupt)
+    try:
+        for entry, overrides_of_run in zip(entries, run_overrides):
+            print(f"specgate calibrate: {entry['label']} of {runs}", flush=True)
+            status, interrupted = run_point(point_command(overrides_of_run, conf_dir, pytest_options))
+            record.run_ended(entry, status)
+            if interrupted:
+                raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        record.finish(INTERRUPTED_EXIT, interrupted=True, profile=None)
+        done = len(record.data.get("runs_finished") or [])
+        print(f"specgate calibrate: interrupted after {done} of {runs} finished run(s); no noise profile written; "
+              f"record {record.path}", file=sys.stderr)
+        return INTERRUPTED_EXIT
+    finally:
+        signal.signal(signal.SIGTERM, previous_sigterm)
+    return finish(record, experiment)
+
+
+def finish(record: CalibrationRecord, experiment: Experiment) -> int:
+    """The profile from the runs that finished, written when it covers any arm; 0 when it covers every arm."""
+    identities, sizes = what_was_measured(experiment)
+    about = {"experiment": experiment.name, "host": platform.node(), "started_utc": record.data["started_utc"],
+             "finished_utc": utc_now(), "runs_asked": len(record.data["runs"]), "load_size": sizes,
+             "record": str(record.path)}
+    labels = [entry["label"] for entry in record.data["runs"]]
+    # a run that did not finish (it died, or left no readable record) offers no arm
+    results = [record.results.get(label) or {"experiment": experiment.name, "arms": {}} for label in labels]
+    offered = NoiseProfile.from_results(results, label=str(record.path), metrics=compared_metrics(experiment),
+                                        run_labels=labels, identities=identities, about=about)
+    missing = {arm: f"measured in none of the {len(labels)} runs" for arm in experiment.arm_names
+               if arm not in offered.arms and arm not in offered.uncovered}
+    profile = NoiseProfile(offered.label, experiment.name, offered.runs, offered.arms,
+                           {**offered.uncovered, **missing}, offered.about)
+    if profile.arms:
+        record.write_profile(profile)
+    status = 0 if not profile.uncovered else 1
+    record.finish(status, interrupted=False, profile=profile)
+    for arm, why in profile.uncovered.items():
+        print(f"specgate calibrate: arm '{arm}' has no noise profile: {why}", file=sys.stderr)
+    if profile.arms:
+        print(f"specgate calibrate: noise profile of {', '.join(profile.arms)} over {len(record.results)} finished run(s): "
+              f"{record.path / 'noise_profile.json'}; judge a run against it with gate.baseline={record.path}",
+              flush=True)
+    return status
+
+
+def raise_interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
