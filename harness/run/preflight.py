@@ -18,7 +18,7 @@ from harness.engines import engine_of
 from harness.gates.baseline_match import check_baseline, check_profile
 from harness.gates.profile import NoiseProfile, is_profile
 from harness.gates.reference import comparisons
-from harness.record.store import RecordError, RunData, read_reference_runs
+from harness.record.store import RecordError, RunData, is_history, read_reference_runs, safe_name
 from harness.run.drafter_fit import DrafterMismatch, check_drafter_fit
 from harness.telemetry.driver import nvidia_driver_status
 
@@ -97,12 +97,64 @@ def check_comparisons(experiment: Experiment) -> None:
 
 def load_profile(experiment: Experiment) -> NoiseProfile | None:
     """The noise profile gate.baseline names (a calibration folder or its noise_profile.json,
-    harness/gates/profile.py), read; None when it names none. A torn or missing profile is
-    one sentence (ConfigError)."""
+    harness/gates/profile.py), read; or a history folder's runs since their last change point
+    made into one (history_profile); None when it names neither. A torn or missing profile
+    is one sentence (ConfigError)."""
     path = experiment.base.gate.baseline
+    if path and not is_profile(path) and is_history(Path(path)):
+        return history_profile(experiment, Path(path))
     if not is_profile(path):
         return None
     try:
         return NoiseProfile.read(Path(path))
     except RecordError as exc:
         raise ConfigError(f"gate.baseline: {exc}") from None
+
+
+def history_profile(experiment: Experiment, folder: Path) -> NoiseProfile | None:
+    """A history folder (gate.baseline=runs/main) as the reference distribution: per arm, the
+    runs of this experiment since the last change point of any compared metric (E-divisive
+    means, harness/history/), made into a noise profile; a run is then judged against that
+    segment's median and spread. None when no arm has MIN_RUNS runs since its last change
+    point (or the folder holds fewer than two of this experiment's runs): the newest run is
+    then the reference, as for a single reference run."""
+    from harness.history.folder import read_history
+
+    check_comparisons(experiment)
+    paths = [c.metric for c in comparisons(experiment.base.gate)]
+    try:
+        history = read_history(folder, paths, experiment=experiment.name)
+    except RecordError:
+        return None
+    arms, uncovered = {}, {}
+    for arm in experiment.arm_names:
+        segments = [history.since_last_change(arm, m) for m in paths if history.series(arm, m)]
+        if not segments:
+            continue
+        segment = min(segments, key=len)  # the latest change of any compared metric starts it
+        part = NoiseProfile.from_results([run.results for run in segment], str(folder), metrics=paths,
+                                         run_labels=[run.label for run in segment],
+                                         identities={arm: recorded_identity(segment[-1].path, arm)})
+        if arm in part.arms:
+            arms[arm] = part.arms[arm]
+        else:
+            uncovered[arm] = part.uncovered.get(arm, "not measured") + (
+                f" since the last change point ({segment[0].label})" if len(segment) < len(history.runs) else "")
+    if not arms:
+        return None
+    label = f"{folder} (a history: each arm's runs since its last change point)"
+    return NoiseProfile(label, experiment.name, tuple(run.label for run in history.runs), arms, uncovered,
+                        {"history": str(folder), "skipped": list(history.skipped)})
+
+
+def recorded_identity(record: Path, arm: str) -> dict:
+    """What an arm of a recorded run measured (harness/gates/baseline_match.py's identity)."""
+    import yaml
+
+    from harness.gates.baseline_match import identity
+
+    try:
+        cfg = yaml.safe_load((Path(record) / "arms" / safe_name(arm) / "config.yaml").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return {}
+    return identity(cfg) if isinstance(cfg, dict) else {}

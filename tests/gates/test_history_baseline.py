@@ -1,0 +1,48 @@
+"""`gate.baseline=<history folder>`: the reference distribution is the runs since the last
+change point (harness/run/preflight.py history_profile over harness/history/), so a level
+main moved to is the reference, not the average of before and after it."""
+
+from __future__ import annotations
+
+from harness.config.compose import compose
+from harness.gates import registry
+from harness.gates.reference import no_regression_against_reference
+from harness.run.preflight import load_baseline, load_profile
+from tests.history.records import stepped_history, write_run, START, arm_block
+from tests.support.arm_results import result
+
+
+def judge(profile, tok_s: float, arm: str = "eagle3"):
+    cfg = compose(["+exp=sim_smoke", "+gate.compare.output_tok_s=2%", f"gate.baseline={profile.about['history']}"]).arm(arm).cfg.gate
+    ctx = registry.GateContext(arm=arm, gate=cfg, result=result(arm=arm, output_tok_s=tok_s), gpu=None,
+                               plain_arm="baseline", results={}, reference=None, reference_label=profile.label,
+                               telemetry_source="off", profile=profile)
+    (verdict,) = no_regression_against_reference(ctx)
+    return verdict
+
+
+def test_the_runs_since_the_last_change_point_are_the_reference(tmp_path):
+    paths = stepped_history(tmp_path / "main", runs=12, step_at=6)  # eagle3 8 % lower from the 7th run on
+    experiment = compose(["+exp=sim_smoke", f"gate.baseline={tmp_path / 'main'}"])
+    profile = load_profile(experiment)
+    eagle = profile.arm("eagle3").metrics["output_tok_s"]
+    assert eagle.n == 6 and 1600 < eagle.median < 1700  # the six runs at the new level, not all twelve
+    assert profile.arm("baseline").metrics["output_tok_s"].n == 12  # no change there: every run
+    assert profile.label == f"{tmp_path / 'main'} (a history: each arm's runs since its last change point)"
+    assert load_baseline(experiment) == ([], [])  # judged against the profile, not the newest run
+    at_new_level = judge(profile, 1660.0)
+    assert at_new_level.status != "failed", at_new_level.detail
+    assert "noise profile of 6 runs" in at_new_level.detail, at_new_level.detail
+    lower_still = judge(profile, 1660.0 * 0.85)
+    assert lower_still.status == "failed", lower_still.detail
+    assert profile.arm("eagle3").runs[0] == paths[6].name  # the segment starts at the change point
+
+
+def test_a_history_too_short_since_its_change_is_judged_against_its_newest_run(tmp_path):
+    for i, tok_s in enumerate([1800.0, 1805.0]):
+        write_run(tmp_path / "main", START.replace(hour=i), {"eagle3": arm_block("eagle3", tok_s),
+                                                             "baseline": arm_block("baseline", 1000.0)})
+    experiment = compose(["+exp=sim_smoke", f"gate.baseline={tmp_path / 'main'}"])
+    assert load_profile(experiment) is None  # two runs give no spread worth a profile
+    kept, _ = load_baseline(experiment)
+    assert len(kept) == 2  # the old way: the newest run is the reference
