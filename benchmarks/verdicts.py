@@ -1,19 +1,28 @@
-"""How often the reference-run gate cries wolf, and how often it catches a real slowdown.
+"""How often each merge gate cries wolf, and how often it catches a real slowdown, on a
+machine that drifts as a GPU box does.
 
-Measured on the simulator with the process backend, each run a fresh server and one load,
-judged by the same gate the suites run (harness.gates.registry.no_regression_against_reference,
-with the default compared metrics and settings):
+Measured on the simulator (process backend, the gating workload the README recommends: 64
+requests of 64 tokens at concurrency 8, sim_smoke's plain arm) with the default drift model
+(`+drift=gpu_box`, docs/simulator.md: a start 1 % off the next, the box wandering 3 % over two
+minutes, 1 % wander of its own, 3 % step jitter), each run a fresh server, judged by the
+gates the suites and `specgate ab` run, with their defaults. Four modes:
 
-- **false alarms**: N + 1 identical runs, each compared with the one before it (as CI
-  compares a change with the last run on main): how many comparisons failed;
-- **detection**: for a decode step 3 %, 5 % and 10 % slower, R runs each compared with
-  one of the identical runs: how many failed (inconclusive is not a detection).
+- **single**: one run against the run before it (CI against the last run on main);
+- **profile**: one run against a noise profile of `--profile-runs` identical runs;
+- **history**: one run against the last `--history` runs (a history folder);
+- **ab**: an A/B of 3 rounds in ABBA order, a fresh server per side and round.
 
-Two workloads: sim_smoke's own (4 requests of ~200 tokens, one at a time) and the
-gating workload the README recommends (64 requests of 64 tokens at concurrency 8).
+For each: `--identical` comparisons of identical builds (how many *failed*: false alarms;
+inconclusive is allowed and counted) and `--regressed` comparisons per slowdown of the
+decode step (3, 5, 10 %: how many *failed*: detections).
 
-    python benchmarks/verdicts.py                       # 40 identical + 3 x 20 regressed, both workloads
-    python benchmarks/verdicts.py --identical 8 --regressed 4 --slowdowns 10 --workloads gating
+Every run is kept in a cache folder (`--cache`), so the judging can be re-done without
+measuring again (`--judge-only`), and the measuring can be split over processes
+(`--part stream` and `--part ab` at once, then `--judge-only`).
+
+    python benchmarks/verdicts.py                               # everything: ~70 min on 2 cores
+    python benchmarks/verdicts.py --part ab &  python benchmarks/verdicts.py --part stream; wait
+    python benchmarks/verdicts.py --judge-only                  # the table from the cache
 
 Writes benchmarks/results/verdicts.md and verdicts.json (unless --out "").
 """
@@ -21,12 +30,20 @@ Writes benchmarks/results/verdicts.md and verdicts.json (unless --out "").
 from __future__ import annotations
 
 import argparse
+import copy
+import functools
+import gzip
 import json
+import pickle
+import shutil
 import sys
+import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 from omegaconf import OmegaConf
@@ -34,24 +51,158 @@ from omegaconf import OmegaConf
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from harness.ab.driver import RoundPair  # noqa: E402
 from harness.config.compose import compose  # noqa: E402
 from harness.engines import engine_of  # noqa: E402
-from harness.gates.registry import GateContext
+from harness.gates.ab import no_regression_between_sides  # noqa: E402
+from harness.gates.profile import NoiseProfile  # noqa: E402
 from harness.gates.reference import no_regression_against_reference  # noqa: E402
+from harness.gates.registry import ABContext, GateContext  # noqa: E402
 from harness.load import LoadPlan, run_load  # noqa: E402
 from harness.measure.metrics import ArmResult, summarize  # noqa: E402
+from harness.record.store import RunRecord  # noqa: E402
+from harness.run.outcome import ArmOutcome  # noqa: E402
+from harness.run.preflight import history_profile  # noqa: E402
 from harness.servers.process import ProcessServer  # noqa: E402
 
-WORKLOADS = {
-    "default": [],  # sim_smoke's workload: count_to_100 with 4 measured requests
-    "gating": ["workload=chat_short", "workload.num_prompts=64", "workload.concurrency=8", "workload.max_tokens=64"],
-}
+WORKLOAD = ["workload=chat_short", "workload.num_prompts=64", "workload.concurrency=8", "workload.max_tokens=64"]
+DRIFTS = {"gpu_box": ["+drift=gpu_box"], "none": []}
+AB_ROUNDS = 3
+MODES = ("single", "profile", "history", "ab")
+HISTORY_START = datetime(2026, 12, 1, tzinfo=timezone.utc)  # a history's runs: an hour apart
 
 
 @dataclass
 class Run:
     result: ArmResult  # what summarize() made of the load
-    lines: list[dict]  # its requests.jsonl lines
+    lines: list[dict]  # its request lines
+    measured_at: float  # wall-clock time (the machine's drift follows it)
+
+
+@dataclass(frozen=True)
+class Settings:
+    identical: int
+    regressed: int
+    slowdowns: tuple[float, ...]
+    history: int
+    profile_runs: int
+    drift: str
+    cache: Path
+    gate: tuple[str, ...] = ()  # gate.key=value for every comparison
+
+
+# --- measuring: one fresh server and one load per run, cached ---------------------------------
+
+def arm_config(settings: Settings, slowdown: float, machine: int = 0):
+    """The arm's config; `machine` is the box's state (server.sim.drift_machine_seed): runs on
+    main stand for CI runs on different days, each its own; an A/B's rounds share one."""
+    cfg = copy.deepcopy(composed(settings))
+    for key in ("decode_step_ms", "verify_base_ms"):  # a slower GPU step, plain and speculative alike
+        cfg["server"]["sim"][key] *= 1.0 + slowdown
+    if settings.drift != "none":
+        cfg["server"]["sim"]["drift_machine_seed"] = machine
+    return OmegaConf.create(cfg)
+
+
+@functools.lru_cache(maxsize=None)
+def composed(settings: Settings) -> dict:
+    """The benchmark's arm, composed once (Hydra takes a second or two per composition)."""
+    overrides = ["+exp=sim_smoke", "backend=process", "telemetry=off", f"record.root={settings.cache / 'records'}",
+                 *WORKLOAD, *DRIFTS[settings.drift], *(f"gate.{o}" for o in settings.gate)]
+    return OmegaConf.to_container(compose(overrides).arm("baseline").cfg, resolve=True)
+
+
+def measure(settings: Settings, key: str, slowdown: float, machine: int) -> Run:
+    """The run called `key` on the box in state `machine`: from the cache, else measured now (and cached)."""
+    file = settings.cache / f"{key}.pkl.gz"
+    if file.is_file():
+        with gzip.open(file, "rb") as f:
+            return pickle.load(f)
+    cfg = arm_config(settings, slowdown, machine)
+    server = ProcessServer("baseline", cfg, settings.cache / "logs" / f"{key}.log")
+    try:
+        server.start()
+        engine = engine_of(cfg)
+        at = time.time()
+        load = run_load(LoadPlan.of(cfg.workload, server.base_url, cfg.server.model_path,
+                                    request_extras=engine.request_extras, spec_details=engine.spec_details))
+    finally:
+        server.stop()
+    run = Run(summarize("baseline", load), [{**r.to_json(), "repeat": 0} for r in load.records], at)
+    partial = file.with_suffix(".tmp")
+    with gzip.open(partial, "wb") as f:
+        pickle.dump(run, f)
+    partial.replace(file)
+    return run
+
+
+def slowdown_name(slowdown: float) -> str:
+    return f"{slowdown:.0%} slower"
+
+
+def stream_keys(settings: Settings) -> list[str]:
+    """The identical runs, in the order measured: the profile's first, then the history's and
+    the compared ones, one after another as runs on main would be."""
+    return [f"main-{i:03d}" for i in range(settings.profile_runs + settings.history + settings.identical + 1)]
+
+
+def measure_stream(settings: Settings, say: Callable[[str], None]) -> None:
+    keys = stream_keys(settings)
+    for i, key in enumerate(keys):
+        measure(settings, key, 0.0, machine=i)
+        say(f"stream: identical run {i + 1}/{len(keys)}")
+    for slowdown in settings.slowdowns:
+        for j in range(settings.regressed):
+            measure(settings, f"slow{slowdown:.2f}-{j:03d}", slowdown, machine=10_000 + int(slowdown * 1000) * 100 + j)
+            say(f"stream: {slowdown_name(slowdown)} run {j + 1}/{settings.regressed}")
+
+
+def ab_rounds(settings: Settings, case: str, index: int, slowdown: float) -> list[RoundPair]:
+    """One A/B of AB_ROUNDS rounds in ABBA order, each side a fresh server (B `slowdown` slower),
+    on one box (one machine state, as in one CI job)."""
+    pairs, machine = [], 20_000 + hash_case(case) * 1000 + index
+    for r in range(AB_ROUNDS):
+        pair = RoundPair(r + 1)
+        for side in (("A", "B") if r % 2 == 0 else ("B", "A")):
+            run = measure(settings, f"ab-{case}-{index:03d}-r{r + 1}{side}", slowdown if side == "B" else 0.0, machine)
+            pair.lines[side], pair.results[side] = run.lines, run.result
+        pairs.append(pair)
+    return pairs
+
+
+def hash_case(case: str) -> int:
+    return 0 if case == "identical" else int(round(float(case.removeprefix("slow")) * 100))
+
+
+def ab_cases(settings: Settings) -> list[tuple[str, float, int]]:
+    return [("identical", 0.0, settings.identical)] + [(f"slow{s:.2f}", s, settings.regressed) for s in settings.slowdowns]
+
+
+def measure_ab(settings: Settings, say: Callable[[str], None], only: list[str] | None = None) -> None:
+    for case, slowdown, count in ab_cases(settings):
+        if only and case not in only:
+            continue
+        for i in range(count):
+            ab_rounds(settings, case, i, slowdown)
+            say(f"ab: {case} {i + 1}/{count}")
+
+
+# --- judging: each mode's gate on the cached runs ---------------------------------------------
+
+def gate_of(settings: Settings):
+    return arm_config(settings, 0.0).gate
+
+
+def judge_single(gate, reference: Run, candidate: Run) -> list:
+    ctx = GateContext(arm="baseline", gate=OmegaConf.merge(gate, {"baseline": "reference"}),
+                      result=candidate.result, gpu=None, plain_arm=None, results={},
+                      reference=reference.result.to_json(), reference_label="the previous run", telemetry_source="off",
+                      requests=candidate.lines, reference_requests=reference.lines)
+    return no_regression_against_reference(ctx)
+
+
+def judge_ab(gate, pairs: list[RoundPair]) -> list:
+    return no_regression_between_sides(ABContext(gate, {"baseline": pairs}, {"A": "main", "B": "change"}))
 
 
 @dataclass
@@ -62,139 +213,180 @@ class Tally:
     failing_metrics: Counter = field(default_factory=Counter)
     inconclusive_metrics: Counter = field(default_factory=Counter)
     examples: list[str] = field(default_factory=list)
-    changes: dict = field(default_factory=dict)  # metric -> measured relative regressions (for choosing tolerances)
+
+    def add(self, verdicts: list) -> None:
+        self.comparisons += 1
+        failed = [v for v in verdicts if v.status == "failed"]
+        if failed:
+            self.failed += 1
+            self.failing_metrics.update(v.name.split(".", 1)[1] for v in failed)
+            if len(self.examples) < 2:
+                self.examples.append(failed[0].detail)
+        elif any(v.status == "inconclusive" for v in verdicts):
+            self.inconclusive += 1
+        self.inconclusive_metrics.update(v.name.split(".", 1)[1] for v in verdicts if v.status == "inconclusive")
 
 
-GATE_OVERRIDES: list[str] = []  # --gate key=value, e.g. tolerance=0.02
+def cached(settings: Settings, key: str) -> Run | None:
+    file = settings.cache / f"{key}.pkl.gz"
+    if not file.is_file():
+        return None
+    with gzip.open(file, "rb") as f:
+        return pickle.load(f)
 
 
-def arm_config(workload: str, slowdown: float, log_dir: Path):
-    overrides = ["+exp=sim_smoke", "backend=process", "telemetry=off", f"record.root={log_dir}", *WORKLOADS[workload],
-                 *(f"gate.{o}" for o in GATE_OVERRIDES)]
-    cfg = compose(overrides).arm("baseline").cfg
-    cfg = OmegaConf.to_container(cfg, resolve=True)
-    for key in ("decode_step_ms", "verify_base_ms"):  # a slower GPU step, plain and speculative alike
-        cfg["server"]["sim"][key] *= 1.0 + slowdown
-    return OmegaConf.create(cfg)
-
-
-def measure(workload: str, slowdown: float, log_dir: Path, index: int) -> Run:
-    cfg = arm_config(workload, slowdown, log_dir)
-    server = ProcessServer("baseline", cfg, log_dir / f"server-{index}.log")
-    try:
-        server.start()
-        engine = engine_of(cfg)
-        load = run_load(LoadPlan.of(cfg.workload, server.base_url, cfg.server.model_path,
-                                    request_extras=engine.request_extras, spec_details=engine.spec_details))
-    finally:
-        server.stop()
-    return Run(summarize("baseline", load), [{**r.to_json(), "repeat": 0} for r in load.records])
-
-
-def judge(reference: Run, candidate: Run, cfg) -> list:
-    ctx = GateContext(arm="baseline", gate=OmegaConf.merge(cfg.gate, {"baseline": "reference"}),
-                      result=candidate.result, gpu=None, plain_arm=None, results={},
-                      reference=reference.result.to_json(), reference_label="the previous run", telemetry_source="off",
-                      requests=candidate.lines, reference_requests=reference.lines)
-    return no_regression_against_reference(ctx)
-
-
-def tally(verdicts: list, into: Tally) -> None:
-    into.comparisons += 1
-    for v in verdicts:
-        if v.value is not None and v.baseline:
-            worse = (v.value / v.baseline - 1.0) * (1.0 if v.name.split(".")[1].endswith("_ms") else -1.0)
-            into.changes.setdefault(v.name.removeprefix("baseline."), []).append(round(worse, 5))
-    failed = [v for v in verdicts if v.status == "failed"]
-    if failed:
-        into.failed += 1
-        into.failing_metrics.update(v.name for v in failed)
-        if len(into.examples) < 3:
-            into.examples.append(failed[0].detail)
-    elif any(v.status == "inconclusive" for v in verdicts):
-        into.inconclusive += 1
-    into.inconclusive_metrics.update(v.name for v in verdicts if v.status == "inconclusive")
-
-
-def run_workload(workload: str, identical: int, regressed: int, slowdowns: list[float], log_dir: Path,
-                 say) -> dict[str, Tally]:
-    cfg = arm_config(workload, 0.0, log_dir)
-    tallies: dict[str, Tally] = {"identical": Tally()}
-    runs = []
-    for i in range(identical + 1):
-        runs.append(measure(workload, 0.0, log_dir, len(runs)))
-        if i:
-            tally(judge(runs[i - 1], runs[i], cfg), tallies["identical"])
-        say(f"{workload}: identical run {i + 1}/{identical + 1}")
-    for slowdown in slowdowns:
-        name = f"{slowdown:.0%} slower"
-        tallies[name] = Tally()
-        for i in range(regressed):
-            slow = measure(workload, slowdown, log_dir, 1000 + i)
-            tally(judge(runs[i % len(runs)], slow, cfg), tallies[name])
-            say(f"{workload}: {name} run {i + 1}/{regressed}")
+def judge_stream(settings: Settings, modes: list[str]) -> dict[str, dict[str, Tally]]:
+    """single, profile and history on the stream of identical runs and the regressed ones."""
+    gate = gate_of(settings)
+    runs = [cached(settings, key) for key in stream_keys(settings)]
+    if any(run is None for run in runs):
+        return {}
+    first = settings.profile_runs + settings.history  # the first compared run: a whole history behind it
+    profile = runs[:settings.profile_runs]
+    judges = {"single": lambda behind, run: judge_single(gate, behind[-1], run),
+              "profile": lambda behind, run: judge_profile(gate, profile, run),
+              "history": lambda behind, run: judge_history(settings, behind[-settings.history:], run)}
+    tallies = {mode: {"identical": Tally()} for mode in modes if mode in judges}
+    for i in range(first, first + settings.identical):
+        for mode in tallies:
+            tallies[mode]["identical"].add(judges[mode](runs[:i + 1], runs[i + 1]))
+    for slowdown in settings.slowdowns:
+        for j in range(settings.regressed):
+            slow = cached(settings, f"slow{slowdown:.2f}-{j:03d}")
+            if slow is None:
+                continue
+            behind = runs[:first + 1 + j % settings.identical]  # the runs on main before it (a different last one each time)
+            for mode in tallies:
+                tallies[mode].setdefault(slowdown_name(slowdown), Tally()).add(judges[mode](behind, slow))
     return tallies
 
 
-def render(results: dict[str, dict[str, Tally]], elapsed_s: float, args) -> str:
-    settings = "".join(f" --gate {g}" for g in args.gate)
-    gate_cfg = arm_config(next(iter(results)), 0.0, Path(args.logs)).gate
-    tolerance, confidence = gate_cfg.tolerance, gate_cfg.confidence
-    lines = ["# Reference-run verdicts: false alarms and detection", "",
-             f"`python benchmarks/verdicts.py --identical {args.identical} --regressed {args.regressed}{settings}` "
-             f"on the simulator (process backend), {elapsed_s / 60:.1f} minutes. Each comparison is one fresh run "
-             "against another, judged by the gate with its defaults (the registry's compared metrics, "
-             f"tolerance {tolerance:.0%}, {confidence:.0%} confidence). *failed* is a red gate; *inconclusive* (the data cannot tell) "
-             "passes with a warning under the default `gate.inconclusive=warn`.", "",
-             "| workload | case | comparisons | failed | inconclusive | metrics that failed |",
+def results_of(run: Run) -> dict:
+    """A run as its results.json would hold it (the arm block is what a real run writes)."""
+    block = ArmOutcome("baseline", backend="process", status="measured", result=run.result).to_json()
+    return {"experiment": "sim_smoke", "status": "finished", "arms": {"baseline": block}}
+
+
+def judge_against(gate, profile: NoiseProfile, candidate: Run, label: str) -> list:
+    ctx = GateContext(arm="baseline", gate=OmegaConf.merge(gate, {"baseline": label}), result=candidate.result,
+                      gpu=None, plain_arm=None, results={}, reference=None, reference_label=label,
+                      telemetry_source="off", requests=candidate.lines, profile=profile)
+    return no_regression_against_reference(ctx)
+
+
+def judge_profile(gate, profile: list[Run], candidate: Run) -> list:
+    """Against a noise profile of identical runs, as `specgate calibrate` writes it."""
+    made = NoiseProfile.from_results([results_of(run) for run in profile], "the calibration",
+                                     run_labels=[f"run {i + 1}" for i in range(len(profile))])
+    return judge_against(gate, made, candidate, "the calibration")
+
+
+def judge_history(settings: Settings, history: list[Run], candidate: Run) -> list:
+    """Against a history folder of these runs, as gate.baseline=<folder> reads it: the runs
+    written as records, their change points found, the runs since the last one the profile
+    (harness/run/preflight.py history_profile); the newest run when too few are left."""
+    folder = Path(tempfile.mkdtemp(prefix="history-", dir=settings.cache))
+    try:
+        for i, run in enumerate(history):
+            record = RunRecord(folder, "sim_smoke", now=HISTORY_START + timedelta(hours=i))
+            record.write_data(results_of(run))
+        experiment = history_experiment(settings, str(folder))
+        profile = history_profile(experiment, folder)
+        if profile is None:
+            return judge_single(experiment.arm("baseline").cfg.gate, history[-1], candidate)
+        return judge_against(experiment.arm("baseline").cfg.gate, profile, candidate, str(folder))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def history_experiment(settings: Settings, folder: str):
+    overrides = ["+exp=sim_smoke", "backend=process", "telemetry=off", *WORKLOAD, f"gate.baseline={folder}",
+                 *(f"gate.{o}" for o in settings.gate)]
+    return compose(overrides)
+
+
+def judge_abs(settings: Settings) -> dict[str, Tally]:
+    gate, tallies = gate_of(settings), {}
+    for case, slowdown, count in ab_cases(settings):
+        name = "identical" if case == "identical" else slowdown_name(slowdown)
+        for i in range(count):
+            keys = [f"ab-{case}-{i:03d}-r{r + 1}{side}" for r in range(AB_ROUNDS) for side in "AB"]
+            if all((settings.cache / f"{k}.pkl.gz").is_file() for k in keys):
+                tallies.setdefault(name, Tally()).add(judge_ab(gate, ab_rounds(settings, case, i, slowdown)))
+    return tallies
+
+
+# --- the table -------------------------------------------------------------------------------
+
+def render(results: dict[str, dict[str, Tally]], settings: Settings, minutes: float | None) -> str:
+    gate = gate_of(settings)
+    took = f", {minutes:.0f} minutes of measuring" if minutes else ""
+    lines = ["# Merge-gate verdicts on a drifting machine: false alarms and detection", "",
+             f"`python benchmarks/verdicts.py --identical {settings.identical} --regressed {settings.regressed}"
+             f"{' --drift ' + settings.drift if settings.drift != 'gpu_box' else ''}` on the simulator (process backend, "
+             f"drift model `{settings.drift}`{took}), the gating workload (64 requests of 64 tokens at concurrency 8). "
+             f"Each comparison is judged by the gate with its defaults (tolerance {gate.tolerance:.0%}, "
+             f"{gate.confidence:.0%} confidence). *failed* is a red gate: a false alarm among identical builds, a "
+             "detection among slower ones; *inconclusive* (the data cannot tell) passes with a warning under "
+             "the default `gate.inconclusive=warn`.", "",
+             "| mode | case | comparisons | failed | inconclusive | metrics that failed |",
              "| --- | --- | --- | --- | --- | --- |"]
-    for workload, tallies in results.items():
+    for mode, tallies in results.items():
         for case, t in tallies.items():
-            metrics = ", ".join(f"{m.removeprefix('baseline.')} ×{n}" for m, n in t.failing_metrics.most_common()) or "-"
-            lines.append(f"| {workload} | {case} | {t.comparisons} | {t.failed} | {t.inconclusive} | {metrics} |")
-    lines += ["", "Measured change per comparison (how much worse; median and 5th-95th percentile):", "",
-              "| workload | case | metric | median | 5th | 95th |", "| --- | --- | --- | --- | --- | --- |"]
-    for workload, tallies in results.items():
-        for case, t in tallies.items():
-            for m, values in t.changes.items():
-                q = np.percentile(values, [50, 5, 95])
-                lines.append(f"| {workload} | {case} | {m} | {q[0]:+.1%} | {q[1]:+.1%} | {q[2]:+.1%} |")
-    lines += ["", "Inconclusive verdicts by metric (all cases):", ""]
-    for workload, tallies in results.items():
+            metrics = ", ".join(f"{m} ×{n}" for m, n in t.failing_metrics.most_common()) or "-"
+            lines.append(f"| {mode} | {case} | {t.comparisons} | {t.failed} | {t.inconclusive} | {metrics} |")
+    lines += ["", "Inconclusive verdicts by metric:", ""]
+    for mode, tallies in results.items():
         counts = sum((t.inconclusive_metrics for t in tallies.values()), Counter())
-        lines.append(f"- {workload}: " + (", ".join(f"{m.removeprefix('baseline.')} ×{n}" for m, n in counts.most_common()) or "none"))
-    examples = [e for tallies in results.values() for t in tallies.values() for e in t.examples[:1]]
+        lines.append(f"- {mode}: " + (", ".join(f"{m} ×{n}" for m, n in counts.most_common()) or "none"))
+    examples = [(mode, case, e) for mode, tallies in results.items() for case, t in tallies.items() for e in t.examples[:1]]
     if examples:
-        lines += ["", "Examples of failed verdicts:", ""] + [f"- {e}" for e in examples[:6]]
+        lines += ["", "Examples of failed verdicts:", ""] + [f"- {mode}, {case}: {e}" for mode, case, e in examples[:8]]
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--identical", type=int, default=40, help="comparisons of identical runs (N + 1 runs)")
-    ap.add_argument("--regressed", type=int, default=20, help="runs per slowdown")
+    ap.add_argument("--identical", type=int, default=40, help="comparisons of identical builds per mode")
+    ap.add_argument("--regressed", type=int, default=20, help="comparisons per slowdown and mode")
     ap.add_argument("--slowdowns", default="3,5,10", help="decode step slowdowns in percent")
-    ap.add_argument("--workloads", default="default,gating", help=f"of {', '.join(WORKLOADS)}")
+    ap.add_argument("--history", type=int, default=10, help="runs in a history")
+    ap.add_argument("--profile-runs", type=int, default=5, help="identical runs in a noise profile")
+    ap.add_argument("--drift", default="gpu_box", choices=sorted(DRIFTS))
+    ap.add_argument("--modes", default=",".join(MODES), help=f"of {', '.join(MODES)}")
+    ap.add_argument("--part", default="all", choices=("all", "stream", "ab"), help="what to measure")
+    ap.add_argument("--judge-only", action="store_true", help="measure nothing: judge what the cache holds")
+    ap.add_argument("--ab-cases", default="", help="measure only these A/B cases (identical, slow0.03, ...): "
+                                                   "to split the A/B over processes")
+    ap.add_argument("--cache", default="/tmp/specgate-verdicts", help="every run, kept for judging again")
     ap.add_argument("--out", default=str(REPO / "benchmarks" / "results"), help="folder for verdicts.md/.json; '' = none")
-    ap.add_argument("--logs", default="/tmp/specgate-verdicts", help="server logs")
     ap.add_argument("--gate", action="append", default=[], help="a gate setting for every comparison, e.g. tolerance=0.02")
     args = ap.parse_args(argv)
-    GATE_OVERRIDES[:] = args.gate
-    log_dir = Path(args.logs)
-    log_dir.mkdir(parents=True, exist_ok=True)
+    settings = Settings(args.identical, args.regressed, tuple(float(s) / 100 for s in args.slowdowns.split(",") if s),
+                        args.history, args.profile_runs, args.drift, Path(args.cache) / args.drift, tuple(args.gate))
+    (settings.cache / "logs").mkdir(parents=True, exist_ok=True)
+    modes = [m for m in args.modes.split(",") if m]
+    say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     started = time.monotonic()
-    results = {w: run_workload(w, args.identical, args.regressed, [float(s) / 100 for s in args.slowdowns.split(",") if s],
-                               log_dir, lambda line: print(line, file=sys.stderr, flush=True))
-               for w in args.workloads.split(",")}
-    text = render(results, time.monotonic() - started, args)
+    if not args.judge_only:
+        if args.part in ("all", "stream") and set(modes) - {"ab"}:
+            measure_stream(settings, say)
+        if args.part in ("all", "ab") and "ab" in modes:
+            measure_ab(settings, say, [c for c in args.ab_cases.split(",") if c])
+        if args.part != "all":
+            return 0
+    minutes = None if args.judge_only else (time.monotonic() - started) / 60
+    results = judge_stream(settings, modes)
+    if "ab" in modes:
+        results["ab"] = judge_abs(settings)
+    text = render(results, settings, minutes)
     print(text)
     if args.out:
         out = Path(args.out)
         (out / "verdicts.md").write_text(text)
-        data = {w: {case: {"comparisons": t.comparisons, "failed": t.failed, "inconclusive": t.inconclusive,
-                           "failing_metrics": dict(t.failing_metrics), "inconclusive_metrics": dict(t.inconclusive_metrics),
-                           "changes": t.changes}
-                    for case, t in tallies.items()} for w, tallies in results.items()}
+        data = {mode: {case: {"comparisons": t.comparisons, "failed": t.failed, "inconclusive": t.inconclusive,
+                              "failing_metrics": dict(t.failing_metrics), "inconclusive_metrics": dict(t.inconclusive_metrics)}
+                       for case, t in tallies.items()} for mode, tallies in results.items()}
         (out / "verdicts.json").write_text(json.dumps(data, indent=2) + "\n")
     return 0
 
