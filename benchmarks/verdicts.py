@@ -8,7 +8,9 @@ minutes, 1 % wander of its own, 3 % step jitter), each run a fresh server, judge
 gates the suites and `specgate ab` run, with their defaults. Four modes:
 
 - **single**: one run against the run before it (CI against the last run on main);
-- **profile**: one run against a noise profile of `--profile-runs` identical runs;
+- **profile**: one run against a noise profile of `--profile-runs` identical runs (the ones
+  before it: each comparison its own calibration, so that a lucky or unlucky profile is one
+  of many, not the whole result);
 - **history**: one run against the last `--history` runs (a history folder);
 - **ab**: an A/B of 3 rounds in ABBA order, a fresh server per side and round.
 
@@ -141,8 +143,8 @@ def slowdown_name(slowdown: float) -> str:
 
 
 def stream_keys(settings: Settings) -> list[str]:
-    """The identical runs, in the order measured: the profile's first, then the history's and
-    the compared ones, one after another as runs on main would be."""
+    """The identical runs, in the order measured, one after another as runs on main would be:
+    enough before the first compared one for a whole history and a profile."""
     return [f"main-{i:03d}" for i in range(settings.profile_runs + settings.history + settings.identical + 1)]
 
 
@@ -242,9 +244,8 @@ def judge_stream(settings: Settings, modes: list[str]) -> dict[str, dict[str, Ta
     if any(run is None for run in runs):
         return {}
     first = settings.profile_runs + settings.history  # the first compared run: a whole history behind it
-    profile = runs[:settings.profile_runs]
     judges = {"single": lambda behind, run: judge_single(gate, behind[-1], run),
-              "profile": lambda behind, run: judge_profile(gate, profile, run),
+              "profile": lambda behind, run: judge_profile(gate, behind[-settings.profile_runs:], run),
               "history": lambda behind, run: judge_history(settings, behind[-settings.history:], run)}
     tallies = {mode: {"identical": Tally()} for mode in modes if mode in judges}
     for i in range(first, first + settings.identical):

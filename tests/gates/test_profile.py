@@ -154,13 +154,13 @@ def test_a_metric_or_arm_the_profile_lacks_is_skipped_with_why():
 
 # --- one run against one run: the floor ------------------------------------------------------------
 
-FLOOR_WORDS = ("within the 6% two runs on one machine can differ by (gate.run_to_run_floor); a noise profile "
+FLOOR_WORDS = ("within the 12% two runs on one machine can differ by (gate.run_to_run_floor); a noise profile "
                "(specgate calibrate), a history folder, or an A/B run (specgate ab) would decide it")
 
 
-def test_the_run_to_run_floor_default_is_the_measured_six_percent():
-    assert GateConfig().run_to_run_floor == 0.06 and CalibrateConfig().runs == 5
-    assert compose([]).base.gate.run_to_run_floor == 0.06 and compose([]).base.calibrate.runs == 5
+def test_the_run_to_run_floor_default_is_the_measured_twelve_percent():
+    assert GateConfig().run_to_run_floor == 0.12 and CalibrateConfig().runs == 5
+    assert compose([]).base.gate.run_to_run_floor == 0.12 and compose([]).base.calibrate.runs == 5
 
 
 def test_one_run_vs_one_a_regression_within_the_floor_is_inconclusive_with_the_sentence():
@@ -174,8 +174,8 @@ def test_one_run_vs_one_a_regression_within_the_floor_is_inconclusive_with_the_s
 def test_one_run_vs_one_a_regression_beyond_the_floor_fails():
     cfg = gate_cfg(baseline="runs/old", compare={"output_tok_s": "2%"})
     old = {"requests": {"ok": 5, "failed": 0}, "output_tok_s": 2000.0}
-    [v] = reference.no_regression_against_reference(ctx("eagle3", result(output_tok_s=1700.0), cfg, reference_block=old))
-    assert v.status == "failed" and "regressed by 15.0%" in v.detail
+    [v] = reference.no_regression_against_reference(ctx("eagle3", result(output_tok_s=1600.0), cfg, reference_block=old))
+    assert v.status == "failed" and "regressed by 20.0%" in v.detail
 
 
 def test_with_a_history_band_the_machine_noise_is_known_and_no_floor_applies():
@@ -191,8 +191,8 @@ def test_an_interval_whose_better_end_is_within_the_floor_is_inconclusive():
     gate = gate_cfg()
     change = Change("itl_ms.p50", 8.06, 8.36, 0.036, 0.021, 0.052, 0.02, "failed")  # the false alarm
     judged = reference.within_floor(change, gate)
-    assert judged.outcome == "inconclusive" and judged.why.startswith("within the 6% two runs")
-    clear = reference.within_floor(Change("itl_ms.p50", 8.0, 9.2, 0.15, 0.12, 0.18, 0.02, "failed"), gate)
+    assert judged.outcome == "inconclusive" and judged.why.startswith("within the 12% two runs")
+    clear = reference.within_floor(Change("itl_ms.p50", 8.0, 9.6, 0.20, 0.16, 0.24, 0.02, "failed"), gate)
     assert clear.outcome == "failed"
 
 
