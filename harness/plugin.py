@@ -278,7 +278,7 @@ def gate_context(arm_run: ArmRun, runner: Runner) -> GateContext:
                        requests=arm_run.outcome.request_lines, reference_requests=runner.reference_requests(arm_run.name),
                        history=runner.history_arms(arm_run.name),
                        arm_requests={name: o.request_lines for name, o in runner.outcomes.items()},
-                       server_windows=arm_run.outcome.server_windows,
+                       server_windows=arm_run.outcome.server_windows, arm_gpus=runner.gpu,
                        telemetry_source=arm_run.cfg.telemetry.source)
 
 

@@ -54,6 +54,7 @@ class GateContext:
     history: list = field(default_factory=list)  # the arm's blocks in a history of past runs (gate.baseline folder)
     arm_requests: dict = field(default_factory=dict)  # every measured arm's request lines in this run (speedup intervals)
     server_windows: list = field(default_factory=list)  # the server's /metrics differenced, one per repeat
+    arm_gpus: dict = field(default_factory=dict)  # every arm's telemetry block in this run (a speedup's other arm)
 
 
 @dataclass
