@@ -25,6 +25,7 @@ from harness.run.replay import read_replayed, replay_experiment
 from harness.load import print_progress
 from harness.run.runner import ArmFailed, ArmRun, Runner
 from harness.record.secrets import redact_patterns
+from harness.report.summary import gated_headline
 
 OVERRIDES = pytest.StashKey[list]()
 RUNNER = pytest.StashKey[Runner]()
@@ -317,4 +318,5 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         return
     terminalreporter.section("specgate summary")
     terminalreporter.write(runner.scrub(runner.summary()))
+    terminalreporter.write_line(runner.scrub(gated_headline(runner.verdicts)), bold=True)  # said first and last
     terminalreporter.write_line(f"run record: {runner.recorder.path}")

@@ -38,6 +38,16 @@ def speed_figure(path: str) -> bool:
         return False
 
 
+SPEED_GATES = ("min_output_tok_s", "max_ttft_ms", "max_itl_ms", "min_speedup", "accept_length_at_least_break_even")
+
+
+def speed_verdict(verdict: Verdict) -> bool:
+    """A verdict on the build's speed: a throughput floor, a latency limit, a speedup, break-even,
+    or a speed figure against the reference run (not an accept length, a failed request, a GPU check)."""
+    gate, _, figure = verdict.name.partition(".")
+    return gate in SPEED_GATES or (gate == "baseline" and speed_figure(figure))
+
+
 def window_figure(path: str) -> bool:
     """A rate over the measured window (output_tok_s, request_per_s): what a short load blurs."""
     try:
