@@ -144,7 +144,7 @@ def judge(result: Any, client: dict, thresholds: Any) -> dict:
     if not client:
         return {}
     lag, gap = client.get("loop_lag_ms") or {}, client.get("send_gap_ms") or {}
-    share = float(thresholds.min_share)
+    share, stalls = float(thresholds.min_share), False
     lag_limit, gap_limit = float(thresholds.loop_lag_ms_p99), float(thresholds.send_gap_ms_p99)
     figures: list[str] = []
     reasons: list[str] = []
@@ -155,7 +155,8 @@ def judge(result: Any, client: dict, thresholds: Any) -> dict:
                        f"{lag_limit:g} ms" + (f" and ≥ {share:.0%} of each of those" if lagged else
                                               f", but under {share:.0%} of every latency figure"))
         stalled, most = stalled_share(client), float(getattr(thresholds, "max_stalled_share", 1.0))
-        if stalled is not None and stalled >= most:
+        stalls = stalled is not None and stalled >= most
+        if stalls:
             every = [path for path in stall_bound_figures(result, lag, share) if path not in figures]
             figures += every
             reasons.append(f"the loop stalled for at least {stalled:.0%} of the load (≥ {most:.0%}; lag mean "
@@ -177,6 +178,7 @@ def judge(result: Any, client: dict, thresholds: Any) -> dict:
     stalled = stalled_share(client)
     return {"client_bound": bool(figures), "client_bound_figures": figures,
             "stalled_share": None if stalled is None else round(stalled, 4),
+            "stalls_bound": stalls,
             "verdict": sentence(client, figures, reasons, lag_limit, gap_limit)}
 
 
@@ -215,11 +217,12 @@ def cause(result: Any) -> str:
     """Why an arm's figures are the client's, in a few words: `client-bound: event-loop lag p99 140 ms`."""
     client = metric_value(result, "client") or {}
     lag, gap = client.get("loop_lag_ms") or {}, client.get("send_gap_ms") or {}
-    facts = [f"event-loop lag p99 {lag['p99']:.0f} ms"] if lag.get("p99") is not None else []
-    if client.get("stalled_share"):
+    facts = [f"event-loop lag p99 {lag['p99']:.3g} ms"] if lag.get("p99") is not None else []
+    if client.get("stalls_bound"):
         facts.append(f"stalled {client['stalled_share']:.0%} of the load")
-    if gap.get("p99") is not None and any(p in throughput() for p in bound_figures(result)):
-        facts.append(f"send gap p99 {gap['p99']:.0f} ms")
+    rates = any(p in throughput() for p in bound_figures(result))
+    if gap.get("p99") is not None and rates and not client.get("stalls_bound"):  # else the stalls bound them
+        facts.append(f"send gap p99 {gap['p99']:.3g} ms")
     return "client-bound: " + ", ".join(facts)
 
 

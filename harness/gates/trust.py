@@ -85,14 +85,19 @@ def guard_short_load(verdicts: list[Verdict], sides: dict[str, Any], gate: Any) 
     if not shorts:
         return verdicts
     what = "; ".join(f"{name}: {why}" for name, why in shorts.items())
-    sizes = ", ".join(f"{name} {load_size(sides[name])[0]} requests in {load_size(sides[name])[1] or 0:.2f} s"
-                      for name in shorts)
+    sizes = ", ".join((f"{name} " if len(sides) > 1 else "") + size_words(sides[name]) for name in shorts)
     for verdict in verdicts:
         if verdict.status in ("passed", "failed") and verdict.value is not None:
-            untrusted(verdict, f"load too short ({sizes})",
+            untrusted(verdict, f"load too short: {sizes}",
                       f"the load was too short to be steady ({what}); a longer load (workload.num_prompts or "
                       f"workload.duration_s, or gate.repeats) would decide it", inconclusive_passes(gate))
     return verdicts
+
+
+def size_words(result: Any) -> str:
+    """`2 request(s) in 0.26 s` (a size not known reads `?`)."""
+    ok, window = load_size(result)
+    return f"{'?' if ok is None else ok} request(s) in {'?' if window is None else f'{window:.2f}'} s"
 
 
 def cause_of(trouble: str) -> str:

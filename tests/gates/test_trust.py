@@ -107,7 +107,7 @@ def test_break_even_on_a_throttled_gpu_is_inconclusive_where_it_fails():
 def test_a_rate_from_a_load_too_short_is_inconclusive_saying_what_would_decide_it():
     cfg = gate_cfg(min_output_tok_s={"eagle3": 100.0})
     [one] = throughput.min_output_tok_s(ctx("eagle3", result(requests_ok=1, duration_s=3.0), cfg))
-    assert one.status == "inconclusive" and one.cause == "load too short (eagle3 1 requests in 3.00 s)"
+    assert one.status == "inconclusive" and one.cause == "load too short: 1 request(s) in 3.00 s"
     assert "1 completed measured request(s) < gate.min_load_requests=2" in one.detail
     assert "a longer load (workload.num_prompts or workload.duration_s, or gate.repeats) would decide it" in one.detail
     [brief] = throughput.min_output_tok_s(ctx("eagle3", result(requests_ok=4, duration_s=0.4), cfg))
@@ -134,6 +134,7 @@ def test_a_speedup_over_a_plain_arm_measured_too_briefly_is_inconclusive():
     [v] = speculative.min_speedup(ctx("eagle3", result(duration_s=3.0), cfg,
                                       results={"eagle3": result(duration_s=3.0), "baseline": plain}))
     assert v.status == "inconclusive" and "baseline: a measured window of 0.30 s" in v.detail
+    assert v.cause == "load too short: baseline 4 request(s) in 0.30 s"
 
 
 def test_the_projects_own_experiments_measure_loads_long_enough_to_gate():
@@ -208,3 +209,35 @@ def test_break_even_on_a_client_bound_decode_span_decides_nothing():
     fine = result(verify_cycle_ms=20.0, accept_length=2.0)  # break-even 1.67: passes, on a plain step that was the client's
     [v] = speculative.accept_length_at_least_break_even(ctx("eagle3", fine, cfg, results={"eagle3": fine, "baseline": plain}))
     assert v.status == "inconclusive" and "decode step ms is the client's lag" in v.detail
+
+
+# --- against a reference run (reference.with_gpu_state) ------------------------------------------------
+
+
+def test_a_pass_against_a_reference_run_whose_gpu_was_throttled_is_inconclusive():
+    from harness.gates import reference
+    from harness.gates.change import evidence
+    from tests.gates.test_change import ctx as reference_ctx, lines
+
+    old_lines, same_lines = lines(64, 1, concurrency=8), lines(64, 3, concurrency=8)
+    c = reference_ctx(same_lines, old_lines, {"compare": {"output_tok_s": "5%"}}, gpu=COOL,
+                      output_tok_s=evidence("output_tok_s", old_lines).value())
+    assert reference.no_regression_against_reference(c)[0].status == "passed"
+    c.reference["gpu"] = THROTTLED  # the reference run's arm was measured on a throttled GPU
+    [v] = reference.no_regression_against_reference(c)
+    assert v.status == "inconclusive" and v.cause == "the reference run: GPU 0 throttled", v.detail
+    assert "under the reference run, GPU 0 was throttled" in v.detail
+
+
+def test_a_rate_against_a_reference_run_measured_too_briefly_is_inconclusive():
+    from harness.gates import reference
+    from harness.gates.change import evidence
+    from tests.gates.test_change import ctx as reference_ctx, lines
+
+    old_lines, slow_lines = lines(64, 1, concurrency=8), lines(64, 2, step_ms=6.0, concurrency=8)
+    c = reference_ctx(slow_lines, old_lines, {"compare": {"output_tok_s": "5%", "tpot_ms.p50": "5%"}},
+                      output_tok_s=evidence("output_tok_s", old_lines).value(), duration_s=0.5, tpot_ms={"p50": 4.0})
+    verdicts = {v.name: v for v in reference.no_regression_against_reference(c)}
+    tok = verdicts["baseline.output_tok_s"]
+    assert tok.status == "inconclusive" and tok.cause == "load too short: the reference run 64 request(s) in 0.50 s"
+    assert verdicts["baseline.tpot_ms.p50"].status == "failed"  # a per-request figure: not the window's
