@@ -7,7 +7,7 @@ registry.py   the gate registry (@register with a scope: arm | sweep | capacity;
 throughput.py, speculative.py, reference.py, gpu.py   the arm gates, one module per suite
 sweep.py      the sweep gates (sweep_gate.*), capacity.py the capacity gate (gate.min_capacity)
 change.py     a metric's change between two runs with an interval (reference.py's evidence)
-lossless.py, baseline_match.py, client_bound.py      the comparisons gates lean on
+lossless.py, baseline_match.py, client_bound.py, trust.py   the comparisons gates lean on
 
 Importing the package imports every gate module, so the registry is whole wherever it is read.
 May import: config (schema types), measure, record (to read a reference run).

@@ -139,12 +139,12 @@ def stall_bound_figures(result: Any, lag: dict, share: float) -> list[str]:
 
 def judge(result: Any, client: dict, thresholds: Any) -> dict:
     """The judgement for one arm: ``client_bound`` (bool), ``client_bound_figures`` (metric
-    paths that are the client's), ``stalled_share`` (see :func:`stalled_share`) and
-    ``verdict`` (in words); {} without a client block."""
+    paths that are the client's), ``stalled_share`` (see :func:`stalled_share`), ``stalls_bound``
+    (whether the stall rule applied) and ``verdict`` (in words); {} without a client block."""
     if not client:
         return {}
     lag, gap = client.get("loop_lag_ms") or {}, client.get("send_gap_ms") or {}
-    share, stalls = float(thresholds.min_share), False
+    share, stalls, stalled = float(thresholds.min_share), False, stalled_share(client)
     lag_limit, gap_limit = float(thresholds.loop_lag_ms_p99), float(thresholds.send_gap_ms_p99)
     figures: list[str] = []
     reasons: list[str] = []
@@ -154,7 +154,7 @@ def judge(result: Any, client: dict, thresholds: Any) -> dict:
         reasons.append(f"event-loop lag p99 {lag['p99']:.1f} ms (p50 {lag['p50']:.1f}, max {lag['max']:.1f}) > "
                        f"{lag_limit:g} ms" + (f" and ≥ {share:.0%} of each of those" if lagged else
                                               f", but under {share:.0%} of every latency figure"))
-        stalled, most = stalled_share(client), float(getattr(thresholds, "max_stalled_share", 1.0))
+        most = float(getattr(thresholds, "max_stalled_share", 1.0))
         stalls = stalled is not None and stalled >= most
         if stalls:
             every = [path for path in stall_bound_figures(result, lag, share) if path not in figures]
@@ -175,7 +175,6 @@ def judge(result: Any, client: dict, thresholds: Any) -> dict:
                         f"sent was not the load asked for" if distorts else
                         f", but its mean {number(mean_gap)} ms is under {share:.0%} of the mean E2E"))
     figures = in_order(figures)
-    stalled = stalled_share(client)
     return {"client_bound": bool(figures), "client_bound_figures": figures,
             "stalled_share": None if stalled is None else round(stalled, 4),
             "stalls_bound": stalls,

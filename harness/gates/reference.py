@@ -203,7 +203,8 @@ def with_gpu_state(verdict: Verdict, ctx: GateContext) -> Verdict:
     throttled or below the clock gate under load is inconclusive ("the speed measured is the
     GPU's, not the build's"), and so is a pass while the reference run's were (its slowness
     flattered this run). An inconclusive verdict still names this arm's GPU trouble."""
-    from harness.gates.trust import guard_gpu, guard_short_load, speed_figure, window_figure  # no cycle: trust imports no gate module
+    # here, not at the top: only this function of the module is this change's (trust.py imports no gate module)
+    from harness.gates.trust import guard_gpu, guard_short_load, speed_figure, window_figure
 
     metric = verdict.name.removeprefix("baseline.")
     if not speed_figure(metric):
