@@ -25,6 +25,7 @@ from harness.run.replay import read_replayed, replay_experiment
 from harness.load import print_progress
 from harness.run.runner import ArmFailed, ArmRun, Runner
 from harness.record.secrets import redact_patterns
+from harness.report.summary import gated_headline
 
 OVERRIDES = pytest.StashKey[list]()
 RUNNER = pytest.StashKey[Runner]()
@@ -280,7 +281,7 @@ def gate_context(arm_run: ArmRun, runner: Runner) -> GateContext:
                        requests=arm_run.outcome.request_lines, reference_requests=runner.reference_requests(arm_run.name),
                        history=runner.history_arms(arm_run.name), profile=runner.profile,
                        arm_requests={name: o.request_lines for name, o in runner.outcomes.items()},
-                       server_windows=arm_run.outcome.server_windows,
+                       server_windows=arm_run.outcome.server_windows, arm_gpus=runner.gpu,
                        telemetry_source=arm_run.cfg.telemetry.source)
 
 
@@ -319,4 +320,5 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         return
     terminalreporter.section("specgate summary")
     terminalreporter.write(runner.scrub(runner.summary()))
+    terminalreporter.write_line(runner.scrub(gated_headline(runner.verdicts)), bold=True)  # said first and last
     terminalreporter.write_line(f"run record: {runner.recorder.path}")

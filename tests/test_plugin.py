@@ -68,3 +68,21 @@ def test_pytests_parser_and_the_shared_list_agree_on_the_options_that_take_a_val
     assert {"-k", "-m", "-o", "-p", "-c", "--rootdir", "--basetemp", "--junitxml", "--conf-dir", "--replay",
             "--arm"} <= from_parser
     assert VALUE_OPTIONS <= from_parser
+
+
+def test_the_terminal_summary_ends_saying_whether_the_run_gated_anything():
+    from types import SimpleNamespace
+
+    from harness.gates.verdict import Verdict
+    from harness.plugin import RUNNER, pytest_terminal_summary
+
+    lines: list[str] = []
+    reporter = SimpleNamespace(section=lambda title: lines.append(f"== {title}"), write=lines.append,
+                               write_line=lambda text, **markup: lines.append(text))
+    untrusted = Verdict("client_bound", "eagle3", True, 25.0, 20.0, "x", inconclusive=True,
+                        cause="client-bound: event-loop lag p99 25 ms")
+    runner = SimpleNamespace(recorder=SimpleNamespace(started=True, path="runs/x"), scrub=lambda text: text,
+                             summary=lambda: "# specgate: x\n", verdicts=[untrusted])
+    pytest_terminal_summary(reporter, 0, SimpleNamespace(stash={RUNNER: runner}))
+    assert lines[-2:] == ["This run gated nothing it measured: 1 verdict(s) inconclusive "
+                          "(eagle3: client-bound: event-loop lag p99 25 ms).", "run record: runs/x"]

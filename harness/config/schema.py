@@ -175,6 +175,10 @@ class ClientBoundConfig:
     loop_lag_ms_p99: float = 20.0  # event-loop lag p99 above this may distort latencies (busy 2-core box, ordinary runs: 2-10 ms) ...
     send_gap_ms_p99: float = 10.0  # requests sent this much later than scheduled (p99) may distort throughput ...
     min_share: float = 0.1  # ... when the lag is also at least this share of the figure (the mean send gap: of the mean E2E)
+    # ... and when the loop was stalled beyond its median lag for at least this share of the load,
+    # every statistic (the medians too) is the client's: about that share of the chunks were read in a stall
+    # (modelled: ITL p50 off by <= 0.6 % below 5 %, by 2-4 % at 15-25 %; docs/measurement.md)
+    max_stalled_share: float = 0.05
 
 
 @dataclass
@@ -218,7 +222,12 @@ class GateConfig:
     min_gpu_util_under_load_pct: Optional[float] = 50.0  # below: the load did not really reach the GPU
     max_joules_per_token: Dict[str, float] = field(default_factory=dict)  # arm -> ceiling (GPU J per output token)
     client_bound: ClientBoundConfig = field(default_factory=ClientBoundConfig)  # is the client the bottleneck?
-    allow_client_bound: bool = False  # true: a client-bound arm is a warning in words, not a failed run
+    allow_client_bound: bool = False  # true: a client-bound arm is a passing warning in words, not inconclusive
+    fail_client_bound: bool = False  # true: a client-bound arm fails the run (the client's health as a hard gate)
+    # A throughput-type verdict (tok/s floors, speedups, rates against a reference run) needs a
+    # load this long to be steady; a shorter one is inconclusive (docs/verdicts.md "Runs that cannot be trusted"):
+    min_load_requests: int = 2  # completed measured requests (over the repeats); one is a stream's speed, not a load's
+    min_load_s: float = 1.0  # measured window in s (over the repeats): the client's stamps at its two ends weigh ≤ 2 %
 
 
 @dataclass

@@ -9,7 +9,7 @@ sweep.py      the sweep gates (sweep_gate.*), capacity.py the capacity gate (gat
 ab.py         the A/B gate: B against A over alternating rounds (specgate ab)
 change.py     a metric's change between two runs with an interval (reference.py's evidence), and
               between two sides over rounds (judge_paired, ab.py's)
-lossless.py, baseline_match.py, client_bound.py      the comparisons gates lean on
+lossless.py, baseline_match.py, client_bound.py, trust.py   the comparisons gates lean on
 
 Importing the package imports every gate module, so the registry is whole wherever it is read.
 May import: config (schema types), measure, record (to read a reference run).

@@ -37,7 +37,8 @@ def no_load_samples(name: str, arm: str, gpu: dict, threshold: float | None, gat
                         f"{arm}: the load was too short to sample the GPUs under load: tokens streamed for "
                         f"{longest:.2f} s (the longest of {gpu.get('load_windows', 1)} load window(s)), all within "
                         f"the first {ramp_in:g} s that telemetry.ramp_in_s leaves out while clocks boost; a longer "
-                        f"load (workload.num_prompts, max_tokens or duration_s) can be judged", inconclusive=True)]
+                        f"load (workload.num_prompts, max_tokens or duration_s) can be judged", inconclusive=True,
+                        cause="load too short to sample the GPUs under load")]
     if not gpu.get("load_windows"):
         return [Verdict(name, arm, False, None, threshold,
                         f"{arm}: no GPU samples under load: no token of a measured request streamed, so the "
@@ -139,5 +140,6 @@ def energy_unmeasured(name: str, arm: str, energy: dict, ceiling: float, gate: A
     if energy.get("why_kind") == "too_short":
         return Verdict(name, arm, inconclusive_passes(gate), None, ceiling,
                        f"{arm}: energy per token cannot be judged: {why}; a longer load can be judged "
-                       f"(gate.inconclusive={gate.inconclusive})", inconclusive=True)
+                       f"(gate.inconclusive={gate.inconclusive})", inconclusive=True,
+                       cause="load too short to sample the GPUs under load")
     return Verdict(name, arm, False, None, ceiling, f"{arm}: energy per token was not measured: {why}")

@@ -270,14 +270,26 @@ def interval_verdict(arm: str, c: Comparison, change, old: float, new: float, wh
 
 
 def with_gpu_state(verdict: Verdict, ctx: GateContext) -> Verdict:
-    """A failed or inconclusive speed verdict says in the same sentence when the arm's GPUs
-    were throttled or below the clock gate under load: a hot GPU, not a code regression."""
-    if verdict.status not in ("failed", "inconclusive") or not ctx.gpu:
+    """A speed verdict against the reference run that cannot be trusted (harness/gates/trust.py,
+    docs/verdicts.md "Runs that cannot be trusted"): a rate from a load too short (this run's or
+    the reference run's) is inconclusive either way; a failure while this arm's GPUs were
+    throttled or below the clock gate under load is inconclusive ("the speed measured is the
+    GPU's, not the build's"), and so is a pass while the reference run's were (its slowness
+    flattered this run). An inconclusive verdict still names this arm's GPU trouble."""
+    # here, not at the top: only this function of the module is this change's (trust.py imports no gate module)
+    from harness.gates.trust import guard_gpu, guard_short_load, speed_figure, window_figure
+
+    metric = verdict.name.removeprefix("baseline.")
+    if not speed_figure(metric):
         return verdict
-    state = gpu_trouble(ctx.gpu, ctx.gate)
-    if state:
-        verdict.detail += f", while {state}"
-    return verdict
+    if window_figure(metric):
+        guard_short_load([verdict], {"this run": ctx.result, "the reference run": ctx.reference}, ctx.gate)
+    mine = gpu_trouble(ctx.gpu, ctx.gate) if ctx.gpu and not ctx.gpu.get("unavailable") else ""
+    theirs_gpu = (ctx.reference or {}).get("gpu")
+    theirs = gpu_trouble(theirs_gpu, ctx.gate) if theirs_gpu and not theirs_gpu.get("unavailable") else ""
+    if verdict.status == "inconclusive" and mine and not verdict.cause:
+        verdict.detail += f", while {mine}"
+    return guard_gpu([verdict], ctx.gate, mine, theirs, "the reference run")[0]
 
 
 def gpu_trouble(gpu: dict, gate) -> str:

@@ -56,6 +56,7 @@ class GateContext:
     profile: Any = None  # a noise profile (gates/profile.py NoiseProfile) gate.baseline names instead of a run
     arm_requests: dict = field(default_factory=dict)  # every measured arm's request lines in this run (speedup intervals)
     server_windows: list = field(default_factory=list)  # the server's /metrics differenced, one per repeat
+    arm_gpus: dict = field(default_factory=dict)  # every arm's telemetry block in this run (a speedup's other arm)
 
 
 @dataclass

@@ -8,7 +8,9 @@ from harness.gates.change import evidence, judge
 from harness.gates.lossless import compare as compare_outputs, summary as describe_outputs
 from harness.measure.registry import break_even_accept_length, speedup
 from harness.gates.verdict import inconclusive_passes, Verdict, skipped, not_configured, fmt, at_least, at_most, guard_noise
-from harness.gates.reference import with_gpu_state
+from harness.gates.client_bound import guard_client_bound
+from harness.gates.reference import gpu_trouble
+from harness.gates.trust import guard_gpu, guard_short_load
 from harness.gates.registry import GateContext, register, keyed_arms, unmeasured
 
 
@@ -85,8 +87,27 @@ def min_speedup(ctx: GateContext) -> list[Verdict]:
     )
     verdict = Verdict(name, arm, ratio >= spec.ratio, ratio, spec.ratio, detail)
     speed_interval(verdict, ctx, spec.over, spec.ratio)
-    verdicts = guard_noise([verdict], result, ["output_tok_s"], gate)
-    return [with_gpu_state(v, ctx) for v in guard_noise(verdicts, plain, ["output_tok_s"], gate)]
+    return untrusted_ratio([verdict], ctx, spec.over, "output_tok_s", "output_tok_s", sized=True)
+
+
+def untrusted_ratio(verdicts: list[Verdict], ctx: GateContext, other: str, mine: str, theirs: str,
+                    sized: bool = False) -> list[Verdict]:
+    """The guards of a verdict on this arm's `mine` against the `other` arm's `theirs` (a
+    speedup: tok/s over tok/s): noise over repeats, the client's lag on either side (on the
+    other side it flatters this one), a load too short on either side (`sized`: a rate over
+    the window), a GPU slowed under either arm (harness/gates/trust.py)."""
+    gate, result, plain = ctx.gate, ctx.result, ctx.results.get(other)
+    verdicts = guard_noise(guard_noise(verdicts, result, [mine], gate), plain, [theirs], gate)
+    verdicts = guard_client_bound(verdicts, result, [mine], inconclusive_passes(gate))
+    verdicts = guard_client_bound(verdicts, plain, [theirs], inconclusive_passes(gate), divisor=True)
+    if sized:
+        verdicts = guard_short_load(verdicts, {ctx.arm: result, other: plain}, gate)
+    return guard_gpu(verdicts, gate, slowed(ctx.gpu, gate), slowed(ctx.arm_gpus.get(other), gate), other)
+
+
+def slowed(gpu: dict | None, gate: Any) -> str:
+    """An arm's GPUs' trouble under load in words ("" when none, or no telemetry)."""
+    return gpu_trouble(gpu, gate) if gpu and not gpu.get("unavailable") else ""
 
 
 def speed_interval(verdict: Verdict, ctx: GateContext, over: str, floor: float) -> None:
@@ -137,9 +158,9 @@ def accept_length_at_least_break_even(ctx: GateContext) -> list[Verdict]:
     else:
         detail = (f"{arm}: accept length {result.accept_length:.2f} is below break-even {even:.2f} ({why}): "
                   f"speculation costs more per cycle than it gains")
-    verdicts = [Verdict(name, arm, passed, result.accept_length, even, detail)]
-    verdicts = guard_noise(verdicts, result, ["accept_length", "verify_cycle_ms"], gate)
-    return guard_noise(verdicts, plain, ["decode_step_ms"], gate)
+    verdicts = guard_noise([Verdict(name, arm, passed, result.accept_length, even, detail)], result, ["accept_length"], gate)
+    # break-even is this arm's verify cycle over the plain decode step: a slower cycle raises it
+    return untrusted_ratio(verdicts, ctx, plain_arm, "verify_cycle_ms", "decode_step_ms")
 
 
 def lossless_arms(gate: Any) -> list[str]:

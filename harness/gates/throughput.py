@@ -1,13 +1,19 @@
-"""Throughput and latency gates (suites/test_throughput.py): requests succeed, output tok/s floors, latency limits, and whether the client kept up."""
+"""Throughput and latency gates (suites/test_throughput.py): requests succeed, output tok/s floors, latency limits, and whether the client kept up.
+
+A speed verdict of a run that cannot be trusted for it is inconclusive (harness/gates/trust.py,
+client_bound.py): a figure that is the client's lag, a GPU slowed under load, a load too short."""
 
 from __future__ import annotations
 
 from typing import Callable
 
-from harness.gates.client_bound import guard_client_bound
+from harness.gates.client_bound import cause, guard_client_bound
+from harness.gates.reference import gpu_trouble
+from harness.gates.trust import guard_gpu, guard_short_load
 from harness.measure.registry import resolve
-from harness.gates.verdict import inconclusive_passes, Verdict, skipped, not_configured, at_least, at_most, guard_noise
-from harness.gates.registry import GateContext, register, keyed_arms, unmeasured
+from harness.gates.verdict import (inconclusive_passes, Verdict, skipped, not_configured, at_least, at_most, guard_noise,
+                                   untrusted)
+from harness.gates.registry import GateConfigError, GateContext, register, keyed_arms, unmeasured
 
 STATS = ("mean", "p50", "p90", "p99")  # the statistics a latency limit (PercentileLimits) may set
 
@@ -46,7 +52,14 @@ def min_output_tok_s(ctx: GateContext) -> list[Verdict]:
         return missing
     verdicts = [at_least(name, arm, ctx.result.output_tok_s, gate.min_output_tok_s[arm], "output throughput", " tok/s")]
     verdicts = guard_client_bound(verdicts, ctx.result, ["output_tok_s"], inconclusive_passes(gate))
-    return guard_noise(verdicts, ctx.result, ["output_tok_s"], gate)
+    verdicts = guard_noise(verdicts, ctx.result, ["output_tok_s"], gate)
+    verdicts = guard_short_load(verdicts, {arm: ctx.result}, gate)
+    return guard_gpu(verdicts, gate, slowed_gpus(ctx))
+
+
+def slowed_gpus(ctx: GateContext) -> str:
+    """The arm's GPUs' trouble under load in words ("" when none, or no telemetry)."""
+    return gpu_trouble(ctx.gpu, ctx.gate) if ctx.gpu and not ctx.gpu.get("unavailable") else ""
 
 
 def max_latency(metric: str) -> Callable[[GateContext], list[Verdict]]:
@@ -64,10 +77,11 @@ def max_latency(metric: str) -> Callable[[GateContext], list[Verdict]]:
         distribution = getattr(ctx.result, metric)
         entry = resolve(f"{metric}.p50")  # the distribution's name and unit are its registry entry's
         label = entry.label.split(" ")[0]
-        return [guard_noise(guard_client_bound([at_most(f"{name}.{s}", arm, getattr(distribution, s), limits[s],
-                                                         f"{label} {s}", f" {entry.unit}")],
-                                                ctx.result, [f"{metric}.{s}"], inconclusive_passes(gate)),
-                            ctx.result, [f"{metric}.{s}"], gate)[0] for s in stats]
+        slowed = slowed_gpus(ctx)
+        return [guard_gpu(guard_noise(guard_client_bound([at_most(f"{name}.{s}", arm, getattr(distribution, s), limits[s],
+                                                                   f"{label} {s}", f" {entry.unit}")],
+                                                          ctx.result, [f"{metric}.{s}"], inconclusive_passes(gate)),
+                                      ctx.result, [f"{metric}.{s}"], gate), gate, slowed)[0] for s in stats]
 
     entry = resolve(f"{metric}.p50")
     check.__doc__ = f"Each configured statistic of {entry.label.split(' ')[0]} within gate.{name}[arm] ({entry.unit})."
@@ -78,10 +92,13 @@ max_ttft_ms = register("max_ttft_ms", "throughput", ("max_ttft_ms",), keyed_arms
 max_itl_ms = register("max_itl_ms", "throughput", ("max_itl_ms",), keyed_arms("max_itl_ms"))(max_latency("itl_ms"))
 
 
-@register("client_kept_up", "throughput", ("client_bound", "allow_client_bound"))
+@register("client_kept_up", "throughput", ("client_bound", "allow_client_bound", "fail_client_bound"),
+          validate=lambda gate, arms, plain: one_client_bound_switch(gate))
 def client_kept_up(ctx: GateContext) -> list[Verdict]:
-    """No figure of the arm is the client's own lag (gate.client_bound, harness/gates/client_bound.py);
-    gate.allow_client_bound=true makes a client-bound arm a warning instead of a failure."""
+    """No figure of the arm is the client's own lag (gate.client_bound, harness/gates/client_bound.py).
+    A client-bound arm is a run that cannot be trusted, not a regression: inconclusive
+    (gate.inconclusive decides); gate.fail_client_bound=true fails it, gate.allow_client_bound=true
+    passes it with a warning."""
     name, arm, gate = "client_bound", ctx.arm, ctx.gate
     if (missing := unmeasured(name, ctx)) is not None:
         return missing
@@ -94,7 +111,21 @@ def client_kept_up(ctx: GateContext) -> list[Verdict]:
     if gate.allow_client_bound:
         return [Verdict(name, arm, True, lag_p99, limit,
                         f"{arm}: WARNING, {client['verdict']}; allowed by gate.allow_client_bound=true")]
-    return [Verdict(name, arm, False, lag_p99, limit,
-                    f"{arm}: {client['verdict']}. A benchmark must not judge a server by its client's lag: give "
-                    f"the client a less busy machine or fewer requests in flight, or set "
-                    f"gate.allow_client_bound=true to record it as a warning")]
+    fixes = ("give the client a less busy machine or fewer requests in flight (workload.client_processes "
+             "splits the load)")
+    if gate.fail_client_bound:
+        return [Verdict(name, arm, False, lag_p99, limit,
+                        f"{arm}: {client['verdict']}. A benchmark must not judge a server by its client's lag, and "
+                        f"gate.fail_client_bound=true makes a client that could not keep up fail the run: {fixes}")]
+    verdict = Verdict(name, arm, True, lag_p99, limit,
+                      f"{arm}: {client['verdict']}. Its figures are not the server's, so this run cannot be trusted "
+                      f"for them (gate.inconclusive={gate.inconclusive}; gate.fail_client_bound=true makes this a "
+                      f"failure): {fixes}")
+    return [untrusted(verdict, cause(ctx.result), "the client could not keep up", inconclusive_passes(gate))]
+
+
+def one_client_bound_switch(gate) -> None:
+    """gate.allow_client_bound and gate.fail_client_bound ask opposite things of one verdict."""
+    if gate.allow_client_bound and gate.fail_client_bound:
+        raise GateConfigError("gate.allow_client_bound=true and gate.fail_client_bound=true contradict each other: "
+                              "a client-bound arm is either a passing warning or a failure; set one")

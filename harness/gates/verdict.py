@@ -32,6 +32,9 @@ class Verdict:
     not_evaluable: bool = False  # a sweep could not tell (e.g. no point at that concurrency): neither passes nor fails
     scope: Scope = "arm"
     others: list[str] = field(default_factory=list)  # a sweep's curve: its other swept `key=value`s (JSON "with")
+    # why a run that cannot be trusted made this verdict inconclusive, in a few words
+    # ("client-bound: event-loop lag p99 140 ms", "GPU 0 throttled", "load too short: 2 requests")
+    cause: str = ""
 
     @property
     def status(self) -> str:
@@ -61,7 +64,8 @@ class Verdict:
                    inconclusive=bool(data.get("inconclusive", status == "inconclusive")),
                    interval=data.get("interval"),
                    not_evaluable=bool(data.get("not_evaluable", status == "not_evaluable")),
-                   scope=data.get("scope") or scope, others=list(data.get("with") or []))
+                   scope=data.get("scope") or scope, others=list(data.get("with") or []),
+                   cause=str(data.get("cause") or ""))
 
     def line(self) -> str:
         """One line, the same in every summary and on the terminal:
@@ -117,6 +121,16 @@ def guard_noise(verdicts: list[Verdict], result: ArmResult, paths: list[str], ga
             verdict.passed, verdict.unreliable = None, True
             verdict.detail = f"unreliable ({why} over {result.repeats} repeats > max_cv {gate.max_cv:.1%}): {verdict.detail}"
     return verdicts
+
+
+def untrusted(verdict: Verdict, cause: str, why: str, passes: bool | None) -> Verdict:
+    """Make `verdict` inconclusive because the run cannot be trusted for it: `cause` in a few
+    words (the summary's first line groups verdicts by it), `why` the sentence it starts with;
+    `passes` is gate.inconclusive's (inconclusive_passes)."""
+    verdict.inconclusive, verdict.passed = True, passes
+    verdict.cause = verdict.cause or cause
+    verdict.detail = f"inconclusive, {why}: {verdict.detail}"
+    return verdict
 
 
 def inconclusive_passes(gate) -> bool | None:

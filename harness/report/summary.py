@@ -8,6 +8,7 @@ from typing import Any
 from harness.measure import prompt_length
 from harness.measure.agreement import client_decoded_tokens, sentence, server_decode_ms_per_token
 from harness.gates.client_bound import bound_figures
+from harness.gates.trust import speed_verdict
 from harness.engines.base import ITL_PER_TOKEN
 from harness.measure.registry import metric, read, summary_columns
 from harness.report.tables import Row, markdown_table, metric_table, value_cell
@@ -46,7 +47,7 @@ def cell(value: Any, pattern: str) -> str:
 def format_summary(experiment, results: dict[str, ArmResult], arm_status: dict[str, dict],
                    verdicts: list, comparisons: dict[str, dict], gpu: dict[str, dict] | None = None,
                    notes: list[str] | None = None, not_evaluated: list[dict] | None = None) -> str:
-    lines = [f"# specgate: {experiment.name}", "", experiment.description, ""]
+    lines = [f"# specgate: {experiment.name}", "", f"**{gated_headline(verdicts)}**", "", experiment.description, ""]
     lines += [f"> {note}" for note in notes or []] + ([""] if notes else [])
     table = arms_table([arm_row(results[arm], comparisons.get(arm, {})) if arm in results
                         else Row([arm], {}, ["-"]) for arm in experiment.arm_names])
@@ -92,6 +93,41 @@ def format_summary(experiment, results: dict[str, ArmResult], arm_status: dict[s
     lines += ["", line + "."]
     lines += not_evaluated_section(not_evaluated or [])
     return "\n".join(lines) + "\n"
+
+
+def gated_headline(verdicts: list) -> str:
+    """Whether the run gated anything, first: `Gated: 20 verdicts passed, 1 failed`, or `This run
+    gated nothing it measured: 5 verdicts inconclusive (eagle3: client-bound: event-loop lag p99
+    140 ms (3); eagle3: GPU 0 throttled (2))`. A verdict decides when it passed or failed; an
+    inconclusive one is named by its cause (a run that cannot be trusted) or as the data's."""
+    if not verdicts:
+        return "Gated nothing: no gate was evaluated."
+    passed, failed = (sum(v.status == s for v in verdicts) for s in ("passed", "failed"))
+    undecided = undecided_words(verdicts)
+    if not passed + failed:
+        return f"This run gated nothing it measured: {undecided or 'every verdict was skipped'}."
+    line = f"Gated: {passed} verdict(s) passed, {failed} failed"
+    speed = [v for v in verdicts if speed_verdict(v)]
+    if speed and not any(v.status in ("passed", "failed") for v in speed):
+        return f"{line}, but no speed verdict decided: {undecided_words(speed)}."
+    return line + (f"; {undecided}" if undecided else "") + "."
+
+
+def undecided_words(verdicts: list) -> str:
+    """`5 verdicts inconclusive (eagle3: GPU 0 throttled (3); the data could not tell (2)), 1 unreliable`."""
+    causes: dict[str, int] = {}
+    for v in verdicts:
+        if v.status == "inconclusive":
+            why = f"{v.arm}: {v.cause}" if v.cause else "the data could not tell"
+            causes[why] = causes.get(why, 0) + 1
+    words = []
+    if causes:
+        named = "; ".join(f"{why} ({count})" if len(causes) > 1 else why for why, count in causes.items())
+        words.append(f"{sum(causes.values())} verdict(s) inconclusive ({named})")
+    unreliable = sum(v.status == "unreliable" for v in verdicts)
+    if unreliable:
+        words.append(f"{unreliable} unreliable (too noisy over the repeats)")
+    return ", ".join(words)
 
 
 def not_evaluated_section(rows: list[dict]) -> list[str]:

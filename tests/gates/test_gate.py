@@ -107,7 +107,8 @@ def test_unreliable_verdicts_say_so_in_their_record():
 
 def test_every_gate_has_one_signature_a_suite_and_known_config_keys():
     fields = {f.name for f in dataclasses.fields(GateConfig)}
-    general = {"repeats", "max_cv"}  # read by the runner and the noise guard of every gate
+    # read by the runner and the noise guard of every gate; the load-size guard of every rate (gates/trust.py)
+    general = {"repeats", "max_cv", "min_load_requests", "min_load_s"}
     read = set()
     for registered in registry.gates_in("arm"):
         assert registered.suite in ("throughput", "speculative", "gpu", "baseline")
