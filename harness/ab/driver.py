@@ -79,6 +79,7 @@ class RoundPair:
     round: int  # 1-based
     lines: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # side -> its measured request lines
     results: dict[str, ArmResult] = field(default_factory=dict)
+    gpus: dict[str, dict] = field(default_factory=dict)  # side -> its GPU block over the load (telemetry)
 
 
 class SideServer:
@@ -200,6 +201,7 @@ class ABRun:
                 server.start(block, where)
                 self.interrupts.check()
                 pair.lines[side], pair.results[side] = server.load(block, round_index, where)
+                pair.gpus[side] = server.outcome.gpu or {}
             finally:
                 server.stop()
                 self.record.save()
@@ -223,6 +225,7 @@ class ABRun:
                     where = f"round {round_index + 1}, arm '{arm}', side {side}"
                     try:
                         pair.lines[side], pair.results[side] = servers[side].load(block, round_index, where)
+                        pair.gpus[side] = servers[side].outcome.gpu or {}
                     finally:
                         self.record.save()
                     self.interrupts.check()

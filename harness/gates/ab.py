@@ -8,7 +8,9 @@ between rounds cancels in the pairs, and what it did within them is in the inter
 from __future__ import annotations
 
 from harness.gates.change import PairedChange, evidence, judge_paired
-from harness.gates.reference import Comparison, comparisons
+from harness.gates.client_bound import bound_figures, cause
+from harness.gates.reference import Comparison, comparisons, gpu_trouble
+from harness.gates.trust import speed_figure
 from harness.gates.registry import ABContext, register
 from harness.gates.verdict import Verdict, inconclusive_passes
 
@@ -22,7 +24,30 @@ def no_regression_between_sides(ctx: ABContext) -> list[Verdict]:
 def side_verdict(arm: str, c: Comparison, rounds: list, ctx: ABContext) -> Verdict:
     pairs = [(side_evidence(c.metric, r.lines.get("A")), side_evidence(c.metric, r.lines.get("B"))) for r in rounds]
     change = judge_paired(c.metric, pairs, c.allowed, not c.higher_is_better, ctx.gate.confidence)
-    return paired_verdict(arm, c, change, len(rounds), ctx)
+    return untrusted_rounds(paired_verdict(arm, c, change, len(rounds), ctx), c.metric, rounds, ctx.gate)
+
+
+def untrusted_rounds(verdict: Verdict, metric: str, rounds: list, gate) -> Verdict:
+    """A paired change is only the build's when both sides measured the server: where, in a
+    round that counted, either side's figure was the client's own lag or either side's GPU
+    was slowed under load (a slow A flatters B, a slow B blames it), the verdict is
+    inconclusive, pass or fail, naming the round and side."""
+    troubles = []
+    for pair in rounds:
+        if not all(side in pair.lines for side in ("A", "B")):
+            continue  # the round did not count
+        for side in ("A", "B"):
+            result = pair.results.get(side)
+            if result is not None and metric in bound_figures(result):
+                troubles.append(f"round {pair.round} side {side}: {cause(result)}")
+            slowed = gpu_trouble(pair.gpus.get(side) or {}, gate) if speed_figure(metric) else ""
+            if slowed:
+                troubles.append(f"round {pair.round} side {side}: {slowed}")
+    if troubles and verdict.status in ("passed", "failed"):
+        verdict.inconclusive, verdict.passed = True, inconclusive_passes(gate)
+        verdict.cause = troubles[0]
+        verdict.detail = f"inconclusive, not the build's alone ({'; '.join(troubles)}): {verdict.detail}"
+    return verdict
 
 
 def side_evidence(metric: str, lines: list | None):

@@ -15,6 +15,7 @@ from harness.gates.ab import no_regression_between_sides
 from harness.gates.change import evidence, judge, judge_paired
 from harness.gates.registry import ABContext
 from tests.gates.test_change import lines
+from tests.support.arm_results import result
 
 MACHINE = [1.0, 1.08, 0.94, 1.05]  # the box's speed in each round: 8 % apart, as a drifting GPU box
 
@@ -77,3 +78,25 @@ def test_students_t_quantiles_match_the_published_table(p, df, published):
     from harness.gates.change import t_quantile
 
     assert t_quantile(p, df) == pytest.approx(published, rel=2e-4)
+
+
+def ab_rounds(slower: float, n: int = 3):
+    return [RoundPair(r + 1, {"A": lines(48, 40 + r, concurrency=8),
+                              "B": lines(48, 50 + r, step_ms=4.0 * (1 + slower), concurrency=8)},
+                      {"A": result(), "B": result()}) for r in range(n)]
+
+
+def test_a_round_whose_client_or_gpu_could_not_be_trusted_makes_the_verdict_inconclusive():
+    gate = OmegaConf.structured(GateConfig(compare={"output_tok_s": "2%"}, min_clock_ratio_under_load=0.9))
+    clean = ab_rounds(0.10)
+    (failed,) = no_regression_between_sides(ABContext(gate, {"baseline": clean}, {"A": "a", "B": "b"}))
+    assert failed.status == "failed"
+    stalled = ab_rounds(0.10)
+    stalled[1].results["B"].client = {"client_bound_figures": ["output_tok_s"], "loop_lag_ms": {"p99": 140.0}}
+    (v,) = no_regression_between_sides(ABContext(gate, {"baseline": stalled}, {"A": "a", "B": "b"}))
+    assert v.status == "inconclusive" and v.cause.startswith("round 2 side B: client-bound: event-loop lag p99 140 ms")
+    assert v.detail.startswith("inconclusive, not the build's alone (round 2 side B: client-bound")
+    slow_gpu = ab_rounds(0.0)
+    slow_gpu[0].gpus["A"] = {"gpus": {"uuid": {"index": 0, "sm_clock_ratio_under_load": 0.7}}}  # A slowed: B flattered
+    (v,) = no_regression_between_sides(ABContext(gate, {"baseline": slow_gpu}, {"A": "a", "B": "b"}))
+    assert v.status == "inconclusive" and "round 1 side A: GPU 0 ran at 70% of its max SM clock under load" in v.detail
