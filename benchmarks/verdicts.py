@@ -12,7 +12,7 @@ gates the suites and `specgate ab` run, with their defaults. Four modes:
   before it: each comparison its own calibration, so that a lucky or unlucky profile is one
   of many, not the whole result);
 - **history**: one run against the last `--history` runs (a history folder);
-- **ab**: an A/B of 3 rounds in ABBA order, a fresh server per side and round.
+- **ab**: an A/B of 3 rounds (`--ab-rounds`) in ABBA order, a fresh server per side and round.
 
 For each: `--identical` comparisons of identical builds (how many *failed*: false alarms;
 inconclusive is allowed and counted) and `--regressed` comparisons per slowdown of the
@@ -69,7 +69,6 @@ from harness.servers.process import ProcessServer  # noqa: E402
 
 WORKLOAD = ["workload=chat_short", "workload.num_prompts=64", "workload.concurrency=8", "workload.max_tokens=64"]
 DRIFTS = {"gpu_box": ["+drift=gpu_box"], "none": []}
-AB_ROUNDS = 3
 MODES = ("single", "profile", "history", "ab")
 HISTORY_START = datetime(2026, 12, 1, tzinfo=timezone.utc)  # a history's runs: an hour apart
 
@@ -91,6 +90,7 @@ class Settings:
     drift: str
     cache: Path
     gate: tuple[str, ...] = ()  # gate.key=value for every comparison
+    ab_rounds: int = 3  # rounds of each A/B
 
 
 # --- measuring: one fresh server and one load per run, cached ---------------------------------
@@ -160,10 +160,10 @@ def measure_stream(settings: Settings, say: Callable[[str], None]) -> None:
 
 
 def ab_rounds(settings: Settings, case: str, index: int, slowdown: float) -> list[RoundPair]:
-    """One A/B of AB_ROUNDS rounds in ABBA order, each side a fresh server (B `slowdown` slower),
+    """One A/B of `settings.ab_rounds` rounds in ABBA order, each side a fresh server (B `slowdown` slower),
     on one box (one machine state, as in one CI job)."""
     pairs, machine = [], 20_000 + hash_case(case) * 1000 + index
-    for r in range(AB_ROUNDS):
+    for r in range(settings.ab_rounds):
         pair = RoundPair(r + 1)
         for side in (("A", "B") if r % 2 == 0 else ("B", "A")):
             run = measure(settings, f"ab-{case}-{index:03d}-r{r + 1}{side}", slowdown if side == "B" else 0.0, machine)
@@ -311,7 +311,7 @@ def judge_abs(settings: Settings) -> dict[str, Tally]:
     for case, slowdown, count in ab_cases(settings):
         name = "identical" if case == "identical" else slowdown_name(slowdown)
         for i in range(count):
-            keys = [f"ab-{case}-{i:03d}-r{r + 1}{side}" for r in range(AB_ROUNDS) for side in "AB"]
+            keys = [f"ab-{case}-{i:03d}-r{r + 1}{side}" for r in range(settings.ab_rounds) for side in "AB"]
             if all((settings.cache / f"{k}.pkl.gz").is_file() for k in keys):
                 tallies.setdefault(name, Tally()).add(judge_ab(gate, ab_rounds(settings, case, i, slowdown)))
     return tallies
@@ -357,6 +357,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--modes", default=",".join(MODES), help=f"of {', '.join(MODES)}")
     ap.add_argument("--part", default="all", choices=("all", "stream", "ab"), help="what to measure")
     ap.add_argument("--judge-only", action="store_true", help="measure nothing: judge what the cache holds")
+    ap.add_argument("--ab-rounds", type=int, default=3, help="rounds of each A/B (its first rounds are shared "
+                                                             "with an A/B of fewer: the job ran on)")
     ap.add_argument("--ab-cases", default="", help="measure only these A/B cases (identical, slow0.03, ...): "
                                                    "to split the A/B over processes")
     ap.add_argument("--cache", default="/tmp/specgate-verdicts", help="every run, kept for judging again")
@@ -364,7 +366,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gate", action="append", default=[], help="a gate setting for every comparison, e.g. tolerance=0.02")
     args = ap.parse_args(argv)
     settings = Settings(args.identical, args.regressed, tuple(float(s) / 100 for s in args.slowdowns.split(",") if s),
-                        args.history, args.profile_runs, args.drift, Path(args.cache) / args.drift, tuple(args.gate))
+                        args.history, args.profile_runs, args.drift, Path(args.cache) / args.drift, tuple(args.gate),
+                        args.ab_rounds)
     (settings.cache / "logs").mkdir(parents=True, exist_ok=True)
     modes = [m for m in args.modes.split(",") if m]
     say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
