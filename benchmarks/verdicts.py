@@ -47,7 +47,6 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
 from omegaconf import OmegaConf
 
 REPO = Path(__file__).resolve().parents[1]

@@ -6,37 +6,20 @@ round's table. Template: templates/ab.html.j2; chart helper from harness/report/
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Optional
 
-import jinja2
 from matplotlib.figure import Figure
 
 from harness.ab.plan import SIDES
 from harness.ab.record import round_rows
-from harness.record.atomic import atomic_write
-from harness.record.store import RecordError
-from harness.report.html import ARM_COLORS, TEMPLATES, ReportError, figure_uri
+from harness.report.html import ARM_COLORS, figure_uri, write_record_page
 
 
 def write_ab_report(folder: Path, out: Optional[Path] = None) -> Path:
     """Render `folder`'s ab.json to HTML (default `<folder>/report.html`); return its path."""
-    file = Path(folder) / "ab.json"
-    try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise RecordError(f"{file} is not a readable A/B record ({exc}).") from None
-    out = Path(out) if out is not None else Path(folder) / "report.html"
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
-                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    html = env.get_template("ab.html.j2").render(**context(data, Path(folder).name))
-    try:
-        atomic_write(out, html)
-    except OSError as exc:
-        raise ReportError(f"cannot write the report to {out} ({exc.strerror or exc}).") from None
-    return out
+    return write_record_page(folder, "ab.json", "A/B record", "ab.html.j2", context, out)
 
 
 def context(data: dict[str, Any], label: str) -> dict[str, Any]:

@@ -42,7 +42,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
-from harness.gates.change import Change
+from harness.gates.change import Change, decide, t_cdf, t_quantile  # noqa: F401  (t_cdf, t_quantile: re-exported)
 from harness.gates.client_bound import bound_figures
 from harness.measure.registry import metric_value
 from harness.record.kinds import kind_of
@@ -55,32 +55,7 @@ MEASURED = "measured"  # an arm block's status when its load ran (harness/run/ou
 SPREAD = "sd of ln(value) between runs (sample sd, ddof 1)"
 
 
-# --- Student's t, without scipy ---------------------------------------------------------------
-
-def t_quantile(df: int, confidence: float) -> float:
-    """The one-sided Student t quantile: P(T <= q) = confidence for `df` degrees of freedom
-    (bisection on the CDF, to 1e-6)."""
-    if not 0.5 <= confidence < 1.0:
-        raise ValueError(f"a one-sided confidence is in [0.5, 1), not {confidence}")
-    low, high = 0.0, 1.0
-    while t_cdf(high, df) < confidence:
-        high *= 2.0
-    while high - low > 1e-6:
-        mid = (low + high) / 2.0
-        low, high = (mid, high) if t_cdf(mid, df) < confidence else (low, mid)
-    return (low + high) / 2.0
-
-
-def t_cdf(x: float, df: int) -> float:
-    """Student's t CDF at x >= 0: 1/2 plus the density integrated from 0 by Simpson's rule
-    (the density is smooth, so 2,000 panels are exact to far below the bisection's 1e-6)."""
-    grid = np.linspace(0.0, x, 2001)
-    log_norm = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
-    density = np.exp(log_norm - (df + 1) / 2 * np.log1p(grid * grid / df))
-    step = grid[1] - grid[0] if x > 0 else 0.0
-    simpson = step / 3 * (density[0] + density[-1] + 4 * density[1:-1:2].sum() + 2 * density[2:-1:2].sum())
-    return 0.5 + float(simpson)
-
+# Student's t (harness/gates/change.py), re-exported for the profile's readers
 
 # --- the profile ----------------------------------------------------------------------------
 
@@ -227,14 +202,8 @@ class NoiseProfile:
         ratio, half = math.log(value / old), noise.half_width(confidence)
         change.worse = sign * (value / old - 1.0)
         change.low, change.high = sorted(sign * (math.exp(ratio + d) - 1.0) for d in (-half, half))
-        if change.low > allowed:
-            change.outcome = "failed"
-        elif change.high <= allowed:
-            change.outcome = "passed"
-        else:
-            change.why = "the predictive interval straddles the allowed change"
-            change.needed = needed(change, noise, confidence)
-        return change
+        return decide(change, "the predictive interval straddles the allowed change",
+                      lambda: needed(change, noise, confidence))
 
 
 def needed(change: Change, noise: MetricNoise, confidence: float) -> str:

@@ -38,6 +38,28 @@ class ReportError(Exception):
     """The record cannot be rendered (not a record, unwritable output): one sentence."""
 
 
+def write_record_page(folder: Path, data_file: str, what: str, template: str, context, out: Optional[Path] = None) -> Path:
+    """A record kind's own page (capacity, A/B): its JSON read (a RecordError of one sentence
+    when it cannot be), `context(data, folder name)` rendered with `template`, written
+    atomically (default `<folder>/report.html`); returns the page's path."""
+    from harness.record.store import RecordError
+
+    file = Path(folder) / data_file
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise RecordError(f"{file} is not a readable {what} ({exc}).") from None
+    out = Path(out) if out is not None else Path(folder) / "report.html"
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    html = env.get_template(template).render(**context(data, Path(folder).name))
+    try:
+        atomic_write(out, html)
+    except OSError as exc:
+        raise ReportError(f"cannot write the report to {out} ({exc.strerror or exc}).") from None
+    return out
+
+
 def write_report(run_dir: Path, out: Optional[Path] = None) -> Path:
     """Render `run_dir`'s record to one HTML file (default `<run>/report.html`); return its path.
     Raises harness.record.store.RecordError when run_dir is not a run record."""

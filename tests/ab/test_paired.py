@@ -77,7 +77,7 @@ def test_the_gate_names_the_sides_the_rounds_and_what_counted():
 def test_students_t_quantiles_match_the_published_table(p, df, published):
     from harness.gates.change import t_quantile
 
-    assert t_quantile(p, df) == pytest.approx(published, rel=2e-4)
+    assert t_quantile(df, p) == pytest.approx(published, rel=2e-4)
 
 
 def ab_rounds(slower: float, n: int = 3):
