@@ -5,6 +5,7 @@ sim_smoke runs that several areas read."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import uuid
 from dataclasses import dataclass
@@ -13,6 +14,13 @@ from pathlib import Path
 import pytest
 
 from tests.support import runs
+
+# Started as a background job of a non-interactive shell (`make test &`, nohup, some CI
+# runners), this process inherits SIGINT ignored, and so would every server, load and run it
+# starts, so the Ctrl-C tests would test nothing (../shared/FACTS.md). Its children get the
+# default back: a Python handler is reset to the default on exec, an ignored signal is not.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.hookimpl(tryfirst=True)
