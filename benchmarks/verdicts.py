@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import functools
 import gzip
 import json
@@ -335,6 +336,11 @@ def render(results: dict[str, dict[str, Tally]], settings: Settings, minutes: fl
         for case, t in tallies.items():
             metrics = ", ".join(f"{m} ×{n}" for m, n in t.failing_metrics.most_common()) or "-"
             lines.append(f"| {mode} | {case} | {t.comparisons} | {t.failed} | {t.inconclusive} | {metrics} |")
+    more = [mode for mode in results if mode.startswith("ab, ") and mode != f"ab, {settings.ab_rounds} rounds"]
+    if more:
+        lines += ["", f"The rows {', '.join(more)} extend the {settings.ab_rounds}-round A/Bs with more rounds each "
+                      "(measured later, on the same A/B's machine state: as if the job ran on); cases not listed "
+                      "there were not measured with that many rounds."]
     lines += ["", "Inconclusive verdicts by metric:", ""]
     for mode, tallies in results.items():
         counts = sum((t.inconclusive_metrics for t in tallies.values()), Counter())
@@ -358,6 +364,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--judge-only", action="store_true", help="measure nothing: judge what the cache holds")
     ap.add_argument("--ab-rounds", type=int, default=3, help="rounds of each A/B (its first rounds are shared "
                                                              "with an A/B of fewer: the job ran on)")
+    ap.add_argument("--also-ab-rounds", default="", help="judge A/Bs of these round counts too (from the cache), "
+                                                          "e.g. 5: a row each")
     ap.add_argument("--ab-cases", default="", help="measure only these A/B cases (identical, slow0.03, ...): "
                                                    "to split the A/B over processes")
     ap.add_argument("--cache", default="/tmp/specgate-verdicts", help="every run, kept for judging again")
@@ -381,7 +389,9 @@ def main(argv: list[str] | None = None) -> int:
     minutes = None if args.judge_only else (time.monotonic() - started) / 60
     results = judge_stream(settings, modes)
     if "ab" in modes:
-        results["ab"] = judge_abs(settings)
+        results[f"ab, {settings.ab_rounds} rounds"] = judge_abs(settings)
+        for rounds in [int(r) for r in args.also_ab_rounds.split(",") if r]:
+            results[f"ab, {rounds} rounds"] = judge_abs(dataclasses.replace(settings, ab_rounds=rounds))
     text = render(results, settings, minutes)
     print(text)
     if args.out:
