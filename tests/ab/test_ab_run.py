@@ -116,3 +116,15 @@ def test_ctrl_c_stops_the_round_and_closes_the_record(tmp_path):
     assert "status **interrupted**" in (folder / "summary.md").read_text()
     assert not any(alive(s["pid"]) for s in servers(data) if s.get("pid"))
     assert not list(folder.rglob(".*.tmp"))
+
+
+def test_both_servers_kept_up_serve_every_round(tmp_path):
+    """ab.keep_up=true: one server per side for the whole A/B, every round's load on it."""
+    status, data, folder = run_ab(tmp_path, "backend=process", "ab.keep_up=true", "b:server.sim.decode_step_ms=6.0")
+    assert status == 1 and data["keep_up"] and [r["counted"] for r in data["arms"]["default"]] == [True, True]
+    assert sorted(p.name for p in (folder / "arms").iterdir()) == ["default.A", "default.B"]
+    for side in "AB":
+        assert (folder / "arms" / f"default.{side}" / "server.log").read_text().count("server_args:") == 1
+        assert {line["round"] for line in read_lines(folder, f"default.{side}")} == {1, 2}
+    assert {v["name"]: v["status"] for v in data["gates"]}["ab.output_tok_s"] == "failed"
+    assert not any(alive(s["pid"]) for s in servers(data))
