@@ -19,17 +19,8 @@ from typing import Any
 from harness.config.compose import Experiment
 from harness.gates.profile import PROFILE_FILE, NoiseProfile
 from harness.record.recorder import Recorder
-from harness.record.store import FINISHED, INTERRUPTED, RUNNING, RecordError, history_members, read_run
+from harness.record.store import FINISHED, INTERRUPTED, RUNNING, RecordError, record_in, read_run
 from harness.measure.registry import resolve
-
-
-def run_record(run_root: Path) -> Path | None:
-    """The record a run wrote: the one its `latest` names, or (a run that died) the newest."""
-    latest = run_root / "latest"
-    if latest.is_dir():
-        return latest.resolve()
-    members = history_members(run_root) if run_root.is_dir() else []
-    return members[-1] if members else None
 
 
 class CalibrationRecord:
@@ -62,7 +53,7 @@ class CalibrationRecord:
         """What the run's record says, read back now that its pytest has exited: its status
         and each arm's (`measured` counts towards the profile, whatever its gates said)."""
         entry["exit_status"] = exit_status
-        record = run_record(self.run_root(entry["label"]))
+        record = record_in(self.run_root(entry["label"]))
         if record is None:
             entry["status"] = "no_record"
         else:

@@ -191,6 +191,16 @@ def is_history(path: Path) -> bool:
     return path.is_dir() and not (path / "results.json").is_file() and any(history_members(path))
 
 
+def record_in(root: Path) -> Path | None:
+    """The run record a run wrote into `root` (a sweep's point, a calibration's run): the one
+    its `latest` names, or (a run that died before naming it) the newest."""
+    latest = Path(root) / "latest"
+    if latest.is_dir():
+        return latest.resolve()
+    members = history_members(root) if Path(root).is_dir() else []
+    return members[-1] if members else None
+
+
 def history_members(folder: Path) -> list[Path]:
     """The records in a folder, oldest first (record names start with their UTC timestamp;
     the `latest` link is the newest again and is left out)."""

@@ -25,7 +25,7 @@ from harness.record.recorder import Recorder
 from harness.measure.registry import in_scope, read
 from harness.report.tables import Row, metric_table
 from harness.record.secrets import Redactor
-from harness.record.store import FINISHED, INTERRUPTED, RUNNING, RecordError, history_members, read_run, safe_name
+from harness.record.store import FINISHED, INTERRUPTED, RUNNING, RecordError, record_in, read_run, safe_name
 
 
 
@@ -52,15 +52,6 @@ def arm_concurrency(record: Path, arm: str) -> int | None:
         return None if workload.get("request_rate") else int(workload.get("concurrency") or 1)
     except (OSError, ValueError, TypeError, AttributeError, yaml.YAMLError):
         return None
-
-
-def point_record(point_root: Path) -> Path | None:
-    """The run record a point wrote: the one its `latest` names, or (a run that died) the newest."""
-    latest = point_root / "latest"
-    if latest.is_dir():
-        return latest.resolve()
-    members = history_members(point_root) if point_root.is_dir() else []
-    return members[-1] if members else None
 
 
 class SweepRecord:
@@ -96,7 +87,7 @@ class SweepRecord:
     def point_ended(self, entry: dict[str, Any], exit_status: int | None) -> None:
         """What the point's run record says, read back now that its pytest has exited."""
         entry["exit_status"] = exit_status
-        record = point_record(self.point_root(entry["label"]))
+        record = record_in(self.point_root(entry["label"]))
         if record is None:
             entry["status"] = "no_record"
         else:
