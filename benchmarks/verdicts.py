@@ -322,9 +322,11 @@ def judge_abs(settings: Settings) -> dict[str, Tally]:
 def render(results: dict[str, dict[str, Tally]], settings: Settings, minutes: float | None) -> str:
     gate = gate_of(settings)
     took = f", {minutes:.0f} minutes of measuring" if minutes else ""
+    more = sorted({m.split(", ")[1].split()[0] for m in results if m.startswith("ab, ")} - {str(settings.ab_rounds)})
     lines = ["# Merge-gate verdicts on a drifting machine: false alarms and detection", "",
              f"`python benchmarks/verdicts.py --identical {settings.identical} --regressed {settings.regressed}"
-             f"{' --drift ' + settings.drift if settings.drift != 'gpu_box' else ''}` on the simulator (process backend, "
+             f"{' --drift ' + settings.drift if settings.drift != 'gpu_box' else ''}"
+             f"{' --also-ab-rounds ' + ','.join(more) if more else ''}` on the simulator (process backend, "
              f"drift model `{settings.drift}`{took}), the gating workload (64 requests of 64 tokens at concurrency 8). "
              f"Each comparison is judged by the gate with its defaults (tolerance {gate.tolerance:.0%}, "
              f"{gate.confidence:.0%} confidence). *failed* is a red gate: a false alarm among identical builds, a "
