@@ -72,7 +72,10 @@ def test_two_configs_in_abba_rounds_on_the_process_backend(tmp_path):
 def test_two_simulator_images_on_the_docker_backend(tmp_path):
     """Side B runs an image built from another recipe (a build argument of its own): the
     same speed, so nothing regresses; each side's server names its image."""
-    status, data, folder = run_ab(tmp_path, "backend=docker", "b:+build.build_args.SPECGATE_AB_SIDE=b")
+    # what this checks is two images end to end, not the statistics: a 10 % allowed change keeps
+    # two rounds of a busy machine (t with one degree of freedom) from deciding anything here
+    status, data, folder = run_ab(tmp_path, "backend=docker", "b:+build.build_args.SPECGATE_AB_SIDE=b",
+                                  "gate.tolerance=0.10")
     assert data["status"] == "finished" and all(r["counted"] for r in data["arms"]["default"])
     assert not [v for v in data["gates"] if v["status"] == "failed"] and status == 0, data["gates"]
     images = {entry[side]["server"]["image"]["id"] for entry in data["arms"]["default"] for side in "AB"}
