@@ -93,6 +93,8 @@ class DrafterConfig:
     num_steps: Optional[int] = None
     eagle_topk: Optional[int] = None
     num_draft_tokens: Optional[int] = None
+    # extra keys of vLLM's --speculative-config (e.g. prompt_lookup_max for ngram); SGLang ignores them
+    vllm_speculative_config: Dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -193,6 +195,8 @@ class GateConfig:
     # arm -> floor, or {all: floor, <category>: floor, ...} for prompts that carry categories
     min_accept_length: Dict[str, Any] = field(default_factory=dict)
     max_accept_length: Dict[str, float] = field(default_factory=dict)  # arm -> ceiling (e.g. a draft that must not be accepted)
+    # arm -> [floor at draft position 1, position 2, ...]: the share of drafts accepted there
+    min_acceptance_per_position: Dict[str, List[float]] = field(default_factory=dict)
     min_speedup: Dict[str, SpeedupGate] = field(default_factory=dict)  # arm -> {over, ratio}
     accept_length_at_least_break_even: List[str] = field(default_factory=list)  # arms
     lossless: Dict[str, LosslessGate] = field(default_factory=dict)  # arm -> {against, min_exact_match}; needs temperature 0

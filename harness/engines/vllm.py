@@ -9,7 +9,8 @@ from typing import Any, Optional
 
 from omegaconf import DictConfig
 
-from harness.engines.base import ITL_PER_STEP, METRICS_WINDOW, CounterWindow, PrometheusNames, PythonEngine
+from harness.engines.base import (ITL_PER_STEP, METRICS_WINDOW, CounterWindow, EngineConfigError, PrometheusNames,
+                                  PythonEngine)
 
 # docker's default /dev/shm is 64 MB; 1 GB is what vLLM's CPU build was seen working with
 DEFAULT_SHM_SIZE = "1g"
@@ -26,11 +27,24 @@ class VLLMOptions:
     max_num_seqs: Optional[int] = None  # --max-num-seqs
 
 
+# A drafter config names its algorithm as SGLang spells it (--speculative-algorithm), so one
+# file serves both engines; vLLM's --speculative-config "method" for each. vLLM's own
+# spellings (e.g. draft_model) are taken as they are.
+VLLM_METHODS = {"EAGLE3": "eagle3", "EAGLE": "eagle", "NGRAM": "ngram", "STANDALONE": "draft_model", "MTP": "mtp"}
+
+
+def vllm_method(algorithm: str) -> str:
+    return VLLM_METHODS.get(str(algorithm).upper(), str(algorithm))
+
+
 def speculative_config(drafter: DictConfig) -> dict:
-    """The drafter's num_steps is vLLM's num_speculative_tokens (draft tokens per step)."""
-    config = {"method": drafter.algorithm, "num_speculative_tokens": int(drafter.num_steps)}
+    """vLLM's --speculative-config from a drafter config: method, num_speculative_tokens =
+    num_steps (a chain of that many drafted tokens per step), the model when there is one,
+    then the drafter's vllm_speculative_config keys (e.g. prompt_lookup_max for ngram)."""
+    config = {"method": vllm_method(drafter.algorithm), "num_speculative_tokens": int(drafter.num_steps)}
     if drafter.model_path:
         config["model"] = drafter.model_path
+    config.update(dict(drafter.get("vllm_speculative_config") or {}))
     return config
 
 
@@ -67,6 +81,22 @@ class VLLM(PythonEngine):
         if drafter.algorithm:
             args += ["--speculative-config", json.dumps(speculative_config(drafter))]
         return args + [str(a) for a in server.extra_args]
+
+    def check(self, cfg: DictConfig) -> None:
+        """Besides the base checks: vLLM drafts a chain (one candidate per step), so a drafter
+        written for SGLang's tree (eagle_topk > 1) or with num_draft_tokens other than
+        num_steps + 1 would be served as something else than it says."""
+        super().check(cfg)
+        drafter = cfg.drafter
+        if not drafter.algorithm:
+            return
+        if drafter.eagle_topk is not None and int(drafter.eagle_topk) != 1:
+            raise EngineConfigError(f"drafter '{drafter.name}' sets eagle_topk={drafter.eagle_topk}, a draft tree; "
+                                    "vLLM drafts a chain (eagle_topk 1)")
+        if drafter.num_draft_tokens is not None and int(drafter.num_draft_tokens) != int(drafter.num_steps) + 1:
+            raise EngineConfigError(f"drafter '{drafter.name}' sets num_draft_tokens={drafter.num_draft_tokens} with "
+                                    f"num_steps={drafter.num_steps}; vLLM's chain verifies num_steps + 1 = "
+                                    f"{int(drafter.num_steps) + 1} tokens per step")
 
     def shm_size(self, cfg: DictConfig) -> str | None:
         return DEFAULT_SHM_SIZE

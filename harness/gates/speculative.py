@@ -6,12 +6,14 @@ from typing import Any
 
 from harness.gates.change import evidence, judge
 from harness.gates.lossless import compare as compare_outputs, summary as describe_outputs
+from harness.measure.metrics import acceptance_per_position
 from harness.measure.registry import break_even_accept_length, speedup
 from harness.gates.verdict import inconclusive_passes, Verdict, skipped, not_configured, fmt, at_least, at_most, guard_noise
 from harness.gates.client_bound import guard_client_bound
 from harness.gates.reference import gpu_trouble
 from harness.gates.trust import guard_gpu, guard_short_load
-from harness.gates.registry import GateContext, register, keyed_arms, unmeasured
+from harness.gates.registry import GateConfigError, GateContext, register, keyed_arms, unmeasured
+from harness.measure.stream_steps import DEFINITION as STREAM_DEFINITION, StreamSteps, stream_steps
 
 
 # --- speculative decoding -----------------------------------------------------------------------
@@ -59,6 +61,49 @@ def max_accept_length(ctx: GateContext) -> list[Verdict]:
         return missing
     verdict = at_most(name, arm, ctx.result.accept_length, gate.max_accept_length[arm], "accept length")
     return guard_noise([verdict], ctx.result, ["accept_length"], gate)
+
+
+def shares_in_unit_range(gate: Any, arms: list[str], plain_arm: str | None) -> None:
+    for arm, floors in (gate.min_acceptance_per_position or {}).items():
+        where = f"gate.min_acceptance_per_position.{arm}"
+        if not floors or any(not 0.0 <= float(f) <= 1.0 for f in floors):
+            raise GateConfigError(f"{where} is a list of shares of drafts, one per draft position, each between 0 "
+                                  f"and 1 (e.g. [0.5, 0.3]), got {list(floors)}")
+
+
+@register("min_acceptance_per_position", "speculative", ("min_acceptance_per_position",),
+          keyed_arms("min_acceptance_per_position"), validate=shares_in_unit_range)
+def min_acceptance_per_position(ctx: GateContext) -> list[Verdict]:
+    """The share of drafts whose position i was accepted at least
+    gate.min_acceptance_per_position[arm][i-1], one verdict per position given: from the
+    server's counters where it keeps them (vLLM), else the requests' per-cycle histograms."""
+    name, arm, gate = "min_acceptance_per_position", ctx.arm, ctx.gate
+    floors = gate.min_acceptance_per_position.get(arm)
+    if floors is None:
+        return [not_configured(name, arm)]
+    if (missing := unmeasured(name, ctx)) is not None:
+        return missing
+    shares, source = acceptance_by_position(ctx)
+    verdicts = []
+    for position, floor in enumerate(floors, start=1):
+        value = shares[position - 1] if shares and position <= len(shares) else None
+        what = f"acceptance at draft position {position} ({source})" if source else f"acceptance at draft position {position}"
+        verdicts.append(at_least(f"{name}.{position}", arm, value, float(floor), what))
+    return verdicts
+
+
+def acceptance_by_position(ctx: GateContext) -> tuple[list[float] | None, str | None]:
+    """Per draft position, the share of drafts accepted there, and where it came from:
+    the /metrics windows pooled by their drafts, else the requests' histograms."""
+    windows = [w for w in ctx.server_windows or [] if w and w.get("acceptance_per_position") and w.get("spec_drafts")]
+    if windows:
+        drafts = sum(w["spec_drafts"] for w in windows)
+        depth = min(len(w["acceptance_per_position"]) for w in windows)
+        return [sum(w["acceptance_per_position"][i] * w["spec_drafts"] for w in windows) / drafts
+                for i in range(depth)], "the server's counters"
+    if ctx.result.correct_drafts_histogram:
+        return acceptance_per_position(ctx.result.correct_drafts_histogram), "the requests' histograms"
+    return None, None
 
 
 def speedup_arms(gate: Any) -> list[str]:
@@ -223,23 +268,32 @@ def accept_length_sources_agree(ctx: GateContext) -> list[Verdict]:
 
 def source_verdict(ctx: GateContext, repeat: int, lines: list[dict], window: dict, gap: float,
                    repeats: int) -> Verdict:
-    """One repeat's two accept lengths side by side, or why they cannot be compared."""
+    """One repeat's two accept lengths side by side, or why they cannot be compared. The
+    client's source is the requests' verify counts where the engine returns them, else the
+    stream's tokens per decode chunk (harness/measure/stream_steps.py)."""
     name, arm = "accept_length_sources_agree", ctx.arm
     where = f" (repeat {repeat + 1})" if repeats > 1 else ""
-    mine, theirs = per_request_accept_length(lines), (window or {}).get("accept_length")
+    window = window or {}
+    mine, definition = per_request_accept_length(lines), PER_REQUEST_DEFINITION
+    theirs = window.get("accept_length")
+    steps = stream_steps(lines) if mine is None and theirs is not None else None
+    if steps is not None:
+        mine, definition = steps.accept_length, STREAM_DEFINITION
     if mine is None and theirs is None:
         return skipped(name, arm, f"{arm}{where}: no accept length from either source (no speculation measured)")
     if mine is None:
         return skipped(name, arm, f"{arm}{where}: one source only, {window.get('accept_length_definition')} "
-                                  f"= {theirs:.4f}; the requests carry no verify counts to compare it with")
+                                  f"= {theirs:.4f}; the requests carry no verify counts and no decode chunks to compare it with")
     if theirs is None:
-        return skipped(name, arm, f"{arm}{where}: one source only, {PER_REQUEST_DEFINITION} = {mine:.4f}; the "
+        return skipped(name, arm, f"{arm}{where}: one source only, {definition} = {mine:.4f}; the "
                                   f"server's /metrics gave no generation-token and verify-call counters over the window")
-    both = (f"{PER_REQUEST_DEFINITION} = {mine:.4f}; {window.get('accept_length_definition')} = {theirs:.4f}")
+    both = f"{definition} = {mine:.4f}; {window.get('accept_length_definition')} = {theirs:.4f}"
     failed = [r for r in lines if not r.get("ok")]
     if failed:  # the server counted what it finished of them, the client none of them
         return skipped(name, arm, f"{arm}{where}: not like for like: {len(failed)} measured request(s) failed, "
                                   f"which only the server's counters may hold ({both})")
+    if steps is not None and (unlike := steps_unlike_drafts(steps, window.get("spec_drafts"), gap)):
+        return skipped(name, arm, f"{arm}{where}: not like for like: {unlike} ({both})")
     difference = abs(mine - theirs) / max(mine, theirs)
     if difference <= gap:
         return Verdict(name, arm, True, round(difference, 6), gap,
@@ -248,3 +302,17 @@ def source_verdict(ctx: GateContext, repeat: int, lines: list[dict], window: dic
                    f"{arm}{where}: the two accept lengths disagree by {difference:.2%} of the larger (> {gap:.0%}): "
                    f"{both}. Over the same requests they count the same tokens and cycles, so one of them is not "
                    f"measuring what it claims")
+
+
+def steps_unlike_drafts(steps: StreamSteps, drafts: float | None, gap: float) -> str | None:
+    """Why the stream's decode chunks are not the server's draft steps, if they are not: the
+    drafter skipped steps (an n-gram without a match) or the server merged steps into a chunk."""
+    if not drafts:
+        return "the server's counters give no number of drafts to match the stream's decode chunks with"
+    if abs(steps.chunks - drafts) <= gap * max(steps.chunks, drafts):
+        return None
+    if steps.chunks > drafts:
+        return (f"{steps.chunks} decode chunks but {drafts:.0f} drafts: the drafter proposed nothing in some steps "
+                "(each such step streams one token the server counts no draft for)")
+    return (f"{steps.chunks} decode chunks for {drafts:.0f} drafts: the server merged steps into chunks "
+            "(the client read late), so chunks no longer count steps")

@@ -46,6 +46,7 @@ from typing import Iterable, Optional
 import numpy as np
 
 from harness.measure import prompt_length
+from harness.measure.acceptance import acceptance_by, combine_acceptance_by
 from harness.load import LoadResult, RequestRecord
 from harness.load.client_health import combine_client_blocks
 from harness.measure.registry import Metric, computed_figures, metric_value, noise_metrics, resolve
@@ -97,6 +98,8 @@ class ArmResult:
     repeats: int = 1  # workload runs combined into this result (medians, see combine_repeats)
     noise: dict[str, dict] = field(default_factory=dict)  # metric path -> spread over the repeats
     categories: dict[str, dict] = field(default_factory=dict)  # a dataset's category -> its figures (by_category)
+    # accept length per input-length bucket and per turn (harness/measure/acceptance.py)
+    acceptance_by: dict[str, dict[str, dict]] = field(default_factory=dict)
     # each speculative request's completion_tokens / spec_verify_ct (the distribution's samples)
     request_accept_lengths: list[float] = field(default_factory=list, repr=False)
     correct_drafts_histogram: list[int] = field(default_factory=list)  # Σ over requests: cycles by accepted drafts
@@ -135,6 +138,9 @@ class ArmResult:
             "duration_s": _r(self.duration_s, 4),
             **({"categories": {name: dict(block) for name, block in self.categories.items()}}
                if self.categories else {}),
+            **({"acceptance_by": {dimension: {label: dict(block) for label, block in groups.items()}
+                                  for dimension, groups in self.acceptance_by.items()}}
+               if self.acceptance_by else {}),
             **({"accept_length_per_request": accept_length_distribution(self.request_accept_lengths)}
                if self.request_accept_lengths else {}),
             **({"acceptance_per_position": acceptance_per_position(self.correct_drafts_histogram)}
@@ -205,6 +211,7 @@ def summarize(arm: str, load: LoadResult, server_accept_length: Optional[float] 
     res.request_accept_lengths = [r.completion_tokens / r.spec_verify_ct for r in spec]
     res.correct_drafts_histogram = summed_histograms(r.spec_correct_drafts_histogram for r in spec)
     res.categories = by_category(ok)
+    res.acceptance_by = acceptance_by(ok)
     res.prompt_length = prompt_length.judge(measured, load.api, load.prompt_sizing)
     res.client = dict(load.client or {})
     fill_figures(res, ok)
@@ -380,6 +387,7 @@ def combine_repeats(arm: str, results: list[ArmResult]) -> ArmResult:
     combined.errors = group_errors(sum((Counter(r.errors) for r in results), Counter()))
     combined.completion_tokens = sum(r.completion_tokens for r in results)
     combined.categories = combine_categories(results)
+    combined.acceptance_by = combine_acceptance_by([r.acceptance_by for r in results if r.acceptance_by])
     combined.request_accept_lengths = [x for r in results for x in r.request_accept_lengths]
     combined.correct_drafts_histogram = summed_histograms(r.correct_drafts_histogram for r in results)
     combined.prompt_length = prompt_length.combine([r.prompt_length for r in results])

@@ -25,7 +25,7 @@ from matplotlib.ticker import FuncFormatter
 from harness.gates.client_bound import bound_figures
 from harness.report.compare import GATE_STATUSES, gate_status, noise_cv
 from harness.measure.registry import Metric, metric, metric_value, number, read, report_metrics
-from harness.report.tables import heading, value_cell
+from harness.report.tables import ACCEPTANCE_DIMENSIONS, ACCEPTANCE_HEADER, acceptance_rows, heading, value_cell
 from harness.record.atomic import atomic_write
 from harness.record.store import INTERRUPTED, RUNNING, RunData, read_run
 
@@ -97,6 +97,9 @@ def report_context(run: RunData) -> dict[str, Any]:
         "columns": [heading(m, plain_arm) for m in columns],
         "arm_rows": [arm_row(arm, run.arms.get(arm), columns, plain_arm) for arm in arms],
         "category_rows": category_rows(run.arms, arms, plain_arm),
+        "acceptance_tables": [{"what": what, "header": ["arm", what, *ACCEPTANCE_HEADER], "rows": rows}
+                              for dimension, what in ACCEPTANCE_DIMENSIONS.items()
+                              if (rows := acceptance_rows(run.arms, arms, dimension))],
         "client_rows": client_rows(run.arms, arms),
         "gates": gates,
         "gate_counts": {s: sum(g["status"] == s for g in gates) for s in GATE_STATUSES},

@@ -11,7 +11,8 @@ from harness.gates.client_bound import bound_figures
 from harness.gates.trust import speed_verdict
 from harness.engines.base import ITL_PER_TOKEN
 from harness.measure.registry import metric, read, summary_columns
-from harness.report.tables import Row, markdown_table, metric_table, value_cell
+from harness.report.tables import (ACCEPTANCE_DIMENSIONS, ACCEPTANCE_HEADER, Row, acceptance_rows, markdown_table,
+                                   metric_table, value_cell)
 from harness.measure.metrics import ArmResult, acceptance_per_position, category_speedups
 from harness.telemetry.energy import joules_per_token_ratio
 
@@ -73,6 +74,7 @@ def format_summary(experiment, results: dict[str, ArmResult], arm_status: dict[s
         if error:
             lines.append(f"\n{arm}: {error.splitlines()[0]}")
     lines += category_section(experiment, results)
+    lines += acceptance_section(experiment, results)
     lines += noise_section(experiment, results) + server_section(experiment, results, arm_status)
     lines += gpu_section(experiment, gpu or {})
     lines += energy_section(experiment, gpu or {})
@@ -166,6 +168,22 @@ def category_section(experiment, results: dict[str, ArmResult]) -> list[str]:
             "A category's speed is its requests' own (Σ tokens ÷ Σ request durations: what one "
             "request sees); speedup is that against the plain arm's same category.", "",
             *markdown_table(header, rows)]
+
+
+def acceptance_section(experiment, results: dict[str, ArmResult]) -> list[str]:
+    """Accept length per input-length bucket and per turn: acceptance falls as context grows,
+    which one run-wide figure hides (harness/measure/acceptance.py)."""
+    blocks = {arm: {"accept_length": r.accept_length, "acceptance_by": r.acceptance_by}
+              for arm, r in results.items() if r is not None}
+    lines, streamed = [], False
+    for dimension, what in ACCEPTANCE_DIMENSIONS.items():
+        rows = acceptance_rows(blocks, list(experiment.arm_names), dimension)
+        if rows:
+            lines += ["", f"## Accept length by {what}", "", *markdown_table(["arm", what, *ACCEPTANCE_HEADER], rows)]
+            streamed = streamed or any(row[-1].endswith("(stream)") for row in rows)
+    if streamed:
+        lines += ["", "(stream): from the stream's tokens per decode chunk, where the requests carry no verify counts."]
+    return lines
 
 
 def noise_section(experiment, results: dict[str, ArmResult]) -> list[str]:

@@ -74,3 +74,32 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
     line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
     return [line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *(line(r) for r in rows)]
+
+
+ACCEPTANCE_DIMENSIONS = {"input_length": "input tokens", "turn": "turn"}  # results.json acceptance_by keys
+
+
+def acceptance_rows(blocks: dict[str, Any], arms: list[str], dimension: str) -> list[list[str]]:
+    """One row per arm and group of results.json `acceptance_by[dimension]` (accept length per
+    input-length bucket or per turn), for the speculative arms (an accept length of their
+    own); empty unless some arm has two groups or more (one group says nothing the arm's
+    figure does not)."""
+    rows, varied = [], False
+    for arm in arms:
+        block = blocks.get(arm) if isinstance(blocks.get(arm), dict) else {}
+        if block.get("accept_length") is None:
+            continue  # a plain arm: its stream's one token per step is no acceptance
+        groups = (block.get("acceptance_by") or {}).get(dimension) or {}
+        if not any(isinstance(g, dict) and g.get("accept_length") is not None for g in groups.values()):
+            continue
+        varied = varied or len(groups) > 1
+        for label, group in groups.items():
+            length = group.get("accept_length")
+            source = " (stream)" if group.get("accept_length_source") == "stream" else ""
+            rows.append([arm, str(label), str(group.get("requests", MISSING)),
+                         MISSING if group.get("prompt_tokens_mean") is None else f"{group['prompt_tokens_mean']:.0f}",
+                         MISSING if length is None else f"{length:.2f}{source}"])
+    return rows if varied else []
+
+
+ACCEPTANCE_HEADER = ["requests", "mean prompt tokens", "accept length"]

@@ -193,3 +193,72 @@ def test_the_vllm_window_is_one_plus_accepted_per_draft_with_its_acceptance_per_
     assert block["accept_length_definition"] == ONE_PLUS_ACCEPTED
     assert "accept_length" not in window(VLLM(), before, before)  # no draft ran: no accept length
     assert "spec_drafts" not in window(SGLang(), before, after)  # SGLang's formula reads other counters
+
+
+def vllm_window(accepted: float, drafts: float) -> dict:
+    return {"spec_drafts": drafts, "spec_accepted_tokens": accepted, "accept_length": 1 + accepted / drafts,
+            "accept_length_definition": ONE_PLUS_ACCEPTED}
+
+
+def stream_line(chunks: list[int], ok: bool = True, warmup: bool = False) -> dict:
+    """A record line of an engine without verify counts (vLLM): only the stream's chunks."""
+    return {"ok": ok, "warmup": warmup, "repeat": 0, "completion_tokens": sum(chunks) if ok else None,
+            "spec_verify_ct": None, "chunk_tokens": chunks}
+
+
+# two requests: the prefill's token, then steps of 1 + accepted tokens: 9 decode chunks, 18 tokens
+STREAMED = [stream_line([1, 2, 3, 1, 2]), stream_line([1, 4, 1, 2, 2, 1])]
+
+
+def test_without_verify_counts_the_streams_tokens_per_decode_chunk_is_the_second_source():
+    # the server: 9 drafts, 9 accepted tokens: 1 + 9/9 = 2.0, as the stream's 18 ÷ 9
+    [v] = speculative.accept_length_sources_agree(context(STREAMED, [vllm_window(9, 9)]))
+    assert v.status == "passed" and v.value == 0.0, v.detail
+    assert "the stream's own count: Σ tokens after each request's first chunk ÷ Σ chunks after it" in v.detail
+    assert "= 2.0000" in v.detail and ONE_PLUS_ACCEPTED in v.detail
+
+
+def test_a_stream_and_a_server_that_disagree_fail():
+    # the server claims 1 + 13.5/9 = 2.5 accepted per step where the stream saw 2.0
+    [v] = speculative.accept_length_sources_agree(context(STREAMED, [vllm_window(13.5, 9)]))
+    assert v.status == "failed" and "disagree by 20.00% of the larger" in v.detail
+
+
+@pytest.mark.parametrize("drafts, why", [
+    (6, "9 decode chunks but 6 drafts: the drafter proposed nothing in some steps"),
+    (12, "9 decode chunks for 12 drafts: the server merged steps into chunks"),
+])
+def test_decode_chunks_that_are_not_the_servers_draft_steps_are_not_compared(drafts, why):
+    [v] = speculative.accept_length_sources_agree(context(STREAMED, [vllm_window(drafts, drafts)]))
+    assert v.status == "skipped" and "not like for like: " + why in v.detail, v.detail
+
+
+def position_context(windows: list[dict], floors: list[float], histogram: list[int] | None = None):
+    ctx = context([], windows, min_acceptance_per_position={"eagle3": floors})
+    ctx.result.correct_drafts_histogram = histogram or []
+    return ctx
+
+
+def test_acceptance_per_position_is_gated_from_the_servers_counters_pooled_over_repeats():
+    # repeat 1: 10 drafts, 60 % accepted at position 1; repeat 2: 30 drafts, 40 %: pooled 45 %
+    windows = [{"spec_drafts": 10, "acceptance_per_position": [0.6, 0.2]},
+               {"spec_drafts": 30, "acceptance_per_position": [0.4, 0.1]}]
+    first, second = speculative.min_acceptance_per_position(position_context(windows, [0.4, 0.2]))
+    assert (first.name, first.status, first.value) == ("min_acceptance_per_position.1", "passed", pytest.approx(0.45))
+    assert "acceptance at draft position 1 (the server's counters)" in first.detail
+    assert (second.status, second.value) == ("failed", pytest.approx(0.125))
+
+
+def test_without_counters_the_requests_histograms_give_the_shares():
+    # 10 cycles: 5 accepted none, 3 one, 2 two: position 1 accepted in 5 of 10, position 2 in 2
+    [first, second] = speculative.min_acceptance_per_position(position_context([], [0.5, 0.3], [5, 3, 2]))
+    assert first.status == "passed" and "the requests' histograms" in first.detail
+    assert second.status == "failed" and second.value == pytest.approx(0.2)
+
+
+def test_a_position_nobody_measured_fails_rather_than_passes():
+    windows = [{"spec_drafts": 10, "acceptance_per_position": [0.6]}]
+    [_, second] = speculative.min_acceptance_per_position(position_context(windows, [0.1, 0.1]))
+    assert second.status == "failed" and second.value is None
+    [none] = speculative.min_acceptance_per_position(position_context([], [0.1]))
+    assert none.status == "failed" and none.value is None
