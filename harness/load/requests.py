@@ -148,6 +148,10 @@ class RequestFunc(ABC):
             rec.error = f"{type(e).__name__}: {e}"
         except ValueError as e:  # aiohttp: line longer than read_bufsize ("Chunk too big")
             rec.error = f"bad stream from server: {e}"
+        except (TypeError, AttributeError, KeyError, IndexError) as e:
+            # a reply of the wrong shape (a count as a string, a delta that is a string): the
+            # request fails with what was wrong, as any malformed reply does
+            rec.error = f"malformed reply from the server: {type(e).__name__}: {e}"
         finally:
             rec.end_time = time.perf_counter()
         return rec
@@ -381,13 +385,13 @@ async def _read_openai(content: aiohttp.StreamReader, rec: RequestRecord, chat: 
             if chat:
                 d = ch.get("delta")
                 said = d.get("content") if d else None
-                text = (said or d.get("reasoning_content") or d.get("reasoning")) if d else None
+                text = (said or d.get("reasoning_content") or d.get("reasoning") or _tool_call_text(d)) if d else None
             else:
                 said = text = ch.get("text")
             if answer is not None and said:
                 answer.append(said)
             nbytes = tally.add_text(text) if text else 0
-            if usage and usage.get("completion_tokens") is not None:
+            if usage and _count(usage, "completion_tokens", "usage") is not None:
                 n = usage["completion_tokens"] - last_ct
                 if n > 0:
                     times.append(t)
@@ -427,6 +431,25 @@ async def _read_openai(content: aiohttp.StreamReader, rec: RequestRecord, chat: 
         rec.answer = "".join(answer)
 
 
+def _count(block: dict, key: str, where: str) -> int | None:
+    """A token count of the server's reply: a non-negative integer or absent, else the reply is malformed."""
+    value = block.get(key)
+    if value is None or (type(value) is int and value >= 0):
+        return value
+    raise _StreamFailure(f"malformed reply from the server: {where}.{key} is {value!r}, not a token count")
+
+
+def _tool_call_text(delta: dict) -> str | None:
+    """A tool call's streamed payload (its name and argument text): output like content,
+    so a stream of tool calls is not a stream without output."""
+    calls = delta.get("tool_calls")
+    if not isinstance(calls, list):
+        return None
+    parts = [str((call.get("function") or {}).get(key) or "") for call in calls if isinstance(call, dict)
+             for key in ("name", "arguments")]
+    return "".join(parts) or None
+
+
 def correct_drafts_histogram(spec: dict) -> list[int] | None:
     """SGLang's ``spec_correct_drafts_histogram`` (verify cycles by accepted drafts), when
     it is a list of counts; anything else is no histogram rather than a wrong one."""
@@ -447,8 +470,8 @@ def _settle_usage(rec: RequestRecord, final_usage: dict | None, per_chunk_total:
             "the server sent no usage chunk (stream_options.include_usage), so the completion token count is unknown"
         )
     if final_usage is not None:
-        rec.prompt_tokens = final_usage.get("prompt_tokens")
-        rec.completion_tokens = final_usage.get("completion_tokens")
+        rec.prompt_tokens = _count(final_usage, "prompt_tokens", "usage")
+        rec.completion_tokens = _count(final_usage, "completion_tokens", "usage")
     else:
         rec.completion_tokens = per_chunk_total
     toks = rec.chunk_tokens
@@ -506,8 +529,8 @@ async def _read_generate(content: aiohttp.StreamReader, rec: RequestRecord, keep
         rec.finish_reason = fr.get("type")
     elif fr:
         rec.finish_reason = str(fr)
-    rec.prompt_tokens = meta.get("prompt_tokens")
-    rec.completion_tokens = meta.get("completion_tokens")
+    rec.prompt_tokens = _count(meta, "prompt_tokens", "meta_info")
+    rec.completion_tokens = _count(meta, "completion_tokens", "meta_info")
     if rec.completion_tokens is None:
         raise _StreamFailure("the server's meta_info carried no completion_tokens")
     keep_generate(rec, texts, id_chunks, logprob_chunks, top_chunks)

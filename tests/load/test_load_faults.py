@@ -170,6 +170,31 @@ def test_a_stream_of_only_done_says_it_had_no_tokens(fake_openai, api):
     assert errors_of(fake.url, api=api) == {"the stream finished without any tokens"}
 
 
+@pytest.mark.parametrize("api", ["chat", "completions"])
+@pytest.mark.parametrize("continuous_usage", [True, False], ids=["per-chunk-usage", "final-usage-only"])
+def test_a_stream_without_output_is_zero_tokens_whatever_its_usage_says(fake_openai, api, continuous_usage):
+    # content null in every chunk while the usage grows: it used to pass at hundreds of tok/s
+    fake = fake_openai("null_content", continuous_usage=continuous_usage)
+    [error] = errors_of(fake.url, api=api)
+    if continuous_usage:  # the chunks' usage counted tokens: the count meets no bytes
+        assert error.endswith("streamed no output at all (every chunk's content, reasoning and tool calls empty "
+                              "or null): zero bytes of output is zero tokens"), error
+    else:  # no chunk carried text or a count: nothing was streamed
+        assert error == "the stream finished without any tokens"
+
+
+@pytest.mark.parametrize("mode, api, fragment", [
+    ("string_counts", "chat", "malformed reply from the server: usage.completion_tokens is '"),
+    ("string_counts", "completions", "malformed reply from the server: usage.completion_tokens is '"),
+    ("string_delta", "chat", "malformed reply from the server: AttributeError: "),
+])
+def test_a_reply_of_the_wrong_shape_fails_the_request_with_its_reason(fake_openai, mode, api, fragment):
+    # a count as a string, a delta that is a string: a failed request, never an exception out of the load
+    fake = fake_openai(mode)
+    [error] = errors_of(fake.url, api=api)
+    assert error.startswith(fragment), error
+
+
 # --------------------------------------------------------------------------- 3. errors in a 200
 
 
