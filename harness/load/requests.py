@@ -124,6 +124,9 @@ class RequestFunc(ABC):
             async with asyncio.timeout(timeout_s):
                 async with await _post_until_first_byte(session, url, body, first_byte_timeout_s, rec) as resp:
                     rec.status = resp.status
+                    if 300 <= resp.status < 400:
+                        rec.error = redirect_message(url, resp.status, resp.headers.get("Location"))
+                        return rec
                     if resp.status != 200:
                         text = await resp.read()
                         rec.error = f"HTTP {resp.status}: {server_error_message(text)}"
@@ -164,12 +167,22 @@ async def _post_until_first_byte(session: aiohttp.ClientSession, url: str, body:
     deadline = asyncio.timeout(first_byte_timeout_s)
     try:
         async with deadline:
-            return await session.post(url, data=orjson.dumps(body), headers=JSON_HEADERS, trace_request_ctx=[rec])
+            # no redirects: aiohttp would re-send a POST answered 301/302/303 as a GET and the
+            # user would see only the GET's 404; a redirect is said as such (redirect_message)
+            return await session.post(url, data=orjson.dumps(body), headers=JSON_HEADERS, trace_request_ctx=[rec],
+                                      allow_redirects=False)
     except TimeoutError:
         if not deadline.expired():  # aiohttp's own connect timeout: not ours to name
             raise
         raise _StreamFailure(f"no response within workload.first_byte_timeout_s={first_byte_timeout_s:g}s "
                              f"(the server accepted the request but sent nothing)") from None
+
+
+def redirect_message(url: str, status: int, location: str | None) -> str:
+    """A POST the server redirected: where to, so the user can point specgate there."""
+    where = f"to {location}" if location else "with no Location header"
+    return (f"HTTP {status}: the server redirected the POST to {url} {where}; specgate does not follow a "
+            f"redirect with a request body (a client re-sends it as a GET): point backend.url at the server itself")
 
 
 def _json_instead_of_stream(body: bytes) -> str:

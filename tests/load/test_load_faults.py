@@ -195,6 +195,14 @@ def test_a_reply_of_the_wrong_shape_fails_the_request_with_its_reason(fake_opena
     assert error.startswith(fragment), error
 
 
+def test_a_redirected_post_says_where_it_was_sent(fake_openai):
+    # aiohttp used to follow the 301 as a GET, and the user saw only "HTTP 404"
+    fake = fake_openai("redirect")
+    [error] = errors_of(fake.url, api="chat")
+    assert error.startswith(f"HTTP 301: the server redirected the POST to {fake.url}/v1/chat/completions to "
+                            f"/moved/v1/chat/completions;"), error
+
+
 # --------------------------------------------------------------------------- 3. errors in a 200
 
 

@@ -62,6 +62,7 @@ MODES = {
     "null_content": "streams every chunk with null content (null text) while its usage grows: no output at all",
     "string_counts": "streams honestly but every usage count is a string ('5')",
     "string_delta": "chat: every chunk's delta is a string, not an object",
+    "redirect": "answers every generation POST with a 301 to the same path under /moved",
     "slow_health": "GET /health takes `health_delay_s`",
     "dies_mid_load": "serves `die_after` requests honestly, then exits mid-stream (as a process only)",
 }
@@ -323,6 +324,13 @@ class _Handler(BaseHTTPRequestHandler):
                                  "type": "InternalServerError", "param": None, "code": 500})
         elif self.mode == "hang_before_headers":
             fake.closing.wait()
+            self.close_connection = True
+        elif self.mode == "redirect":
+            self.send_response(301)
+            self.send_header("Location", "/moved" + self.path)
+            self.send_header("Content-Length", "0")
+            self.send_header("Connection", "close")
+            self.end_headers()
             self.close_connection = True
         elif self.mode == "error_200" and fake.error_format == "json":
             self.send_json(200, fake.error_body)
