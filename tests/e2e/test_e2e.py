@@ -108,6 +108,8 @@ def test_sim_smoke_passes_and_records_everything(sim_smoke_on_docker):
     assert "test_min_speedup[eagle3] PASSED" in proc.stdout or "passed" in proc.stdout
     assert "specgate summary" in proc.stdout and "gate(s) passed" in proc.stdout
     assert results["arms"]["eagle3"]["server"]["image"]["tag"].startswith("specgate/sim:")
+    # the model every request went to: the simulator serves its model path under that name
+    assert results["arms"]["eagle3"]["model"] == results["arms"]["baseline"]["model"] == str(marker)
     assert "ready to roll" in (record / "arms/eagle3/server.log").read_text()  # the container's log
     assert wait_gone(marker) == []
     assert specgate_containers(tmp_path) == []
