@@ -232,6 +232,9 @@ class GateConfig:
     lossless: Dict[str, LosslessGate] = field(default_factory=dict)  # arm -> {against, min_exact_match}; needs temperature 0
     min_capacity: Dict[str, CapacityGate] = field(default_factory=dict)  # arm -> {over, ratio, at_least}; specgate capacity only
     max_failed_requests: int = 0  # per arm: any failed request fails the run
+    # per arm: the run measured the workload configured: no request generated more than its
+    # max_tokens (exactly max_tokens with ignore_eos), prompts sized by a tokenizer had that length
+    check_workload: bool = True
     # the per-request and the server-counter accept length of one window may differ by this
     # fraction of the larger (null: not compared); only where both sources exist
     max_accept_length_source_gap: Optional[float] = 0.02

@@ -348,3 +348,14 @@ def test_the_fake_runs_as_a_process_until_killed():
         proc.terminate()
         _, err = proc.communicate(timeout=10)
     assert proc.returncode == 0, err
+
+
+def test_a_server_that_ignores_max_tokens_is_caught(fake_openai):
+    # the requests succeed (the stream is honest about what it sends), but the record's
+    # output-length check says this run measured another workload (workload_as_configured)
+    from harness.measure import output_length
+    fake = fake_openai("ignores_max_tokens")
+    load = run_load(LoadPlan.of(workload(max_tokens=8), fake.url, "fake-model"))
+    assert all(r.ok for r in load.records)
+    block = output_length.judge(load.records)
+    assert block["over"] == block["checked"] > 0 and block["over_example"] == [32, 8]

@@ -63,6 +63,7 @@ MODES = {
     "string_counts": "streams honestly but every usage count is a string ('5')",
     "string_delta": "chat: every chunk's delta is a string, not an object",
     "redirect": "answers every generation POST with a 301 to the same path under /moved",
+    "ignores_max_tokens": "streams honestly, but 4x the max_tokens asked",
     "slow_health": "GET /health takes `health_delay_s`",
     "dies_mid_load": "serves `die_after` requests honestly, then exits mid-stream (as a process only)",
 }
@@ -367,7 +368,7 @@ class _Handler(BaseHTTPRequestHandler):
         options = body.get("stream_options") or {}
         continuous = fake.continuous_usage and bool(options.get("continuous_usage_stats"))
         prompt_tokens = self.fake.prompt_tokens(_prompt_text(body)) + self.fake.prompt_offset
-        max_tokens = int(body.get("max_tokens") or DEFAULT_MAX_TOKENS)
+        max_tokens = int(body.get("max_tokens") or DEFAULT_MAX_TOKENS) * (4 if self.mode == "ignores_max_tokens" else 1)
         head = {"id": "chatcmpl-fake" if chat else "cmpl-fake", "created": int(time.time()), "model": fake.model,
                 "object": "chat.completion.chunk" if chat else "text_completion"}
         if chat:
