@@ -22,12 +22,15 @@ import argparse
 import sys
 from pathlib import Path
 
+import yaml
+from omegaconf import OmegaConf
+
 from harness.exit_status import MISTAKE
 from harness import SUITES_DIR, __version__
 from harness.report.compare import CompareError
-from harness.record.secrets import redact_patterns
+from harness.record.secrets import Redactor, terminal_text
 from harness.config.compose import (DEFAULT_CONF_DIR, PYTEST_VALUE_OPTIONS, ConfigError, compose, is_override,
-                                    list_experiments, to_yaml)
+                                    list_experiments)
 from harness.record.store import RecordError
 from harness.report.html import ReportError
 
@@ -43,11 +46,18 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    """Each arm's composed config, through the record's redaction: the terminal shows no
+    secret a record would not."""
     experiment = compose(args.overrides, args.conf_dir)
+    redactor = Redactor(readable=experiment.base.record.readable_env)
+    redactor.learn(list(args.overrides))
+    for arm in experiment.arms:
+        redactor.learn(OmegaConf.to_container(arm.cfg, resolve=True))
     print(f"# experiment: {experiment.name} — {experiment.description}")
     for arm in experiment.arms:
-        print(f"\n# ---- arm: {arm.name}  (overrides: {' '.join(arm.overrides) or 'none'})")
-        print(to_yaml(arm.cfg), end="")
+        print(f"\n# ---- arm: {arm.name}  (overrides: {' '.join(redactor.data(list(arm.overrides))) or 'none'})")
+        shown = redactor.data(OmegaConf.to_container(arm.cfg, resolve=True))
+        print(yaml.safe_dump(shown, sort_keys=False), end="")
     return 0
 
 
@@ -227,12 +237,14 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     args = parser().parse_args(argv)
     try:
         return args.func(args)
     except (ConfigError, RecordError, CompareError, ReportError) as exc:
-        print(f"specgate: {redact_patterns(str(exc))}", file=sys.stderr)
+        print(f"specgate: {terminal_text(str(exc), argv)}", file=sys.stderr)
         return USAGE_ERROR
+
 
 
 if __name__ == "__main__":

@@ -335,6 +335,10 @@ class SweepGateConfig:
 class RecordConfig:
     root: str = "runs"  # records go to <root>/<UTC timestamp>_<exp>/
     keep_requests: bool = True  # write the per-request files (arms/<arm>/requests.parquet, docs/record.md)
+    # environment variables (glob patterns) whose values the record and the terminal may show, beside
+    # the built-in NCCL_*, CUDA_*, engine tuning ones (harness/record/secrets.py READABLE_ENV); every
+    # other variable of server.env / nccl.env is a secret
+    readable_env: List[str] = field(default_factory=list)
 
 
 @dataclass

@@ -40,7 +40,9 @@ class Recorder:
     def __init__(self, experiment: Experiment, kind: str = "run"):
         self.experiment = experiment
         self.kind = KINDS[kind]  # run | sweep | capacity | calibration: the folder's name, its JSON, what else it holds
-        self.redactor = Redactor()  # what the record learns before it exists (a sweep's overrides) counts too
+        # what the record learns before it exists (a sweep's overrides) counts too
+        self.redactor = Redactor(readable=experiment.base.record.readable_env)
+        self.redactor.learn(list(experiment.overrides))  # the command line as typed, quotes and spaces included
         self.started_utc = utc_now()  # the driver began now, whenever its folder is first needed
         self._record: RunRecord | None = None
 

@@ -26,7 +26,6 @@ from harness.record.recorder import Recorder
 from harness.record.requests import RequestColumns
 from harness.record.store import FINISHED, INTERRUPTED, RUNNING, RunData
 from harness.run.replay import drift_rows, drift_table
-from harness.record.secrets import redact_patterns
 from harness.servers import Session, remove_dead_sessions_containers
 from harness.servers.images import ImageError
 from harness.report.summary import format_summary
@@ -212,8 +211,9 @@ class Runner:
         return drift_rows(self.replayed.data, self.results_json(), self.experiment.base.gate)
 
     def scrub(self, text: str) -> str:
-        """Text through the record's redaction (patterns only before a record exists)."""
-        return self.recorder.scrub(text) if self.recorder.started else redact_patterns(text)
+        """Text through the record's redaction (what it learned from the command line even
+        before a record exists)."""
+        return self.recorder.redactor.text(text)
 
     def summary(self) -> str:
         status = {name: o.to_json() for name, o in self.outcomes.items()}
