@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from harness import PROJECT_ROOT, __version__
+from harness.gates.baseline_match import arm_identity
 from harness.run.arm import ArmFailed, ArmRun, ArmSession
 from harness.config.compose import Arm, Experiment
 from harness.gates.verdict import Verdict
@@ -74,7 +75,8 @@ class Runner:
     def open_arm(self, name: str) -> ArmRun:
         """Start the arm's server and measure its workload; the server stays up until close_arm."""
         arm = self.experiment.arm(name)
-        outcome = self.outcomes[name] = ArmOutcome(name, backend=arm.cfg.backend.kind, choices=arm.choices)
+        outcome = self.outcomes[name] = ArmOutcome(name, backend=arm.cfg.backend.kind, choices=arm.choices,
+                                                   identity=arm_identity(arm.cfg))
         record = self.start_record()
         self.session.run, self.session.record = record.name, str(record.resolve())
         arm_session = self.open_sessions[name] = ArmSession(arm, outcome, self.recorder, self.session, self.progress)
