@@ -518,12 +518,20 @@ def check_tokenizer(folder: str) -> None:
 
 
 def check_record_root(root: str) -> None:
-    """record.root must be a folder that can be made: not under a regular file."""
+    """record.root must be a folder a record can be made in, before anything is measured:
+    not under a regular file, writable, and its `latest` (if any) the link specgate keeps,
+    not a folder copied there (from a CI artifact) that the run could not replace at its end."""
     path = Path(root).absolute()
+    latest = path / "latest"
+    if latest.exists() and not latest.is_symlink():
+        raise ConfigError(f"record.root {root}: {latest} is a {'folder' if latest.is_dir() else 'file'}, not the link "
+                          f"to the newest record that specgate keeps there; move it away (a copied CI artifact?)")
     for parent in [path, *path.parents]:
         if parent.exists():
             if not parent.is_dir():
                 raise ConfigError(f"record.root {root}: {parent} is a file, so no record folder can be made there")
+            if not os.access(parent, os.W_OK | os.X_OK):
+                raise ConfigError(f"record.root {root}: {parent} is not writable here, so no record could be kept")
             return
 
 
