@@ -50,7 +50,8 @@ def test_heads_are_current_for_the_tiny_target(heads: Path) -> None:
     assert done.returncode == 0, done.stderr
     settings = json.loads((heads / "MANIFEST.json").read_text())["inputs"]["settings"]
     # what docs/engines.md "The tiny EAGLE-3 heads" says
-    assert (settings["sequences"], settings["held_out"], settings["draft_vocab"], settings["ttt_steps"]) == (4096, 256, 1024, 3)
+    assert (settings["sequences"], settings["new_tokens"], settings["held_out"], settings["draft_vocab"],
+            settings["ttt_steps"]) == (8192, 40, 256, 1024, 3)
     assert HEADS.name == "eagle3-heads" or "SPECGATE_EAGLE3_HEADS" in os.environ
 
 
