@@ -7,7 +7,7 @@
 #
 # Idempotent: when the venv's stamp and the models' and heads' MANIFEST.json are current, it
 # takes about a second. The first run takes about 4 minutes (about 3.5 GB in the venv), the
-# models about 10 seconds and the heads about 3 minutes. Works as root with no TTY (CI).
+# models about 10 seconds and the heads 3-4 minutes. Works as root with no TTY (CI).
 #
 # Usage: scripts/ensure_vllm_cpu.sh [--venv-only | --models-only]   (--models-only: models + heads)
 #
@@ -109,7 +109,7 @@ ensure_heads() {
     return 0
   fi
   local t0; t0=$(now)
-  say "building the EAGLE-3 heads for the tiny target into $HEADS (about 3 minutes on 2 busy cores)"
+  say "building the EAGLE-3 heads for the tiny target into $HEADS (3-4 minutes on 2 busy cores)"
   local log; log=$(mktemp /tmp/specgate-eagle3-heads.XXXXXX.log)
   "$VENV/bin/python" "$script" --target "$target" "$HEADS" >"$log" 2>&1 \
     || die "make_eagle3_heads.py failed (last line: $(tail -n 1 "$log")); full log: $log"
