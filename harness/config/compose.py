@@ -262,6 +262,7 @@ def compose(overrides: list[str], conf_dir: Path = DEFAULT_CONF_DIR) -> Experime
                           f"which runs one whole experiment per point")
     check_added_keys(overrides, conf_dir)
     check_deleted_keys(overrides, conf_dir)
+    check_empty_gates(overrides)
     base, _ = compose_config(overrides, conf_dir)
     arm_specs = OmegaConf.to_container(base.arms) or {DEFAULT_ARM: []}
     arms = []
@@ -280,6 +281,16 @@ def compose(overrides: list[str], conf_dir: Path = DEFAULT_CONF_DIR) -> Experime
     )
     validate(experiment)
     return experiment
+
+
+def check_empty_gates(overrides: list[str]) -> None:
+    """`gate.min_capacity={}` on the command line asks for a gate and configures no arm of it:
+    it would judge nothing, silently. (A conf file's `{}` is a default, not a request.)"""
+    for override in overrides:
+        key, _, value = override.lstrip("+").partition("=")
+        if key.split(".")[0] in ("gate", "sweep_gate") and re.fullmatch(r"\{\s*\}", value.strip()):
+            raise ConfigError(f"{key}={{}} configures the gate for no arm, so it would judge nothing: name an arm "
+                              f"(e.g. {key}.eagle3=...), or leave {key} out")
 
 
 def check_added_keys(overrides: list[str], conf_dir: Path) -> None:
