@@ -114,6 +114,9 @@ class Engine:
     health_paths: ClassVar[tuple[str, ...]] = ("/health",)
     spec_stats: ClassVar[str] = PER_REQUEST
     prometheus: ClassVar[PrometheusNames] = PrometheusNames()
+    # the engine's own tuning variables (glob patterns): values the record and terminal may show
+    # (harness/record/secrets.py; every other server.env value is a secret)
+    readable_env: ClassVar[tuple[str, ...]] = ()
     version_routes: ClassVar[tuple[str, ...]] = ()  # GET routes whose JSON has "version"
     served_model_fallback: ClassVar[str | None] = None  # a GET route with "model_path", if /v1/models lists none
     drafter_keys: ClassVar[tuple[str, ...]] = ("num_steps",)  # drafter fields a speculative arm must set

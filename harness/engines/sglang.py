@@ -27,6 +27,7 @@ class SGLang(PythonEngine):
     # was received (before tokenizing it) to its first output; then for each output with n
     # new tokens, TokenizerMetricsCollector.observe_inter_token_latency(interval, n) adds
     # the interval to the sum and n to the count (srt/metrics/collector.py, 0.5.x).
+    readable_env = ("SGLANG_*",)  # its tuning knobs may show (a secret-named one, an API key, never does)
     prometheus = PrometheusNames(ttft_histogram="sglang:time_to_first_token_seconds",
                                  itl_histogram="sglang:inter_token_latency_seconds",
                                  itl_observed_per=ITL_PER_TOKEN,

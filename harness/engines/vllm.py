@@ -60,6 +60,7 @@ class VLLM(PythonEngine):
     # (after the API server applied the chat template and tokenized) to its first output;
     # then one inter-token latency per engine step of a request, the whole step however
     # many tokens it yielded.
+    readable_env = ("VLLM_*",)  # its tuning knobs may show (a secret-named one, an API key, never does)
     prometheus = PrometheusNames(ttft_histogram="vllm:time_to_first_token_seconds",
                                  itl_histogram="vllm:inter_token_latency_seconds",
                                  itl_observed_per=ITL_PER_STEP,

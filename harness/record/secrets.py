@@ -15,7 +15,8 @@ numbers, not secrets.
 Secrets are known by *where they are*, not only by what they look like:
 - every value of a server's environment (`server.env`, `nccl.env`, a process's configured
   variables in the record) is secret unless its name is one users need to read
-  (:data:`READABLE_ENV`: NCCL_*, CUDA_*, engine tuning variables; `record.readable_env`
+  (:data:`READABLE_ENV`: NCCL_*, CUDA_*; each engine's own tuning variables, its class's
+  `readable_env`; `record.readable_env`
   adds patterns) and does not look secret itself (`VLLM_API_KEY` never reads);
 - every value after a secret-named flag up to the next flag (`--api-key k1 k2`: both);
 - a whole override's value when its key is secret-named or a non-readable environment
@@ -55,7 +56,7 @@ PATTERN_CHARS = frozenset("=:-")
 # Environment variables users need to read (glob patterns): the tool's story is reading NCCL
 # values, CUDA and engine tuning knobs. Any other variable's value is a secret.
 READABLE_ENV = ("NCCL_*", "CUDA_*", "NVIDIA_*", "NVSHMEM_*", "GLOO_*", "UCX_*", "FI_*", "OMP_*", "MKL_*", "KMP_*",
-                "TORCH_*", "PYTORCH_*", "TORCHINDUCTOR_*", "TRITON_*", "SGLANG_*", "VLLM_*", "SPT_NOENV",
+                "TORCH_*", "PYTORCH_*", "TORCHINDUCTOR_*", "TRITON_*", "SPT_NOENV",
                 "PYTHONUNBUFFERED", "PYTHONHASHSEED", "PYTHONPATH", "TOKENIZERS_PARALLELISM", "HF_HUB_OFFLINE",
                 "TRANSFORMERS_OFFLINE", "HF_HUB_ENABLE_HF_TRANSFER", "HF_HOME", "LD_LIBRARY_PATH", "PATH", "TZ",
                 "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK")
@@ -63,9 +64,15 @@ ENV_KEYS = frozenset({"env", "vars"})  # where a mapping of environment variable
 OVERRIDE = re.compile(r"^[+~]*([A-Za-z_][\w.@/-]*)=(.*)$", re.DOTALL)
 
 
+def readable_patterns() -> tuple[str, ...]:
+    """The allow-list: the general one and each engine's own tuning variables (its class says which)."""
+    from harness.engines import ENGINES  # the engines own their names (tests/engines/test_engines.py)
+    return READABLE_ENV + tuple(p for engine in ENGINES.values() for p in engine.readable_env)
+
+
 def readable_env(name: Any, extra: Iterable[str] = ()) -> bool:
     """An environment variable whose value may be shown: on the allow-list and not secret-named."""
-    return not secret_name(name) and any(fnmatch.fnmatchcase(str(name), p) for p in (*READABLE_ENV, *extra))
+    return not secret_name(name) and any(fnmatch.fnmatchcase(str(name), p) for p in (*readable_patterns(), *extra))
 
 
 def secret_override_key(key: str, extra: Iterable[str] = ()) -> bool:
