@@ -129,3 +129,13 @@ def test_an_arm_that_was_not_measured_is_refused(tmp_path, capsys):
     assert cli.main(["schedule", str(sweep), "--arm", "baseline"]) == 4
     assert "--arm names the plain arm 'baseline', which drafts nothing" in capsys.readouterr().err
     assert schedule_files(sweep) == []
+
+
+def test_the_default_confidence_is_the_gates_and_a_bad_one_is_refused(tmp_path, capsys):
+    from harness.config.schema import GateConfig
+
+    assert cli.parser().parse_args(["schedule", "x"]).confidence == GateConfig().confidence
+    sweep = write_sweep(tmp_path, CLEAR)
+    assert cli.main(["schedule", str(sweep), "--confidence", "1.5"]) == 4
+    assert "--confidence is a one-sided confidence in [0.5, 1)" in capsys.readouterr().err
+    assert schedule_files(sweep) == []
