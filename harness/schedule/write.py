@@ -93,6 +93,8 @@ def markdown(data: dict[str, Any]) -> str:
             lines += ["```", " ".join(quoted(a) for a in form["args"]), "```", ""]
         for server in form.get("servers") or []:
             lines.append(f"- batch {server['first']}–{server['last']}: `{' '.join(server['args'])}`")
+        if form.get("servers"):
+            lines.append("")
         if form.get("overrides"):
             lines += ["As specgate overrides: `" + " ".join(quoted(o) for o in form["overrides"]) + "`", ""]
     return "\n".join(lines).rstrip() + "\n"
