@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from harness.engines.base import (ITL_PER_STEP, METRICS_WINDOW, CounterWindow, EngineConfigError, PrometheusNames,
                                   PythonEngine)
@@ -44,7 +44,9 @@ def speculative_config(drafter: DictConfig) -> dict:
     config = {"method": vllm_method(drafter.algorithm), "num_speculative_tokens": int(drafter.num_steps)}
     if drafter.model_path:
         config["model"] = drafter.model_path
-    config.update(dict(drafter.get("vllm_speculative_config") or {}))
+    # plain containers: a list value (num_speculative_tokens_per_batch_size) is a ListConfig, which json refuses
+    config.update(OmegaConf.to_container(drafter.vllm_speculative_config, resolve=True)
+                  if drafter.get("vllm_speculative_config") else {})
     return config
 
 

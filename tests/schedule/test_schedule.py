@@ -139,3 +139,39 @@ def test_the_default_confidence_is_the_gates_and_a_bad_one_is_refused(tmp_path, 
     assert cli.main(["schedule", str(sweep), "--confidence", "1.5"]) == 4
     assert "--confidence is a one-sided confidence in [0.5, 1)" in capsys.readouterr().err
     assert schedule_files(sweep) == []
+
+
+def test_the_vllm_forms_overrides_serve_the_table_back(tmp_path):
+    """The overrides the vLLM form gives, on vllm_cpu_schedule: the server's own
+    --speculative-config carries the table, as JSON vLLM parses."""
+    from harness.config.compose import compose
+    from harness.engines import ENGINES
+
+    sweep = write_sweep(tmp_path, CLEAR, engine="vllm")
+    data, _ = make_schedule(sweep)
+    cfg = compose(["+exp=vllm_cpu_schedule", *data["forms"]["vllm"]["overrides"]]).arm("ngram").cfg
+    args = ENGINES["vllm"].args(cfg, 8000, "127.0.0.1")
+    config = json.loads(args[args.index("--speculative-config") + 1])
+    assert config == {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 4, "prompt_lookup_min": 2,
+                      "num_speculative_tokens_per_batch_size": [[1, 2, 2], [3, 8, 1], [9, 16, 0]]}
+
+
+def test_vllms_own_code_reads_the_written_table_as_the_schedule(tmp_path):
+    """The table through the installed vLLM's own validator and lookup (the scheduler's dense
+    batch size -> k table): every batch size gets the k its range says, 17 and on the last."""
+    import subprocess
+    from pathlib import Path
+
+    from harness.config.compose import compose
+
+    python = Path(compose(["+exp=vllm_cpu_schedule"]).arm("ngram").cfg.build.python)
+    if not python.exists():
+        pytest.skip(f"no vLLM venv at {python} (make install)")
+    data, _ = make_schedule(write_sweep(tmp_path, CLEAR, engine="vllm"))
+    config = data["forms"]["vllm"]["speculative_config"]
+    code = ("import json, sys; from vllm.v1.spec_decode.dynamic.utils import build_dynamic_sd_schedule_lookup as b; "
+            "c = json.loads(sys.argv[1]); print(json.dumps(b(c['num_speculative_tokens_per_batch_size'], "
+            "vllm_max_batch_size=20, vllm_num_speculative_tokens=c['num_speculative_tokens'])))")
+    done = subprocess.run([str(python), "-c", code, json.dumps(config)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout)[1:] == [2, 2] + [1] * 6 + [0] * 12
