@@ -154,6 +154,9 @@ def test_the_vllm_forms_overrides_serve_the_table_back(tmp_path):
     config = json.loads(args[args.index("--speculative-config") + 1])
     assert config == {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 4, "prompt_lookup_min": 2,
                       "num_speculative_tokens_per_batch_size": [[1, 2, 2], [3, 8, 1], [9, 16, 0]]}
+    # plain decoding everywhere: the same arm served without speculation
+    plain = compose(["+exp=vllm_cpu_schedule", "drafter=none"]).arm("ngram").cfg
+    assert "--speculative-config" not in ENGINES["vllm"].args(plain, 8000, "127.0.0.1")
 
 
 def test_vllms_own_code_reads_the_written_table_as_the_schedule(tmp_path):
