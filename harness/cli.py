@@ -24,16 +24,20 @@ import argparse
 import sys
 from pathlib import Path
 
+import yaml
+from omegaconf import OmegaConf
+
+from harness.exit_status import MISTAKE
 from harness import SUITES_DIR, __version__
 from harness.report.compare import CompareError
-from harness.record.secrets import redact_patterns
+from harness.record.secrets import Redactor, terminal_text
 from harness.config.compose import (DEFAULT_CONF_DIR, PYTEST_VALUE_OPTIONS, ConfigError, compose, is_override,
-                                    list_experiments, to_yaml)
+                                    list_experiments)
 from harness.record.store import RecordError
 from harness.report.html import ReportError
 from harness.schedule.grid import ScheduleError
 
-USAGE_ERROR = 4  # as pytest's usage error: a config or input mistake (2 is Ctrl-C)
+USAGE_ERROR = MISTAKE  # a config, input or usage mistake (2 is Ctrl-C)
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -45,11 +49,18 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    """Each arm's composed config, through the record's redaction: the terminal shows no
+    secret a record would not."""
     experiment = compose(args.overrides, args.conf_dir)
+    redactor = Redactor(readable=experiment.base.record.readable_env)
+    redactor.learn(list(args.overrides))
+    for arm in experiment.arms:
+        redactor.learn(OmegaConf.to_container(arm.cfg, resolve=True))
     print(f"# experiment: {experiment.name} — {experiment.description}")
     for arm in experiment.arms:
-        print(f"\n# ---- arm: {arm.name}  (overrides: {' '.join(arm.overrides) or 'none'})")
-        print(to_yaml(arm.cfg), end="")
+        print(f"\n# ---- arm: {arm.name}  (overrides: {' '.join(redactor.data(list(arm.overrides))) or 'none'})")
+        shown = redactor.data(OmegaConf.to_container(arm.cfg, resolve=True))
+        print(yaml.safe_dump(shown, sort_keys=False), end="")
     return 0
 
 
@@ -161,7 +172,7 @@ def cmd_clean(args: argparse.Namespace) -> int:
         client = docker_client(args.docker_host)
     except ImageError as exc:
         print(f"specgate: {exc}", file=sys.stderr)
-        return 2
+        return USAGE_ERROR  # nothing to clean with: like a run that cannot start here
     removed = remove_containers(client, only_dead=False)
     print(f"removed {len(removed)} container(s){': ' + ', '.join(removed) if removed else ''}")
     if args.images:
@@ -172,8 +183,17 @@ def cmd_clean(args: argparse.Namespace) -> int:
     return 0
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage mistake is a mistake like any other: one sentence and exit
+    status 4 (argparse's own 2 is what README keeps for an interrupted run)."""
+
+    def error(self, message: str):
+        print(f"{self.prog}: {message} (see {self.prog} --help)", file=sys.stderr)
+        sys.exit(USAGE_ERROR)
+
+
 def parser() -> argparse.ArgumentParser:
-    root = argparse.ArgumentParser(prog="specgate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    root = Parser(prog="specgate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     root.add_argument("--conf-dir", type=Path, default=DEFAULT_CONF_DIR, help="the Hydra config tree")
     root.add_argument("--version", action="version", version=f"specgate {__version__}")
     commands = root.add_subparsers(dest="command", required=True)
@@ -237,12 +257,14 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     args = parser().parse_args(argv)
     try:
         return args.func(args)
     except (ConfigError, RecordError, CompareError, ReportError, ScheduleError) as exc:
-        print(f"specgate: {redact_patterns(str(exc))}", file=sys.stderr)
+        print(f"specgate: {terminal_text(str(exc), argv)}", file=sys.stderr)
         return USAGE_ERROR
+
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ time, since config validation and each arm's load read the same file.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
 import re
@@ -66,6 +67,25 @@ def load_dataset(value: str | os.PathLike) -> tuple[Conversation, ...]:
     return _load(path, stat.st_mtime_ns, stat.st_size)
 
 
+def dataset_digest(value: str | os.PathLike) -> str | None:
+    """The sha256 of the dataset file's bytes (None when it cannot be read): what identifies
+    the prompts a run sent, so an edited file at the same path is a different workload."""
+    path = dataset_path(value)
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return _digest(path, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=8)
+def _digest(path: Path, mtime_ns: int, size: int) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
 @functools.lru_cache(maxsize=8)
 def _load(path: Path, mtime_ns: int, size: int) -> tuple[Conversation, ...]:
     """The rows of ``path`` as it was at ``mtime_ns`` and ``size`` (the cache key)."""
@@ -84,7 +104,9 @@ def _load(path: Path, mtime_ns: int, size: int) -> tuple[Conversation, ...]:
 
 
 def _lines(path: Path, text: str) -> Iterator[tuple[Any, int]]:
-    for number, line in enumerate(text.splitlines(), 1):
+    # JSON Lines ends a row at "\n" only: str.splitlines() would also split inside a string
+    # holding U+2028, U+0085 or a form feed, which JSON allows unescaped
+    for number, line in enumerate(text.split("\n"), 1):
         if not line.strip():
             continue
         try:
@@ -122,7 +144,9 @@ def _array_items(path: Path, text: str) -> Iterator[tuple[Any, int]]:
 
 
 def _bad_json(path: Path, line: int, exc: json.JSONDecodeError) -> DatasetError:
-    return DatasetError(f"workload.dataset {path}, line {line}: not valid JSON ({exc.msg} at column {exc.colno})")
+    # json's messages may end in "at" ("Unterminated string starting at"): the column says where
+    return DatasetError(f"workload.dataset {path}, line {line}: not valid JSON at column {exc.colno}: "
+                        f"{exc.msg.removesuffix(' at')}")
 
 
 # --- one row --------------------------------------------------------------------------------

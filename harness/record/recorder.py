@@ -40,7 +40,9 @@ class Recorder:
     def __init__(self, experiment: Experiment, kind: str = "run"):
         self.experiment = experiment
         self.kind = KINDS[kind]  # run | sweep | capacity | calibration: the folder's name, its JSON, what else it holds
-        self.redactor = Redactor()  # what the record learns before it exists (a sweep's overrides) counts too
+        # what the record learns before it exists (a sweep's overrides) counts too
+        self.redactor = Redactor(readable=experiment.base.record.readable_env)
+        self.redactor.learn(list(experiment.overrides))  # the command line as typed, quotes and spaces included
         self.started_utc = utc_now()  # the driver began now, whenever its folder is first needed
         self._record: RunRecord | None = None
 
@@ -100,11 +102,12 @@ class Recorder:
             plot_png(folder / "telemetry.png", telemetry)
 
     def status_fields(self, status: str) -> dict[str, Any]:
-        """What every kind's JSON says of its state: `running` from the start (so a record a
-        killed process left says so), then `finished` or `interrupted`, with when."""
+        """What every kind's JSON says of itself: its kind (`record_kind`: run, sweep, ...; what
+        a reader checks before taking it as a reference), and its state: `running` from the
+        start (so a record a killed process left says so), then `finished` or `interrupted`, with when."""
         if status not in RUN_STATUSES:
             raise ValueError(f"a record's status is one of {', '.join(RUN_STATUSES)}, not {status!r}")
-        return {"status": status, "started_utc": self.started_utc,
+        return {"record_kind": self.kind.name, "status": status, "started_utc": self.started_utc,
                 "finished_utc": None if status == RUNNING else utc_now()}
 
     def write_data(self, data: dict[str, Any]) -> None:

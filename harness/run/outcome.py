@@ -33,6 +33,8 @@ class ArmOutcome:
     environment: list[dict[str, Any]] | None = None  # configured variables as each server process has them
     request_lines: list[dict[str, Any]] = field(default_factory=list)  # the record's request lines (kept in memory for verdicts)
     interrupted_load: dict[str, Any] | None = None  # {repeat, finished, in_flight} of a load cut by Ctrl-C/SIGTERM
+    model: str | None = None  # the model name every request was sent to (from /v1/models and server.served_model_name)
+    identity: dict[str, Any] | None = None  # what the arm measured (engine, model, workload, dataset sha256): gate.baseline's check
 
     @property
     def measured(self) -> bool:
@@ -42,7 +44,7 @@ class ArmOutcome:
         """The arm's block of results.json; `versus_plain` adds the cross-arm numbers
         (speedup and break-even against the plain arm)."""
         block: dict[str, Any] = {"status": self.status, "backend": self.backend, "choices": self.choices}
-        for key in ("error", "server", "server_version", "environment", "interrupted_load"):
+        for key in ("error", "model", "identity", "server", "server_version", "environment", "interrupted_load"):
             value = getattr(self, key)
             if value not in (None, {}):
                 block[key] = value

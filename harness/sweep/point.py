@@ -13,15 +13,18 @@ from pathlib import Path
 
 from harness import PROJECT_ROOT, SUITES_DIR
 from harness.config.compose import SweepPoint, override_key
+from harness.record.secrets import Redactor
 
 STOP_GRACE_S = (120, 30)  # after SIGINT, then after SIGTERM: time for a point to stop its servers
 EXIT_STATUS_FILE = "exit_status"  # in points/<label>/: the point's pytest exit status, once it ended
 
 
-def label(index: int, point: SweepPoint) -> str:
+def label(index: int, point: SweepPoint, redactor: Redactor) -> str:
     """`1_concurrency-4_num_steps-2`: the point's number and what it picked, as a folder name
-    (no `=` or `,`, which an override's value could not carry unquoted)."""
-    picks = [f"{override_key(o).rsplit('.', 1)[-1]}-{o.split('=', 1)[1]}" for o in point.swept]
+    (no `=` or `,`, which an override's value could not carry unquoted); a secret value
+    (`+server.env.HF_TOKEN=a,b`) is `redacted` there, as everywhere."""
+    shown = [redactor.override_label(o) for o in point.swept]
+    picks = [f"{override_key(o).rsplit('.', 1)[-1]}-{o.split('=', 1)[1]}" for o in shown]
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", "_".join([str(index), *picks]))[:120]
 
 

@@ -118,10 +118,18 @@ def test_replay_says_when_todays_conf_differs_and_refuses_group_switches(first_r
     assert bad.returncode == 4 and "replay cannot switch the group 'workload'" in bad.stderr
 
 
-def test_a_reference_run_that_is_not_a_record_stops_the_run_in_one_sentence(tmp_path):
-    proc = run_suites("+exp=sim_smoke", f"gate.baseline={tmp_path / 'nope'}", f"record.root={tmp_path}", "--collect-only")
+@pytest.mark.parametrize("name, content, why", [
+    ("nope", None, "it does not exist"),
+    ("empty.json", "{}", "it has no 'arms' mapping"),  # used to be a skipped gate and exit 0
+    ("sweep.json", '{"record_kind": "sweep", "experiment": "x", "points": []}', "it is a sweep record's sweep.json"),
+])
+def test_a_reference_run_that_is_not_a_record_stops_the_run_in_one_sentence(tmp_path, name, content, why):
+    reference = tmp_path / name
+    if content is not None:
+        reference.write_text(content)
+    proc = run_suites("+exp=sim_smoke", f"gate.baseline={reference}", f"record.root={tmp_path / 'runs'}", "--collect-only")
     assert proc.returncode == 4
-    assert f"gate.baseline: {tmp_path / 'nope'} is not a run record: it does not exist" in proc.stderr
+    assert f"gate.baseline: {reference} is not a run record: {why}" in proc.stderr
 
 
 @pytest.mark.slow
@@ -175,6 +183,30 @@ def test_a_replay_of_a_torn_results_json_stops_before_any_server_starts(first_ru
     assert f"specgate: --replay: {copy / 'results.json'} is not a readable run record" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert not new_root.exists(), "a record was written for a replay that never started"
+
+
+@pytest.mark.slow
+def test_a_replay_whose_dataset_changed_since_the_recording_stops_in_one_sentence(first_run, tmp_path):
+    import hashlib
+    import yaml
+    _, record, _, _, _ = first_run
+    copy, dataset = tmp_path / "record", tmp_path / "prompts.jsonl"
+    subprocess.run(["cp", "-r", str(record), str(copy)], check=True)
+    dataset.write_text('{"prompt": "count to ten"}\n')
+    digest = hashlib.sha256(dataset.read_bytes()).hexdigest()
+    for config in [copy / "config.yaml", *copy.glob("arms/*/config.yaml")]:  # the run as if it had sent the dataset
+        data = yaml.safe_load(config.read_text())
+        data["workload"]["dataset"] = str(dataset)
+        config.write_text(yaml.safe_dump(data))
+    results = json.loads((copy / "results.json").read_text())
+    for block in results["arms"].values():
+        block["identity"]["workload.dataset_sha256"] = digest
+    (copy / "results.json").write_text(json.dumps(results))
+    assert run_suites("--replay", str(copy), "--collect-only").returncode == 0  # the same file: it replays
+    dataset.write_text('{"prompt": "write a long story"}\n')  # the same path, other prompts
+    proc = run_suites("--replay", str(copy), "--collect-only", refused=True)
+    assert proc.returncode == 4
+    assert f"--replay: workload.dataset {dataset} has changed since the recording (sha256 {digest[:12]}..." in proc.stderr
 
 
 def write_results(path: Path, **data) -> Path:

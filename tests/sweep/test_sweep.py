@@ -14,6 +14,7 @@ import pytest
 
 from harness import cli
 
+from harness.record.secrets import Redactor
 from harness.sweep import point as sweep
 from harness.config.compose import ConfigError, compose, sweep_points
 from harness.sweep.record import headline
@@ -30,7 +31,7 @@ def test_comma_lists_range_and_choice_expand_as_hydra_multirun():
     assert points[0].overrides == ["+exp=sim_smoke", "workload.concurrency=1", "drafter.num_steps=2",
                                    "workload.max_tokens=8"]
     assert points[-1].swept == ["workload.concurrency=4", "drafter.num_steps=4", "workload.max_tokens=16"]
-    assert [sweep.label(n, p) for n, p in enumerate(points)][:3] == [
+    assert [sweep.label(n, p, Redactor()) for n, p in enumerate(points)][:3] == [
         "0_concurrency-1_num_steps-2_max_tokens-8", "1_concurrency-1_num_steps-2_max_tokens-16",
         "2_concurrency-1_num_steps-4_max_tokens-8"]
 
@@ -38,7 +39,7 @@ def test_comma_lists_range_and_choice_expand_as_hydra_multirun():
 def test_overrides_that_sweep_nothing_are_kept_as_written():
     (point,) = sweep_points(["+exp=sim_smoke", "~gate.baseline", "workload.max_tokens=16"])
     assert point.overrides == ["+exp=sim_smoke", "~gate.baseline", "workload.max_tokens=16"]
-    assert point.swept == [] and sweep.label(0, point) == "0"
+    assert point.swept == [] and sweep.label(0, point, Redactor()) == "0"
 
 
 def test_a_key_swept_twice_takes_hydras_last_sweep_once():
