@@ -56,6 +56,11 @@ ConfigStore.instance().store(name="specgate_schema", node=SpecgateConfig)
 # builds here (the engine venvs, the tiny models). Records keep the resolved absolute path.
 if not OmegaConf.has_resolver("project_root"):
     OmegaConf.register_new_resolver("project_root", lambda: str(DEFAULT_CONF_DIR.parent))
+# `${chain_draft_tokens:${drafter.num_steps}}`: a chain of k drafted tokens verifies k + 1, so a
+# sweep over drafter.num_steps (specgate schedule) keeps num_draft_tokens in step with it; no
+# steps (the arm served plain: drafter=none), no draft tokens.
+if not OmegaConf.has_resolver("chain_draft_tokens"):
+    OmegaConf.register_new_resolver("chain_draft_tokens", lambda steps: None if steps is None else int(steps) + 1)
 
 
 class ConfigError(Exception):

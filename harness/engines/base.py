@@ -223,6 +223,13 @@ class Engine:
         """The message of this engine's 400 body; AssertionError when the shape is not its own."""
         raise NotImplementedError
 
+    # --- deploying a schedule (specgate schedule) ----------------------------------------
+    def schedule_form(self, drafter: DictConfig, ranges: list[tuple[int, int, int]]) -> dict[str, Any] | None:
+        """How this engine takes a k per batch-size range (first, last, k; k 0 = plain
+        decoding) for `drafter`: {engine, args, note, ...; files: {name: JSON} to write beside
+        the schedule}; None when it is no engine to deploy (the simulator)."""
+        return None
+
 
 class PythonEngine(Engine):
     """An engine started as `python -m <module> <args>`: the interpreter is build.python
