@@ -371,6 +371,7 @@ def load_on(url: str, hogs: int) -> ArmResult:
     return result
 
 
+@pytest.mark.serial  # its ordinary client must not share the 2 cores with another test's load (seen: flagged)
 def test_a_starved_client_is_flagged_client_bound_and_an_ordinary_one_is_not(sim_url):
     ordinary = load_on(sim_url, hogs=0)
     starved = load_on(sim_url, hogs=2)
