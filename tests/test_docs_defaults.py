@@ -198,3 +198,12 @@ def test_every_repository_path_named_exists():
 def test_the_readme_stays_a_page_a_newcomer_reads():
     lines = len((ROOT / "README.md").read_text(encoding="utf-8").splitlines())
     assert lines <= 300, f"README.md has {lines} lines; depth belongs in a docs/ page, linked from its table"
+
+
+def test_readme_names_every_experiment_and_drafter_of_the_config_tree():
+    readme = (ROOT / "README.md").read_text()
+    for group in ("exp", "drafter"):
+        row = next(line for line in readme.splitlines() if line.startswith(f"| `{group}` |"))
+        named = set(re.findall(r"`([a-z0-9_]+)`", row.split("|")[2]))
+        options = {p.stem for p in (ROOT / "conf" / group).glob("*.yaml")}
+        assert options <= named, f"README's {group} row lacks {sorted(options - named)}"
