@@ -484,6 +484,12 @@ def validate_arm(arm: Arm) -> None:
     if gap is not None and not 0 <= gap < 1:
         raise ConfigError(f"gate.max_accept_length_source_gap must be a fraction in [0, 1) (0.02: 2 %) or null, got {gap}")
     check_record_root(cfg.record.root)
+    if not 0 < cfg.record.steady_min_fraction <= 1:
+        raise ConfigError(f"record.steady_min_fraction is the least share of the load a steady window must cover, "
+                          f"in (0, 1] (0.25: a quarter), got {cfg.record.steady_min_fraction}")
+    if cfg.record.timeslice_s <= 0:
+        raise ConfigError(f"record.timeslice_s is the width of a time slice in seconds, greater than 0, "
+                          f"got {cfg.record.timeslice_s}")
     if workload.burstiness is not None and workload.burstiness <= 0:
         raise ConfigError(f"workload.burstiness must be > 0 (the gamma shape; 1 is Poisson), got {workload.burstiness}")
 

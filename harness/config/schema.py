@@ -302,6 +302,9 @@ class SweepGateConfig:
 class RecordConfig:
     root: str = "runs"  # records go to <root>/<UTC timestamp>_<exp>/
     keep_requests: bool = True  # write the per-request files (arms/<arm>/requests.parquet, docs/record.md)
+    # a steady window (harness/measure/steady.py) shorter than this share of the load is inconclusive
+    steady_min_fraction: float = 0.25
+    timeslice_s: float = 1.0  # the width of each time slice of an arm's figures over time (harness/measure/timeslices.py)
 
 
 @dataclass

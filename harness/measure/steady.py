@@ -31,6 +31,8 @@ from typing import Any, Optional
 
 import numpy as np
 
+from harness.measure.samples import Evidence, windowed
+
 CLOSED, OPEN = "closed_loop", "open_loop"
 
 
@@ -170,11 +172,38 @@ def combine(blocks: list[dict[str, Any]]) -> dict[str, Any]:
     conclusive = [b for b in blocks if b and not b.get("inconclusive")]
     if not conclusive:
         return dict(blocks[0]) if blocks else {}
-    combined = {"rule": conclusive[0]["rule"], "repeats_conclusive": len(conclusive), "inconclusive": None}
+    combined = {"rule": conclusive[0]["rule"], "repeats_conclusive": len(conclusive), "inconclusive": None,
+                "windows_ms": [windows_of(b)[0] if windows_of(b) else None for b in blocks]}
     for key in ("window_s", "share_of_load", "output_tok_s", "decode_step_ms", "verify_cycle_ms"):
         values = [b[key] for b in conclusive if b.get(key) is not None]
         combined[key] = _r(float(np.median(values))) if values else None
     return combined
+
+
+def windows_of(block: dict[str, Any]) -> list[Optional[list[float]]]:
+    """Each repeat's steady window [start, end] in ms (None for a repeat without one)."""
+    if not block or block.get("inconclusive"):
+        return []
+    if "windows_ms" in block:
+        return list(block["windows_ms"])
+    return [[block["start_ms"], block["end_ms"]]]
+
+
+def rate_evidence(lines: list[dict], block: dict[str, Any]) -> Optional[Evidence]:
+    """Output tokens per second in equal time windows of each repeat's steady window, to
+    resample for the steady speedup's interval (as the whole load's windows are, harness/measure/samples.py)."""
+    windows = windows_of(block)
+    if not windows:
+        return None
+    rates: list[float] = []
+    for repeat, window in enumerate(windows):
+        mine = [line for line in lines if int(line.get("repeat") or 0) == repeat and line.get("ok")]
+        if window is None or not mine:
+            continue
+        times = np.concatenate([np.asarray(line.get("chunk_ms") or [], dtype=float) for line in mine])
+        weights = np.concatenate([np.asarray(line.get("chunk_tokens") or [], dtype=float) for line in mine])
+        rates += windowed(window[0], window[1], times, weights)
+    return Evidence.singles(np.asarray(rates, dtype=float), "mean", "windows") if rates else None
 
 
 def _r(x: Optional[float], nd: int = 4) -> Optional[float]:

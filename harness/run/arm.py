@@ -150,7 +150,7 @@ class ArmSession:
                 sampler.mark_load_end()
         self.keep_requests(repeat, load, **flags)
         self.streamed += chunk_arrivals(load.records)
-        result = summarize(self.arm.name, load, self.server_accept_length())
+        result = summarize(self.arm.name, load, self.server_accept_length(), self.arm.cfg.record.steady_min_fraction)
         server_side = self.server_window(before)
         self.outcome.server_windows.append(server_side)
         self.check_agreement(result, server_side, repeat)
