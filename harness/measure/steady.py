@@ -107,7 +107,12 @@ def steady_window(lines: list[dict], concurrency: int, request_rate: Optional[fl
         window.start_ms = first + (float(np.median(lifetimes)) if lifetimes else 0.0)
         window.end_ms = max(line["send_ms"] for line in lines)
         what = "from one median request lifetime after the first send to the last send"
-    if window.end_ms <= window.start_ms or window.share < min_fraction:
+    if rule == OPEN and window.end_ms <= window.start_ms:
+        window.inconclusive = (f"the requests' median lifetime ({(window.start_ms - first) / 1000.0:.2f} s) is longer "
+                               f"than the arrivals lasted ({(window.end_ms - first) / 1000.0:.2f} s), so they never "
+                               f"came to balance the departures: the load is too short, or the server falls behind "
+                               f"its arrivals")
+    elif window.end_ms <= window.start_ms or window.share < min_fraction:
         window.inconclusive = (f"the steady window ({what}) is {window.seconds:.2f} s, {window.share:.0%} of the "
                                f"load's {(last - first) / 1000.0:.2f} s, under record.steady_min_fraction "
                                f"{min_fraction:.0%}: the load is too short to have a steady state")

@@ -134,8 +134,10 @@ def steady_words(steady: Optional[dict[str, Any]]) -> str:
     span = steady_span(steady)
     where = f"{span[0] / 1000.0:.2f} s to {span[1] / 1000.0:.2f} s of the run, " if span else ""
     rule = "all slots busy" if steady.get("rule") == "closed_loop" else "arrivals ramped in, before the last send"
-    return (f"Steady window ({rule}): {where}{steady.get('window_s')} s, {100 * (steady.get('share_of_load') or 0):.0f} % "
-            f"of the load; {steady.get('output_tok_s')} tok/s over it.")
+    tok_s = number(steady.get("output_tok_s"))
+    return (f"Steady window ({rule}): {where}{number(steady.get('window_s')) or 0:.2f} s, "
+            f"{100 * (number(steady.get('share_of_load')) or 0):.0f} % of the load; "
+            f"{'-' if tok_s is None else f'{tok_s:.1f}'} tok/s over it.")
 
 
 def category_rows(blocks: dict[str, Any], arms: list[str], plain_arm: Optional[str]) -> list[list[str]]:

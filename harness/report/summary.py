@@ -56,14 +56,15 @@ def steady_section(experiment, results: dict[str, ArmResult]) -> list[str]:
         if steady.get("inconclusive"):
             lines.append(f"- {arm}: inconclusive: {steady['inconclusive']}")
         else:
-            lines.append(f"- {arm}: {steady.get('window_s')} s, {100 * (steady.get('share_of_load') or 0):.0f} % of "
-                         f"the load, {steady.get('output_tok_s')} tok/s")
+            lines.append(f"- {arm}: {steady.get('window_s') or 0:.2f} s, {100 * (steady.get('share_of_load') or 0):.0f} % "
+                         f"of the load, {cell(steady.get('output_tok_s'), '{:.1f}')} tok/s")
     if not lines:
         return []
     plain = experiment.plain_arm
     basis = (" Speedup and break-even are over each arm's steady window where both arms have one, else over "
              f"each arm's whole load (basis_vs_{plain} in results.json).") if plain else ""
-    return ["", "## Steady window", "", f"Where the load was stationary (closed loop: every slot busy).{basis}", "",
+    return ["", "## Steady window", "", f"Where the load was stationary (closed loop: every slot busy; open loop: from the arrivals' "
+            f"ramp-in to the last send).{basis}", "",
             *lines]
 
 

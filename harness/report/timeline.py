@@ -84,7 +84,7 @@ def panel(label: str, unit: str, points: list[tuple[dict, Optional[float]]], top
 
 
 def axis(t0: float, t1: float, x, baseline: float) -> str:
-    """Seconds from the load's first measured send, at both ends and the middle."""
+    """Seconds of the run (the requests' time axis, as the steady window is given), at both ends and the middle."""
     ticks = [t0, (t0 + t1) / 2, t1]
     return "".join(f'<text x="{x(t):.1f}" y="{baseline}" font-size="10" text-anchor="middle" '
-                   f'font-family="sans-serif">{(t - t0) / 1000.0:.1f} s</text>' for t in ticks)
+                   f'font-family="sans-serif">{t / 1000.0:.2f} s</text>' for t in ticks)

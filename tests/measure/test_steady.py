@@ -83,8 +83,19 @@ def test_an_open_loop_burst_has_no_steady_window():
     lines = [line(0.0, 1000.0) for _ in range(8)]
     block = steady_figures(lines, 8, 1e9, 0.25)
     assert block["output_tok_s"] is None
-    assert block["inconclusive"].startswith("the steady window (from one median request lifetime after the first "
-                                            "send to the last send) is 0.00 s, 0% of the load's 1.00 s")
+    assert block["inconclusive"] == ("the requests' median lifetime (1.00 s) is longer than the arrivals lasted "
+                                     "(0.00 s), so they never came to balance the departures: the load is too short, "
+                                     "or the server falls behind its arrivals")
+
+
+def test_an_open_loop_window_under_the_minimum_share_is_inconclusive():
+    # arrivals for 1.2 s of requests 1 s long: balanced from 1.0 s to 1.2 s of a 2.2 s load
+    lines = [line(100.0 * k, 100.0 * k + 1000.0) for k in range(13)]
+    block = steady_figures(lines, 64, 10.0, 0.25)
+    assert block["output_tok_s"] is None
+    assert block["inconclusive"] == ("the steady window (from one median request lifetime after the first send to "
+                                     "the last send) is 0.20 s, 9% of the load's 2.20 s, under "
+                                     "record.steady_min_fraction 25%: the load is too short to have a steady state")
 
 
 def test_tokens_without_chunk_times_are_pro_rated_by_overlap():

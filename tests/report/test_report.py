@@ -418,7 +418,7 @@ def test_the_report_draws_each_arms_timeline_with_its_steady_window(timed_record
     page = write_report(timed_record).read_text()
     assert "<h2>Over time</h2>" in page and page.count('<svg xmlns="http://www.w3.org/2000/svg" class="timeline"') == 2
     assert page.count('class="steady"') == 6  # eagle3's 6 panels shaded; baseline's window inconclusive, none
-    assert "Steady window (all slots busy): 0.90 s to 4.10 s of the run, 3.2 s, 64 % of the load; 305.0 tok/s over it." in page
+    assert "Steady window (all slots busy): 0.90 s to 4.10 s of the run, 3.20 s, 64 % of the load; 305.0 tok/s over it." in page
     assert "Steady window inconclusive: never were all 4 slots busy at once." in page
     assert "GPU SM clock (MHz)" in page and page.count("GPU power (W)") == 1  # the baseline had no samples
     # a record without timeslices has no such section (the fixture's own page)
