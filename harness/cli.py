@@ -22,6 +22,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from harness.exit_status import MISTAKE
 from harness import SUITES_DIR, __version__
 from harness.report.compare import CompareError
 from harness.record.secrets import redact_patterns
@@ -30,7 +31,7 @@ from harness.config.compose import (DEFAULT_CONF_DIR, PYTEST_VALUE_OPTIONS, Conf
 from harness.record.store import RecordError
 from harness.report.html import ReportError
 
-USAGE_ERROR = 4  # as pytest's usage error: a config or input mistake (2 is Ctrl-C)
+USAGE_ERROR = MISTAKE  # a config, input or usage mistake (2 is Ctrl-C)
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -148,7 +149,7 @@ def cmd_clean(args: argparse.Namespace) -> int:
         client = docker_client(args.docker_host)
     except ImageError as exc:
         print(f"specgate: {exc}", file=sys.stderr)
-        return 2
+        return USAGE_ERROR  # nothing to clean with: like a run that cannot start here
     removed = remove_containers(client, only_dead=False)
     print(f"removed {len(removed)} container(s){': ' + ', '.join(removed) if removed else ''}")
     if args.images:
@@ -159,8 +160,17 @@ def cmd_clean(args: argparse.Namespace) -> int:
     return 0
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage mistake is a mistake like any other: one sentence and exit
+    status 4 (argparse's own 2 is what README keeps for an interrupted run)."""
+
+    def error(self, message: str):
+        print(f"{self.prog}: {message} (see {self.prog} --help)", file=sys.stderr)
+        sys.exit(USAGE_ERROR)
+
+
 def parser() -> argparse.ArgumentParser:
-    root = argparse.ArgumentParser(prog="specgate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    root = Parser(prog="specgate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     root.add_argument("--conf-dir", type=Path, default=DEFAULT_CONF_DIR, help="the Hydra config tree")
     root.add_argument("--version", action="version", version=f"specgate {__version__}")
     commands = root.add_subparsers(dest="command", required=True)

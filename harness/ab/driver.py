@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from harness.exit_status import FAILED, INTERRUPTED, PASSED
 from harness.ab.plan import SIDES, ABPlan
 from harness.ab.record import ABRecord, measurement_name
 from harness.capacity.driver import sigint_ignored
@@ -39,7 +40,7 @@ from harness.run.arm import ArmFailed, ArmSession
 from harness.run.outcome import ArmOutcome
 from harness.servers import Session, remove_dead_sessions_containers
 
-PASSED, FAILED, INTERRUPTED_EXIT = 0, 1, 2
+INTERRUPTED_EXIT = INTERRUPTED
 
 
 class Interrupts:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from harness.exit_status import INTERRUPTED
 from harness.calibrate.record import CalibrationRecord
 from harness.config.compose import ConfigError, Experiment, compose, is_sweep
 from harness.gates.baseline_match import LOAD_SIZE_KEYS, identity
@@ -31,7 +32,7 @@ from harness.record.recorder import utc_now
 from harness.run.preflight import load_baseline, preflight
 from harness.sweep.point import point_command, point_overrides, run_point
 
-INTERRUPTED_EXIT = 2  # pytest's status for a run stopped by Ctrl-C
+INTERRUPTED_EXIT = INTERRUPTED  # pytest's status for a run stopped by Ctrl-C
 
 
 def check_calibration(overrides: list[str], conf_dir: Path) -> Experiment:

@@ -19,6 +19,7 @@ from typing import Any, Iterator
 
 from omegaconf import DictConfig, OmegaConf
 
+from harness.exit_status import FAILED, INTERRUPTED, PASSED
 from harness.run.arm import ArmFailed, ArmSession
 from harness.capacity.search import CapacityConfigError, SearchSettings, search
 from harness.capacity.record import CapacityRecord
@@ -33,7 +34,7 @@ from harness.run.preflight import preflight
 from harness.measure.metrics import ArmResult
 from harness.measure.registry import in_scope, metric_value, number
 
-PASSED, FAILED, INTERRUPTED_EXIT = 0, 1, 2
+INTERRUPTED_EXIT = INTERRUPTED
 
 
 def check_experiment(experiment: Experiment) -> tuple[list[Slo], SearchSettings]:

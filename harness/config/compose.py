@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from harness import PROJECT_ROOT
-from harness.engines import ENGINES, EngineConfigError
+from harness.engines import ENGINE_OPTIONS, ENGINES, EngineConfigError
 from harness.engines.legacy import upgrade_config
 from harness.gates.registry import GateConfigError, check_gate_config
 from harness.gates.reference import INCONCLUSIVE
@@ -35,6 +35,7 @@ from harness.load.sizing import SizingError, local_tokenizer
 from harness.load.requests import REQUEST_FUNCS
 from harness.gates.lossless import MAX_TOP_LOGPROBS
 from harness.config import schema
+from harness.config.numbers import NumberError, check_numbers
 from harness.config.schema import BUILD_KINDS, SpecgateConfig
 from harness.servers import BACKENDS
 from harness.servers.docker import LOOPBACK, remote_engine_host, unreachable_publish
@@ -168,6 +169,9 @@ def sweep_combinations(sweeps: list) -> list[tuple[str, ...]]:
                               f"not an interval")
         key = override.get_key_element()
         by_key[key] = [f"{key}={value}" for value in override.sweep_string_iterator()]
+        if not by_key[key]:
+            raise ConfigError(f"{override.input_line} gives no values to sweep (e.g. range(1,1) is empty; "
+                              f"range(1,5) is 1, 2, 3, 4)")
     return list(itertools.product(*by_key.values()))
 
 
@@ -195,6 +199,8 @@ def compose_config(overrides: list[str], conf_dir: Path = DEFAULT_CONF_DIR) -> t
             OmegaConf.set_struct(cfg, True)
     except (HydraException, OmegaConfBaseException, ValueError) as exc:
         raise ConfigError(explain(exc, conf_dir)) from None
+    except AssertionError as exc:  # OmegaConf asserts when a key is set inside a null block
+        raise ConfigError(inside_null_block(overrides) or f"cannot apply the overrides: {exc}") from None
     finally:
         GlobalHydra.instance().clear()
     choices = {k: str(v) for k, v in cfg.hydra.runtime.choices.items() if not k.startswith("hydra")}
@@ -345,7 +351,13 @@ def remote_engine(cfg: DictConfig) -> str | None:
 
 
 def validate(experiment: Experiment) -> None:
-    """Checks the schema cannot express: references between arms, required values, kinds."""
+    """Every number against the schema first (a NaN passes every later `<=`), then the checks
+    the schema cannot express: references between arms, required values, kinds."""
+    for where, cfg in [("", experiment.base)] + [(f"arm '{arm.name}': ", arm.cfg) for arm in experiment.arms]:
+        try:
+            check_numbers(cfg)
+        except NumberError as exc:
+            raise ConfigError(f"{where}{exc}") from None
     names = set(experiment.arm_names)
     gate = experiment.base.gate
     if experiment.plain_arm is not None and experiment.plain_arm not in names:
@@ -484,12 +496,6 @@ def validate_arm(arm: Arm) -> None:
     if gap is not None and not 0 <= gap < 1:
         raise ConfigError(f"gate.max_accept_length_source_gap must be a fraction in [0, 1) (0.02: 2 %) or null, got {gap}")
     check_record_root(cfg.record.root)
-    if not 0 < cfg.record.steady_min_fraction <= 1:
-        raise ConfigError(f"record.steady_min_fraction is the least share of the load a steady window must cover, "
-                          f"in (0, 1] (0.25: a quarter), got {cfg.record.steady_min_fraction}")
-    if cfg.record.timeslice_s <= 0:
-        raise ConfigError(f"record.timeslice_s is the width of a time slice in seconds, greater than 0, "
-                          f"got {cfg.record.timeslice_s}")
     if workload.burstiness is not None and workload.burstiness <= 0:
         raise ConfigError(f"workload.burstiness must be > 0 (the gamma shape; 1 is Poisson), got {workload.burstiness}")
 
@@ -572,6 +578,17 @@ def explain(exc: Exception, conf_dir: Path) -> str:
     if "mismatched input" in text or "no viable alternative" in text or "extraneous input" in text:
         return f"cannot parse the override: {first_line(text)}"
     return first_line(text)
+
+
+def inside_null_block(overrides: list[str]) -> str | None:
+    """The override that sets a key inside an engine's options block the config leaves null
+    (server.vllm.* on a server of another engine): the one null block of the schema."""
+    for override in overrides:
+        parts = override_key(override).lstrip("+~").split(".")
+        if len(parts) > 2 and parts[0] == "server" and parts[1] in ENGINE_OPTIONS:
+            return (f"{override_key(override)}: server.{parts[1]} is null here, as the server is not a "
+                    f"{parts[1]} server (server.<engine>.* holds the options of that engine's servers only)")
+    return None
 
 
 def struct_shape(name: str) -> str:

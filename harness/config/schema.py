@@ -12,13 +12,43 @@ from typing import Any, Dict, List, Optional
 from harness.engines import ENGINE_OPTIONS
 
 
+@dataclass(frozen=True)
+class Bounds:
+    """Where a number of the config may lie (checked at compose time, harness/config/numbers.py):
+    ``low``/``high`` inclusive, ``above``/``below`` exclusive; ``example`` shows a good value."""
+
+    low: Optional[float] = None
+    high: Optional[float] = None
+    above: Optional[float] = None
+    below: Optional[float] = None
+    example: str = ""
+
+    def holds(self, value: float) -> bool:
+        return ((self.low is None or value >= self.low) and (self.high is None or value <= self.high)
+                and (self.above is None or value > self.above) and (self.below is None or value < self.below))
+
+    def describe(self) -> str:
+        parts = [f">= {self.low:g}" if self.low is not None else "", f"> {self.above:g}" if self.above is not None else "",
+                 f"<= {self.high:g}" if self.high is not None else "", f"< {self.below:g}" if self.below is not None else ""]
+        text = " ".join(["a finite number", " and ".join(p for p in parts if p)]).strip()
+        return text + (f" (e.g. {self.example})" if self.example else "")
+
+
+def bounded(default: Any = None, *, factory: Any = None, **bounds: Any) -> Any:
+    """A dataclass field whose numbers (its own, or each value of a dict/list) must lie within bounds."""
+    metadata = {"bounds": Bounds(**bounds)}
+    if factory is not None:
+        return field(default_factory=factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
 @dataclass
 class BackendConfig:
     kind: str = "docker"  # docker | process | attach (harness/servers BACKENDS)
     url: Optional[str] = None  # attach: the server's base URL, e.g. http://127.0.0.1:30000
-    startup_timeout_s: float = 120.0  # health deadline; a server not healthy by then fails the arm
-    shutdown_timeout_s: float = 10.0  # SIGTERM grace before SIGKILL
-    health_timeout_s: float = 30.0  # attach: how long a health check after a load may take before the server counts as gone
+    startup_timeout_s: float = bounded(120.0, above=0)  # health deadline; a server not healthy by then fails the arm
+    shutdown_timeout_s: float = bounded(10.0, low=0)  # SIGTERM grace before SIGKILL
+    health_timeout_s: float = bounded(30.0, above=0)  # attach: how long a health check after a load may take before the server counts as gone
     # docker only
     docker_host: Optional[str] = None  # null: the local engine; or ssh://user@host, tcp://host:2376
     publish_host: str = "127.0.0.1"  # the host address the server port is published on
@@ -58,9 +88,9 @@ class SharedServerConfig:
     engine: str = "sim"  # a class in harness/engines (launch command, health routes, spec stats, ...)
     model_path: str = "sim/model"
     served_model_name: Optional[str] = None
-    tp_size: int = 1
+    tp_size: int = bounded(1, low=1)
     host: str = "127.0.0.1"
-    port: int = 0  # 0: pick a free loopback port per arm
+    port: int = bounded(0, low=0, high=65535)  # 0: pick a free loopback port per arm
     requires_gpu: bool = False  # fail fast with one sentence when no NVIDIA driver is present
     # Old spellings of an engine's own options (today in its block, e.g. server.vllm.dtype),
     # still accepted in conf trees and on the command line and moved into that block when
@@ -108,7 +138,7 @@ class WorkloadConfig:
     max_turns: Optional[int] = None  # dataset rows: send at most this many turns of each (1: single-turn); null = all
     max_tokens: int = 500  # output length asked for
     ignore_eos: bool = False  # true: every request generates exactly max_tokens
-    temperature: float = 0.0
+    temperature: float = bounded(0.0, low=0)
     concurrency: int = 1  # closed loop: this many requests in flight
     request_rate: Optional[float] = None  # open loop: Poisson arrivals per second (null = closed loop)
     burstiness: Optional[float] = None  # open loop: gamma arrivals with this shape (1 or null = Poisson; < 1 burstier)
@@ -132,10 +162,10 @@ class WorkloadConfig:
 @dataclass
 class TelemetryConfig:
     source: str = "auto"  # auto (nvml when server.requires_gpu, else off) | off | nvml | smi | sim (the simulator's GPUs)
-    interval_s: float = 0.1  # sampling period (10 Hz)
-    idle_s: float = 1.0  # the idle snapshot: sampled before any request is sent
-    ramp_in_s: float = 2.0  # excluded after the first token arrives: clocks need time to boost
-    after_s: float = 1.0  # keep sampling this long after the load, to see clocks fall back
+    interval_s: float = bounded(0.1, above=0)  # sampling period (10 Hz)
+    idle_s: float = bounded(1.0, low=0)  # the idle snapshot: sampled before any request is sent
+    ramp_in_s: float = bounded(2.0, low=0)  # excluded after the first token arrives: clocks need time to boost
+    after_s: float = bounded(1.0, low=0)  # keep sampling this long after the load, to see clocks fall back
     gpus: Optional[List[str]] = None  # indices or UUIDs to sample; null = the GPUs the server uses
 
 
@@ -143,7 +173,7 @@ class TelemetryConfig:
 class PercentileLimits:
     """Upper limits in ms on a latency distribution; unset statistics are not gated."""
 
-    mean: Optional[float] = None
+    mean: Optional[float] = None  # > 0: checked by the gate or SLO that reads it, in its words
     p50: Optional[float] = None
     p90: Optional[float] = None
     p99: Optional[float] = None
@@ -152,7 +182,7 @@ class PercentileLimits:
 @dataclass
 class SpeedupGate:
     over: str = "baseline"  # the plain-decoding arm to compare with
-    ratio: float = 1.0  # this arm's output tok/s >= ratio x the other arm's
+    ratio: float = bounded(1.0, above=0)  # this arm's output tok/s >= ratio x the other arm's
 
 
 @dataclass
@@ -160,8 +190,8 @@ class CapacityGate:
     """`specgate capacity`: this arm's capacity under the SLOs >= ratio x arm `over`'s, and/or >= `at_least`."""
 
     over: Optional[str] = None  # another arm to compare with (null: no comparison)
-    ratio: float = 1.0
-    at_least: Optional[float] = None  # an absolute floor, in the capacity dimension's unit (null: none)
+    ratio: float = bounded(1.0, above=0)
+    at_least: Optional[float] = bounded(None, above=0)  # an absolute floor, in the capacity dimension's unit (null: none)
 
 
 @dataclass
@@ -174,13 +204,13 @@ class LosslessGate:
 class ClientBoundConfig:
     """When the client's own lag makes an arm's figures the client's (harness/gates/client_bound.py)."""
 
-    loop_lag_ms_p99: float = 20.0  # event-loop lag p99 above this may distort latencies (busy 2-core box, ordinary runs: 2-10 ms) ...
-    send_gap_ms_p99: float = 10.0  # requests sent this much later than scheduled (p99) may distort throughput ...
-    min_share: float = 0.1  # ... when the lag is also at least this share of the figure (the mean send gap: of the mean E2E)
+    loop_lag_ms_p99: float = bounded(20.0, low=0)  # event-loop lag p99 above this may distort latencies (busy 2-core box, ordinary runs: 2-10 ms) ...
+    send_gap_ms_p99: float = bounded(10.0, low=0)  # requests sent this much later than scheduled (p99) may distort throughput ...
+    min_share: float = bounded(0.1, low=0, high=1)  # ... when the lag is also at least this share of the figure (the mean send gap: of the mean E2E)
     # ... and when the loop was stalled beyond its median lag for at least this share of the load,
     # every statistic (the medians too) is the client's: about that share of the chunks were read in a stall
     # (modelled: ITL p50 off by <= 0.6 % below 5 %, by 2-4 % at 15-25 %; docs/measurement.md)
-    max_stalled_share: float = 0.05
+    max_stalled_share: float = bounded(0.05, low=0, high=1)
 
 
 @dataclass
@@ -189,12 +219,12 @@ class GateConfig:
     except repeats and max_cv, which shape every measurement and its noise guard. These are the
     only defaults: conf/gate/default.yaml repeats none of them (tests/config/test_gate_defaults.py)."""
 
-    min_output_tok_s: Dict[str, float] = field(default_factory=dict)  # arm -> floor
+    min_output_tok_s: Dict[str, float] = bounded(factory=dict, low=0)  # arm -> floor
     max_ttft_ms: Dict[str, PercentileLimits] = field(default_factory=dict)  # arm -> {p50: ms, p99: ms}
     max_itl_ms: Dict[str, PercentileLimits] = field(default_factory=dict)  # arm -> {p50: ms, ...}
     # arm -> floor, or {all: floor, <category>: floor, ...} for prompts that carry categories
     min_accept_length: Dict[str, Any] = field(default_factory=dict)
-    max_accept_length: Dict[str, float] = field(default_factory=dict)  # arm -> ceiling (e.g. a draft that must not be accepted)
+    max_accept_length: Dict[str, float] = bounded(factory=dict, low=1)  # arm -> ceiling (e.g. a draft that must not be accepted)
     # arm -> [floor at draft position 1, position 2, ...]: the share of drafts accepted there
     min_acceptance_per_position: Dict[str, List[float]] = field(default_factory=dict)
     min_speedup: Dict[str, SpeedupGate] = field(default_factory=dict)  # arm -> {over, ratio}
@@ -202,15 +232,18 @@ class GateConfig:
     lossless: Dict[str, LosslessGate] = field(default_factory=dict)  # arm -> {against, min_exact_match}; needs temperature 0
     min_capacity: Dict[str, CapacityGate] = field(default_factory=dict)  # arm -> {over, ratio, at_least}; specgate capacity only
     max_failed_requests: int = 0  # per arm: any failed request fails the run
+    # per arm: the run measured the workload configured: no request generated more than its
+    # max_tokens (exactly max_tokens with ignore_eos), prompts sized by a tokenizer had that length
+    check_workload: bool = True
     # the per-request and the server-counter accept length of one window may differ by this
     # fraction of the larger (null: not compared); only where both sources exist
     max_accept_length_source_gap: Optional[float] = 0.02
-    repeats: int = 1  # run each arm's workload this many times on the same server; metrics become medians
-    max_cv: float = 0.05  # a gated metric whose coefficient of variation over the repeats exceeds this is unreliable
+    repeats: int = bounded(1, low=1)  # run each arm's workload this many times on the same server; metrics become medians
+    max_cv: float = bounded(0.05, above=0)  # a gated metric whose coefficient of variation over the repeats exceeds this is unreliable
     baseline: Optional[str] = None  # the reference run: a run dir or results.json to compare with (regression gating)
     baseline_mismatch: str = "fail"  # a reference that measured another engine/model/workload: fail | warn
-    tolerance: float = 0.02  # allowed regression vs the reference run when a comparison gives none
-    latency_noise_floor_ms: float = 0.5  # without samples to draw an interval from: smaller latency moves are jitter
+    tolerance: float = bounded(0.02, low=0, below=1, example="0.02: 2 %")  # allowed regression vs the reference run when a comparison gives none
+    latency_noise_floor_ms: float = bounded(0.5, low=0)  # without samples to draw an interval from: smaller latency moves are jitter
     compare: Dict[str, str] = field(default_factory=dict)  # metric -> allowed regression, e.g. output_tok_s: "3%"
     confidence: float = 0.95  # a regression fails only when it exceeds the allowed change with this confidence
     # one run against one reference run, with no between-run noise known (no noise profile, no
@@ -220,18 +253,18 @@ class GateConfig:
     # identical runs failed 2 times at 6 %, once at 10 %, none at 12 %)
     run_to_run_floor: float = 0.12
     inconclusive: str = "warn"  # what an inconclusive comparison does: fail | warn | pass
-    min_clock_ratio_under_load: Optional[float] = None  # SM clock under load >= ratio x max SM clock, every GPU
+    min_clock_ratio_under_load: Optional[float] = bounded(None, above=0, high=1)  # SM clock under load >= ratio x max SM clock, every GPU
     fail_on_throttle_reasons: List[str] = field(default_factory=lambda: [
         "HwSlowdown", "HwThermalSlowdown", "SwThermalSlowdown", "HwPowerBrakeSlowdown"])  # any under load fails
-    min_gpu_util_under_load_pct: Optional[float] = 50.0  # below: the load did not really reach the GPU
-    max_joules_per_token: Dict[str, float] = field(default_factory=dict)  # arm -> ceiling (GPU J per output token)
+    min_gpu_util_under_load_pct: Optional[float] = bounded(50.0, low=0, high=100)  # below: the load did not really reach the GPU
+    max_joules_per_token: Dict[str, float] = bounded(factory=dict, above=0)  # arm -> ceiling (GPU J per output token)
     client_bound: ClientBoundConfig = field(default_factory=ClientBoundConfig)  # is the client the bottleneck?
     allow_client_bound: bool = False  # true: a client-bound arm is a passing warning in words, not inconclusive
     fail_client_bound: bool = False  # true: a client-bound arm fails the run (the client's health as a hard gate)
     # A throughput-type verdict (tok/s floors, speedups, rates against a reference run) needs a
     # load this long to be steady; a shorter one is inconclusive (docs/verdicts.md "Runs that cannot be trusted"):
-    min_load_requests: int = 2  # completed measured requests (over the repeats); one is a stream's speed, not a load's
-    min_load_s: float = 1.0  # measured window in s (over the repeats): the client's stamps at its two ends weigh ≤ 2 %
+    min_load_requests: int = bounded(2, low=1)  # completed measured requests (over the repeats); one is a stream's speed, not a load's
+    min_load_s: float = bounded(1.0, low=0)  # measured window in s (over the repeats): the client's stamps at its two ends weigh ≤ 2 %
 
 
 @dataclass
@@ -254,13 +287,13 @@ class CapacityConfig:
     until an SLO is missed or `max` is reached, then bisection."""
 
     dimension: str = "concurrency"  # concurrency (closed loop) | request_rate (open loop, requests/s)
-    start: float = 1  # the first probe's load
-    max: float = 256  # no probe above this; a capacity that reaches it is a lower bound
-    growth: float = 2.0  # each probe up to the first miss is this many times the last
-    tolerance: float = 0.05  # request_rate: bisect until the bracket is within this fraction of the load
-    rounds: int = 2  # concurrency: a probe sends rounds x concurrency requests (at least workload.num_prompts)
-    probe_s: float = 20.0  # request_rate: a probe sends rate x probe_s requests (at least workload.num_prompts)
-    max_in_flight: int = 1024  # request_rate: the client's cap on requests in flight (queueing belongs to the server)
+    start: float = bounded(1, above=0)  # the first probe's load
+    max: float = bounded(256, above=0)  # no probe above this; a capacity that reaches it is a lower bound
+    growth: float = bounded(2.0, above=1, example="2: double each probe")  # each probe up to the first miss is this many times the last
+    tolerance: float = bounded(0.05, above=0, below=1)  # request_rate: bisect until the bracket is within this fraction of the load
+    rounds: int = bounded(2, low=1)  # concurrency: a probe sends rounds x concurrency requests (at least workload.num_prompts)
+    probe_s: float = bounded(20.0, above=0)  # request_rate: a probe sends rate x probe_s requests (at least workload.num_prompts)
+    max_in_flight: int = bounded(1024, low=1)  # request_rate: the client's cap on requests in flight (queueing belongs to the server)
 
 
 @dataclass
@@ -303,8 +336,8 @@ class RecordConfig:
     root: str = "runs"  # records go to <root>/<UTC timestamp>_<exp>/
     keep_requests: bool = True  # write the per-request files (arms/<arm>/requests.parquet, docs/record.md)
     # a steady window (harness/measure/steady.py) shorter than this share of the load is inconclusive
-    steady_min_fraction: float = 0.25
-    timeslice_s: float = 1.0  # the width of each time slice of an arm's figures over time (harness/measure/timeslices.py)
+    steady_min_fraction: float = bounded(0.25, above=0, high=1, example="0.25: a quarter of the load")
+    timeslice_s: float = bounded(1.0, above=0)  # the width of each time slice of an arm's figures over time (harness/measure/timeslices.py)
 
 
 @dataclass

@@ -279,7 +279,7 @@ def source_verdict(ctx: GateContext, repeat: int, lines: list[dict], window: dic
                    repeats: int) -> Verdict:
     """One repeat's two accept lengths side by side, or why they cannot be compared. The
     client's source is the requests' verify counts where the engine returns them, else the
-    stream's tokens per decode chunk (harness/measure/stream_steps.py)."""
+    stream's tokens per whole decode step (harness/measure/stream_steps.py)."""
     name, arm = "accept_length_sources_agree", ctx.arm
     where = f" (repeat {repeat + 1})" if repeats > 1 else ""
     window = window or {}
@@ -318,10 +318,11 @@ def steps_unlike_drafts(steps: StreamSteps, drafts: float | None, gap: float) ->
     drafter skipped steps (an n-gram without a match) or the server merged steps into a chunk."""
     if not drafts:
         return "the server's counters give no number of drafts to match the stream's decode chunks with"
-    if abs(steps.chunks - drafts) <= gap * max(steps.chunks, drafts):
+    chunks = steps.decode_chunks
+    if abs(chunks - drafts) <= gap * max(chunks, drafts):
         return None
-    if steps.chunks > drafts:
-        return (f"{steps.chunks} decode chunks but {drafts:.0f} drafts: the drafter proposed nothing in some steps "
+    if chunks > drafts:
+        return (f"{chunks} decode chunks but {drafts:.0f} drafts: the drafter proposed nothing in some steps "
                 "(each such step streams one token the server counts no draft for)")
-    return (f"{steps.chunks} decode chunks for {drafts:.0f} drafts: the server merged steps into chunks "
+    return (f"{chunks} decode chunks for {drafts:.0f} drafts: the server merged steps into chunks "
             "(the client read late), so chunks no longer count steps")

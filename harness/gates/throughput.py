@@ -10,6 +10,7 @@ from typing import Callable
 from harness.gates.client_bound import cause, guard_client_bound
 from harness.gates.reference import gpu_trouble
 from harness.gates.trust import guard_gpu, guard_short_load
+from harness.measure import output_length, prompt_length
 from harness.measure.registry import resolve
 from harness.gates.verdict import (inconclusive_passes, Verdict, skipped, not_configured, at_least, at_most, guard_noise,
                                    untrusted)
@@ -40,6 +41,32 @@ def requests_succeed(ctx: GateContext) -> list[Verdict]:
             f"{arm}: {failed} of {result.requests_ok + failed} requests failed (allowed {allowed}); most common error ({worst[1]}x): {worst[0]}",
         )
     ]
+
+
+@register("workload_as_configured", "throughput", ("check_workload",))
+def workload_as_configured(ctx: GateContext) -> list[Verdict]:
+    """The arm measured the workload it was configured with: output lengths within each
+    request's max_tokens (exactly it under ignore_eos), and prompts sized by a tokenizer of
+    the length meant. A server that ignores max_tokens makes every other figure a
+    measurement of another workload, so this fails whatever the other gates say."""
+    name, arm = "workload_as_configured", ctx.arm
+    if not ctx.gate.check_workload:
+        return [skipped(name, arm, f"{arm}: turned off (gate.check_workload=false)")]
+    if (missing := unmeasured(name, ctx)) is not None:
+        return missing
+    outputs, prompts = ctx.result.output_length, ctx.result.prompt_length
+    problems = [output_length.problem(arm, outputs)]
+    if prompts and prompts.get("sized_by") and prompts.get("mismatched"):  # words-only sizing is approximate by design
+        problems.append(prompt_length.sentence(arm, prompts))
+    problems = [p for p in problems if p]
+    if problems:
+        return [Verdict(name, arm, False, len(problems), 0,
+                        "this run measured another workload than configured: " + "; ".join(problems))]
+    if not outputs:
+        return [skipped(name, arm, f"{arm}: no answered request to check against its max_tokens")]
+    exactly = " (exactly, as ignore_eos asks)" if any(line.get("ignore_eos") for line in ctx.requests) else ""
+    return [Verdict(name, arm, True, 0, 0, f"{arm}: all {outputs['checked']} requests generated at most their "
+                                           f"max_tokens{exactly}")]
 
 
 @register("min_output_tok_s", "throughput", ("min_output_tok_s",), keyed_arms("min_output_tok_s"))

@@ -92,11 +92,21 @@ def usage_problem(claimed: int, tally: StreamTally, chunk_tokens: list[int], per
     chunk of text); ``per_chunk_total``: the last cumulative per-chunk count, None when
     the server sent no per-chunk usage."""
     largest = max(chunk_tokens, default=1)
-    return (_inconsistent(claimed, per_chunk_total, largest)
+    return (_no_output(claimed, tally)
+            or _inconsistent(claimed, per_chunk_total, largest)
             or _over_bytes(claimed, tally, len(chunk_tokens))
             or _under_chunks(claimed, tally, per_chunk_total)
             or _chunk_over_bytes(tally)
             or _off_tokenizer(claimed, tally, count_tokens, largest))
+
+
+def _no_output(claimed: int, tally: StreamTally) -> str | None:
+    """Zero bytes of output is zero tokens, whatever the usage says: the bytes bound allows a
+    token per chunk without text (a special token), which a stream of empty chunks fills."""
+    if claimed <= 0 or tally.text_bytes > 0:
+        return None
+    return (f"the server claims {claimed} completion tokens but streamed no output at all (every chunk's "
+            f"content, reasoning and tool calls empty or null): zero bytes of output is zero tokens")
 
 
 def _inconsistent(claimed: int, per_chunk_total: int | None, largest: int) -> str | None:

@@ -84,7 +84,9 @@ def _load(path: Path, mtime_ns: int, size: int) -> tuple[Conversation, ...]:
 
 
 def _lines(path: Path, text: str) -> Iterator[tuple[Any, int]]:
-    for number, line in enumerate(text.splitlines(), 1):
+    # JSON Lines ends a row at "\n" only: str.splitlines() would also split inside a string
+    # holding U+2028, U+0085 or a form feed, which JSON allows unescaped
+    for number, line in enumerate(text.split("\n"), 1):
         if not line.strip():
             continue
         try:
@@ -122,7 +124,9 @@ def _array_items(path: Path, text: str) -> Iterator[tuple[Any, int]]:
 
 
 def _bad_json(path: Path, line: int, exc: json.JSONDecodeError) -> DatasetError:
-    return DatasetError(f"workload.dataset {path}, line {line}: not valid JSON ({exc.msg} at column {exc.colno})")
+    # json's messages may end in "at" ("Unterminated string starting at"): the column says where
+    return DatasetError(f"workload.dataset {path}, line {line}: not valid JSON at column {exc.colno}: "
+                        f"{exc.msg.removesuffix(' at')}")
 
 
 # --- one row --------------------------------------------------------------------------------

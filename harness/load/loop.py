@@ -106,7 +106,9 @@ class EventLoopLoad:
         for turn in range(turns):
             rec = RequestRecord(index=index, warmup=warmup, turn=turn, dataset_row=conversation.row,
                                 category=conversation.category, run_start=self.run_start,
-                                intended_prompt_tokens=conversation.intended_prompt_tokens, scheduled_time=scheduled)
+                                intended_prompt_tokens=conversation.intended_prompt_tokens, scheduled_time=scheduled,
+                                max_tokens=conversation.max_tokens or self.request.sampling.max_tokens,
+                                ignore_eos=self.request.sampling.ignore_eos)
             body = self.request.body(conversation.messages(turn, answers), conversation.max_tokens)
             keep_answer = turn + 1 < turns
             await self.send(session, rec, body, keep_answer)

@@ -26,6 +26,8 @@ class RequestRecord:
     error: str | None = None  # server's message or what went wrong; None = ok
     prompt_tokens: int | None = None  # the server's count (its usage)
     intended_prompt_tokens: int | None = None  # what the prompt was sized to (workload.input_len); None: not sized
+    max_tokens: int | None = None  # the output length asked for (workload.max_tokens or the row's own)
+    ignore_eos: bool = False  # asked to generate exactly max_tokens
     completion_tokens: int | None = None
     spec_verify_ct: int | None = None
     spec_accept_length: float | None = None
@@ -91,6 +93,8 @@ class RequestRecord:
             "decode_ms": ms(self.decode_s),
             "prompt_tokens": self.prompt_tokens,
             "intended_prompt_tokens": self.intended_prompt_tokens,
+            "max_tokens": self.max_tokens,
+            "ignore_eos": self.ignore_eos,
             "completion_tokens": self.completion_tokens,
             "spec_verify_ct": self.spec_verify_ct,
             "spec_accept_length": self.spec_accept_length,

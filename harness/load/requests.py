@@ -124,6 +124,9 @@ class RequestFunc(ABC):
             async with asyncio.timeout(timeout_s):
                 async with await _post_until_first_byte(session, url, body, first_byte_timeout_s, rec) as resp:
                     rec.status = resp.status
+                    if 300 <= resp.status < 400:
+                        rec.error = redirect_message(url, resp.status, resp.headers.get("Location"))
+                        return rec
                     if resp.status != 200:
                         text = await resp.read()
                         rec.error = f"HTTP {resp.status}: {server_error_message(text)}"
@@ -148,6 +151,10 @@ class RequestFunc(ABC):
             rec.error = f"{type(e).__name__}: {e}"
         except ValueError as e:  # aiohttp: line longer than read_bufsize ("Chunk too big")
             rec.error = f"bad stream from server: {e}"
+        except (TypeError, AttributeError, KeyError, IndexError) as e:
+            # a reply of the wrong shape (a count as a string, a delta that is a string): the
+            # request fails with what was wrong, as any malformed reply does
+            rec.error = f"malformed reply from the server: {type(e).__name__}: {e}"
         finally:
             rec.end_time = time.perf_counter()
         return rec
@@ -160,12 +167,22 @@ async def _post_until_first_byte(session: aiohttp.ClientSession, url: str, body:
     deadline = asyncio.timeout(first_byte_timeout_s)
     try:
         async with deadline:
-            return await session.post(url, data=orjson.dumps(body), headers=JSON_HEADERS, trace_request_ctx=[rec])
+            # no redirects: aiohttp would re-send a POST answered 301/302/303 as a GET and the
+            # user would see only the GET's 404; a redirect is said as such (redirect_message)
+            return await session.post(url, data=orjson.dumps(body), headers=JSON_HEADERS, trace_request_ctx=[rec],
+                                      allow_redirects=False)
     except TimeoutError:
         if not deadline.expired():  # aiohttp's own connect timeout: not ours to name
             raise
         raise _StreamFailure(f"no response within workload.first_byte_timeout_s={first_byte_timeout_s:g}s "
                              f"(the server accepted the request but sent nothing)") from None
+
+
+def redirect_message(url: str, status: int, location: str | None) -> str:
+    """A POST the server redirected: where to, so the user can point specgate there."""
+    where = f"to {location}" if location else "with no Location header"
+    return (f"HTTP {status}: the server redirected the POST to {url} {where}; specgate does not follow a "
+            f"redirect with a request body (a client re-sends it as a GET): point backend.url at the server itself")
 
 
 def _json_instead_of_stream(body: bytes) -> str:
@@ -381,13 +398,13 @@ async def _read_openai(content: aiohttp.StreamReader, rec: RequestRecord, chat: 
             if chat:
                 d = ch.get("delta")
                 said = d.get("content") if d else None
-                text = (said or d.get("reasoning_content") or d.get("reasoning")) if d else None
+                text = (said or d.get("reasoning_content") or d.get("reasoning") or _tool_call_text(d)) if d else None
             else:
                 said = text = ch.get("text")
             if answer is not None and said:
                 answer.append(said)
             nbytes = tally.add_text(text) if text else 0
-            if usage and usage.get("completion_tokens") is not None:
+            if usage and _count(usage, "completion_tokens", "usage") is not None:
                 n = usage["completion_tokens"] - last_ct
                 if n > 0:
                     times.append(t)
@@ -427,6 +444,25 @@ async def _read_openai(content: aiohttp.StreamReader, rec: RequestRecord, chat: 
         rec.answer = "".join(answer)
 
 
+def _count(block: dict, key: str, where: str) -> int | None:
+    """A token count of the server's reply: a non-negative integer or absent, else the reply is malformed."""
+    value = block.get(key)
+    if value is None or (type(value) is int and value >= 0):
+        return value
+    raise _StreamFailure(f"malformed reply from the server: {where}.{key} is {value!r}, not a token count")
+
+
+def _tool_call_text(delta: dict) -> str | None:
+    """A tool call's streamed payload (its name and argument text): output like content,
+    so a stream of tool calls is not a stream without output."""
+    calls = delta.get("tool_calls")
+    if not isinstance(calls, list):
+        return None
+    parts = [str((call.get("function") or {}).get(key) or "") for call in calls if isinstance(call, dict)
+             for key in ("name", "arguments")]
+    return "".join(parts) or None
+
+
 def correct_drafts_histogram(spec: dict) -> list[int] | None:
     """SGLang's ``spec_correct_drafts_histogram`` (verify cycles by accepted drafts), when
     it is a list of counts; anything else is no histogram rather than a wrong one."""
@@ -447,8 +483,8 @@ def _settle_usage(rec: RequestRecord, final_usage: dict | None, per_chunk_total:
             "the server sent no usage chunk (stream_options.include_usage), so the completion token count is unknown"
         )
     if final_usage is not None:
-        rec.prompt_tokens = final_usage.get("prompt_tokens")
-        rec.completion_tokens = final_usage.get("completion_tokens")
+        rec.prompt_tokens = _count(final_usage, "prompt_tokens", "usage")
+        rec.completion_tokens = _count(final_usage, "completion_tokens", "usage")
     else:
         rec.completion_tokens = per_chunk_total
     toks = rec.chunk_tokens
@@ -506,8 +542,8 @@ async def _read_generate(content: aiohttp.StreamReader, rec: RequestRecord, keep
         rec.finish_reason = fr.get("type")
     elif fr:
         rec.finish_reason = str(fr)
-    rec.prompt_tokens = meta.get("prompt_tokens")
-    rec.completion_tokens = meta.get("completion_tokens")
+    rec.prompt_tokens = _count(meta, "prompt_tokens", "meta_info")
+    rec.completion_tokens = _count(meta, "completion_tokens", "meta_info")
     if rec.completion_tokens is None:
         raise _StreamFailure("the server's meta_info carried no completion_tokens")
     keep_generate(rec, texts, id_chunks, logprob_chunks, top_chunks)

@@ -10,8 +10,8 @@ their requests alike. Turns are 1-based (``turn 1`` is a conversation's first re
 
 Each group's accept length is token-weighted like the arm's: Σ completion tokens ÷ Σ verify
 cycles where the requests carry verify counts (SGLang, the simulator); otherwise, for an
-engine that streams one chunk per engine step (vLLM), the stream's tokens per decode chunk
-(harness/measure/stream_steps.py), labelled ``stream``.
+engine that streams one chunk per engine step (vLLM), the stream's tokens per whole decode
+step (harness/measure/stream_steps.py), labelled ``stream``.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Callable, Iterable
 
 from harness.load import RequestRecord
+from harness.measure.stream_steps import steps_of
 
 SMALLEST_BUCKET = 128  # tokens: prompts shorter than this share the first bucket
 
@@ -55,10 +56,9 @@ def group_figures(records: list[RequestRecord]) -> dict:
         counted = sum(r.completion_tokens or 0 for r in records if r.spec_verify_ct)
         block.update(accept_length=round(counted / verify, 4), accept_length_source="requests")
         return block
-    decode_tokens = sum(sum(r.chunk_tokens[1:]) for r in records if len(r.chunk_tokens) >= 2)
-    decode_chunks = sum(len(r.chunk_tokens) - 1 for r in records if len(r.chunk_tokens) >= 2)
-    if decode_chunks:
-        block.update(accept_length=round(decode_tokens / decode_chunks, 4), accept_length_source="stream")
+    steps = steps_of(r.chunk_tokens for r in records)
+    if steps is not None:
+        block.update(accept_length=round(steps.accept_length, 4), accept_length_source="stream")
     return block
 
 

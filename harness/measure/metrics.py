@@ -45,7 +45,7 @@ from typing import Iterable, Optional
 
 import numpy as np
 
-from harness.measure import prompt_length, steady
+from harness.measure import output_length, prompt_length, steady
 from harness.measure.acceptance import acceptance_by, combine_acceptance_by
 from harness.load import LoadResult, RequestRecord
 from harness.load.client_health import combine_client_blocks
@@ -104,6 +104,7 @@ class ArmResult:
     request_accept_lengths: list[float] = field(default_factory=list, repr=False)
     correct_drafts_histogram: list[int] = field(default_factory=list)  # Σ over requests: cycles by accepted drafts
     prompt_length: Optional[dict] = None  # sized prompts' server counts against input_len (harness/measure/prompt_length.py)
+    output_length: Optional[dict] = None  # completion tokens against each request's max_tokens (harness/measure/output_length.py)
     # the client's own health over the load (harness/load/client_health.py) and, once judged, whether
     # its figures are the client's (harness/gates/client_bound.py); {}: not measured
     client: dict = field(default_factory=dict)
@@ -148,6 +149,7 @@ class ArmResult:
             **({"acceptance_per_position": acceptance_per_position(self.correct_drafts_histogram)}
                if sum(self.correct_drafts_histogram) else {}),
             **({"prompt_length": dict(self.prompt_length)} if self.prompt_length else {}),
+            **({"output_length": dict(self.output_length)} if self.output_length else {}),
             **({"client": dict(self.client)} if self.client else {}),
             **({"steady": dict(self.steady)} if self.steady else {}),
             **{path: _r(value, 6) for path, value in self.figures.items()},
@@ -217,6 +219,7 @@ def summarize(arm: str, load: LoadResult, server_accept_length: Optional[float] 
     res.categories = by_category(ok)
     res.acceptance_by = acceptance_by(ok)
     res.prompt_length = prompt_length.judge(measured, load.api, load.prompt_sizing)
+    res.output_length = output_length.judge(measured)
     res.client = dict(load.client or {})
     if measured:
         res.steady = steady.steady_figures([r.to_json() for r in measured], load.concurrency, load.request_rate,
@@ -398,6 +401,7 @@ def combine_repeats(arm: str, results: list[ArmResult]) -> ArmResult:
     combined.request_accept_lengths = [x for r in results for x in r.request_accept_lengths]
     combined.correct_drafts_histogram = summed_histograms(r.correct_drafts_histogram for r in results)
     combined.prompt_length = prompt_length.combine([r.prompt_length for r in results])
+    combined.output_length = output_length.combine([r.output_length for r in results])
     combined.duration_s = sum(r.duration_s for r in results)
     combined.client = combine_client_blocks([r.client for r in results])
     combined.steady = steady.combine([r.steady for r in results])

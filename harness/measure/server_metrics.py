@@ -28,6 +28,7 @@ words (``accept_length_definition``).
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,10 +42,13 @@ PER_POSITION = "num_accepted_tokens_per_pos"
 
 @dataclass
 class Snapshot:
-    """Summed counter values by sample name, and per-position accepted counts."""
+    """Summed counter values by sample name, and per-position accepted counts. A sample the
+    server reported as NaN or ±Inf (valid Prometheus text) is no value: its name is kept in
+    ``non_finite`` and every figure read from it is missing, with that reason."""
 
     values: dict[str, float] = field(default_factory=dict)
     per_position: dict[int, float] = field(default_factory=dict)
+    non_finite: set[str] = field(default_factory=set)
 
 
 def parse(text: str, names: PrometheusNames) -> Snapshot:
@@ -52,17 +56,19 @@ def parse(text: str, names: PrometheusNames) -> Snapshot:
     per_position = f"{names.spec_prefix}{PER_POSITION}" if names.spec_prefix else None
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if per_position and "position" in sample.labels and sample.name.startswith(per_position):
+            if not math.isfinite(sample.value):
+                snapshot.non_finite.add(sample.name)
+            elif per_position and "position" in sample.labels and sample.name.startswith(per_position):
                 position = int(sample.labels["position"])
                 snapshot.per_position[position] = snapshot.per_position.get(position, 0.0) + sample.value
             elif not sample.name.endswith("_bucket"):
                 snapshot.values[sample.name] += sample.value  # summed over labels (model, engine index)
-    snapshot.values = dict(snapshot.values)
+    snapshot.values = {name: value for name, value in snapshot.values.items() if name not in snapshot.non_finite}
     return snapshot
 
 
 def delta(before: Snapshot, after: Snapshot, name: str) -> float | None:
-    if name not in after.values:
+    if name not in after.values or name in before.non_finite:
         return None
     return after.values[name] - before.values.get(name, 0.0)
 
@@ -104,4 +110,9 @@ def window(engine: Engine, before: Snapshot, after: Snapshot) -> dict[str, Any]:
         "itl_observed_per": names.itl_observed_per if itl else None,
     }
     block.update(engine.window_spec_stats(Window(before, after)))
+    non_finite = sorted(before.non_finite | after.non_finite)
+    if non_finite:  # the figures read from them are None above; say why
+        block["non_finite_samples"] = non_finite
+        block["non_finite_note"] = (f"the server reported {', '.join(non_finite)} as NaN or infinite: "
+                                    f"the figures read from them are missing")
     return block

@@ -100,11 +100,12 @@ class Recorder:
             plot_png(folder / "telemetry.png", telemetry)
 
     def status_fields(self, status: str) -> dict[str, Any]:
-        """What every kind's JSON says of its state: `running` from the start (so a record a
-        killed process left says so), then `finished` or `interrupted`, with when."""
+        """What every kind's JSON says of itself: its kind (`record_kind`: run, sweep, ...; what
+        a reader checks before taking it as a reference), and its state: `running` from the
+        start (so a record a killed process left says so), then `finished` or `interrupted`, with when."""
         if status not in RUN_STATUSES:
             raise ValueError(f"a record's status is one of {', '.join(RUN_STATUSES)}, not {status!r}")
-        return {"status": status, "started_utc": self.started_utc,
+        return {"record_kind": self.kind.name, "status": status, "started_utc": self.started_utc,
                 "finished_utc": None if status == RUNNING else utc_now()}
 
     def write_data(self, data: dict[str, Any]) -> None:

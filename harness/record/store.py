@@ -31,7 +31,7 @@ from typing import Any
 import yaml
 
 from harness.record.atomic import atomic_write
-from harness.record.kinds import RUN, RecordKind, kind_of
+from harness.record.kinds import KINDS, RUN, RecordKind, kind_of
 from harness.record.requests import LEGACY_FILE, REQUESTS_FILE, RequestColumns, append_requests, read_columns
 from harness.record.secrets import REDACTED, Redactor  # noqa: F401  (REDACTED: what replay looks for)
 
@@ -180,9 +180,26 @@ def read_run(path: Path) -> RunData:
         data = json.loads(file.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise RecordError(f"{file} is not a readable run record ({exc}).") from None
-    if not isinstance(data, dict) or not isinstance(data.get("arms", {}), dict):
-        raise RecordError(f"{file} is not a run record: it has no 'arms' mapping.")
+    if not isinstance(data, dict):
+        raise RecordError(f"{file} is not a run record: it holds no JSON object.")
+    why = not_a_run_record(file, data)
+    if why:
+        raise RecordError(f"{file} is not a run record: {why} (give a runs/<timestamp>_<exp> folder, "
+                          f"runs/latest or its results.json)")
     return RunData(label=file.resolve().parent.name, path=file, data=data)
+
+
+def not_a_run_record(file: Path, data: dict[str, Any]) -> str | None:
+    """Why this JSON is not a run's results.json, or None. A record says its kind (`record_kind`);
+    one written before it did must have a run's arms and not be another kind's file, so `{}`
+    or a sweep's sweep.json is never taken for a run."""
+    kind = data.get("record_kind")
+    if kind is not None:
+        return None if kind == "run" else f"it is a {kind} record's {file.name}"
+    other = next((k.name for k in KINDS.values() if k.data_file == file.name and k.name != "run"), None)
+    if other:
+        return f"it is a {other} record's {file.name}"
+    return None if isinstance(data.get("arms"), dict) else "it has no 'arms' mapping"
 
 
 def is_history(path: Path) -> bool:

@@ -206,7 +206,7 @@ def acceptance_section(experiment, results: dict[str, ArmResult]) -> list[str]:
             lines += ["", f"## Accept length by {what}", "", *markdown_table(["arm", what, *ACCEPTANCE_HEADER], rows)]
             streamed = streamed or any(row[-1].endswith("(stream)") for row in rows)
     if streamed:
-        lines += ["", "(stream): from the stream's tokens per decode chunk, where the requests carry no verify counts."]
+        lines += ["", "(stream): from the stream's tokens per whole decode step, where the requests carry no verify counts."]
     return lines
 
 

@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from harness.measure.agreement import disagreements
 from harness.gates.client_bound import judge as judge_client
-from harness.servers.client import ClientError, ServerClient
+from harness.servers.client import ClientError, ModelChoiceError, ServerClient
 from harness.config.compose import Arm
 from harness.engines import Engine, engine_of
 from harness.engines.base import METRICS_WINDOW
@@ -89,8 +89,11 @@ class ArmSession:
         self.outcome.status, self.outcome.server = "measuring", self.server.describe()
         self.client = ServerClient(self.server.base_url)
         try:
-            self.model = self.client.served_model(self.engine.served_model_fallback)
+            self.model = self.client.served_model(self.engine.served_model_fallback, self.arm.cfg.server.served_model_name)
+            self.outcome.model = self.model  # what every request of the arm is sent to, in the record
             self.outcome.server_version = self.engine.server_version(self.client)
+        except ModelChoiceError as exc:
+            self.fail("server_failed", f"arm '{self.arm.name}': {exc}")
         except ClientError as exc:
             self.fail("server_failed", f"arm '{self.arm.name}': the server is healthy but its info routes fail: {exc}")
 

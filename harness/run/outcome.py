@@ -34,6 +34,7 @@ class ArmOutcome:
     request_lines: list[dict[str, Any]] = field(default_factory=list)  # the record's request lines (kept in memory for verdicts)
     interrupted_load: dict[str, Any] | None = None  # {repeat, finished, in_flight} of a load cut by Ctrl-C/SIGTERM
     timeslices: dict[str, Any] | None = None  # the arm's figures over time (harness/measure/timeslices.py)
+    model: str | None = None  # the model name every request was sent to (from /v1/models and server.served_model_name)
 
     @property
     def measured(self) -> bool:
@@ -43,7 +44,7 @@ class ArmOutcome:
         """The arm's block of results.json; `versus_plain` adds the cross-arm numbers
         (speedup and break-even against the plain arm)."""
         block: dict[str, Any] = {"status": self.status, "backend": self.backend, "choices": self.choices}
-        for key in ("error", "server", "server_version", "environment", "interrupted_load"):
+        for key in ("error", "model", "server", "server_version", "environment", "interrupted_load"):
             value = getattr(self, key)
             if value not in (None, {}):
                 block[key] = value

@@ -239,16 +239,22 @@ class ServerClient:
             raise ServerBadResponse(f"POST {url}: the stream ended without [DONE] after {len(events)} events.")
         return events
 
-    def served_model(self, fallback_route: str | None = None) -> str:
-        """The model name to send in requests: the first id of /v1/models, else the
-        ``model_path`` of the engine's own info route (``fallback_route``)."""
+    def served_model(self, fallback_route: str | None = None, wanted: str | None = None) -> str:
+        """The model name to send in requests: ``wanted`` (server.served_model_name) when
+        /v1/models lists it, else the one model it lists, else the ``model_path`` of the
+        engine's own info route (``fallback_route``). A list without ``wanted``, or of
+        several models with none wanted (a base model and its LoRA adapters), is a
+        ClientError: measuring the first of them would measure a model nobody chose."""
         first_error: ClientError | None = None
         try:
             data = self.models().get("data") or []
-            if data and data[0].get("id"):
-                return str(data[0]["id"])
+            ids = [str(m["id"]) for m in data if isinstance(m, dict) and m.get("id")]
+            if ids:
+                return chosen_model(self.base_url, ids, wanted)
         except (ClientError, AttributeError) as e:
             first_error = e if isinstance(e, ClientError) else None
+            if isinstance(e, ModelChoiceError):
+                raise
         if fallback_route is None:
             raise ClientError(f"Cannot tell which model {self.base_url} serves: /v1/models listed none"
                               f"{f' ({first_error})' if first_error else ''}.")
@@ -338,3 +344,20 @@ def _loads(payload: bytes) -> dict:
     if not isinstance(data, dict):
         raise _StreamFailure(f"malformed SSE line: data is not a JSON object: {payload[:200].decode('utf-8', 'replace')!r}")
     return data
+
+
+class ModelChoiceError(ClientError):
+    """/v1/models does not let the configured model be measured (one sentence)."""
+
+
+def chosen_model(base_url: str, ids: list[str], wanted: str | None) -> str:
+    """Which of the listed models to send requests to (see ServerClient.served_model)."""
+    listed = ", ".join(ids)
+    if wanted:
+        if wanted in ids:
+            return wanted
+        raise ModelChoiceError(f"{base_url} serves {listed}, not server.served_model_name '{wanted}'")
+    if len(ids) > 1:
+        raise ModelChoiceError(f"{base_url} serves several models ({listed}): set server.served_model_name to "
+                               f"the one to measure")
+    return ids[0]

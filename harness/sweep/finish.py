@@ -6,11 +6,12 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from harness.exit_status import INTERRUPTED
 from harness.gates.registry import judge
 from harness.gates.verdict import failed
 from harness.sweep.record import SweepRecord
 
-INTERRUPTED_EXIT = 2  # pytest's status for a run stopped by Ctrl-C
+INTERRUPTED_EXIT = INTERRUPTED  # pytest's status for a run stopped by Ctrl-C
 
 
 def finish_sweep(record: SweepRecord, statuses: list[int | None], gates: Any) -> int:

@@ -108,6 +108,8 @@ def test_sim_smoke_passes_and_records_everything(sim_smoke_on_docker):
     assert "test_min_speedup[eagle3] PASSED" in proc.stdout or "passed" in proc.stdout
     assert "specgate summary" in proc.stdout and "gate(s) passed" in proc.stdout
     assert results["arms"]["eagle3"]["server"]["image"]["tag"].startswith("specgate/sim:")
+    # the model every request went to: the simulator serves its model path under that name
+    assert results["arms"]["eagle3"]["model"] == results["arms"]["baseline"]["model"] == str(marker)
     assert "ready to roll" in (record / "arms/eagle3/server.log").read_text()  # the container's log
     assert wait_gone(marker) == []
     assert specgate_containers(tmp_path) == []
@@ -137,7 +139,7 @@ def test_eagle_k2_sim_fails_its_gates_for_the_right_reasons(tmp_path, marker):
 
 @pytest.mark.parametrize("overrides, fragments", [
     (["+exp=sim_smoke", "workload.max_tokns=1"], ["workload.max_tokns", "did you mean 'max_tokens'"]),
-    (["drafter=nope"], ["drafter=nope", "valid choices: eagle3_k25, none"]),
+    (["drafter=nope"], ["drafter=nope", "valid choices: eagle3_k25, ", ", none, "]),
     (["+exp=sim_smoke", "workload.max_tokens=lots"], ["workload.max_tokens", "not a valid integer"]),
 ])
 def test_config_mistakes_stop_before_any_server_starts(tmp_path, overrides, fragments):

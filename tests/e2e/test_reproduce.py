@@ -118,10 +118,18 @@ def test_replay_says_when_todays_conf_differs_and_refuses_group_switches(first_r
     assert bad.returncode == 4 and "replay cannot switch the group 'workload'" in bad.stderr
 
 
-def test_a_reference_run_that_is_not_a_record_stops_the_run_in_one_sentence(tmp_path):
-    proc = run_suites("+exp=sim_smoke", f"gate.baseline={tmp_path / 'nope'}", f"record.root={tmp_path}", "--collect-only")
+@pytest.mark.parametrize("name, content, why", [
+    ("nope", None, "it does not exist"),
+    ("empty.json", "{}", "it has no 'arms' mapping"),  # used to be a skipped gate and exit 0
+    ("sweep.json", '{"record_kind": "sweep", "experiment": "x", "points": []}', "it is a sweep record's sweep.json"),
+])
+def test_a_reference_run_that_is_not_a_record_stops_the_run_in_one_sentence(tmp_path, name, content, why):
+    reference = tmp_path / name
+    if content is not None:
+        reference.write_text(content)
+    proc = run_suites("+exp=sim_smoke", f"gate.baseline={reference}", f"record.root={tmp_path / 'runs'}", "--collect-only")
     assert proc.returncode == 4
-    assert f"gate.baseline: {tmp_path / 'nope'} is not a run record: it does not exist" in proc.stderr
+    assert f"gate.baseline: {reference} is not a run record: {why}" in proc.stderr
 
 
 @pytest.mark.slow

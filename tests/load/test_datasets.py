@@ -269,3 +269,22 @@ def test_make_specmix_rebuilds_the_committed_file(tmp_path):
     for category in ("extraction", "repetition", "math"):
         assert rebuilt[category] == committed[category], category
     assert {c: len(v) for c, v in rebuilt.items()} == {c: len(v) for c, v in committed.items()}
+
+
+def test_json_lines_split_rows_at_newlines_only(tmp_path):
+    # U+2028, U+0085 and a form feed are valid unescaped inside a JSON string; str.splitlines()
+    # used to cut the row there and refuse the file
+    path = tmp_path / "odd.jsonl"
+    rows = ["a\u2028b", "c\u0085d", "e\x0cf", "g\u2029h"]
+    path.write_text("\r\n".join(json.dumps({"prompt": r}, ensure_ascii=False) for r in rows) + "\n", encoding="utf-8")
+    assert [c.turns[0] for c in load_dataset(str(path))] == rows
+
+
+def test_a_bad_row_names_its_line_and_column_in_one_sentence(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"prompt": "ok"}\n{"prompt": "never closed\n')
+    with pytest.raises(DatasetError) as caught:
+        load_dataset(str(path))
+    message = str(caught.value)
+    assert message.endswith("line 2: not valid JSON at column 12: Unterminated string starting"), message
+    assert " at at " not in message

@@ -170,6 +170,39 @@ def test_a_stream_of_only_done_says_it_had_no_tokens(fake_openai, api):
     assert errors_of(fake.url, api=api) == {"the stream finished without any tokens"}
 
 
+@pytest.mark.parametrize("api", ["chat", "completions"])
+@pytest.mark.parametrize("continuous_usage", [True, False], ids=["per-chunk-usage", "final-usage-only"])
+def test_a_stream_without_output_is_zero_tokens_whatever_its_usage_says(fake_openai, api, continuous_usage):
+    # content null in every chunk while the usage grows: it used to pass at hundreds of tok/s
+    fake = fake_openai("null_content", continuous_usage=continuous_usage)
+    [error] = errors_of(fake.url, api=api)
+    if continuous_usage:  # the chunks' usage counted tokens: the count meets no bytes
+        assert error.endswith("streamed no output at all (every chunk's content, reasoning and tool calls empty "
+                              "or null): zero bytes of output is zero tokens"), error
+    else:  # no chunk carried text or a count: nothing was streamed
+        assert error == "the stream finished without any tokens"
+
+
+@pytest.mark.parametrize("mode, api, fragment", [
+    ("string_counts", "chat", "malformed reply from the server: usage.completion_tokens is '"),
+    ("string_counts", "completions", "malformed reply from the server: usage.completion_tokens is '"),
+    ("string_delta", "chat", "malformed reply from the server: AttributeError: "),
+])
+def test_a_reply_of_the_wrong_shape_fails_the_request_with_its_reason(fake_openai, mode, api, fragment):
+    # a count as a string, a delta that is a string: a failed request, never an exception out of the load
+    fake = fake_openai(mode)
+    [error] = errors_of(fake.url, api=api)
+    assert error.startswith(fragment), error
+
+
+def test_a_redirected_post_says_where_it_was_sent(fake_openai):
+    # aiohttp used to follow the 301 as a GET, and the user saw only "HTTP 404"
+    fake = fake_openai("redirect")
+    [error] = errors_of(fake.url, api="chat")
+    assert error.startswith(f"HTTP 301: the server redirected the POST to {fake.url}/v1/chat/completions to "
+                            f"/moved/v1/chat/completions;"), error
+
+
 # --------------------------------------------------------------------------- 3. errors in a 200
 
 
@@ -315,3 +348,14 @@ def test_the_fake_runs_as_a_process_until_killed():
         proc.terminate()
         _, err = proc.communicate(timeout=10)
     assert proc.returncode == 0, err
+
+
+def test_a_server_that_ignores_max_tokens_is_caught(fake_openai):
+    # the requests succeed (the stream is honest about what it sends), but the record's
+    # output-length check says this run measured another workload (workload_as_configured)
+    from harness.measure import output_length
+    fake = fake_openai("ignores_max_tokens")
+    load = run_load(LoadPlan.of(workload(max_tokens=8), fake.url, "fake-model"))
+    assert all(r.ok for r in load.records)
+    block = output_length.judge(load.records)
+    assert block["over"] == block["checked"] > 0 and block["over_example"] == [32, 8]

@@ -206,16 +206,25 @@ def stream_line(chunks: list[int], ok: bool = True, warmup: bool = False) -> dic
             "spec_verify_ct": None, "chunk_tokens": chunks}
 
 
-# two requests: the prefill's token, then steps of 1 + accepted tokens: 9 decode chunks, 18 tokens
-STREAMED = [stream_line([1, 2, 3, 1, 2]), stream_line([1, 4, 1, 2, 2, 1])]
+# two requests: the prefill's token, then steps of 1 + accepted tokens, the last one cut short
+# by max_tokens: 9 decode chunks, 7 of them whole steps holding 14 tokens
+STREAMED = [stream_line([1, 2, 3, 1, 2, 1]), stream_line([1, 3, 1, 2, 1])]
 
 
 def test_without_verify_counts_the_streams_tokens_per_decode_chunk_is_the_second_source():
-    # the server: 9 drafts, 9 accepted tokens: 1 + 9/9 = 2.0, as the stream's 18 ÷ 9
+    # the server: 9 drafts, 9 accepted tokens: 1 + 9/9 = 2.0, as the stream's 14 ÷ 7 whole steps
     [v] = speculative.accept_length_sources_agree(context(STREAMED, [vllm_window(9, 9)]))
     assert v.status == "passed" and v.value == 0.0, v.detail
-    assert "the stream's own count: Σ tokens after each request's first chunk ÷ Σ chunks after it" in v.detail
+    assert "the stream's own count: Σ tokens ÷ Σ chunks over the whole decode steps" in v.detail
     assert "= 2.0000" in v.detail and ONE_PLUS_ACCEPTED in v.detail
+
+
+def test_a_last_step_cut_short_by_max_tokens_does_not_lower_the_streams_figure():
+    # vLLM with the target as its own draft: every step accepts 3 of 3 (server 4.0), and
+    # max_tokens=16 ends each output one token into the 5th step: 1 + 4+4+4 + 3
+    lines = [stream_line([1, 4, 4, 4, 3]) for _ in range(6)]
+    [v] = speculative.accept_length_sources_agree(context(lines, [vllm_window(72, 24)]))
+    assert v.status == "passed" and v.value == 0.0, v.detail
 
 
 def test_a_stream_and_a_server_that_disagree_fail():

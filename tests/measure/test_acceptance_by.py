@@ -33,12 +33,15 @@ def test_each_bucket_and_turn_has_its_own_token_weighted_accept_length():
 
 
 def test_without_verify_counts_the_stream_gives_the_accept_length_and_says_so():
-    # decode chunks after the prefill's: 2+3+1 over 3, then 2+2 over 2: 10 tokens in 5 chunks
-    found = acceptance_by([request(50, 7, chunks=[1, 2, 3, 1]), request(60, 5, chunks=[1, 2, 2])])
+    # whole steps (between the prefill's chunk and a last one max_tokens cut short): 2+2 over 2,
+    # then 3+1+2 over 3: 10 tokens in 5 chunks
+    found = acceptance_by([request(50, 6, chunks=[1, 2, 2, 1]), request(60, 8, chunks=[1, 3, 1, 2, 1])])
     group = found["input_length"]["0-127"]
     assert (group["accept_length"], group["accept_length_source"]) == (2.0, "stream")
     plain = acceptance_by([request(50, 4, chunks=[4])])["input_length"]["0-127"]
     assert plain["accept_length"] is None  # one chunk: no decode step seen
+    short = acceptance_by([request(50, 5, chunks=[1, 4])])["input_length"]["0-127"]
+    assert short["accept_length"] is None  # a prefill chunk and a last one: no whole step seen
 
 
 def test_repeats_sum_counts_and_take_the_median_accept_length():

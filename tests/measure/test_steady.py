@@ -124,3 +124,12 @@ def test_repeats_combine_their_conclusive_windows():
     assert both["inconclusive"] is None and both["repeats_conclusive"] == 1
     assert both["output_tok_s"] == good["output_tok_s"]
     assert combine([short, short])["inconclusive"] == short["inconclusive"]
+
+
+def test_the_minimum_share_is_a_fraction_checked_before_anything_starts():
+    from harness.config.compose import ConfigError, compose
+
+    assert compose(["+exp=sim_smoke"]).base.record.steady_min_fraction == 0.25
+    with pytest.raises(ConfigError, match=r"record.steady_min_fraction must be a finite number > 0 and <= 1 "
+                                          r"\(e.g. 0.25: a quarter of the load\), got 1.5"):
+        compose(["+exp=sim_smoke", "record.steady_min_fraction=1.5"])

@@ -157,10 +157,17 @@ def test_one_reader_for_a_record_folder_the_latest_link_and_results_json(tmp_pat
         assert run.arms == {"a": {"status": "measured"}} and run.data["future_key"] == 1
 
 
-@pytest.mark.parametrize("content, why", [(None, "does not exist"), ("{torn", "not a readable run record"),
-                                          ('{"arms": [1]}', "has no 'arms' mapping")])
-def test_a_path_that_is_not_a_record_is_a_record_error_in_one_sentence(tmp_path, content, why):
-    path = tmp_path / "results.json"
+@pytest.mark.parametrize("name, content, why", [
+    ("results.json", None, "does not exist"), ("results.json", "{torn", "not a readable run record"),
+    ("results.json", '{"arms": [1]}', "has no 'arms' mapping"), ("empty.json", "{}", "has no 'arms' mapping"),
+    ("results.json", "[1, 2]", "holds no JSON object"),
+    # another kind's JSON, by its kind (today's records) or its name (older ones)
+    ("results.json", '{"record_kind": "sweep", "arms": {}, "points": []}', "it is a sweep record's results.json"),
+    ("sweep.json", '{"experiment": "x", "arms": {}, "points": []}', "it is a sweep record's sweep.json"),
+    ("capacity.json", '{"experiment": "x", "arms": {"a": {}}}', "it is a capacity record's capacity.json"),
+])
+def test_a_path_that_is_not_a_record_is_a_record_error_in_one_sentence(tmp_path, name, content, why):
+    path = tmp_path / name
     if content is not None:
         path.write_text(content)
     with pytest.raises(RecordError) as info:

@@ -57,7 +57,7 @@ def test_every_driver_writes_through_one_recorder_redacted(tmp_path, monkeypatch
 def test_every_kind_says_its_status_the_same_way(tmp_path, kind):
     writer = Recorder(compose(["+exp=sim_smoke", f"record.root={tmp_path}"]), kind=kind)
     running = writer.status_fields("running")
-    assert running == {"status": "running", "started_utc": writer.started_utc, "finished_utc": None}
+    assert running == {"record_kind": kind, "status": "running", "started_utc": writer.started_utc, "finished_utc": None}
     for status in ("finished", "interrupted"):
         ended = writer.status_fields(status)
         assert ended["status"] == status and ended["started_utc"] == writer.started_utc

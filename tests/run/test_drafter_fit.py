@@ -1,41 +1,18 @@
 """The drafter fit check reads both config.json files before any server starts."""
 
 import json
-import struct
 
 import pytest
 from omegaconf import OmegaConf
 
 from harness.run.drafter_fit import DrafterMismatch, check_drafter_fit
 from harness.config.schema import SpecgateConfig
+from tests.support.checkpoints import write_checkpoint as write, write_safetensors
 
 K25_TARGET = {"architectures": ["KimiK25ForConditionalGeneration"],
               "text_config": {"hidden_size": 7168, "vocab_size": 163840, "num_hidden_layers": 61}}
 K2_DRAFTER = {"architectures": ["LlamaForCausalLMEagle3"], "hidden_size": 7168, "vocab_size": 163840,
               "draft_vocab_size": 32000}
-
-
-def write(folder, config, weights=None):
-    """A checkpoint folder: config.json and, for a head, a safetensors file with these shapes
-    (a valid header over zero-filled float32 data)."""
-    folder.mkdir(parents=True)
-    (folder / "config.json").write_text(json.dumps(config))
-    if weights is None and "Eagle3" in " ".join(config.get("architectures") or []):
-        hidden = config.get("hidden_size") or 8
-        weights = {"fc.weight": [hidden, 3 * hidden]}
-    if weights:
-        write_safetensors(folder / "model.safetensors", weights)
-    return str(folder)
-
-
-def write_safetensors(path, shapes):
-    header, offset = {}, 0
-    for name, shape in shapes.items():
-        size = 4 * shape[0] * shape[1]
-        header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [offset, offset + size]}
-        offset += size
-    encoded = json.dumps(header).encode()
-    path.write_bytes(struct.pack("<Q", len(encoded)) + encoded + bytes(offset))
 
 
 def cfg(target, drafter, engine="sglang"):

@@ -269,6 +269,24 @@ def test_served_model_falls_back_to_model_path():
         srv.close()
 
 
+def test_the_configured_model_is_the_one_measured_and_an_ambiguous_list_is_refused():
+    # vLLM --lora-modules / SGLang multi-LoRA: /v1/models lists the base model and its adapters
+    srv = FakeSGLang()
+    srv.models_payload = {"object": "list", "data": [{"id": "base-model"}, {"id": "lora-b"}]}
+    try:
+        client = ServerClient(srv.url)
+        assert client.served_model(wanted="lora-b") == "lora-b"  # not the first listed
+        with pytest.raises(ClientError, match=r"serves several models \(base-model, lora-b\): set "
+                                              r"server.served_model_name to the one to measure"):
+            client.served_model(SGLANG.served_model_fallback)
+        with pytest.raises(ClientError, match=r"serves base-model, lora-b, not server.served_model_name 'lora-c'"):
+            client.served_model(wanted="lora-c")
+        srv.models_payload = {"object": "list", "data": [{"id": "only"}]}
+        assert client.served_model() == "only"
+    finally:
+        srv.close()
+
+
 def test_server_accept_length_absent_on_plain_server():
     srv = FakeSGLang(spec=False)
     try:

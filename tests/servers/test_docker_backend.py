@@ -18,6 +18,7 @@ from harness.servers import ServerError
 from harness.servers.images import ImageInfo
 from harness.servers.docker import DockerServer, host_venv_mounts, venv_site_packages
 from harness.servers.labels import LABEL, SESSION, Session, container_labels, remove_containers
+from tests.support.checkpoints import write_checkpoint
 from tests.support.runs import run_suites, specgate
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -166,10 +167,8 @@ def test_the_process_backend_still_passes_the_suites(sim_smoke_on_processes):
 @pytest.mark.slow
 def test_a_missing_release_image_fails_within_seconds_in_one_sentence(engine, tmp_path):
     target, drafter = tmp_path / "target", tmp_path / "drafter"
-    for folder, config in ((target, {"hidden_size": 64, "vocab_size": 100}),
-                           (drafter, {"architectures": ["LlamaForCausalLMEagle3"], "hidden_size": 64, "vocab_size": 100})):
-        folder.mkdir()
-        (folder / "config.json").write_text(json.dumps(config))
+    write_checkpoint(target, {"hidden_size": 64, "vocab_size": 100, "num_hidden_layers": 32})
+    write_checkpoint(drafter, {"architectures": ["LlamaForCausalLMEagle3"], "hidden_size": 64, "vocab_size": 100})
     proc = run_suites("+exp=eagle_k2", "server.requires_gpu=false", f"server.model_path={target}",
                       f"drafter.model_path={drafter}", "build.image=specgate-test/no-such-image:1",
                       f"record.root={tmp_path / 'runs'}", "-k", "baseline and requests_succeed", timeout=120)

@@ -59,6 +59,11 @@ MODES = {
     "lying_usage": "claims `lie_factor` x the tokens it streams (per-chunk usage too, unless lie_in_chunks=False)",
     "done_no_tokens": "streams only `data: [DONE]`: no tokens, no usage",
     "error_200": "answers 200 with an error object: a JSON body (error_format='json') or one data: line ('sse')",
+    "null_content": "streams every chunk with null content (null text) while its usage grows: no output at all",
+    "string_counts": "streams honestly but every usage count is a string ('5')",
+    "string_delta": "chat: every chunk's delta is a string, not an object",
+    "redirect": "answers every generation POST with a 301 to the same path under /moved",
+    "ignores_max_tokens": "streams honestly, but 4x the max_tokens asked",
     "slow_health": "GET /health takes `health_delay_s`",
     "dies_mid_load": "serves `die_after` requests honestly, then exits mid-stream (as a process only)",
 }
@@ -321,6 +326,13 @@ class _Handler(BaseHTTPRequestHandler):
         elif self.mode == "hang_before_headers":
             fake.closing.wait()
             self.close_connection = True
+        elif self.mode == "redirect":
+            self.send_response(301)
+            self.send_header("Location", "/moved" + self.path)
+            self.send_header("Content-Length", "0")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.close_connection = True
         elif self.mode == "error_200" and fake.error_format == "json":
             self.send_json(200, fake.error_body)
         elif not body.get("stream"):
@@ -356,7 +368,7 @@ class _Handler(BaseHTTPRequestHandler):
         options = body.get("stream_options") or {}
         continuous = fake.continuous_usage and bool(options.get("continuous_usage_stats"))
         prompt_tokens = self.fake.prompt_tokens(_prompt_text(body)) + self.fake.prompt_offset
-        max_tokens = int(body.get("max_tokens") or DEFAULT_MAX_TOKENS)
+        max_tokens = int(body.get("max_tokens") or DEFAULT_MAX_TOKENS) * (4 if self.mode == "ignores_max_tokens" else 1)
         head = {"id": "chatcmpl-fake" if chat else "cmpl-fake", "created": int(time.time()), "model": fake.model,
                 "object": "chat.completion.chunk" if chat else "text_completion"}
         if chat:
@@ -368,19 +380,25 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             time.sleep(fake.step_s)
             last = streamed == max_tokens
+            text = None if self.mode == "null_content" else text
             if chat:
-                choice = {"index": 0, "delta": {"content": text}, "finish_reason": None}
+                delta = text if self.mode == "string_delta" else {"content": text}
+                choice = {"index": 0, "delta": delta, "finish_reason": None}
             else:
                 choice = {"index": 0, "text": text, "finish_reason": "length" if last else None}
             event = {**head, "choices": [choice]}
             if continuous:
-                event["usage"] = _usage(prompt_tokens, fake.claimed(streamed, self.mode) if fake.lie_in_chunks else streamed)
+                event["usage"] = self.usage(prompt_tokens, fake.claimed(streamed, self.mode) if fake.lie_in_chunks else streamed)
             self.send_event(event)
         if chat:
             self.send_event({**head, "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]})
         if options.get("include_usage"):
-            self.send_event({**head, "choices": [], "usage": _usage(prompt_tokens, fake.claimed(streamed, self.mode))})
+            self.send_event({**head, "choices": [], "usage": self.usage(prompt_tokens, fake.claimed(streamed, self.mode))})
         self.end_stream()
+
+    def usage(self, prompt_tokens: int, completion_tokens: int) -> dict:
+        usage = _usage(prompt_tokens, completion_tokens)
+        return {k: str(v) for k, v in usage.items()} if self.mode == "string_counts" else usage
 
     def fault_mid_stream(self) -> bool:
         """The fault of this mode at ``fault_after`` chunks; True when the stream ends here."""

@@ -1,0 +1,102 @@
+"""Every number of the config is checked against the schema when it is composed: NaN and
+infinity never pass (NaN passes every `<=` check and used to fail late, as a traceback or a
+wrong sentence), and a field with bounds refuses a value outside them, in one sentence
+naming the key."""
+
+import math
+
+import pytest
+from omegaconf import OmegaConf
+
+from harness.config.compose import ConfigError, compose, sweep_points
+from harness.config.numbers import NumberError, check_numbers, numeric_paths
+from harness.config.schema import Bounds
+
+EXP = "+exp=sim_smoke"
+
+
+def refusal(*overrides: str) -> str:
+    with pytest.raises(ConfigError) as caught:
+        compose([EXP, *overrides])
+    return str(caught.value)
+
+
+@pytest.fixture(scope="module")
+def composed():
+    return compose([EXP]).base
+
+
+@pytest.mark.parametrize("path", [path for path, _ in numeric_paths()])
+def test_nan_and_infinity_are_refused_for_every_number_of_the_schema(composed, path):
+    for value in (math.nan, math.inf, -math.inf):
+        cfg = OmegaConf.to_container(composed)
+        node = cfg
+        *parents, leaf = path.split(".")
+        for key in parents:
+            if node[key] is None:  # an engine's block is null on another engine's server: give it one
+                node[key] = {}
+            node = node[key]
+        node[leaf] = value  # past OmegaConf's int type, which refuses nan itself ('not a valid integer')
+        with pytest.raises(NumberError) as caught:
+            check_numbers(OmegaConf.create(cfg))
+        message = str(caught.value)
+        assert message.startswith(f"{path} must be ") and message.endswith(f"got {value}"), message
+
+
+@pytest.mark.parametrize("override", ["capacity.growth=nan", "workload.request_rate=inf", "gate.tolerance=nan",
+                                      "workload.concurrency=nan"])
+def test_a_non_finite_number_on_the_command_line_is_one_sentence(override):
+    key, value = override.split("=")
+    message = refusal(override)
+    assert message.startswith(key) and (f"got {value}" in message or "is not a valid integer" in message), message
+
+
+@pytest.mark.parametrize("override, fragment", [
+    ("gate.tolerance=-1", "gate.tolerance must be a finite number >= 0 and < 1 (e.g. 0.02: 2 %), got -1"),
+    ("capacity.growth=1", "capacity.growth must be a finite number > 1"),
+    ("capacity.max=0", "capacity.max must be a finite number > 0, got 0"),
+    ("gate.min_gpu_util_under_load_pct=150", "gate.min_gpu_util_under_load_pct must be a finite number >= 0 and <= 100"),
+    ("gate.min_output_tok_s.baseline=-3", "gate.min_output_tok_s.baseline must be a finite number >= 0, got -3"),
+    ("gate.max_joules_per_token.eagle3=0", "gate.max_joules_per_token.eagle3 must be a finite number > 0"),
+    ("+gate.min_speedup.eagle3={over: baseline, ratio: -1}", "gate.min_speedup.eagle3.ratio must be a finite number > 0"),
+    ("server.port=70000", "server.port must be a finite number >= 0 and <= 65535, got 70000"),
+])
+def test_a_number_outside_its_bounds_is_refused_naming_the_key(override, fragment):
+    assert fragment in refusal(override)
+
+
+def test_numbers_inside_mappings_and_lists_are_checked_too():
+    assert "gate.min_speedup.eagle3.ratio must be" in refusal("+gate.min_speedup.eagle3={over: baseline, ratio: inf}")
+    assert "gate.min_acceptance_per_position.eagle3" in refusal("+gate.min_acceptance_per_position.eagle3=[0.3,.nan]")
+
+
+def test_an_arms_own_bad_number_names_the_arm():
+    message = refusal("arms={baseline: ['drafter=none'], eagle3: ['drafter=eagle3_k25', 'gate.tolerance=-0.5']}")
+    assert message.startswith("arm 'eagle3': gate.tolerance must be"), message
+
+
+def test_the_defaults_and_every_experiment_pass():
+    from harness.config.compose import list_experiments
+    for name in list_experiments():
+        if name != "eagle_k2":  # needs a GPU machine's paths; its numbers are the defaults' shape
+            check_numbers(compose([f"+exp={name}"]).base)
+
+
+def test_bounds_say_what_they_hold():
+    bounds = Bounds(low=0, below=1, example="0.02: 2 %")
+    assert bounds.holds(0) and bounds.holds(0.5) and not bounds.holds(1) and not bounds.holds(-0.1)
+    assert bounds.describe() == "a finite number >= 0 and < 1 (e.g. 0.02: 2 %)"
+    assert not Bounds(above=0).holds(0) and Bounds(high=100).holds(100)
+    with pytest.raises(NumberError, match="x must be a finite number, got nan"):
+        from harness.config.numbers import check_number
+        check_number("x", math.nan, None)
+
+
+def test_a_sweep_over_no_values_is_one_sentence():
+    with pytest.raises(ConfigError, match=r"workload.concurrency=range\(1,1\) gives no values to sweep"):
+        sweep_points([EXP, "workload.concurrency=range(1,1)"])
+
+
+def test_an_engines_options_on_a_server_of_another_engine_is_one_sentence():
+    message = refusal("server.vllm.max_num_seqs=5")
+    assert message.startswith("server.vllm.max_num_seqs: server.vllm is null here, as the server is not a vllm server")
