@@ -26,6 +26,7 @@ recorded run can be re-read the same way.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -134,20 +135,71 @@ def tokens_in(line: dict, start_ms: float, end_ms: float) -> float:
     return total * overlap / (finish - begin)
 
 
-def decode_in(line: dict, start_ms: float, end_ms: float) -> tuple[float, float, float]:
-    """(ms, tokens, verify cycles) of a request's decoding inside the window: the gaps between
-    consecutive chunks that both arrived there, the later chunk's tokens, and its share of the
-    request's verify cycles (cycles per decoded token, as the whole-load figures count them)."""
+def decoding_spans(ok: list[dict], concurrency: int, start_ms: float, end_ms: float) -> list[tuple[float, float]]:
+    """The stretches of [start, end] in which `concurrency` requests are decoding at once
+    (each between its first and its last chunk): the server's running batch is the
+    concurrency. A slot whose next request is sent but not yet prefilled runs the batch one
+    short, which past a compute-bound knee makes every other request's step faster."""
+    events = sorted([(line["chunk_ms"][0], 1) for line in ok if len(line.get("chunk_ms") or []) >= 2]
+                    + [(line["chunk_ms"][-1], -1) for line in ok if len(line.get("chunk_ms") or []) >= 2],
+                    key=lambda e: (e[0], e[1]))
+    spans, busy, opened = [], 0, None
+    for t, step in events:
+        busy += step
+        if busy >= concurrency and opened is None:
+            opened = t
+        elif busy < concurrency and opened is not None:
+            a, b = max(opened, start_ms), min(t, end_ms)
+            spans += [(a, b)] if b > a else []
+            opened = None
+    return spans
+
+
+def tokens_over(line: dict, spans: list[tuple[float, float]]) -> float:
+    """A request's output tokens made inside the spans: its token count grows linearly between
+    consecutive chunks (scaled to its usage count), so a span's edge falling between two
+    chunks takes its share of the tokens between them, not all or none."""
+    times, counts = line.get("chunk_ms") or [], line.get("chunk_tokens") or []
+    total = line.get("completion_tokens") or 0
+    if len(times) < 2 or len(counts) != len(times) or sum(counts) <= 0:
+        return sum(tokens_in(line, a, b) for a, b in spans)
+    made = np.cumsum(np.asarray(counts, dtype=float)) * total / sum(counts)
+    edges = np.asarray(spans, dtype=float)
+    at = np.interp(edges, np.asarray(times, dtype=float), made, left=0.0)
+    return float((at[:, 1] - at[:, 0]).sum())
+
+
+def decode_in(line: dict, spans: list[tuple[float, float]]) -> tuple[float, float, float]:
+    """(ms, tokens, verify cycles) of a request's decoding inside the spans: the gaps between
+    consecutive chunks that both arrived in one span, the later chunk's tokens, and its share
+    of the request's verify cycles (cycles per decoded token, as the whole-load figures count them)."""
     times, counts = line.get("chunk_ms") or [], line.get("chunk_tokens") or []
     total, verify = line.get("completion_tokens") or 0, line.get("spec_verify_ct") or 0
     if len(times) < 2 or len(counts) != len(times) or total < 2:
         return 0.0, 0.0, 0.0
     scale = (total - 1) / max(1, sum(counts[1:]))  # decoded tokens: all but the prefill's first
+    starts = [a for a, _ in spans]
     ms = tokens = 0.0
     for before, now, n in zip(times, times[1:], counts[1:]):
-        if start_ms <= before and now <= end_ms:
+        k = bisect.bisect_right(starts, before) - 1
+        if k >= 0 and now <= spans[k][1]:
             ms, tokens = ms + now - before, tokens + n * scale
     return ms, tokens, tokens * verify / (total - 1)
+
+
+DECODING_SHARE_MIN = 0.5  # fewer decoding-at-full-batch stretches than this share of the window: use the window
+
+
+def measured_spans(ok: list[dict], window: SteadyWindow, concurrency: int) -> list[tuple[float, float]]:
+    """What the steady figures are measured over: a closed loop's stretches of the window with
+    every slot decoding, where they cover at least DECODING_SHARE_MIN of it (requests with chunk
+    times), else the whole window; an open loop's whole window."""
+    whole = [(window.start_ms, window.end_ms)]
+    if window.rule != CLOSED:
+        return whole
+    spans = decoding_spans(ok, concurrency, window.start_ms, window.end_ms)
+    covered = sum(b - a for a, b in spans)
+    return spans if covered >= DECODING_SHARE_MIN * (window.end_ms - window.start_ms) else whole
 
 
 def steady_figures(lines: list[dict], concurrency: int, request_rate: Optional[float],
@@ -162,10 +214,12 @@ def steady_figures(lines: list[dict], concurrency: int, request_rate: Optional[f
     if window.inconclusive:
         return block
     ok = [line for line in lines if line.get("ok") and line.get("completion_tokens") is not None]
-    tokens = sum(tokens_in(line, window.start_ms, window.end_ms) for line in ok)
-    ms, decoded, cycles = (sum(parts) for parts in zip(*[decode_in(line, window.start_ms, window.end_ms)
-                                                         for line in ok])) if ok else (0.0, 0.0, 0.0)
-    block.update(output_tok_s=_r(tokens / window.seconds, 3), completion_tokens=_r(tokens, 1),
+    spans = measured_spans(ok, window, concurrency)
+    seconds = sum(b - a for a, b in spans) / 1000.0
+    tokens = sum(tokens_over(line, spans) for line in ok)
+    ms, decoded, cycles = (sum(parts) for parts in zip(*[decode_in(line, spans) for line in ok])) if ok else (0.0, 0.0, 0.0)
+    block.update(output_tok_s=_r(tokens / seconds, 3), completion_tokens=_r(tokens, 1),
+                 measured_share=_r(seconds / window.seconds) if window.seconds else None,
                  decode_step_ms=_r(ms / decoded) if decoded else None,
                  verify_cycle_ms=_r(ms / cycles) if cycles else None)
     return block

@@ -41,10 +41,10 @@ def test_closed_loop_window_is_while_every_slot_is_busy():
 def test_closed_loop_throughput_counts_the_tokens_inside_the_window():
     lines = closed_loop(4, 1000.0, 5, stagger_ms=100.0)
     block = steady_figures(lines, 4, None, 0.25)
-    inside = sum(1 for l in lines for t in l["chunk_ms"] if block["start_ms"] <= t <= block["end_ms"])
-    assert block["output_tok_s"] == pytest.approx(inside / block["window_s"], rel=1e-3)
-    # 4 streams of 10 tokens per ~1 s: 40 tok/s while all are busy; the whole load reads less
-    assert block["output_tok_s"] == pytest.approx(40.0, rel=0.05)
+    # 4 streams of 10 tokens per second (9 decoded over 0.9 s) while all four decode: 40 tok/s;
+    # the moments a slot is between requests (sent, not yet streaming) are left out
+    assert block["output_tok_s"] == pytest.approx(40.0, rel=1e-3)
+    assert 0.5 < block["measured_share"] < 0.95
     whole = sum(l["completion_tokens"] for l in lines) / 5.302
     assert whole < 0.95 * block["output_tok_s"]
 
@@ -96,6 +96,29 @@ def test_an_open_loop_window_under_the_minimum_share_is_inconclusive():
     assert block["inconclusive"] == ("the steady window (from one median request lifetime after the first send to "
                                      "the last send) is 0.20 s, 9% of the load's 2.20 s, under "
                                      "record.steady_min_fraction 25%: the load is too short to have a steady state")
+
+
+def test_past_a_knee_a_slot_between_requests_speeds_up_the_others_and_is_left_out():
+    """2 slots, 20 tokens a request at 100 ms a token while both decode; slot 1 waits 500 ms
+    between its requests, and slot 0 alone runs at 50 ms a token then (a smaller batch, faster
+    past a compute-bound knee). Throughput at the concurrency is 20 tok/s, whatever the gaps."""
+    lines, t0, t1 = [], 0.0, 0.0
+    for _ in range(3):  # slot 1: 1.9 s of decoding, then 0.5 s before its next first token
+        times = [t1 + 100.0 * k for k in range(20)]
+        lines.append({"ok": True, "send_ms": t1 - 1.0, "end_ms": times[-1], "completion_tokens": 20,
+                      "chunk_ms": times, "chunk_tokens": [1] * 20})
+        t1 = times[-1] + 500.0
+    slot0, t = [], 0.0  # slot 0: 100 ms a token while slot 1 decodes, 50 ms while it waits
+    while t < t1 - 500.0:
+        slot0.append(t)
+        t += 50.0 if any(l["chunk_ms"][-1] < t < l["chunk_ms"][-1] + 500.0 for l in lines) else 100.0
+    for k in range(0, len(slot0) - 1, 20):
+        times = slot0[k:k + 20]
+        lines.append({"ok": True, "send_ms": times[0] - 1.0, "end_ms": times[-1], "completion_tokens": len(times),
+                      "chunk_ms": times, "chunk_tokens": [1] * len(times)})
+    block = steady_figures(lines, 2, None, 0.25)
+    assert block["output_tok_s"] == pytest.approx(20.0, rel=0.03), block
+    assert block["decode_step_ms"] == pytest.approx(100.0, rel=0.03)
 
 
 def test_tokens_without_chunk_times_are_pro_rated_by_overlap():
