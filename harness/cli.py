@@ -11,6 +11,8 @@
     specgate compare RUN RUN [...]     arms x metrics side by side across runs
     specgate report RUN_DIR [-o FILE]  one self-contained HTML report (of a run, a capacity record,
                                        an A/B record, or a sweep: its break-even map)
+    specgate schedule SWEEP_DIR [--arm A] per concurrency the fastest k (or plain) with its interval;
+                                       schedule.json, schedule.md and the engines' forms in the sweep
     specgate history DIR [--metric PATH ...] [--experiment NAME] [-o FILE]
                                        a folder of run records over time, with change points
     specgate clean [--images]          remove every container (and image) specgate labelled
@@ -22,14 +24,18 @@ import argparse
 import sys
 from pathlib import Path
 
+import yaml
+from omegaconf import OmegaConf
+
 from harness.exit_status import MISTAKE
 from harness import SUITES_DIR, __version__
 from harness.report.compare import CompareError
-from harness.record.secrets import redact_patterns
+from harness.record.secrets import Redactor, terminal_text
 from harness.config.compose import (DEFAULT_CONF_DIR, PYTEST_VALUE_OPTIONS, ConfigError, compose, is_override,
-                                    list_experiments, to_yaml)
+                                    list_experiments)
 from harness.record.store import RecordError
 from harness.report.html import ReportError
+from harness.schedule.grid import ScheduleError
 
 USAGE_ERROR = MISTAKE  # a config, input or usage mistake (2 is Ctrl-C)
 
@@ -43,11 +49,18 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    """Each arm's composed config, through the record's redaction: the terminal shows no
+    secret a record would not."""
     experiment = compose(args.overrides, args.conf_dir)
+    redactor = Redactor(readable=experiment.base.record.readable_env)
+    redactor.learn(list(args.overrides))
+    for arm in experiment.arms:
+        redactor.learn(OmegaConf.to_container(arm.cfg, resolve=True))
     print(f"# experiment: {experiment.name} — {experiment.description}")
     for arm in experiment.arms:
-        print(f"\n# ---- arm: {arm.name}  (overrides: {' '.join(arm.overrides) or 'none'})")
-        print(to_yaml(arm.cfg), end="")
+        print(f"\n# ---- arm: {arm.name}  (overrides: {' '.join(redactor.data(list(arm.overrides))) or 'none'})")
+        shown = redactor.data(OmegaConf.to_container(arm.cfg, resolve=True))
+        print(yaml.safe_dump(shown, sort_keys=False), end="")
     return 0
 
 
@@ -129,6 +142,16 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_schedule(args: argparse.Namespace) -> int:
+    from harness.schedule.make import make_schedule
+
+    data, written = make_schedule(args.sweep_dir, args.arm, args.confidence)
+    for choice in data["concurrencies"]:
+        print(choice["words"])
+    print(f"schedule: {', '.join(str(p) for p in written)}")
+    return 0
+
+
 def cmd_history(args: argparse.Namespace) -> int:
     from harness.history.folder import read_history
     from harness.history.report import history_text, write_history_page
@@ -186,6 +209,13 @@ def parser() -> argparse.ArgumentParser:
     report.add_argument("run_dir", type=Path, help="a run record folder, a capacity record's, or a sweep's (its break-even map)")
     report.add_argument("-o", "--output", type=Path, default=None, help="where to write (default <run>/report.html)")
     report.set_defaults(func=cmd_report)
+    schedule = commands.add_parser("schedule", help="from a sweep over concurrency x k: per concurrency the fastest "
+                                                    "k (or plain decoding), and the schedule in the engines' forms")
+    schedule.add_argument("sweep_dir", type=Path, help="a sweep's folder (specgate sweep ... drafter.num_steps=1,2,3)")
+    schedule.add_argument("--arm", default=None, help="the speculative arm to schedule, when the sweep has several")
+    schedule.add_argument("--confidence", type=float, default=0.95,
+                          help="one-sided confidence at each end of the intervals (default 0.95, as gate.confidence)")
+    schedule.set_defaults(func=cmd_schedule)
     history = commands.add_parser("history", help="a folder of run records over time: each arm's headline metrics "
                                                   "with their change points (a table and an HTML page)")
     history.add_argument("folder", type=Path, help="a folder of run records (e.g. runs/)")
@@ -227,12 +257,14 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     args = parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ConfigError, RecordError, CompareError, ReportError) as exc:
-        print(f"specgate: {redact_patterns(str(exc))}", file=sys.stderr)
+    except (ConfigError, RecordError, CompareError, ReportError, ScheduleError) as exc:
+        print(f"specgate: {terminal_text(str(exc), argv)}", file=sys.stderr)
         return USAGE_ERROR
+
 
 
 if __name__ == "__main__":

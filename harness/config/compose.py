@@ -56,6 +56,11 @@ ConfigStore.instance().store(name="specgate_schema", node=SpecgateConfig)
 # builds here (the engine venvs, the tiny models). Records keep the resolved absolute path.
 if not OmegaConf.has_resolver("project_root"):
     OmegaConf.register_new_resolver("project_root", lambda: str(DEFAULT_CONF_DIR.parent))
+# `${chain_draft_tokens:${drafter.num_steps}}`: a chain of k drafted tokens verifies k + 1, so a
+# sweep over drafter.num_steps (specgate schedule) keeps num_draft_tokens in step with it; no
+# steps (the arm served plain: drafter=none), no draft tokens.
+if not OmegaConf.has_resolver("chain_draft_tokens"):
+    OmegaConf.register_new_resolver("chain_draft_tokens", lambda steps: None if steps is None else int(steps) + 1)
 
 
 class ConfigError(Exception):
@@ -262,6 +267,7 @@ def compose(overrides: list[str], conf_dir: Path = DEFAULT_CONF_DIR) -> Experime
                           f"which runs one whole experiment per point")
     check_added_keys(overrides, conf_dir)
     check_deleted_keys(overrides, conf_dir)
+    check_empty_gates(overrides)
     base, _ = compose_config(overrides, conf_dir)
     arm_specs = OmegaConf.to_container(base.arms) or {DEFAULT_ARM: []}
     arms = []
@@ -280,6 +286,16 @@ def compose(overrides: list[str], conf_dir: Path = DEFAULT_CONF_DIR) -> Experime
     )
     validate(experiment)
     return experiment
+
+
+def check_empty_gates(overrides: list[str]) -> None:
+    """`gate.min_capacity={}` on the command line asks for a gate and configures no arm of it:
+    it would judge nothing, silently. (A conf file's `{}` is a default, not a request.)"""
+    for override in overrides:
+        key, _, value = override.lstrip("+").partition("=")
+        if key.split(".")[0] in ("gate", "sweep_gate") and re.fullmatch(r"\{\s*\}", value.strip()):
+            raise ConfigError(f"{key}={{}} configures the gate for no arm, so it would judge nothing: name an arm "
+                              f"(e.g. {key}.eagle3=...), or leave {key} out")
 
 
 def check_added_keys(overrides: list[str], conf_dir: Path) -> None:
@@ -518,12 +534,20 @@ def check_tokenizer(folder: str) -> None:
 
 
 def check_record_root(root: str) -> None:
-    """record.root must be a folder that can be made: not under a regular file."""
+    """record.root must be a folder a record can be made in, before anything is measured:
+    not under a regular file, writable, and its `latest` (if any) the link specgate keeps,
+    not a folder copied there (from a CI artifact) that the run could not replace at its end."""
     path = Path(root).absolute()
+    latest = path / "latest"
+    if latest.exists() and not latest.is_symlink():
+        raise ConfigError(f"record.root {root}: {latest} is a {'folder' if latest.is_dir() else 'file'}, not the link "
+                          f"to the newest record that specgate keeps there; move it away (a copied CI artifact?)")
     for parent in [path, *path.parents]:
         if parent.exists():
             if not parent.is_dir():
                 raise ConfigError(f"record.root {root}: {parent} is a file, so no record folder can be made there")
+            if not os.access(parent, os.W_OK | os.X_OK):
+                raise ConfigError(f"record.root {root}: {parent} is not writable here, so no record could be kept")
             return
 
 

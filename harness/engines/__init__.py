@@ -21,4 +21,10 @@ def engine_of(cfg: DictConfig) -> Engine:
     return ENGINES[cfg.server.engine]
 
 
-__all__ = ["ENGINES", "ENGINE_OPTIONS", "Engine", "EngineConfigError", "Launch", "engine_of"]
+def schedule_forms(drafter: DictConfig, ranges: list[tuple[int, int, int]]) -> dict[str, dict]:
+    """A schedule (first, last, k per batch-size range) in the form each real engine takes it."""
+    forms = {name: engine.schedule_form(drafter, ranges) for name, engine in ENGINES.items()}
+    return {name: form for name, form in forms.items() if form is not None}
+
+
+__all__ = ["ENGINES", "ENGINE_OPTIONS", "Engine", "EngineConfigError", "Launch", "engine_of", "schedule_forms"]

@@ -114,6 +114,9 @@ class Engine:
     health_paths: ClassVar[tuple[str, ...]] = ("/health",)
     spec_stats: ClassVar[str] = PER_REQUEST
     prometheus: ClassVar[PrometheusNames] = PrometheusNames()
+    # the engine's own tuning variables (glob patterns): values the record and terminal may show
+    # (harness/record/secrets.py; every other server.env value is a secret)
+    readable_env: ClassVar[tuple[str, ...]] = ()
     version_routes: ClassVar[tuple[str, ...]] = ()  # GET routes whose JSON has "version"
     served_model_fallback: ClassVar[str | None] = None  # a GET route with "model_path", if /v1/models lists none
     drafter_keys: ClassVar[tuple[str, ...]] = ("num_steps",)  # drafter fields a speculative arm must set
@@ -219,6 +222,13 @@ class Engine:
     def bad_request_message(self, body: Any) -> str:
         """The message of this engine's 400 body; AssertionError when the shape is not its own."""
         raise NotImplementedError
+
+    # --- deploying a schedule (specgate schedule) ----------------------------------------
+    def schedule_form(self, drafter: DictConfig, ranges: list[tuple[int, int, int]]) -> dict[str, Any] | None:
+        """How this engine takes a k per batch-size range (first, last, k; k 0 = plain
+        decoding) for `drafter`: {engine, args, note, ...; files: {name: JSON} to write beside
+        the schedule}; None when it is no engine to deploy (the simulator)."""
+        return None
 
 
 class PythonEngine(Engine):

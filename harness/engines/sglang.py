@@ -17,6 +17,11 @@ TOKENS_PER_VERIFY = ("the server's counters: Δ generation tokens ÷ Δ verify c
                      "over its verify cycles)")
 
 
+# what SGLang's adaptive speculative decoding serves (adaptive_unsupported_reason, 0.5.23)
+ADAPTIVE_ALGORITHMS = ("EAGLE", "EAGLE3")
+ADAPTIVE_CONFIG_FILE = "sglang_adaptive.json"  # written beside schedule.json
+
+
 class SGLang(PythonEngine):
     name = "sglang"
     module = "sglang.launch_server"
@@ -27,6 +32,7 @@ class SGLang(PythonEngine):
     # was received (before tokenizing it) to its first output; then for each output with n
     # new tokens, TokenizerMetricsCollector.observe_inter_token_latency(interval, n) adds
     # the interval to the sum and n to the count (srt/metrics/collector.py, 0.5.x).
+    readable_env = ("SGLANG_*",)  # its tuning knobs may show (a secret-named one, an API key, never does)
     prometheus = PrometheusNames(ttft_histogram="sglang:time_to_first_token_seconds",
                                  itl_histogram="sglang:inter_token_latency_seconds",
                                  itl_observed_per=ITL_PER_TOKEN,
@@ -120,6 +126,43 @@ class SGLang(PythonEngine):
             return float(value) if value is not None else None
         except (TypeError, ValueError):
             return None
+
+    def schedule_form(self, drafter: DictConfig, ranges: list[tuple[int, int, int]]) -> dict[str, Any]:
+        """SGLang 0.5.23 (read from its source, srt/speculative/adaptive_spec_params.py; not run
+        here): for EAGLE and EAGLE3 with a chain (topk 1), `--speculative-adaptive` with a JSON
+        `--speculative-adaptive-config` of batch-size tiers ({"<lowest batch>": {"candidate_steps":
+        [k]}}; one candidate per tier pins its k, 0 drafts nothing); a batch goes to the tier
+        with the largest key at or below its size. Any other algorithm has one k per server:
+        one server per range."""
+        top = max(k for _, _, k in ranges)
+        algorithm = str(drafter.algorithm).upper()
+        if top == 0:
+            return {"engine": self.name, "args": [],
+                    "note": "plain decoding wins at every batch size swept: serve without --speculative-algorithm"}
+        if algorithm in ADAPTIVE_ALGORITHMS and int(drafter.eagle_topk or 1) == 1:
+            tiers = {str(first): {"candidate_steps": [k]} for first, _, k in ranges}
+            return {"engine": self.name, "files": {ADAPTIVE_CONFIG_FILE: tiers},
+                    "args": [*self.speculative_args(drafter, top), "--speculative-adaptive",
+                             "--speculative-adaptive-config", ADAPTIVE_CONFIG_FILE],
+                    "note": (f"SGLang's adaptive speculative decoding (0.5.23) with one candidate per batch-size "
+                             f"tier, {ADAPTIVE_CONFIG_FILE} written beside this schedule. A batch is first padded to "
+                             f"the next CUDA-graph batch size, so a tier boundary moves up to one. SGLang turns "
+                             f"adaptive off (and drafts num_steps={top} always) with attention DP, two-batch "
+                             f"overlap, multi-layer EAGLE or PD multiplexing")}
+        servers = [{"first": first, "last": last, "k": k,
+                    "args": [*self.speculative_args(drafter, k), "--max-running-requests", str(last)] if k else
+                    ["--max-running-requests", str(last)]} for first, last, k in ranges]
+        return {"engine": self.name, "servers": servers, "args": [],
+                "note": (f"SGLang takes one k per server for {algorithm} (its adaptive mode is EAGLE/EAGLE3 with "
+                         f"topk 1 only): run one server per batch-size range and route by load")}
+
+    def speculative_args(self, drafter: DictConfig, k: int) -> list[str]:
+        """The drafter's flags with k draft steps, a chain verifying k + 1 tokens."""
+        args = ["--speculative-algorithm", str(drafter.algorithm)]
+        if drafter.model_path:
+            args += ["--speculative-draft-model-path", str(drafter.model_path)]
+        return args + ["--speculative-num-steps", str(k), "--speculative-eagle-topk", "1",
+                       "--speculative-num-draft-tokens", str(k + 1)]
 
     def bad_request_message(self, body: Any) -> str:
         """An OpenAI-style error object at the top level."""

@@ -82,6 +82,9 @@ class Simulator(SGLang):
     def args(self, cfg: DictConfig, port: int, host: str) -> list[str]:
         return super().args(cfg, port, host) + (sim_args(cfg.server.sim) if cfg.server.sim is not None else [])
 
+    def schedule_form(self, drafter: DictConfig, ranges: list[tuple[int, int, int]]) -> None:
+        return None  # nothing to deploy: a schedule measured here is written in the real engines' forms
+
     def token_counter(self, cfg: DictConfig) -> CountTokens | None:
         """Its word pieces, exactly -- when we started it: behind backend=attach may be any server."""
         return None if cfg.backend.kind == "attach" else count_output_tokens

@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from harness.engines.base import (ITL_PER_STEP, METRICS_WINDOW, CounterWindow, EngineConfigError, PrometheusNames,
                                   PythonEngine)
@@ -44,7 +44,9 @@ def speculative_config(drafter: DictConfig) -> dict:
     config = {"method": vllm_method(drafter.algorithm), "num_speculative_tokens": int(drafter.num_steps)}
     if drafter.model_path:
         config["model"] = drafter.model_path
-    config.update(dict(drafter.get("vllm_speculative_config") or {}))
+    # plain containers: a list value (num_speculative_tokens_per_batch_size) is a ListConfig, which json refuses
+    config.update(OmegaConf.to_container(drafter.vllm_speculative_config, resolve=True)
+                  if drafter.get("vllm_speculative_config") else {})
     return config
 
 
@@ -60,6 +62,7 @@ class VLLM(PythonEngine):
     # (after the API server applied the chat template and tokenized) to its first output;
     # then one inter-token latency per engine step of a request, the whole step however
     # many tokens it yielded.
+    readable_env = ("VLLM_*",)  # its tuning knobs may show (a secret-named one, an API key, never does)
     prometheus = PrometheusNames(ttft_histogram="vllm:time_to_first_token_seconds",
                                  itl_histogram="vllm:inter_token_latency_seconds",
                                  itl_observed_per=ITL_PER_STEP,
@@ -123,6 +126,29 @@ class VLLM(PythonEngine):
             acceptance_rate=(accepted / proposed) if proposed else None,
             acceptance_per_position=[accepted_there / drafts for accepted_there in counters.per_position()],
         )
+
+    def schedule_form(self, drafter: DictConfig, ranges: list[tuple[int, int, int]]) -> dict[str, Any]:
+        """vLLM 0.32's dynamic speculative decoding (config/speculative.py,
+        v1/spec_decode/dynamic/utils.py): `num_speculative_tokens_per_batch_size`, a list of
+        [first, last, k] inclusive batch-size ranges, the first from 1, sorted, not
+        overlapping, k >= 0 (0: no drafts at that batch size); each k is capped at
+        `num_speculative_tokens`, so that is the largest k. Also as specgate overrides, to
+        serve it back in an experiment."""
+        top = max(k for _, _, k in ranges)
+        if top == 0:
+            return {"engine": self.name, "args": [], "overrides": ["drafter=none"],
+                    "note": "plain decoding wins at every batch size swept: serve without --speculative-config"}
+        table = [[first, last, k] for first, last, k in ranges]
+        config = {**speculative_config(drafter), "num_speculative_tokens": top,
+                  "num_speculative_tokens_per_batch_size": table}
+        overrides = [f"drafter.num_steps={top}",
+                     f"++drafter.vllm_speculative_config.num_speculative_tokens_per_batch_size={json.dumps(table).replace(' ', '')}"]
+        return {"engine": self.name, "speculative_config": config,
+                "args": ["--speculative-config", json.dumps(config)], "overrides": overrides,
+                "note": (f"vLLM's --speculative-config with num_speculative_tokens_per_batch_size (vLLM 0.32): the "
+                         f"k of a step is looked up by its number of running requests; past {ranges[-1][1]} the "
+                         f"last k is carried on; with data parallelism vLLM ignores the table and drafts "
+                         f"num_speculative_tokens={top} always")}
 
     def bad_request_message(self, body: Any) -> str:
         """The validation text inside {"error": {...}}."""

@@ -27,20 +27,31 @@ from omegaconf import OmegaConf
 
 from harness.config.compose import ConfigError, Experiment
 from harness.gates.profile import NoiseProfile
+from harness.load.datasets import dataset_digest
 from harness.record.store import REDACTED, RunData, safe_name
 
 # Workload keys that size or bound a load rather than shape each request.
 LOAD_SIZE_KEYS = frozenset({"num_prompts", "duration_s", "warmup_requests", "timeout_s", "first_byte_timeout_s"})
 
 
-def identity(cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """What one arm measured, as flat `group.key -> value` pairs."""
+def identity(cfg: Mapping[str, Any], digest: bool = False) -> dict[str, Any]:
+    """What one arm measured, as flat `group.key -> value` pairs; with ``digest``, the
+    dataset file's sha256 as it is now (for this run's own config: a reference's file may
+    have changed since, so its digest is what its results.json recorded)."""
     server = cfg.get("server") or {}
     found = {"server.engine": server.get("engine"), "server.model": model_name(server.get("model_path"))}
-    for key, value in (cfg.get("workload") or {}).items():
+    workload = cfg.get("workload") or {}
+    for key, value in workload.items():
         if key not in LOAD_SIZE_KEYS:
             found[f"workload.{key}"] = value
+    if digest and workload.get("dataset"):
+        found["workload.dataset_sha256"] = dataset_digest(workload["dataset"])
     return found
+
+
+def arm_identity(cfg: Any) -> dict[str, Any]:
+    """This run's arm's identity, dataset digest included: what results.json records of it."""
+    return identity(OmegaConf.to_container(cfg, resolve=True), digest=True)
 
 
 def model_name(path: Any) -> Any:
@@ -50,8 +61,10 @@ def model_name(path: Any) -> Any:
     return path
 
 
+
+
 def differences(current: Mapping[str, Any], reference: Mapping[str, Any]) -> list[str]:
-    """`key: X there, Y here` for each identity key both runs have and that differs."""
+    """`key: X there, Y here` for each identity key both configs have and that differs."""
     return identity_differences(identity(current), identity(reference))
 
 
@@ -64,6 +77,17 @@ def identity_differences(mine: Mapping[str, Any], theirs: Mapping[str, Any]) -> 
         if value != mine[key]:
             out.append(f"{key}: {value!r} there, {mine[key]!r} here")
     return out
+
+
+def recorded_identity(run: RunData, arm: str) -> dict[str, Any] | None:
+    """What the reference's arm measured: the identity its results.json carries (records
+    since it did: the check needs no file beside it), else from the config.yaml beside it,
+    else None (a lone results.json of an older record: nothing to check against)."""
+    block = run.arms.get(arm) or {}
+    if isinstance(block.get("identity"), dict):
+        return block["identity"]
+    recorded = recorded_arm_config(run, arm)
+    return identity(recorded) if recorded is not None else None
 
 
 def recorded_arm_config(run: RunData, arm: str) -> dict[str, Any] | None:
@@ -82,10 +106,10 @@ def run_differences(experiment: Experiment, run: RunData) -> dict[str, list[str]
     for arm in experiment.arms:
         if arm.name not in run.arms:
             continue
-        recorded = recorded_arm_config(run, arm.name)
+        recorded = recorded_identity(run, arm.name)
         if recorded is None:
             continue
-        diff = differences(OmegaConf.to_container(arm.cfg, resolve=True), recorded)
+        diff = identity_differences(arm_identity(arm.cfg), recorded)
         if diff:
             found[arm.name] = diff
     return found

@@ -27,6 +27,7 @@ time, since config validation and each arm's load read the same file.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
 import re
@@ -64,6 +65,25 @@ def load_dataset(value: str | os.PathLike) -> tuple[Conversation, ...]:
     if not path.is_file():
         raise DatasetError(f"workload.dataset={value}: {path} is not a file")
     return _load(path, stat.st_mtime_ns, stat.st_size)
+
+
+def dataset_digest(value: str | os.PathLike) -> str | None:
+    """The sha256 of the dataset file's bytes (None when it cannot be read): what identifies
+    the prompts a run sent, so an edited file at the same path is a different workload."""
+    path = dataset_path(value)
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return _digest(path, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=8)
+def _digest(path: Path, mtime_ns: int, size: int) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
 
 
 @functools.lru_cache(maxsize=8)

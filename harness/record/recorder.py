@@ -11,9 +11,10 @@ driver tells it what to write. Layout: see harness/record/store.py and README "R
 from __future__ import annotations
 
 import os
+import sys
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from omegaconf import OmegaConf
 
@@ -40,9 +41,12 @@ class Recorder:
     def __init__(self, experiment: Experiment, kind: str = "run"):
         self.experiment = experiment
         self.kind = KINDS[kind]  # run | sweep | capacity | calibration: the folder's name, its JSON, what else it holds
-        self.redactor = Redactor()  # what the record learns before it exists (a sweep's overrides) counts too
+        # what the record learns before it exists (a sweep's overrides) counts too
+        self.redactor = Redactor(readable=experiment.base.record.readable_env)
+        self.redactor.learn(list(experiment.overrides))  # the command line as typed, quotes and spaces included
         self.started_utc = utc_now()  # the driver began now, whenever its folder is first needed
         self._record: RunRecord | None = None
+        self.write_error: str | None = None  # the first write that failed mid-run (a full disk), in words
 
     @property
     def started(self) -> bool:
@@ -88,16 +92,31 @@ class Recorder:
 
     def scrub_server_log(self, arm: str) -> None:
         if self._record is not None:
-            self._record.scrub_file(f"arms/{arm}/server.log")
+            self.guarded(f"server log of arm {arm}", lambda: self._record.scrub_file(f"arms/{arm}/server.log"))
+
+    def guarded(self, what: str, write: Callable[[], None]) -> None:
+        """One write of a record that exists: an OSError (a full disk, a folder gone read-only)
+        is said once, in one sentence, and the run goes on. What was measured stays in memory
+        for the terminal's summary and for every later write, each tried again (results.json
+        is whole each time, so one that succeeds later holds everything)."""
+        try:
+            write()
+        except OSError as exc:
+            if self.write_error is None:
+                self.write_error = f"cannot write the record's {what} in {self.path}: {exc.strerror or exc}"
+                print(f"specgate: {self.write_error}; measuring goes on, the figures stay in this terminal's "
+                      f"summary, and each later write of the record is tried again", file=sys.stderr, flush=True)
 
     def add_requests(self, arm: str, lines: list[dict[str, Any]]) -> None:
-        self.record.add_requests(arm, lines)
+        self.guarded(f"requests of arm {arm}", lambda: self.record.add_requests(arm, lines))
 
     def write_telemetry(self, arm: str, telemetry: Telemetry) -> None:
-        folder = self.record.arm_dir(arm)
-        write_csv(folder / "telemetry.csv", telemetry)
-        if telemetry.samples:
-            plot_png(folder / "telemetry.png", telemetry)
+        def write() -> None:
+            folder = self.record.arm_dir(arm)
+            write_csv(folder / "telemetry.csv", telemetry)
+            if telemetry.samples:
+                plot_png(folder / "telemetry.png", telemetry)
+        self.guarded(f"telemetry of arm {arm}", write)
 
     def status_fields(self, status: str) -> dict[str, Any]:
         """What every kind's JSON says of itself: its kind (`record_kind`: run, sweep, ...; what
@@ -110,14 +129,17 @@ class Recorder:
 
     def write_data(self, data: dict[str, Any]) -> None:
         """The record's JSON (results.json, sweep.json or capacity.json), status and all."""
-        self.record.write_data(data)
+        if self._record is None:
+            self.record.write_data(data)  # the first write makes the folder: a failure there stops the run
+        else:
+            self.guarded(self.kind.data_file, lambda: self.record.write_data(data))
 
     def point_latest(self) -> None:
         """`<root>/latest` names this record once the run has ended (finished or interrupted)."""
         if self._record is not None:
-            self._record.point_latest()
+            self.guarded("latest link", self._record.point_latest)
 
     def write_summary(self, text: str) -> None:
-        self.record.write_text("summary.md", text)
+        self.guarded("summary.md", lambda: self.record.write_text("summary.md", text))
         if self.kind.step_summary:
             append_step_summary(self.record.redactor.text(text))

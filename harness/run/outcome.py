@@ -35,6 +35,7 @@ class ArmOutcome:
     interrupted_load: dict[str, Any] | None = None  # {repeat, finished, in_flight} of a load cut by Ctrl-C/SIGTERM
     timeslices: dict[str, Any] | None = None  # the arm's figures over time (harness/measure/timeslices.py)
     model: str | None = None  # the model name every request was sent to (from /v1/models and server.served_model_name)
+    identity: dict[str, Any] | None = None  # what the arm measured (engine, model, workload, dataset sha256): gate.baseline's check
 
     @property
     def measured(self) -> bool:
@@ -44,7 +45,7 @@ class ArmOutcome:
         """The arm's block of results.json; `versus_plain` adds the cross-arm numbers
         (speedup and break-even against the plain arm)."""
         block: dict[str, Any] = {"status": self.status, "backend": self.backend, "choices": self.choices}
-        for key in ("error", "model", "server", "server_version", "environment", "interrupted_load"):
+        for key in ("error", "model", "identity", "server", "server_version", "environment", "interrupted_load"):
             value = getattr(self, key)
             if value not in (None, {}):
                 block[key] = value

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from harness import PROJECT_ROOT, __version__
+from harness.gates.baseline_match import arm_identity
 from harness.run.arm import ArmFailed, ArmRun, ArmSession
 from harness.config.compose import Arm, Experiment
 from harness.gates.verdict import Verdict
@@ -26,7 +27,6 @@ from harness.record.recorder import Recorder
 from harness.record.requests import RequestColumns
 from harness.record.store import FINISHED, INTERRUPTED, RUNNING, RunData
 from harness.run.replay import drift_rows, drift_table
-from harness.record.secrets import redact_patterns
 from harness.servers import Session, remove_dead_sessions_containers
 from harness.servers.images import ImageError
 from harness.report.summary import format_summary
@@ -75,7 +75,8 @@ class Runner:
     def open_arm(self, name: str) -> ArmRun:
         """Start the arm's server and measure its workload; the server stays up until close_arm."""
         arm = self.experiment.arm(name)
-        outcome = self.outcomes[name] = ArmOutcome(name, backend=arm.cfg.backend.kind, choices=arm.choices)
+        outcome = self.outcomes[name] = ArmOutcome(name, backend=arm.cfg.backend.kind, choices=arm.choices,
+                                                   identity=arm_identity(arm.cfg))
         record = self.start_record()
         self.session.run, self.session.record = record.name, str(record.resolve())
         arm_session = self.open_sessions[name] = ArmSession(arm, outcome, self.recorder, self.session, self.progress)
@@ -214,8 +215,9 @@ class Runner:
         return drift_rows(self.replayed.data, self.results_json(), self.experiment.base.gate)
 
     def scrub(self, text: str) -> str:
-        """Text through the record's redaction (patterns only before a record exists)."""
-        return self.recorder.scrub(text) if self.recorder.started else redact_patterns(text)
+        """Text through the record's redaction (what it learned from the command line even
+        before a record exists)."""
+        return self.recorder.redactor.text(text)
 
     def summary(self) -> str:
         status = {name: o.to_json() for name, o in self.outcomes.items()}

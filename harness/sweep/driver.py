@@ -57,8 +57,8 @@ def run_sweep(overrides: list[str], pytest_options: list[str], conf_dir: Path, c
     experiments = check_points(points, conf_dir, here=launcher.points_run_here)
     first = experiments[0]
     record = SweepRecord(first, command, pytest_options)
-    labels = [label(n, p) for n, p in enumerate(points)]
     record.learn_secrets([*overrides, *pytest_options, *(o for p in points for o in p.overrides)])
+    labels = [label(n, p, record.redactor) for n, p in enumerate(points)]
     runs = [point_overrides(p.overrides, record.point_root(name)) for p, name in zip(points, labels)]
     entries = [record.add_point(name, overrides, p.swept) for p, name, overrides in zip(points, labels, runs)]
     record.save()

@@ -13,15 +13,19 @@ from pathlib import Path
 
 from harness import PROJECT_ROOT, SUITES_DIR
 from harness.config.compose import SweepPoint, override_key
+from harness.record.secrets import Redactor
+from harness.sweep.junit import point_options
 
 STOP_GRACE_S = (120, 30)  # after SIGINT, then after SIGTERM: time for a point to stop its servers
 EXIT_STATUS_FILE = "exit_status"  # in points/<label>/: the point's pytest exit status, once it ended
 
 
-def label(index: int, point: SweepPoint) -> str:
+def label(index: int, point: SweepPoint, redactor: Redactor) -> str:
     """`1_concurrency-4_num_steps-2`: the point's number and what it picked, as a folder name
-    (no `=` or `,`, which an override's value could not carry unquoted)."""
-    picks = [f"{override_key(o).rsplit('.', 1)[-1]}-{o.split('=', 1)[1]}" for o in point.swept]
+    (no `=` or `,`, which an override's value could not carry unquoted); a secret value
+    (`+server.env.HF_TOKEN=a,b`) is `redacted` there, as everywhere."""
+    shown = [redactor.override_label(o) for o in point.swept]
+    picks = [f"{override_key(o).rsplit('.', 1)[-1]}-{o.split('=', 1)[1]}" for o in shown]
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", "_".join([str(index), *picks]))[:120]
 
 
@@ -33,8 +37,22 @@ def point_overrides(overrides: list[str], point_root: Path) -> list[str]:
 
 
 def point_command(overrides: list[str], conf_dir: Path, pytest_options: list[str]) -> list[str]:
+    """The point's pytest; a `--junitxml` of the sweep becomes the point's own file in its folder
+    (harness/sweep/junit.py merges them when the sweep ends)."""
+    options = point_options(pytest_options, point_root_of(overrides)) if point_root_of(overrides) else pytest_options
     return [sys.executable, "-m", "pytest", str(SUITES_DIR), "-p", "harness.plugin", "--conf-dir", str(conf_dir),
-            *pytest_options, *overrides]
+            *options, *overrides]
+
+
+def point_root_of(overrides: list[str]) -> Path | None:
+    """The point's folder, from the record.root override point_overrides() gave it."""
+    for override in overrides:
+        if override_key(override) == "record.root":
+            value = override.split("=", 1)[1]
+            if value.startswith("'") and value.endswith("'"):
+                value = value[1:-1].replace("\\'", "'")
+            return Path(value)
+    return None
 
 
 def point_environment() -> dict[str, str]:

@@ -166,6 +166,17 @@ def test_a_record_root_under_a_file_is_a_config_error(tmp_path):
         compose(["+exp=sim_smoke", f"record.root={tmp_path / 'file' / 'runs'}"])
 
 
+def test_a_latest_that_is_not_the_link_stops_the_run_before_anything_is_measured(tmp_path):
+    # a `latest` folder copied from a CI artifact: the run used to end in a traceback after measuring
+    (tmp_path / "latest").mkdir()
+    with pytest.raises(ConfigError, match=r"latest is a folder, not the link to the newest record that specgate "
+                                          r"keeps there; move it away"):
+        compose(["+exp=sim_smoke", f"record.root={tmp_path}"])
+    (tmp_path / "latest").rmdir()
+    (tmp_path / "latest").symlink_to("elsewhere")  # the link itself, even dangling, is fine
+    compose(["+exp=sim_smoke", f"record.root={tmp_path}"])
+
+
 def test_the_cli_says_config_mistakes_with_exit_4_and_knows_its_version():
     bad = specgate("run", "+exp=nope", refused=True)
     assert bad.returncode == 4 and "exp=nope: no such option" in bad.stderr

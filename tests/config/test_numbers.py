@@ -100,3 +100,9 @@ def test_a_sweep_over_no_values_is_one_sentence():
 def test_an_engines_options_on_a_server_of_another_engine_is_one_sentence():
     message = refusal("server.vllm.max_num_seqs=5")
     assert message.startswith("server.vllm.max_num_seqs: server.vllm is null here, as the server is not a vllm server")
+
+
+@pytest.mark.parametrize("override", ["gate.min_capacity={}", "gate.lossless={ }", "+sweep_gate.crossover_at_least={}"])
+def test_a_gate_set_to_no_arm_on_the_command_line_is_one_sentence(override):
+    key = override.lstrip("+").split("=")[0]
+    assert refusal(override).startswith(f"{key}={{}} configures the gate for no arm, so it would judge nothing")

@@ -185,6 +185,30 @@ def test_a_replay_of_a_torn_results_json_stops_before_any_server_starts(first_ru
     assert not new_root.exists(), "a record was written for a replay that never started"
 
 
+@pytest.mark.slow
+def test_a_replay_whose_dataset_changed_since_the_recording_stops_in_one_sentence(first_run, tmp_path):
+    import hashlib
+    import yaml
+    _, record, _, _, _ = first_run
+    copy, dataset = tmp_path / "record", tmp_path / "prompts.jsonl"
+    subprocess.run(["cp", "-r", str(record), str(copy)], check=True)
+    dataset.write_text('{"prompt": "count to ten"}\n')
+    digest = hashlib.sha256(dataset.read_bytes()).hexdigest()
+    for config in [copy / "config.yaml", *copy.glob("arms/*/config.yaml")]:  # the run as if it had sent the dataset
+        data = yaml.safe_load(config.read_text())
+        data["workload"]["dataset"] = str(dataset)
+        config.write_text(yaml.safe_dump(data))
+    results = json.loads((copy / "results.json").read_text())
+    for block in results["arms"].values():
+        block["identity"]["workload.dataset_sha256"] = digest
+    (copy / "results.json").write_text(json.dumps(results))
+    assert run_suites("--replay", str(copy), "--collect-only").returncode == 0  # the same file: it replays
+    dataset.write_text('{"prompt": "write a long story"}\n')  # the same path, other prompts
+    proc = run_suites("--replay", str(copy), "--collect-only", refused=True)
+    assert proc.returncode == 4
+    assert f"--replay: workload.dataset {dataset} has changed since the recording (sha256 {digest[:12]}..." in proc.stderr
+
+
 def write_results(path: Path, **data) -> Path:
     path.mkdir(parents=True)
     (path / "results.json").write_text(json.dumps({"arms": {}, **data}))

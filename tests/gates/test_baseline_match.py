@@ -75,3 +75,34 @@ def test_a_record_without_arm_configs_is_compared_as_before(experiment, tmp_path
 def test_an_unknown_policy_is_a_config_error():
     with pytest.raises(ConfigError, match="gate.baseline_mismatch 'maybe' is unknown; valid: fail, warn"):
         compose(["+exp=sim_smoke", "gate.baseline_mismatch=maybe"])
+
+
+def lone_results(folder: Path, identities: dict[str, dict]) -> Path:
+    """A results.json alone (copied out of its record, as a CI artifact): the identity it carries is all there is."""
+    folder.mkdir(parents=True)
+    (folder / "results.json").write_text(json.dumps({"arms": {a: {"status": "measured", "identity": i}
+                                                              for a, i in identities.items()}}))
+    return folder / "results.json"
+
+
+def test_a_lone_results_json_carries_what_identifies_its_measurement(experiment, tmp_path):
+    # at another concurrency: refused as for its record folder, with no config.yaml beside it
+    from harness.gates.baseline_match import arm_identity
+    other = {a: {**arm_identity(experiment.arm(a).cfg), "workload.concurrency": 64} for a in experiment.arm_names}
+    with pytest.raises(ConfigError, match=r"workload.concurrency: 64 there, \d+ here"):
+        check_baseline(experiment, [read_run(lone_results(tmp_path / "x", other))])
+    same = {a: arm_identity(experiment.arm(a).cfg) for a in experiment.arm_names}
+    assert check_baseline(experiment, [read_run(lone_results(tmp_path / "y", same))])[1] == []
+
+
+def test_an_edited_dataset_at_the_same_path_is_another_workload(tmp_path):
+    from harness.gates.baseline_match import arm_identity
+    data = tmp_path / "prompts.jsonl"
+    data.write_text('{"prompt": "count to ten"}\n')
+    experiment = compose(["+exp=sim_smoke", f"workload.dataset={data}"])
+    recorded = {a: arm_identity(experiment.arm(a).cfg) for a in experiment.arm_names}
+    reference = read_run(lone_results(tmp_path / "ref", recorded))
+    assert check_baseline(experiment, [reference])[1] == []
+    data.write_text('{"prompt": "write a long story"}\n')  # same path, other prompts
+    with pytest.raises(ConfigError, match="workload.dataset_sha256: '[0-9a-f]{64}' there, '[0-9a-f]{64}' here"):
+        check_baseline(experiment, [reference])

@@ -124,3 +124,21 @@ def test_an_older_capacity_record_still_renders_and_summarizes(tmp_path):
     assert "is below the floor 12" in (folder / "report.html").read_text()
     assert "- FAILED min_capacity eagle3: eagle3: capacity 8 concurrent requests is below the floor 12" in \
         capacity_summary(data)
+
+
+def test_a_write_that_fails_mid_run_is_one_sentence_and_the_next_write_holds_everything(tmp_path, capsys, monkeypatch):
+    # a full disk mid-run: it used to be a traceback, 45 s of measurements lost and exit 1
+    writer = Recorder(compose(["+exp=sim_smoke", f"record.root={tmp_path}"]))
+    writer.write_data({"arms": {}, "n": 0})  # the record exists
+    real = RunRecord.write_data
+
+    def full(self, data):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(RunRecord, "write_data", full)
+    writer.write_data({"arms": {}, "n": 1})
+    writer.write_data({"arms": {}, "n": 2})
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot write the record's results.json in" in err and "No space left" in err
+    monkeypatch.setattr(RunRecord, "write_data", real)
+    writer.write_data({"arms": {}, "n": 3})  # the disk has room again: the whole data is written
+    assert json.loads((writer.path / "results.json").read_text())["n"] == 3

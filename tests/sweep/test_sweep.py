@@ -14,6 +14,7 @@ import pytest
 
 from harness import cli
 
+from harness.record.secrets import Redactor
 from harness.sweep import point as sweep
 from harness.config.compose import ConfigError, compose, sweep_points
 from harness.sweep.record import headline
@@ -30,7 +31,7 @@ def test_comma_lists_range_and_choice_expand_as_hydra_multirun():
     assert points[0].overrides == ["+exp=sim_smoke", "workload.concurrency=1", "drafter.num_steps=2",
                                    "workload.max_tokens=8"]
     assert points[-1].swept == ["workload.concurrency=4", "drafter.num_steps=4", "workload.max_tokens=16"]
-    assert [sweep.label(n, p) for n, p in enumerate(points)][:3] == [
+    assert [sweep.label(n, p, Redactor()) for n, p in enumerate(points)][:3] == [
         "0_concurrency-1_num_steps-2_max_tokens-8", "1_concurrency-1_num_steps-2_max_tokens-16",
         "2_concurrency-1_num_steps-4_max_tokens-8"]
 
@@ -38,7 +39,7 @@ def test_comma_lists_range_and_choice_expand_as_hydra_multirun():
 def test_overrides_that_sweep_nothing_are_kept_as_written():
     (point,) = sweep_points(["+exp=sim_smoke", "~gate.baseline", "workload.max_tokens=16"])
     assert point.overrides == ["+exp=sim_smoke", "~gate.baseline", "workload.max_tokens=16"]
-    assert point.swept == [] and sweep.label(0, point) == "0"
+    assert point.swept == [] and sweep.label(0, point, Redactor()) == "0"
 
 
 def test_a_key_swept_twice_takes_hydras_last_sweep_once():
@@ -136,10 +137,18 @@ def test_an_interrupted_point_ends_the_sweep_as_interrupted(tmp_path, monkeypatc
 def test_two_points_on_the_simulator_each_a_whole_experiment(tmp_path):
     runs = tmp_path / "runs"
     secret = "hf_basicsweepsecret0123456789"
+    junit = tmp_path / "sweep.xml"
     done = specgate("sweep", *SIM, "workload.concurrency=1,2", f"+server.env.HF_TOKEN={secret}", f"record.root={runs}",
-                    "-p", "no:cacheprovider", "--no-progress", timeout=600)
+                    "-p", "no:cacheprovider", "--no-progress", f"--junitxml={junit}", timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     (sweep_dir,) = runs.iterdir()
+    # one JUnit per point and one for the sweep holding them all (it used to keep the last point only)
+    import xml.etree.ElementTree as ET
+    names = [s.get("name") for s in ET.parse(junit).getroot()]
+    assert len(names) == 3 and names[0].startswith("point 0_") and names[1].startswith("point 1_"), names
+    assert all((sweep_dir / "points" / p["label"] / "junit.xml").is_file() for p in json.loads(
+        (sweep_dir / "sweep.json").read_text())["points"])
+    assert secret.encode() not in junit.read_bytes()
     # a secret override reaches the points but no file of the sweep (sweep.json keeps the overrides)
     assert "+server.env.HF_TOKEN=***" in (sweep_dir / "sweep.json").read_text()
     assert [f for f in sweep_dir.rglob("*") if f.is_file() and secret.encode() in f.read_bytes()] == []
@@ -208,3 +217,28 @@ def test_the_crossover_is_where_the_speedup_falls_below_one():
     losing = crossovers([point(1, 2, 0.8), point(8, 2, 0.7)])
     assert losing[0]["pays_through"] is None and "does not pay even at concurrency 1" in losing[0]["words"]
     assert crossovers([point(1, 2, 1.5)]) == []  # one concurrency: nothing to cross
+
+
+def test_a_sweeps_junitxml_becomes_one_file_per_point_and_one_merged_file(tmp_path):
+    from harness.sweep.junit import junit_target, write_sweep_junit
+    from harness.sweep.point import point_command, point_overrides
+    assert junit_target(["-q", "--junitxml", "out.xml", "-v"]) == (Path("out.xml"), ["-q", "-v"])
+    assert junit_target(["--junit-xml=o.xml"]) == (Path("o.xml"), [])
+    overrides = point_overrides(["+exp=sim_smoke"], tmp_path / "points" / "0_c-1")
+    command = point_command(overrides, Path("conf"), ["--junitxml=sweep.xml", "-q"])
+    assert f"--junitxml={tmp_path / 'points' / '0_c-1' / 'junit.xml'}" in command and "--junitxml=sweep.xml" not in command
+    (tmp_path / "points" / "0_c-1").mkdir(parents=True)
+    (tmp_path / "points" / "0_c-1" / "junit.xml").write_text(
+        '<testsuites><testsuite name="pytest" tests="2"><testcase classname="suites.test_throughput" name="t1"/>'
+        '<testcase classname="suites.test_throughput" name="t2"><failure message="too slow"/></testcase>'
+        '</testsuite></testsuites>')
+    entries = [{"label": "0_c-1", "exit_status": 1}, {"label": "1_c-2", "exit_status": None, "error": "never started"}]
+    verdicts = [{"name": "crossover_at_least", "arm": "eagle3", "status": "failed", "detail": "crosses at 1"}]
+    target = tmp_path / "sweep.xml"
+    write_sweep_junit(target, tmp_path / "points", entries, verdicts, str)
+    import xml.etree.ElementTree as ET
+    suites = {s.get("name"): s for s in ET.parse(target).getroot()}
+    assert list(suites) == ["point 0_c-1: pytest", "point 1_c-2", "sweep gates"]
+    assert suites["point 0_c-1: pytest"].get("failures") == "1"  # a red point stays red
+    assert suites["point 1_c-2"].get("errors") == "1" and "never started" in ET.tostring(suites["point 1_c-2"], "unicode")
+    assert suites["sweep gates"].get("failures") == "1"

@@ -192,8 +192,11 @@ def test_what_a_machine_must_have_is_checked_on_the_jobs_node(slurm, tmp_path):
 def test_two_points_through_submitits_local_executor(tmp_path):
     runs = tmp_path / "runs"
     secret = "hf_sweepsecret0123456789"
+    planted = ("k2-multi-bbbbbb", "horse battery staple")  # a second --api-key value, an env value with spaces
     status, output = finished(sweep(runs, "workload.concurrency=1,2", "hydra/launcher=submitit_local",
-                                    f"+server.env.HF_TOKEN={secret}", "+sweep_gate.crossover_at_least.eagle3=2"))
+                                    f"+server.env.HF_TOKEN={secret}", "+sweep_gate.crossover_at_least.eagle3=2",
+                                    "server.extra_args=[--api-key,k1-multi-aaaaaa,k2-multi-bbbbbb]",
+                                    '+server.env.DB_PASSWORD="correct horse battery staple"'))
     assert status == 0, output[-4000:]
     sweep_dir, data = sweep_record(runs)
     assert (data["status"], data["exit_status"], data["launcher"]["engine"]) == ("finished", 0, "local")
@@ -205,7 +208,8 @@ def test_two_points_through_submitits_local_executor(tmp_path):
     for written in (sweep_dir / "launcher.log", sweep_dir / "points" / "multirun.yaml", sweep_dir / "sweep.json"):
         assert "HF_TOKEN" in written.read_text() and secret not in written.read_text()
     # ... and so is every other file of the sweep: its summary, the points' records, the jobs' logs
-    holding = [str(f.relative_to(sweep_dir)) for f in sweep_dir.rglob("*") if f.is_file() and secret.encode() in f.read_bytes()]
+    holding = [str(f.relative_to(sweep_dir)) for f in sweep_dir.rglob("*") if f.is_file()
+               and any(value.encode() in f.read_bytes() for value in (secret, *planted))]
     assert holding == []
     assert not list((sweep_dir / "points" / ".submitit").glob("*/*.pkl"))  # submitit's pickles hold it unredacted
     assert leftover(sweep_dir) is None
