@@ -335,6 +335,9 @@ class SweepGateConfig:
 class RecordConfig:
     root: str = "runs"  # records go to <root>/<UTC timestamp>_<exp>/
     keep_requests: bool = True  # write the per-request files (arms/<arm>/requests.parquet, docs/record.md)
+    # a steady window (harness/measure/steady.py) shorter than this share of the load is inconclusive
+    steady_min_fraction: float = bounded(0.25, above=0, high=1, example="0.25: a quarter of the load")
+    timeslice_s: float = bounded(1.0, above=0)  # the width of each time slice of an arm's figures over time (harness/measure/timeslices.py)
     # environment variables (glob patterns) whose values the record and the terminal may show, beside
     # the built-in NCCL_*, CUDA_*, engine tuning ones (harness/record/secrets.py READABLE_ENV); every
     # other variable of server.env / nccl.env is a secret

@@ -7,7 +7,8 @@ from typing import Any
 from harness.gates.change import evidence, judge
 from harness.gates.lossless import compare as compare_outputs, summary as describe_outputs
 from harness.measure.metrics import acceptance_per_position
-from harness.measure.registry import break_even_accept_length, speedup
+from harness.measure.steady import rate_evidence as steady_rates
+from harness.measure.registry import STEADY, break_even_accept_length, cycle_and_step, speedup, throughputs
 from harness.gates.verdict import inconclusive_passes, Verdict, skipped, not_configured, fmt, at_least, at_most, guard_noise
 from harness.gates.client_bound import guard_client_bound
 from harness.gates.reference import gpu_trouble
@@ -126,12 +127,14 @@ def min_speedup(ctx: GateContext) -> list[Verdict]:
     if ratio is None:
         return [Verdict(name, arm, False, None, spec.ratio, f"{arm}: speedup over {spec.over} not measurable (output tok/s {fmt(result.output_tok_s)} vs {fmt(plain.output_tok_s)})")]
     words = "faster than" if ratio > 1 else "slower than" if ratio < 1 else "as fast as"
+    mine, theirs, on = throughputs(result, plain)
+    where = "each arm's steady window" if on == STEADY else "each arm's whole load"
     detail = (
-        f"{arm} is {words} {spec.over}: {result.output_tok_s:.1f} tok/s is {ratio:.2f}x of "
-        f"{spec.over}'s {plain.output_tok_s:.1f} tok/s (gate: ≥ {spec.ratio:.2f}x)"
+        f"{arm} is {words} {spec.over}: {mine:.1f} tok/s is {ratio:.2f}x of "
+        f"{spec.over}'s {theirs:.1f} tok/s over {where} (gate: ≥ {spec.ratio:.2f}x)"
     )
     verdict = Verdict(name, arm, ratio >= spec.ratio, ratio, spec.ratio, detail)
-    speed_interval(verdict, ctx, spec.over, spec.ratio)
+    speed_interval(verdict, ctx, spec.over, spec.ratio, on)
     return untrusted_ratio([verdict], ctx, spec.over, "output_tok_s", "output_tok_s", sized=True)
 
 
@@ -155,10 +158,15 @@ def slowed(gpu: dict | None, gate: Any) -> str:
     return gpu_trouble(gpu, gate) if gpu and not gpu.get("unavailable") else ""
 
 
-def speed_interval(verdict: Verdict, ctx: GateContext, over: str, floor: float) -> None:
-    """The speedup's interval from both arms' per-window token rates: failed only when
-    even its upper end is below the floor, passed when its lower end clears it."""
-    mine, theirs = evidence("output_tok_s", ctx.requests), evidence("output_tok_s", ctx.arm_requests.get(over, []))
+def speed_interval(verdict: Verdict, ctx: GateContext, over: str, floor: float, on: str) -> None:
+    """The speedup's interval from both arms' per-window token rates (windows of each steady
+    window on the steady basis): failed only when even its upper end is below the floor,
+    passed when its lower end clears it."""
+    if on == STEADY:
+        mine = steady_rates(ctx.requests, ctx.result.steady)
+        theirs = steady_rates(ctx.arm_requests.get(over, []), ctx.results[over].steady)
+    else:
+        mine, theirs = evidence("output_tok_s", ctx.requests), evidence("output_tok_s", ctx.arm_requests.get(over, []))
     if mine is None or theirs is None or not mine.groups_count or not theirs.groups_count:
         return  # no request lines (e.g. a test's bare result): the point ratio decides
     # judge() measures how much worse `mine` is than `theirs`; the floor is 1 - ratio worse
@@ -191,13 +199,14 @@ def accept_length_at_least_break_even(ctx: GateContext) -> list[Verdict]:
     plain = ctx.results.get(plain_arm) if plain_arm else None
     if plain is None:
         return [skipped(name, arm, f"plain arm '{plain_arm}' was not measured in this run, so break-even is unknown")]
-    if result.verify_cycle_ms is None or plain.decode_step_ms is None or result.accept_length is None:
+    cycle, step = cycle_and_step(result, plain)  # over the steady windows where both arms have one
+    if cycle is None or step is None or result.accept_length is None:
         return [Verdict(name, arm, False, result.accept_length, None,
-                        f"{arm}: break-even not measurable (verify cycle {fmt(result.verify_cycle_ms, ' ms')}, "
-                        f"plain step {fmt(plain.decode_step_ms, ' ms')}, accept length {fmt(result.accept_length)})")]
-    even = break_even_accept_length(result.verify_cycle_ms, plain.decode_step_ms)
+                        f"{arm}: break-even not measurable (verify cycle {fmt(cycle, ' ms')}, "
+                        f"plain step {fmt(step, ' ms')}, accept length {fmt(result.accept_length)})")]
+    even = break_even_accept_length(cycle, step)
     passed = result.accept_length >= even
-    why = (f"verify cycle {result.verify_cycle_ms:.1f} ms ÷ {plain_arm}'s decode step {plain.decode_step_ms:.1f} ms")
+    why = f"verify cycle {cycle:.1f} ms ÷ {plain_arm}'s decode step {step:.1f} ms"
     if passed:
         detail = f"{arm}: accept length {result.accept_length:.2f} is at or above break-even {even:.2f} ({why})"
     else:

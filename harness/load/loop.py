@@ -77,6 +77,7 @@ class EventLoopLoad:
         self.arrivals: ArrivalProcess = arrivals or arrival_process(plan)
         self.budget = budget or RequestBudget.of(plan)
         self.concurrency = plan.concurrency
+        self.request_rate = plan.request_rate
         self.warmup_requests = plan.warmup_requests
         self.prewarm_connections = plan.prewarm_connections
         self.timeout_s = plan.timeout_s
@@ -220,4 +221,5 @@ class EventLoopLoad:
         start, end = measured_window(records)
         return LoadResult(records=records, start_time=start, end_time=end, api=self.request.api,
                           model=self.request.model, run_start=run_start, prompt_sizing=self.prompt_sizing,
-                          client=self.client_health(records))
+                          client=self.client_health(records), concurrency=self.concurrency,
+                          request_rate=self.request_rate)

@@ -267,8 +267,10 @@ def merge_results(results: list[LoadResult], api: str, model: str, interrupted: 
     start, end = measured_window(records)
     client = None if interrupted else merge_process_blocks([res.client for res in results], records)
     sizing = next((res.prompt_sizing for res in results if res.prompt_sizing), None)
+    rate = next((res.request_rate for res in results if res.request_rate), None)  # open loop or not, as each process
     return LoadResult(records=records, start_time=start, end_time=end, api=api, model=model, run_start=run_start,
-                      prompt_sizing=sizing, client=client)
+                      prompt_sizing=sizing, client=client, concurrency=sum(res.concurrency for res in results) or 1,
+                      request_rate=rate)
 
 
 def run_split_load(plan: LoadPlan, progress: Callable[[ProgressSnapshot], None] | None,

@@ -119,6 +119,9 @@ class LoadResult:
     run_start: float = 0.0  # before the first warm-up request: t0 of the record's request times
     prompt_sizing: str | None = None  # what counted the prompts' tokens (harness.load.sizing); None: not sized
     client: dict | None = None  # the client's own health over the load (harness/load/client_health.py)
+    # the load's shape, which its steady window depends on (harness/measure/steady.py)
+    concurrency: int = 1  # closed loop: slots; open loop: the cap
+    request_rate: float | None = None  # open loop: arrivals per second (None: closed loop)
 
     @property
     def measured(self) -> list[RequestRecord]:

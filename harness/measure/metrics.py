@@ -45,7 +45,7 @@ from typing import Iterable, Optional
 
 import numpy as np
 
-from harness.measure import output_length, prompt_length
+from harness.measure import output_length, prompt_length, steady
 from harness.measure.acceptance import acceptance_by, combine_acceptance_by
 from harness.load import LoadResult, RequestRecord
 from harness.load.client_health import combine_client_blocks
@@ -111,6 +111,8 @@ class ArmResult:
     # the registry's metrics that have no field here (harness/measure/registry.py computed_figures,
     # and the arm's joules_per_token once its telemetry is summarized): metric path -> value
     figures: dict[str, Optional[float]] = field(default_factory=dict)
+    # the figures over the load's steady window, or why it has none (harness/measure/steady.py)
+    steady: dict = field(default_factory=dict)
     # the measured request lines, kept only while a registered metric pools its repeats
     pooled_lines: list[dict] = field(default_factory=list, repr=False)
 
@@ -149,6 +151,7 @@ class ArmResult:
             **({"prompt_length": dict(self.prompt_length)} if self.prompt_length else {}),
             **({"output_length": dict(self.output_length)} if self.output_length else {}),
             **({"client": dict(self.client)} if self.client else {}),
+            **({"steady": dict(self.steady)} if self.steady else {}),
             **{path: _r(value, 6) for path, value in self.figures.items()},
         }
 
@@ -177,7 +180,8 @@ def group_errors(counts: "Counter[str] | dict[str, int]") -> dict[str, int]:
     return dict(sorted(grouped.items(), key=lambda kv: -kv[1]))
 
 
-def summarize(arm: str, load: LoadResult, server_accept_length: Optional[float] = None) -> ArmResult:
+def summarize(arm: str, load: LoadResult, server_accept_length: Optional[float] = None,
+              steady_min_fraction: float = 0.25) -> ArmResult:
     measured = load.measured
     ok = [r for r in measured if r.ok and r.completion_tokens is not None]
     failed = [r for r in measured if not (r.ok and r.completion_tokens is not None)]
@@ -217,6 +221,9 @@ def summarize(arm: str, load: LoadResult, server_accept_length: Optional[float] 
     res.prompt_length = prompt_length.judge(measured, load.api, load.prompt_sizing)
     res.output_length = output_length.judge(measured)
     res.client = dict(load.client or {})
+    if measured:
+        res.steady = steady.steady_figures([r.to_json() for r in measured], load.concurrency, load.request_rate,
+                                           steady_min_fraction)
     fill_figures(res, ok)
     return res
 
@@ -397,6 +404,7 @@ def combine_repeats(arm: str, results: list[ArmResult]) -> ArmResult:
     combined.output_length = output_length.combine([r.output_length for r in results])
     combined.duration_s = sum(r.duration_s for r in results)
     combined.client = combine_client_blocks([r.client for r in results])
+    combined.steady = steady.combine([r.steady for r in results])
     combined.figures = combine_figures(results)
     combined.noise = {path: s for path in noise_metrics()
                       if (s := spread([metric_value(r, path) for r in results])) is not None}

@@ -35,11 +35,43 @@ Combine = Literal["median", "sum", "pooled"]
 SCOPES = ("summary", "compare", "report", "sweep", "capacity")
 
 
-def speedup(arm: Any, plain: Any) -> Optional[float]:
-    """Output tok/s of ``arm`` over the plain arm's; None when either is missing."""
+STEADY, WHOLE = "steady", "whole"  # the basis of a cross-arm figure: the steady window, or the whole load
+
+
+def steady_figure(result: Any, name: str) -> Optional[float]:
+    """A figure over the arm's steady window (harness/measure/steady.py), None when the
+    window was inconclusive or not measured (an ArmResult or a results.json arm block)."""
+    steady = result.get("steady") if isinstance(result, dict) else getattr(result, "steady", None)
+    return number((steady or {}).get(name))
+
+
+def basis(arm: Any, plain: Any) -> str:
+    """What the cross-arm figures of ``arm`` against the plain arm rest on: both arms' steady
+    windows when both have one, else the whole load of each (never one of each)."""
+    both = steady_figure(arm, "output_tok_s") is not None and steady_figure(plain, "output_tok_s") is not None
+    return STEADY if both else WHOLE
+
+
+def whole_speedup(arm: Any, plain: Any) -> Optional[float]:
+    """Output tok/s over the whole load of ``arm`` over the plain arm's; None when either is missing."""
     if arm.output_tok_s is None or not plain.output_tok_s:
         return None
     return arm.output_tok_s / plain.output_tok_s
+
+
+def throughputs(arm: Any, plain: Any) -> tuple[Optional[float], Optional[float], str]:
+    """(``arm``'s output tok/s, the plain arm's, the basis they are on)."""
+    if basis(arm, plain) == STEADY:
+        return steady_figure(arm, "output_tok_s"), steady_figure(plain, "output_tok_s"), STEADY
+    return arm.output_tok_s, plain.output_tok_s, WHOLE
+
+
+def speedup(arm: Any, plain: Any) -> Optional[float]:
+    """Output tok/s of ``arm`` over the plain arm's, on the steady basis where both arms have
+    one (:func:`basis`), else over the whole load; None when either is missing."""
+    if basis(arm, plain) == STEADY:
+        return steady_figure(arm, "output_tok_s") / steady_figure(plain, "output_tok_s")
+    return whole_speedup(arm, plain)
 
 
 def break_even_accept_length(verify_cycle_ms: float, plain_step_ms: float) -> float:
@@ -49,8 +81,24 @@ def break_even_accept_length(verify_cycle_ms: float, plain_step_ms: float) -> fl
     return verify_cycle_ms / plain_step_ms
 
 
+def cycle_and_step(arm: Any, plain: Any) -> tuple[Optional[float], Optional[float]]:
+    """``arm``'s verify cycle and the plain arm's decode step (ms), on the basis of :func:`basis`."""
+    if basis(arm, plain) == STEADY:
+        cycle, step = steady_figure(arm, "verify_cycle_ms"), steady_figure(plain, "decode_step_ms")
+        if cycle is not None and step:
+            return cycle, step
+    return arm.verify_cycle_ms, plain.decode_step_ms
+
+
 def break_even(arm: Any, plain: Any) -> Optional[float]:
-    """``arm``'s verify cycle over the plain arm's decode step; None when either is missing."""
+    """``arm``'s verify cycle over the plain arm's decode step (steady basis where both arms
+    have one); None when either is missing."""
+    cycle, step = cycle_and_step(arm, plain)
+    return None if cycle is None or not step else break_even_accept_length(cycle, step)
+
+
+def whole_break_even(arm: Any, plain: Any) -> Optional[float]:
+    """Break-even from the whole load's verify cycle and plain decode step."""
     if arm.verify_cycle_ms is None or not plain.decode_step_ms:
         return None
     return break_even_accept_length(arm.verify_cycle_ms, plain.decode_step_ms)
@@ -186,10 +234,19 @@ for _entry in (
            in_compare=False, in_report=False, in_sweep=True, samples=RatioOfSums(s.decode_step_row), client="decode"),
     # Cross-arm metrics: one run's plain arm is the reference, so runs with different
     # plain arms would not line up in `specgate compare`.
+    # Their basis is each arm's steady window where both arms have one (basis_vs_<plain>: steady),
+    # else the whole load (whole); the whole-load figures are kept beside, for comparison.
     Metric("speedup", "speedup vs {plain}", "x", "{:.2f}x", "higher", column="speedup",
            in_compare=False, in_sweep=True, between_arms=speedup),
     Metric("break_even_accept_length", "break-even accept length", "tokens/cycle", "{:.2f}", "lower",
            column="break-even", in_compare=False, in_sweep=True, between_arms=break_even, aliases=("break_even",)),
+    Metric("speedup_whole", "speedup vs {plain} (whole load)", "x", "{:.2f}x", "higher", in_compare=False,
+           in_report=False, in_sweep=True, between_arms=whole_speedup),
+    Metric("break_even_accept_length_whole", "break-even accept length (whole load)", "tokens/cycle", "{:.2f}",
+           "lower", in_compare=False, in_report=False, in_sweep=True, between_arms=whole_break_even),
+    # output tok/s over the arm's steady window (harness/measure/steady.py); None when inconclusive
+    Metric("steady.output_tok_s", "steady output tok/s", "tok/s", "{:.1f}", "higher", noise=True, in_sweep=True,
+           client="throughput", one_sided=True),
     # GPU energy over the load window (harness/telemetry/energy.py), set on the result once the
     # arm's telemetry is summarized; records written before kept it only in the gpu block
     Metric("joules_per_token", "J/token", "J/token", "{:.3f}", "lower", in_sweep=True,

@@ -25,6 +25,7 @@ from matplotlib.ticker import FuncFormatter
 from harness.gates.client_bound import bound_figures
 from harness.report.compare import GATE_STATUSES, gate_status, noise_cv
 from harness.measure.registry import Metric, metric, metric_value, number, read, report_metrics
+from harness.report.timeline import steady_span, timeline_svg
 from harness.report.tables import ACCEPTANCE_DIMENSIONS, ACCEPTANCE_HEADER, acceptance_rows, heading, value_cell
 from harness.record.atomic import atomic_write
 from harness.record.store import INTERRUPTED, RUNNING, RunData, read_run
@@ -108,8 +109,35 @@ def report_context(run: RunData) -> dict[str, Any]:
         "accept_length_chart": accept_length_chart(run.arms, arms),
         "position_rows": position_rows(run.arms, arms),
         "arms": [arm_card(run.path.parent, arm, run.arms.get(arm)) for arm in arms],
+        "timelines": timelines(run.arms, arms),
         "generated_utc": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
     }
+
+
+def timelines(blocks: dict[str, Any], arms: list[str]) -> list[dict[str, Any]]:
+    """Each arm with timeslices: its timeline (harness/report/timeline.py) and its steady window in words."""
+    found = []
+    for arm in arms:
+        block = blocks.get(arm) if isinstance(blocks.get(arm), dict) else {}
+        steady = block.get("steady") if isinstance(block.get("steady"), dict) else None
+        svg = timeline_svg(arm, block.get("timeslices"), steady, arm_color(arms, arm))
+        if svg is not None:
+            found.append({"name": arm, "svg": svg, "steady": steady_words(steady)})
+    return found
+
+
+def steady_words(steady: Optional[dict[str, Any]]) -> str:
+    if not steady:
+        return "No steady window was measured."
+    if steady.get("inconclusive"):
+        return f"Steady window inconclusive: {steady['inconclusive']}."
+    span = steady_span(steady)
+    where = f"{span[0] / 1000.0:.2f} s to {span[1] / 1000.0:.2f} s of the run, " if span else ""
+    rule = "all slots busy" if steady.get("rule") == "closed_loop" else "arrivals ramped in, before the last send"
+    tok_s = number(steady.get("output_tok_s"))
+    return (f"Steady window ({rule}): {where}{number(steady.get('window_s')) or 0:.2f} s, "
+            f"{100 * (number(steady.get('share_of_load')) or 0):.0f} % of the load; "
+            f"{'-' if tok_s is None else f'{tok_s:.1f}'} tok/s over it.")
 
 
 def category_rows(blocks: dict[str, Any], arms: list[str], plain_arm: Optional[str]) -> list[list[str]]:

@@ -45,6 +45,29 @@ def cell(value: Any, pattern: str) -> str:
     return "-" if value is None else pattern.format(value)
 
 
+def steady_section(experiment, results: dict[str, ArmResult]) -> list[str]:
+    """Each arm's steady window in one line, and what speedup and break-even rest on
+    (docs/measurement.md, "The steady window")."""
+    lines = []
+    for arm in experiment.arm_names:
+        steady = results[arm].steady if arm in results else None
+        if not steady:
+            continue
+        if steady.get("inconclusive"):
+            lines.append(f"- {arm}: inconclusive: {steady['inconclusive']}")
+        else:
+            lines.append(f"- {arm}: {steady.get('window_s') or 0:.2f} s, {100 * (steady.get('share_of_load') or 0):.0f} % "
+                         f"of the load, {cell(steady.get('output_tok_s'), '{:.1f}')} tok/s")
+    if not lines:
+        return []
+    plain = experiment.plain_arm
+    basis = (" Speedup and break-even are over each arm's steady window where both arms have one, else over "
+             f"each arm's whole load (basis_vs_{plain} in results.json).") if plain else ""
+    return ["", "## Steady window", "", f"Where the load was stationary (closed loop: every slot busy; open loop: from the arrivals' "
+            f"ramp-in to the last send).{basis}", "",
+            *lines]
+
+
 def format_summary(experiment, results: dict[str, ArmResult], arm_status: dict[str, dict],
                    verdicts: list, comparisons: dict[str, dict], gpu: dict[str, dict] | None = None,
                    notes: list[str] | None = None, not_evaluated: list[dict] | None = None) -> str:
@@ -73,6 +96,7 @@ def format_summary(experiment, results: dict[str, ArmResult], arm_status: dict[s
         error = arm_status.get(arm, {}).get("error")
         if error:
             lines.append(f"\n{arm}: {error.splitlines()[0]}")
+    lines += steady_section(experiment, results)
     lines += category_section(experiment, results)
     lines += acceptance_section(experiment, results)
     lines += noise_section(experiment, results) + server_section(experiment, results, arm_status)

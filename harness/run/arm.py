@@ -21,6 +21,7 @@ from harness.load import LoadInterrupted, LoadPlan, LoadResult, run_load
 from harness.gates.lossless import top_logprobs_to_ask
 from harness.load.sizing import PromptTokenizer, SizingError, local_tokenizer
 from harness.measure.metrics import ArmResult, apply_server_window, combine_repeats, summarize
+from harness.measure.timeslices import timeslices_block
 from harness.run.outcome import ArmOutcome
 from harness.record.recorder import Recorder
 from harness.measure.server_metrics import Snapshot, parse as parse_metrics, window as metrics_window
@@ -73,6 +74,8 @@ class ArmSession:
         self.client: ServerClient | None = None
         self.model = ""
         self.streamed: list[tuple[float, int]] = []  # (arrival, tokens) of every chunk: joules per token
+        self.run_starts: list[float] = []  # each repeat's t0 of its request times (perf_counter s)
+        self.gpu_samples: list[Any] = []  # the telemetry's samples, for the figures over time
 
     # --- the server --------------------------------------------------------------------
     def start(self) -> None:
@@ -120,6 +123,9 @@ class ArmSession:
             if sampler is not None:
                 self.finish_telemetry(sampler)
         self.outcome.result = result = combine_repeats(name, repeats)
+        self.outcome.timeslices = timeslices_block([line for line in self.outcome.request_lines
+                                                    if not line.get("interrupted_load")],
+                                                   cfg.record.timeslice_s, self.gpu_samples, self.run_starts)
         energy = joules_per_token(self.outcome.gpu)
         if energy is not None:  # a registry metric (joules_per_token) measured by the arm's telemetry
             result.figures["joules_per_token"] = energy
@@ -132,7 +138,9 @@ class ArmSession:
         self.outcome.status = "measured"
 
     def measure_once(self, repeat: int, sampler: Sampler | None, progress) -> ArmResult:
-        return self.run_workload(self.arm.cfg.workload, repeat, sampler, progress)[1]
+        load, result = self.run_workload(self.arm.cfg.workload, repeat, sampler, progress)
+        self.run_starts.append(load.run_start)
+        return result
 
     def run_workload(self, workload: Any, repeat: int, sampler: Sampler | None, progress,
                      **flags: Any) -> tuple[LoadResult, ArmResult]:
@@ -153,7 +161,7 @@ class ArmSession:
                 sampler.mark_load_end()
         self.keep_requests(repeat, load, **flags)
         self.streamed += chunk_arrivals(load.records)
-        result = summarize(self.arm.name, load, self.server_accept_length())
+        result = summarize(self.arm.name, load, self.server_accept_length(), self.arm.cfg.record.steady_min_fraction)
         server_side = self.server_window(before)
         self.outcome.server_windows.append(server_side)
         self.check_agreement(result, server_side, repeat)
@@ -237,6 +245,7 @@ class ArmSession:
         finally:
             telemetry = sampler.stop()
             sampler.source.close()
+        self.gpu_samples = list(telemetry.samples)
         self.outcome.gpu = {**summarize_telemetry(telemetry), "ramp_in_s": telemetry.ramp_in_s,
                             "energy": energy_summary(telemetry, self.streamed)}
         self.recorder.write_telemetry(self.arm.name, telemetry)

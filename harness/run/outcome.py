@@ -33,6 +33,7 @@ class ArmOutcome:
     environment: list[dict[str, Any]] | None = None  # configured variables as each server process has them
     request_lines: list[dict[str, Any]] = field(default_factory=list)  # the record's request lines (kept in memory for verdicts)
     interrupted_load: dict[str, Any] | None = None  # {repeat, finished, in_flight} of a load cut by Ctrl-C/SIGTERM
+    timeslices: dict[str, Any] | None = None  # the arm's figures over time (harness/measure/timeslices.py)
     model: str | None = None  # the model name every request was sent to (from /v1/models and server.served_model_name)
     identity: dict[str, Any] | None = None  # what the arm measured (engine, model, workload, dataset sha256): gate.baseline's check
 
@@ -57,4 +58,6 @@ class ArmOutcome:
             block.update(versus_plain or {})
         if self.gpu is not None:
             block["gpu"] = self.gpu
+        if self.timeslices:
+            block["timeslices"] = self.timeslices
         return block

@@ -20,7 +20,7 @@ from harness.config.compose import Arm, Experiment
 from harness.gates.verdict import Verdict
 from harness.gates.registry import configured_gates
 from harness.measure.samples import COLUMNS as SAMPLE_COLUMNS
-from harness.measure.registry import cross_arm
+from harness.measure.registry import basis, cross_arm
 from harness.measure.metrics import ArmResult, category_speedups
 from harness.run.outcome import ArmOutcome
 from harness.record.recorder import Recorder
@@ -179,6 +179,8 @@ class Runner:
             outcome = self.outcomes.get(arm.name, ArmOutcome(arm.name))
             versus = ({f"{k}_vs_{plain}": v for k, v in self.comparison(arm.name).items()}
                       if outcome.result is not None else {})
+            if versus:  # what speedup and break-even rest on: both arms' steady windows, or their whole loads
+                versus[f"basis_vs_{plain}"] = basis(outcome.result, self.results[plain])
             arms[arm.name] = outcome.to_json(versus) if arm.name in self.outcomes else {"status": "not_run"}
             energy_ratio = joules_per_token_ratio(outcome.gpu, self.gpu.get(plain)) if arm.name != plain else None
             if energy_ratio is not None:  # a cross-arm figure, keyed as speedup_vs_<plain> is

@@ -38,6 +38,8 @@ def headline(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
     for name, block in (results.get("arms") or {}).items():
         figures = {"status": block.get("status")}
         figures.update({m.path: read(block, m, plain) for m in in_scope("sweep")})
+        if plain and name != plain:  # what its speedup and break-even rest on (steady | whole)
+            figures["basis"] = block.get(f"basis_vs_{plain}")
         verdicts = [g.get("status") for g in gates if g.get("arm") == name]
         figures.update(gates_passed=verdicts.count("passed"), gates_failed=verdicts.count("failed"))
         arms[name] = figures

@@ -182,8 +182,12 @@ def speedup_chart(curves: dict, crossovers: list[dict[str, Any]]) -> Optional[st
         color = ARM_COLORS[(index + 1) % len(ARM_COLORS)]
         ax.plot([c for c, _ in found], [f["speedup"] for _, f in found], marker="o", lw=2, color=color,
                 label=curve_label(arm, others))
+        whole = [(c, f["speedup_whole"]) for c, f in found if f.get("speedup_whole") is not None]
+        if whole and any(f.get("basis") == "steady" for _, f in found):  # the end-to-end figure, for comparison
+            ax.plot([c for c, _ in whole], [v for _, v in whole], marker=".", lw=1, ls=":", color=color,
+                    label=f"{curve_label(arm, others)}, whole load")
         mark_crossover(ax, crossover_of(crossovers, arm, others), color)
-    ax.set(title="Speedup over plain decoding by concurrency", ylabel="speedup (output tok/s ratio)")
+    ax.set(title="Speedup over plain decoding by concurrency (steady windows)", ylabel="speedup (output tok/s ratio)")
     highest = max(f["speedup"] for found in curves.values() for _, f in found)
     ax.set_ylim(0.0, max(1.2, highest) * 1.1)  # from 0, so a ratio reads as a length
     concurrency_axis(ax, curves)

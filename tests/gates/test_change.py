@@ -187,3 +187,30 @@ def test_a_figure_that_was_the_clients_lag_decides_nothing_against_the_reference
                tpot_ms={"p50": 4.0}, client=lagged)
     [v] = reference.no_regression_against_reference(same)
     assert v.status == "inconclusive" and "client-bound in the reference run: its TPOT p50" in v.detail, v.detail
+
+
+def test_the_speedup_over_the_steady_windows_is_judged_with_their_interval():
+    """EAGLE-3 ~1.23x while every slot is busy, then one slot runs on alone for 6 more
+    requests: over the whole load that tail drags it below 1.0x; over each arm's steady
+    window (harness/measure/steady.py) it is the 1.23x the gate is about, and its interval is
+    drawn from the steady windows' time slices."""
+    from harness.measure.steady import steady_figures
+
+    plain_lines, spec_lines = lines(64, 1, concurrency=8), lines(64, 2, step_ms=3.2, concurrency=8)
+    clock = max(line["end_ms"] for line in spec_lines)
+    for k, extra in enumerate(lines(6, 3, step_ms=3.2)):  # the tail: one slot alone, back to back, after the rest
+        extra.update(index=64 + k, send_ms=extra["send_ms"] + clock, end_ms=extra["end_ms"] + clock,
+                     chunk_ms=[t + clock for t in extra["chunk_ms"]])
+        spec_lines.append(extra)
+    ok = {"baseline": plain_lines, "eagle3": spec_lines}
+    results = {arm: ArmResult(arm, output_tok_s=evidence("output_tok_s", arm_lines).value(), requests_ok=len(arm_lines),
+                              steady=steady_figures(arm_lines, 8, None, 0.25)) for arm, arm_lines in ok.items()}
+    cfg = OmegaConf.merge(OmegaConf.structured(GateConfig), {"min_speedup": {"eagle3": {"over": "baseline", "ratio": 1.0}}})
+    c = registry.GateContext(arm="eagle3", gate=cfg, result=results["eagle3"], gpu=None, plain_arm="baseline",
+                             results=results, reference=None, reference_label="", telemetry_source="off",
+                             requests=spec_lines, arm_requests=ok)
+    whole = results["eagle3"].output_tok_s / results["baseline"].output_tok_s
+    [v] = speculative.min_speedup(c)
+    assert whole < 1.0 < v.value == pytest.approx(1.23, abs=0.05), (whole, v.value)
+    assert v.status == "passed" and "over each arm's steady window" in v.detail, v.detail
+    assert v.interval[0] <= v.value <= v.interval[1] and v.interval[0] > 1.0, v.detail

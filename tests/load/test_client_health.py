@@ -170,7 +170,7 @@ def test_a_stall_as_long_as_a_tenth_of_the_decode_span_makes_the_decode_figures_
 
 def test_a_late_sender_makes_throughput_the_clients():
     late = result_with((0.5, 2.0), gap_p99=80.0, gap_mean=60.0, e2e_p50=400.0)  # 60 ms idle per 400 ms request
-    assert late.client["client_bound_figures"] == ["output_tok_s", "request_per_s"]
+    assert late.client["client_bound_figures"] == ["output_tok_s", "request_per_s", "steady.output_tok_s"]
     assert "send gap p99 80.0 ms > 10 ms, and its mean 60.0 ms ≥ 10% of the mean E2E 400 ms" in late.client["verdict"]
     assert not result_with((0.5, 2.0), gap_p99=30.0, gap_mean=20.0, e2e_p50=4000.0).client["client_bound"]
 

@@ -154,9 +154,27 @@ def test_cross_arm_metrics_and_their_record_keys():
     values = cross_arm(fast, plain)
     assert values["speedup"] == pytest.approx(1.5)
     assert values["break_even_accept_length"] == pytest.approx(30.0 / 12.2)
-    assert cross_arm(fast, ArmResult(arm="b")) == {"speedup": None, "break_even_accept_length": None}
+    assert values["speedup_whole"] == values["speedup"]  # neither arm has a steady window: the whole load
+    assert cross_arm(fast, ArmResult(arm="b")) == {"speedup": None, "break_even_accept_length": None,
+                                                   "speedup_whole": None, "break_even_accept_length_whole": None}
     assert [m.key("baseline") for m in metric_registry.all_metrics() if m.between_arms] == [
-        "speedup_vs_baseline", "break_even_accept_length_vs_baseline"]
+        "speedup_vs_baseline", "break_even_accept_length_vs_baseline", "speedup_whole_vs_baseline",
+        "break_even_accept_length_whole_vs_baseline"]
+
+
+def test_cross_arm_metrics_rest_on_the_steady_windows_when_both_arms_have_one():
+    steady = {"output_tok_s": 120.0, "verify_cycle_ms": 25.0, "inconclusive": None}
+    fast = ArmResult(arm="eagle3", output_tok_s=150.0, verify_cycle_ms=30.0, steady=steady)
+    plain = ArmResult(arm="baseline", output_tok_s=100.0, decode_step_ms=12.2,
+                      steady={"output_tok_s": 150.0, "decode_step_ms": 10.0, "inconclusive": None})
+    values = cross_arm(fast, plain)
+    assert metric_registry.basis(fast, plain) == "steady"
+    assert values["speedup"] == pytest.approx(0.8) and values["speedup_whole"] == pytest.approx(1.5)
+    assert values["break_even_accept_length"] == pytest.approx(2.5)
+    assert values["break_even_accept_length_whole"] == pytest.approx(30.0 / 12.2)
+    # one arm's window inconclusive: both on the whole load, never one of each
+    plain.steady = {"output_tok_s": None, "inconclusive": "too short"}
+    assert metric_registry.basis(fast, plain) == "whole" and cross_arm(fast, plain)["speedup"] == pytest.approx(1.5)
 
 
 def test_every_metric_says_which_direction_is_better():

@@ -270,7 +270,13 @@ def devtools_port(profile: Path, proc: subprocess.Popen, timeout_s: float = 30.0
     raise AssertionError(f"chromium did not open its DevTools port within {timeout_s:.0f}s")
 
 
-async def render(port: int, url: str) -> tuple[bytes, dict, list[dict]]:
+PROBE = """JSON.stringify({
+                images: [...document.images].map(i => ({ok: i.complete && i.naturalWidth > 0, w: i.naturalWidth})),
+                h1: (document.querySelector('h1') || {}).textContent,
+                height: document.documentElement.scrollHeight})"""
+
+
+async def render(port: int, url: str, probe: str = PROBE) -> tuple[bytes, dict, list[dict]]:
     import aiohttp
 
     async with aiohttp.ClientSession() as session:
@@ -285,12 +291,9 @@ async def render(port: int, url: str) -> tuple[bytes, dict, list[dict]]:
                            deviceScaleFactor=1, mobile=False)
             await cdp.call("Page.navigate", url=url)
             await cdp.wait_for("Page.loadEventFired")
-            probe = await cdp.call("Runtime.evaluate", returnByValue=True, expression="""JSON.stringify({
-                images: [...document.images].map(i => ({ok: i.complete && i.naturalWidth > 0, w: i.naturalWidth})),
-                h1: (document.querySelector('h1') || {}).textContent,
-                height: document.documentElement.scrollHeight})""")
+            found = await cdp.call("Runtime.evaluate", returnByValue=True, expression=probe)
             shot = await cdp.call("Page.captureScreenshot", format="png")
-            return base64.b64decode(shot["data"]), json.loads(probe["result"]["value"]), cdp.events
+            return base64.b64decode(shot["data"]), json.loads(found["result"]["value"]), cdp.events
 
 
 def page_problems(events: list[dict]) -> list[str]:
@@ -320,8 +323,9 @@ def png_pixels(png: bytes) -> np.ndarray:
     return matplotlib.image.imread(io.BytesIO(png), format="png")
 
 
-def browse(chromium: str, page: Path, tmp_path: Path) -> tuple[bytes, dict, list[dict]]:
-    """Open `page` in a fresh headless Chromium; its screenshot, a probe of the DOM, and every event."""
+def browse(chromium: str, page: Path, tmp_path: Path, probe: str = PROBE) -> tuple[bytes, dict, list[dict]]:
+    """Open `page` in a fresh headless Chromium; its screenshot, a probe of the DOM (`probe`: a
+    JavaScript expression that returns JSON text), and every event."""
     profile = tmp_path / "chromium-profile"
     log = (tmp_path / "chromium.log").open("wb")
     proc = subprocess.Popen(
@@ -331,7 +335,7 @@ def browse(chromium: str, page: Path, tmp_path: Path) -> tuple[bytes, dict, list
          "about:blank"], stdout=log, stderr=log, start_new_session=True)
     try:
         port = devtools_port(profile, proc)
-        return asyncio.run(asyncio.wait_for(render(port, page.as_uri()), timeout=60))
+        return asyncio.run(asyncio.wait_for(render(port, page.as_uri(), probe), timeout=60))
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # its own session: the browser and its helpers
         proc.wait(timeout=10)
@@ -386,3 +390,63 @@ def test_the_report_draws_the_per_request_accept_length_histogram(record):
     results["arms"]["eagle3"].pop("accept_length_per_request")
     (record / "results.json").write_text(json.dumps(results))
     assert "histogram of the accept length" not in write_report(record).read_text()
+
+
+# --- the timeline: each arm's figures over time, its steady window shaded -------------------
+
+def timeslices(tok_s: list[float], clock: list[float | None]) -> dict:
+    slices = [{"start_ms": 1000.0 * k, "end_ms": 1000.0 * (k + 1), "output_tok_s": v, "requests_sent": 2,
+               "ttft_ms": {"p50": 6.0 + k, "p99": 9.0, "n": 2}, "itl_ms": {"p50": 4.0, "p99": 11.0, "n": 80},
+               "accept_length": 2.3, "sm_clock_mhz": c, "power_w": None if c is None else 300.0 + k}
+              for k, (v, c) in enumerate(zip(tok_s, clock))]
+    return {"slice_s": 1.0, "repeats": [{"repeat": 0, "slices": slices}]}
+
+
+@pytest.fixture
+def timed_record(record) -> Path:
+    results = json.loads((record / "results.json").read_text())
+    results["arms"]["eagle3"]["timeslices"] = timeslices([120.0, 300.0, 310.0, 305.0, 90.0], [1400.0, 1980.0, 1980.0, None, 1700.0])
+    results["arms"]["eagle3"]["steady"] = {"rule": "closed_loop", "start_ms": 900.0, "end_ms": 4100.0, "window_s": 3.2,
+                                           "share_of_load": 0.64, "inconclusive": None, "output_tok_s": 305.0}
+    results["arms"]["baseline"]["timeslices"] = timeslices([250.0, 250.0], [None, None])
+    results["arms"]["baseline"]["steady"] = {"rule": "closed_loop", "inconclusive": "never were all 4 slots busy at once"}
+    (record / "results.json").write_text(json.dumps(results))
+    return record
+
+
+def test_the_report_draws_each_arms_timeline_with_its_steady_window(timed_record):
+    page = write_report(timed_record).read_text()
+    assert "<h2>Over time</h2>" in page and page.count('<svg xmlns="http://www.w3.org/2000/svg" class="timeline"') == 2
+    assert page.count('class="steady"') == 6  # eagle3's 6 panels shaded; baseline's window inconclusive, none
+    assert "Steady window (all slots busy): 0.90 s to 4.10 s of the run, 3.20 s, 64 % of the load; 305.0 tok/s over it." in page
+    assert "Steady window inconclusive: never were all 4 slots busy at once." in page
+    assert "GPU SM clock (MHz)" in page and page.count("GPU power (W)") == 1  # the baseline had no samples
+    # a record without timeslices has no such section (the fixture's own page)
+    results = json.loads((timed_record / "results.json").read_text())
+    for arm in ("eagle3", "baseline"):
+        results["arms"][arm].pop("timeslices")
+    (timed_record / "results.json").write_text(json.dumps(results))
+    assert "Over time" not in write_report(timed_record).read_text()
+
+
+TIMELINE_PROBE = """(() => {
+    const box = e => { const r = e.getBoundingClientRect(); return {w: r.width, h: r.height}; };
+    const first = document.querySelector('svg.timeline');
+    if (first) first.scrollIntoView();
+    return JSON.stringify({
+        timelines: [...document.querySelectorAll('svg.timeline')].map(box),
+        steady: [...document.querySelectorAll('svg.timeline rect.steady')].map(box),
+        lines: document.querySelectorAll('svg.timeline polyline').length});
+})()"""
+
+
+def test_the_timeline_renders_in_headless_chromium(timed_record, chromium, tmp_path):
+    png, boxes, events = browse(chromium, write_report(timed_record), tmp_path, TIMELINE_PROBE)
+    keep = os.environ.get("SPECGATE_KEEP_TIMELINE_SCREENSHOT")  # to look at it: a path to copy it to
+    if keep:
+        Path(keep).write_bytes(png)
+    assert page_problems(events) == []
+    assert len(boxes["timelines"]) == 2 and all(b["w"] > 800 and b["h"] > 100 for b in boxes["timelines"]), boxes
+    steady = boxes["steady"]  # eagle3's shading spans 0.9 to 4.1 s of 0 to 5 s, in every panel
+    assert len(steady) == 6 and all(0.55 < s["w"] / boxes["timelines"][0]["w"] < 0.65 for s in steady), steady
+    assert boxes["lines"] >= 7  # eagle3: the clock's gap splits its line in two

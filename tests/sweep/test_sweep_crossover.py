@@ -1,7 +1,7 @@
 """The break-even map for real: `specgate sweep +exp=sim_crossover` over concurrency on the
 simulator, whose compute-bound knee gives a known crossover (SimModel truth, 5.53), then
-`specgate report` on that sweep's record. One sweep (4 points x 2 arms, ~50 s on 2 busy
-CPUs) serves every test here."""
+`specgate report` on that sweep's record. One sweep (4 points x 2 arms x 3 repeats, ~3 min
+on 2 busy CPUs) serves every test here."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import pytest
 from harness import cli
 from harness.config.compose import compose
 from harness.engines.sim import truth_model
+from harness.sweep.record import crossing
 from tests.support.runs import specgate
 
 pytestmark = pytest.mark.slow  # one real sweep serves every test here
@@ -22,13 +23,15 @@ CONCURRENCY = (2, 4, 8, 16)  # the truth, 5.53, lies between 4 and 8
 # sim_crossover's own min_speedup_through (1.1x up to 4) passes; a crossover of 8 is more than
 # the knee allows, so this gate fails and, with it, the sweep's exit status
 OVERRIDES = ["+exp=sim_crossover", "backend=process", "sweep_gate.crossover_at_least.eagle3=8"]
+# the median of 3 repeats per arm: one stall of a busy machine's scheduler does not move a point
+REPEATS = "gate.repeats=3"
 
 
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory):
     runs = tmp_path_factory.mktemp("runs")
     started = time.monotonic()
-    done = specgate("sweep", *OVERRIDES, f"workload.concurrency={','.join(map(str, CONCURRENCY))}",
+    done = specgate("sweep", *OVERRIDES, REPEATS, f"workload.concurrency={','.join(map(str, CONCURRENCY))}",
                     f"record.root={runs}", "-p", "no:cacheprovider", "--no-progress", "-q", timeout=400)
     print(f"sweep of {len(CONCURRENCY)} points took {time.monotonic() - started:.1f} s")
     (sweep_dir,) = runs.iterdir()
@@ -49,6 +52,24 @@ def test_the_measured_crossover_is_within_one_swept_point_of_the_truth(sweep):
     # the grid doubles, so one swept point is a factor of 2 either way
     assert found["pays_through"] is not None
     assert abs(math.log2(found["pays_through"] / true_crossover)) <= 1.0, (found, true_crossover)
+
+
+def test_the_speedup_is_within_3_percent_of_the_truth_at_every_point(sweep):
+    """Measured over each arm's steady window (every slot busy), the speedup is the
+    simulator's at the concurrency: the crossover is then where the truth's own speedups
+    at the swept points cross, within 3 % (the grid's interpolation is the same for both)."""
+    _, _, data = sweep
+    model = truth()
+    (found,) = data["crossovers"]
+    for point in data["points"]:
+        eagle3 = point["arms"]["eagle3"]
+        c, truth_speedup = eagle3["concurrency"], model.expected_speedup(eagle3["concurrency"])
+        print(f"concurrency {c}: speedup {eagle3['speedup']:.4f} ({eagle3['basis']}; whole load "
+              f"{eagle3['speedup_whole']:.4f}), truth {truth_speedup:.4f}")
+        assert eagle3["basis"] == "steady", point["label"]
+        assert eagle3["speedup"] == pytest.approx(truth_speedup, rel=0.03), point["label"]
+    on_the_grid = crossing([(c, model.expected_speedup(c)) for c in CONCURRENCY])["pays_through"]
+    assert found["pays_through"] == pytest.approx(on_the_grid, rel=0.03), (found, on_the_grid)
 
 
 def test_the_knee_shows_in_the_measured_break_even_at_every_point(sweep):

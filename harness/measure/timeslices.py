@@ -1,0 +1,102 @@
+"""An arm's figures over time: one load cut into slices of ``record.timeslice_s`` seconds, each
+with its output tok/s, TTFT and ITL percentiles, accept length and, from the telemetry samples
+on the same time axis, GPU clock and power. One number per arm hides warm-up, throttling or a
+server that slows down mid-run; the slices show them (results.json ``timeslices``, the report's
+timeline, harness/report/timeline.py).
+
+Request lines give times in ms from the load's run start (requests.jsonl's shape); a GPU sample
+is placed on that axis by the load's run start (both are ``time.perf_counter`` readings). A
+slice holds what happened in it: the tokens whose chunks arrived in it, the TTFT of requests
+whose first token arrived in it, the gaps between chunks that ended in it, the samples read in it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Optional
+
+import numpy as np
+
+from harness.measure.steady import tokens_in
+
+
+def _r(x: Optional[float], nd: int = 3) -> Optional[float]:
+    return None if x is None else round(float(x), nd)
+
+
+def percentiles(values: list[float]) -> dict[str, Any]:
+    if not values:
+        return {"p50": None, "p99": None, "n": 0}
+    p50, p99 = np.percentile(np.asarray(values, dtype=float), [50, 99])
+    return {"p50": _r(p50), "p99": _r(p99), "n": len(values)}
+
+
+def slice_edges(lines: list[dict], slice_s: float) -> list[float]:
+    """Edges (ms) from the first measured send to the last end, slice_s apart (the last slice may be short)."""
+    start = min(line["send_ms"] for line in lines)
+    end = max(line["end_ms"] if line.get("end_ms") is not None else line["send_ms"] for line in lines)
+    width = slice_s * 1000.0
+    count = max(1, int(np.ceil((end - start) / width - 1e-9)))
+    # the last edge a hair past the last end, so that the last chunk (at the end) lies inside a slice
+    return [start + k * width for k in range(count)] + [(end if end > start else start + width) + 1e-6]
+
+
+def accept_length_in(lines: list[dict], start: float, end: float) -> Optional[float]:
+    """Σ tokens ÷ Σ verify cycles over the slice: each speculative request's cycles pro-rated by its tokens there."""
+    tokens = cycles = 0.0
+    for line in lines:
+        total, verify = line.get("completion_tokens") or 0, line.get("spec_verify_ct") or 0
+        if total and verify:
+            n = tokens_in(line, start, end)
+            tokens, cycles = tokens + n, cycles + n * verify / total
+    return _r(tokens / cycles, 4) if cycles else None
+
+
+def gpu_in(samples: Iterable[tuple[float, Any]], start: float, end: float) -> dict[str, Optional[float]]:
+    """Mean SM clock over the GPUs' samples in [start, end) and their power summed (each GPU's mean)."""
+    inside = [s for t, s in samples if start <= t < end]
+    clocks = [s.sm_clock_mhz for s in inside if s.sm_clock_mhz is not None]
+    power_by_gpu: dict[str, list[float]] = {}
+    for s in inside:
+        if s.power_w is not None:
+            power_by_gpu.setdefault(s.uuid, []).append(s.power_w)
+    return {"sm_clock_mhz": _r(np.mean(clocks), 1) if clocks else None,
+            "power_w": _r(sum(np.mean(v) for v in power_by_gpu.values()), 1) if power_by_gpu else None,
+            "gpu_samples": len(inside)}
+
+
+def one_slice(lines: list[dict], ok: list[dict], start: float, end: float, gpu: list[tuple[float, Any]]) -> dict:
+    seconds = (end - start) / 1000.0
+    first_tokens = [line["ttft_ms"] for line in ok if line.get("ttft_ms") is not None and line.get("chunk_ms")
+                    and start <= line["chunk_ms"][0] < end]
+    gaps = [now - before for line in ok for before, now in zip(line.get("chunk_ms") or [], (line.get("chunk_ms") or [])[1:])
+            if start <= now < end]
+    tokens = sum(tokens_in(line, start, end - 1e-9) for line in ok)
+    return {"start_ms": _r(start), "end_ms": _r(end),
+            "output_tok_s": _r(tokens / seconds) if seconds > 0 else None,
+            "requests_sent": sum(1 for line in lines if start <= line["send_ms"] < end),
+            "ttft_ms": percentiles(first_tokens), "itl_ms": percentiles(gaps),
+            "accept_length": accept_length_in(ok, start, end - 1e-9),
+            **(gpu_in(gpu, start, end) if gpu else {})}
+
+
+def timeslices(lines: list[dict], slice_s: float, gpu_samples: list[Any] = (), run_start: Optional[float] = None) -> list[dict]:
+    """One load's slices from its measured request lines (warm-up excluded) and, placed by
+    its ``run_start`` (perf_counter s), the GPU samples read during it."""
+    lines = [line for line in lines if not line.get("warmup") and line.get("send_ms") is not None]
+    if not lines:
+        return []
+    ok = [line for line in lines if line.get("ok")]
+    gpu = [((s.t - run_start) * 1000.0, s) for s in gpu_samples] if run_start is not None else []
+    edges = slice_edges(lines, slice_s)
+    return [one_slice(lines, ok, a, b, gpu) for a, b in zip(edges, edges[1:])]
+
+
+def timeslices_block(lines: list[dict], slice_s: float, gpu_samples: list[Any] = (),
+                     run_starts: Optional[list[float]] = None) -> dict[str, Any]:
+    """The arm's `timeslices` block: per repeat (its own time axis), its slices."""
+    repeats = sorted({int(line.get("repeat") or 0) for line in lines})
+    starts = run_starts or []
+    return {"slice_s": slice_s, "repeats": [
+        {"repeat": k, "slices": timeslices([line for line in lines if int(line.get("repeat") or 0) == k], slice_s,
+                                           gpu_samples, starts[k] if k < len(starts) else None)}
+        for k in repeats]}
