@@ -2,8 +2,9 @@
 
 Every candidate is a speedup over the plain arm of its own point (plain decoding is k=0, 1.0x
 by definition): dividing by the plain arm that ran beside it takes out what the machine did
-between points. The point figure is the sweep's (sweep.json's `speedup`); its interval comes
-from the two arms' per-window token rates, bootstrapped as the min_speedup gate does
+between points. The point figure is the sweep's (sweep.json's `speedup`, on the steady basis
+where both arms had a steady window); its interval comes from the two arms' per-window token
+rates on that same basis, bootstrapped as the min_speedup gate does
 (harness/gates/change.py: the same evidence, resamples and seed, so the same interval). The
 fastest candidate is **decided** when, against every other candidate, the interval of the
 ratio of their speedups lies above 1; else the candidates whose ratio interval reaches 1 are
@@ -18,7 +19,10 @@ from typing import Optional
 import numpy as np
 
 from harness.gates.change import BOOTSTRAP_RESAMPLES, CONFIDENCE, MIN_SAMPLES, evidence, resampled
+from harness.measure.registry import STEADY
 from harness.measure.samples import COLUMNS
+from harness.measure.steady import rate_evidence as steady_rates
+from harness.record.requests import read_lines
 from harness.schedule.grid import Cell, Grid
 
 PLAIN_K = 0  # plain decoding as a candidate (vLLM's schedule spells it so too)
@@ -73,8 +77,7 @@ def candidate(cell: Cell, grid: Grid, confidence: float, seed: int) -> Candidate
     """The cell's speedup with its interval: the gate's (seed 0) for the interval shown, and
     independent replicas (seed per cell) for comparing cells with each other."""
     found = Candidate(cell.k, cell.speedup, cell.point)
-    mine = evidence(METRIC, cell.run.request_columns(grid.arm, COLUMNS))
-    theirs = evidence(METRIC, cell.run.request_columns(grid.plain_arm, COLUMNS))
+    mine, theirs = rate_samples(cell, grid)
     few = min(e.groups_count if e is not None else 0 for e in (mine, theirs))
     if few < MIN_SAMPLES:
         found.why = f"only {few} time windows of token rates in an arm, fewer than the {MIN_SAMPLES} an interval needs"
@@ -82,6 +85,20 @@ def candidate(cell: Cell, grid: Grid, confidence: float, seed: int) -> Candidate
     found.interval = interval(replicas(theirs, mine, 0), confidence)
     found.replicas = replicas(theirs, mine, seed + 1)
     return found
+
+
+def rate_samples(cell: Cell, grid: Grid):
+    """Both arms' per-window token rates on the basis of the point's speedup (sweep.json's
+    figure): each steady window's when the run measured the speedup on it, the whole load's
+    otherwise, as the min_speedup gate draws them, so the interval is the figure's own."""
+    blocks = cell.run.arms
+    if (blocks.get(grid.arm) or {}).get(f"basis_vs_{grid.plain_arm}") == STEADY:
+        lines = read_lines(cell.run.path.parent)
+        by_arm = {arm: [line for line in lines if line.get("arm") == arm] for arm in (grid.arm, grid.plain_arm)}
+        return tuple(steady_rates(by_arm[arm], (blocks.get(arm) or {}).get("steady") or {})
+                     for arm in (grid.arm, grid.plain_arm))
+    return (evidence(METRIC, cell.run.request_columns(grid.arm, COLUMNS)),
+            evidence(METRIC, cell.run.request_columns(grid.plain_arm, COLUMNS)))
 
 
 def replicas(plain, spec, seed: int) -> np.ndarray:
