@@ -46,13 +46,33 @@ def headline(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return arms
 
 
+def arm_config(record: Path, arm: str) -> dict[str, Any]:
+    """The arm's composed config as its record wrote it ({} when it cannot be read)."""
+    try:
+        cfg = yaml.safe_load((record / "arms" / safe_name(arm) / "config.yaml").read_text(encoding="utf-8"))
+    except (OSError, ValueError, yaml.YAMLError):
+        return {}
+    return cfg if isinstance(cfg, dict) else {}
+
+
 def arm_concurrency(record: Path, arm: str) -> int | None:
     """The arm's workload.concurrency as its record's config says (None for an open loop)."""
     try:
-        cfg = yaml.safe_load((record / "arms" / safe_name(arm) / "config.yaml").read_text(encoding="utf-8"))
-        workload = cfg.get("workload") or {}
+        workload = arm_config(record, arm).get("workload") or {}
         return None if workload.get("request_rate") else int(workload.get("concurrency") or 1)
-    except (OSError, ValueError, TypeError, AttributeError, yaml.YAMLError):
+    except (ValueError, TypeError, AttributeError):
+        return None
+
+
+def arm_gpus(record: Path, arm: str) -> int | None:
+    """How many GPUs the arm's one server holds: its listed `server.gpus`, else its tensor
+    parallel size (what a throughput per GPU divides by; None when the config says neither)."""
+    server = arm_config(record, arm).get("server") or {}
+    try:
+        if isinstance(server.get("gpus"), list) and server["gpus"]:
+            return len(server["gpus"])
+        return int(server["tp_size"]) if server.get("tp_size") else None
+    except (ValueError, TypeError, AttributeError):
         return None
 
 
@@ -99,6 +119,7 @@ class SweepRecord:
                 entry["status"], entry["arms"] = run.status, headline(run.data)
                 for arm, figures in entry["arms"].items():
                     figures["concurrency"] = arm_concurrency(record, arm)
+                    figures["gpus"] = arm_gpus(record, arm)
             except RecordError as exc:
                 entry["status"], entry["error"] = "unreadable", str(exc)
         self.save()

@@ -2,7 +2,8 @@
 
 It reads the sweep's sweep.json (harness/sweep/record.py) and shows: the verdict (points'
 exit statuses and sweep gates), each speculative arm's crossover in words, the speedup over
-the plain arm against concurrency (a line at 1.0, the crossover marked), the accept length
+the plain arm against concurrency (a line at 1.0, the crossover marked), throughput per GPU against
+throughput per user for every arm on one chart with its Pareto frontier, the accept length
 against the break-even accept length per point, the sweep gates' verdicts and the point x arm
 table. Like the run report (harness/report/html.py, whose chart helpers it shares) it has no
 external reference: inline CSS, charts as PNG data URIs, no scripts.
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional
@@ -64,6 +66,7 @@ def sweep_context(data: dict[str, Any], label: str) -> dict[str, Any]:
     gates = [v for v in data.get("sweep_gates") or [] if isinstance(v, dict)]
     crossovers = [x for x in data.get("crossovers") or [] if isinstance(x, dict)]
     curves = speedup_curves(points)
+    pareto = pareto_points(points)
     return {
         "label": label,
         "experiment": str(data.get("experiment") or label),
@@ -71,6 +74,8 @@ def sweep_context(data: dict[str, Any], label: str) -> dict[str, Any]:
         "verdict": verdict(data, points, gates),
         "crossovers": [f"{x.get('arm')}{with_words(x.get('with'))} {x.get('words', '')}" for x in crossovers],
         "gates": [gate_row(v) for v in gates],
+        "pareto_chart": pareto_chart(pareto),
+        "pareto_frontier": frontier_words(pareto),
         "speedup_chart": speedup_chart(curves, crossovers),
         "accept_chart": accept_chart(curves),
         "columns": figure_table(points).header,
@@ -233,5 +238,81 @@ def accept_chart(curves: dict) -> Optional[str]:
                     label=f"{curve_label(arm, others)}: break-even (verify cycle ÷ plain step)")
     ax.set(title="Accept length against break-even accept length", ylabel="tokens per verify cycle")
     concurrency_axis(ax, shown)
+    ax.legend(fontsize=9, frameon=False)
+    return figure_uri(fig)
+
+
+# --- throughput per GPU against throughput per user -----------------------------------------
+
+@dataclass(frozen=True)
+class ParetoPoint:
+    """One arm at one point: what a deployment gets (per GPU) against what a user sees."""
+
+    series: str  # the arm, and the point's other swept settings
+    concurrency: int | None
+    per_user: float  # tok/s one request streams at: 1000 / its TPOT p50
+    per_gpu: float  # the arm's output tok/s (steady window where measured) / the GPUs its server holds
+    per_gpu_known: bool  # False: the config named no GPU count; per_gpu is per server
+
+
+def pareto_points(points: list[dict[str, Any]]) -> list[ParetoPoint]:
+    """Every arm of every point that measured both a TPOT and a throughput."""
+    found = []
+    for point in points:
+        for arm, figures in (point.get("arms") or {}).items():
+            if not isinstance(figures, dict):
+                continue
+            tpot = figure_of(figures, "tpot_ms.p50")
+            rate = figure_of(figures, "steady.output_tok_s")
+            rate = rate if rate is not None else figure_of(figures, "output_tok_s")
+            if not tpot or tpot <= 0 or rate is None:
+                continue
+            gpus = figures.get("gpus")
+            known = isinstance(gpus, int) and gpus > 0
+            found.append(ParetoPoint(curve_label(arm, others_of(point)), point_concurrency(point, arm),
+                                     1000.0 / tpot, rate / (gpus if known else 1), known))
+    return found
+
+
+def frontier(found: list[ParetoPoint]) -> list[ParetoPoint]:
+    """The points no other point beats on both axes (more per GPU and more per user), by
+    throughput per user: the best any arm offers at each interactivity."""
+    best = []
+    for p in sorted(found, key=lambda p: (-p.per_user, -p.per_gpu)):
+        if not best or p.per_gpu > best[-1].per_gpu:
+            best.append(p)
+    return best
+
+
+def frontier_words(found: list[ParetoPoint]) -> list[str]:
+    """The frontier from the most interactive end: which arm, at which concurrency."""
+    return [f"{p.series} at concurrency {p.concurrency if p.concurrency is not None else 'open loop'}: "
+            f"{p.per_user:.1f} tok/s per user, {p.per_gpu:.1f} tok/s per {'GPU' if p.per_gpu_known else 'server'}"
+            for p in frontier(found)]
+
+
+def pareto_chart(found: list[ParetoPoint]) -> Optional[str]:
+    """Throughput per GPU against throughput per user, one line per arm through its
+    concurrencies (each dot labelled c=N), the Pareto frontier over all arms behind them."""
+    if not found:
+        return None
+    per = "GPU" if all(p.per_gpu_known for p in found) else "server"
+    fig = Figure(figsize=(9, 4.6), layout="constrained")
+    ax = fig.subplots()
+    best = frontier(found)
+    ax.plot([p.per_user for p in best], [p.per_gpu for p in best], color="#999999", lw=6, alpha=0.35,
+            solid_capstyle="round", label="Pareto frontier (no arm does better on both)")
+    for index, series in enumerate(dict.fromkeys(p.series for p in found)):
+        line = sorted((p for p in found if p.series == series), key=lambda p: p.per_user)
+        color = ARM_COLORS[index % len(ARM_COLORS)]
+        ax.plot([p.per_user for p in line], [p.per_gpu for p in line], marker="o", lw=2, color=color, label=series)
+        for p in line:
+            if p.concurrency is not None:
+                ax.annotate(f"c={p.concurrency}", (p.per_user, p.per_gpu), textcoords="offset points",
+                            xytext=(5, 5), fontsize=8, color=color)
+    ax.set(title=f"Throughput per {per} against throughput per user",
+           xlabel="tok/s per user (1000 / TPOT p50)", ylabel=f"output tok/s per {per}")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
     ax.legend(fontsize=9, frameon=False)
     return figure_uri(fig)

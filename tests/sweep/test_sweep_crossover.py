@@ -110,9 +110,27 @@ def test_the_sweep_report_draws_the_break_even_map(sweep, capsys):
     assert capsys.readouterr().out.strip() == f"report: {sweep_dir / 'report.html'}"
     (found,) = data["crossovers"]
     assert f"eagle3 {found['words']}" in page  # the crossover in words
-    assert page.count('src="data:image/png;base64,') == 2  # speedup vs concurrency; accept length vs break-even
+    # per GPU against per user; speedup vs concurrency; accept length vs break-even
+    assert page.count('src="data:image/png;base64,') == 3
     assert "FAILED: 1 sweep gate(s) failed" in page
     assert page.count('<span class="badge passed">passed</span>') == 1
     assert page.count('<span class="badge failed">failed</span>') == 1
     assert page.count("<tr><td><code>") == 2 * len(CONCURRENCY)  # point x arm
     assert "http://" not in page and "https://" not in page and "<script" not in page  # self-contained
+
+
+def test_the_pareto_frontier_is_speculation_when_interactive_and_plain_at_the_top_of_the_load(sweep):
+    """Below the knee EAGLE-3 streams faster for each user and no slower per GPU; at 16 in
+    flight its verify pass is compute-bound (speedup < 1 by the truth) and plain decoding
+    gives more per GPU: the frontier's two ends are those two arms."""
+    from harness.sweep.report import frontier, pareto_points
+    _, _, data = sweep
+    model = truth()
+    assert model.expected_speedup(2) > 1 > model.expected_speedup(16)
+    found = pareto_points(data["points"])
+    assert {(p.series, p.concurrency) for p in found} == {(a, c) for a in ("baseline", "eagle3") for c in CONCURRENCY}
+    assert all(p.per_gpu_known for p in found)  # server.tp_size 1: per GPU = per server
+    best = frontier(found)
+    print([(p.series, p.concurrency, round(p.per_user, 1), round(p.per_gpu, 1)) for p in best])
+    assert (best[0].series, best[0].concurrency) == ("eagle3", 2)
+    assert (best[-1].series, best[-1].concurrency) == ("baseline", 16)
