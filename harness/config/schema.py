@@ -247,6 +247,9 @@ class GateConfig:
     # per arm: the run measured the workload configured: no request generated more than its
     # max_tokens (exactly max_tokens with ignore_eos), prompts sized by a tokenizer had that length
     check_workload: bool = True
+    # per arm, with workload.cancel: the server kept serving after the client cancelled requests
+    # (a request sent after the first cancellation completed, none sent after one failed)
+    check_serving_after_cancel: bool = True
     # the per-request and the server-counter accept length of one window may differ by this
     # fraction of the larger (null: not compared); only where both sources exist
     max_accept_length_source_gap: Optional[float] = 0.02
