@@ -25,7 +25,7 @@ from harness.measure.metrics import combine_repeats, summarize
 from harness.sim.app import ABORT_FAULT_MESSAGE
 from tests.support.sim_process import FAST, Sim
 
-LONG = dict(prompt="count from 1 to 3000", max_tokens=2000, ignore_eos=True)  # far longer than any cut
+LONG = dict(prompt="count from 1 to 3000", max_tokens=300, ignore_eos=True)  # far longer than any cut (0.6 s)
 
 
 def wl(**kw) -> WorkloadConfig:
@@ -216,7 +216,7 @@ def test_the_client_closes_the_stream_and_the_server_frees_the_slot(sim, api, wh
 
 
 def test_split_and_open_loops_cancel_the_same_requests(sim):
-    base = dict(num_prompts=16, concurrency=4, seed=5, cancel=cut(0.4, after_tokens=5), **LONG)
+    base = dict(num_prompts=16, concurrency=4, seed=5, warmup_requests=0, cancel=cut(0.4, after_tokens=5), **LONG)
     loads = [wl(**base), wl(**base, client_processes=2), wl(**base, request_rate=50.0)]
     cut_sets = []
     for w in loads:
