@@ -519,7 +519,8 @@ def validate_arm(arm: Arm) -> None:
 
 def check_cancel(cancel: typing.Any) -> None:
     """workload.cancel cuts each chosen request at one point: after so many tokens or so many ms."""
-    if (cancel.after_tokens is None) == (cancel.after_ms is None) and (cancel.fraction or cancel.after_tokens is not None):
+    both_or_neither = (cancel.after_tokens is None) == (cancel.after_ms is None)
+    if both_or_neither and (cancel.fraction or cancel.after_tokens is not None):
         given = "both" if cancel.after_tokens is not None else "neither"
         raise ConfigError(f"workload.cancel needs exactly one of after_tokens and after_ms (where the client closes "
                           f"a cancelled request's stream), got {given}")

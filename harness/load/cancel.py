@@ -70,7 +70,8 @@ def cancel_figures(plan: dict | None, measured: list[RequestRecord]) -> dict:
     if not plan:
         return {}
     cancelled = [r for r in measured if r.cancelled]
-    return {**plan, "chosen": sum(1 for r in measured if r.cancel_after_tokens is not None or r.cancel_after_ms is not None),
+    chosen = sum(1 for r in measured if r.cancel_after_tokens is not None or r.cancel_after_ms is not None)
+    return {**plan, "chosen": chosen,
             "cancelled": len(cancelled), "tokens_before_cancel": sum(sum(r.chunk_tokens) for r in cancelled)}
 
 
