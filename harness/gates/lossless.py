@@ -5,8 +5,8 @@ request generated in the arm it is compared with (``gate.lossless: {arm: {agains
 Requests are matched by repeat, index and turn: every arm sends the same prompts in the same
 order; warm-ups are left out. A request that failed or was cancelled (workload.cancel: its
 text cut short) in either arm, or was sent in one arm only, cannot be compared: it is
-counted and said, neither a match nor a mismatch. The exact-match rate is over the requests compared, by their whole generated text. For each
-mismatch, the first diverging position:
+counted and said, neither a match nor a mismatch. The exact-match rate is over the requests
+compared, by their whole generated text. For each mismatch, the first diverging position:
 
 - by token ids, when both arms returned them;
 - else by token, when both returned each token's text with its logprobs;
