@@ -514,6 +514,16 @@ def validate_arm(arm: Arm) -> None:
     check_record_root(cfg.record.root)
     if workload.burstiness is not None and workload.burstiness <= 0:
         raise ConfigError(f"workload.burstiness must be > 0 (the gamma shape; 1 is Poisson), got {workload.burstiness}")
+    check_cancel(workload.cancel)
+
+
+def check_cancel(cancel: typing.Any) -> None:
+    """workload.cancel cuts each chosen request at one point: after so many tokens or so many ms."""
+    both_or_neither = (cancel.after_tokens is None) == (cancel.after_ms is None)
+    if both_or_neither and (cancel.fraction or cancel.after_tokens is not None):
+        given = "both" if cancel.after_tokens is not None else "neither"
+        raise ConfigError(f"workload.cancel needs exactly one of after_tokens and after_ms (where the client closes "
+                          f"a cancelled request's stream), got {given}")
 
 
 def check_dataset(dataset: str) -> None:

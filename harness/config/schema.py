@@ -128,6 +128,15 @@ class DrafterConfig:
 
 
 @dataclass
+class CancelConfig:
+    """workload.cancel: a share of the measured requests the client abandons mid-stream (harness/load/cancel.py)."""
+
+    fraction: float = bounded(0.0, low=0, high=1)  # each measured request is cancelled with this probability (0: none)
+    after_tokens: Optional[int] = bounded(None, low=1)  # close the stream once this many tokens arrived ...
+    after_ms: Optional[float] = bounded(None, above=0)  # ... or this many ms after the request was sent (exactly one)
+
+
+@dataclass
 class WorkloadConfig:
     name: str = "count_to_100"
     api: str = "chat"  # chat | completions | generate
@@ -157,6 +166,9 @@ class WorkloadConfig:
     # top logprobs asked for and kept per output token, with the token ids (0: ids only);
     # null: 2 when gate.lossless is configured (its near-tie margin needs two), else neither
     logprobs: Optional[int] = None
+    # a share of the measured requests cancelled as a browser does, the same ones in every arm
+    # (seeded by `seed`): {fraction, after_tokens | after_ms}; excluded from figures, never failures
+    cancel: CancelConfig = field(default_factory=CancelConfig)
 
 
 @dataclass
@@ -235,6 +247,9 @@ class GateConfig:
     # per arm: the run measured the workload configured: no request generated more than its
     # max_tokens (exactly max_tokens with ignore_eos), prompts sized by a tokenizer had that length
     check_workload: bool = True
+    # per arm, with workload.cancel: the server kept serving after the client cancelled requests
+    # (a request sent after the first cancellation completed, none sent after one failed)
+    check_serving_after_cancel: bool = True
     # the per-request and the server-counter accept length of one window may differ by this
     # fraction of the larger (null: not compared); only where both sources exist
     max_accept_length_source_gap: Optional[float] = 0.02

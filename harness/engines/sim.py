@@ -43,6 +43,7 @@ class SimModelConfig:
     gpu_ramp_s: float = 1.5  # time constant of the ramp from idle to boost
     gpu_throttle: str = "none"  # none | thermal | power: a fault that caps clocks under load
     lossy_rate: float = 0.0  # a fault: this share of accepted draft tokens comes out wrong (speculative arms only)
+    fail_after_abort: bool = False  # a fault: once a client disconnects mid-stream, every later request fails (500)
     # drift, the noise of a real GPU box (harness/sim/drift.py), all off by default: a speed factor
     # per server start, a slow wander during the run, per-step jitter (sds of log speed)
     drift_speed_sd: float = 0.0

@@ -3,10 +3,10 @@ greedy decoding, so each request of a speculative arm must generate exactly what
 request generated in the arm it is compared with (``gate.lossless: {arm: {against: ...}}``).
 
 Requests are matched by repeat, index and turn: every arm sends the same prompts in the same
-order; warm-ups are left out. A request that failed in either arm, or was sent in one arm
-only, cannot be compared: it is counted and said, neither a match nor a mismatch. The
-exact-match rate is over the requests compared, by their whole generated text. For each
-mismatch, the first diverging position:
+order; warm-ups are left out. A request that failed or was cancelled (workload.cancel: its
+text cut short) in either arm, or was sent in one arm only, cannot be compared: it is
+counted and said, neither a match nor a mismatch. The exact-match rate is over the requests
+compared, by their whole generated text. For each mismatch, the first diverging position:
 
 - by token ids, when both arms returned them;
 - else by token, when both returned each token's text with its logprobs;
@@ -145,6 +145,8 @@ def why_not_comparable(key: RequestKey, theirs: dict, mine: dict, reference_arm:
         if key not in lines:
             return f"was not sent in {name}"
     for name, lines in ((reference_arm, theirs), (arm, mine)):
+        if lines[key].get("cancelled"):  # workload.cancel cut its text short on purpose
+            return f"was cancelled in {name}"
         if not lines[key].get("ok") or lines[key].get("text") is None:
             return f"failed in {name}"
     return None

@@ -299,7 +299,9 @@ def source_verdict(ctx: GateContext, repeat: int, lines: list[dict], window: dic
     both = f"{definition} = {mine:.4f}; {window.get('accept_length_definition')} = {theirs:.4f}"
     failed = [r for r in lines if not r.get("ok")]
     if failed:  # the server counted what it finished of them, the client none of them
-        return skipped(name, arm, f"{arm}{where}: not like for like: {len(failed)} measured request(s) failed, "
+        cut = sum(1 for r in failed if r.get("cancelled"))
+        what = f"failed or were cancelled ({cut} cancelled)" if cut else "failed"
+        return skipped(name, arm, f"{arm}{where}: not like for like: {len(failed)} measured request(s) {what}, "
                                   f"which only the server's counters may hold ({both})")
     if steps is not None and (unlike := steps_unlike_drafts(steps, window.get("spec_drafts"), gap)):
         return skipped(name, arm, f"{arm}{where}: not like for like: {unlike} ({both})")

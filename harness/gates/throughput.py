@@ -43,6 +43,63 @@ def requests_succeed(ctx: GateContext) -> list[Verdict]:
     ]
 
 
+@register("serves_after_cancel", "throughput", ("check_serving_after_cancel",))
+def serves_after_cancel(ctx: GateContext) -> list[Verdict]:
+    """With workload.cancel, the server kept serving after the client cancelled requests:
+    some request sent after the first cancellation completed, and none sent after a
+    cancellation failed. An engine whose abort path leaks the slot, stalls the batch or
+    breaks its scheduler fails here, whatever its figures say."""
+    name, arm = "serves_after_cancel", ctx.arm
+    if not ctx.gate.check_serving_after_cancel:
+        return [skipped(name, arm, f"{arm}: turned off (gate.check_serving_after_cancel=false)")]
+    if (missing := unmeasured(name, ctx)) is not None:
+        return missing
+    after = after_cancels([line for line in ctx.requests if not line.get("warmup")])
+    if after is None:
+        return [skipped(name, arm, f"{arm}: no request was cancelled (workload.cancel)")]
+    served, failed = after
+    if failed:
+        listed = "; ".join(failed[:LISTED_FAILURES]) + ("; ..." if len(failed) > LISTED_FAILURES else "")
+        return [Verdict(name, arm, False, len(failed), 0, f"{arm}: the server did not keep serving after cancelled "
+                                                          f"requests: {len(failed)} request(s) sent after a cancellation "
+                                                          f"failed ({listed})")]
+    if not served:
+        return [skipped(name, arm, f"{arm}: no request was sent after the first cancellation (every later one "
+                                   f"was cancelled too, or none followed), so whether the server kept serving is unknown")]
+    return [Verdict(name, arm, True, 0, 0, f"{arm}: the server kept serving after cancelled requests: {served} "
+                                           f"request(s) sent after a cancellation completed, none failed")]
+
+
+LISTED_FAILURES = 3  # failures after a cancellation named in the verdict
+
+
+def after_cancels(lines: list[dict]) -> tuple[int, list[str]] | None:
+    """Per repeat (each its own clock), the measured requests sent after its first
+    cancellation ended: how many completed, and each one that failed with the cancellation
+    before it and its error. None when nothing was cancelled."""
+    by_repeat: dict[int, list[dict]] = {}
+    for line in lines:
+        by_repeat.setdefault(int(line.get("repeat") or 0), []).append(line)
+    served, failed, any_cancel = 0, [], False
+    for repeat_lines in by_repeat.values():
+        cancels = sorted((line for line in repeat_lines if line.get("cancelled") and line.get("end_ms") is not None),
+                         key=lambda line: line["end_ms"])
+        if not cancels:
+            continue
+        any_cancel = True
+        for line in repeat_lines:
+            before = [c for c in cancels if c["end_ms"] <= (line.get("send_ms") or 0.0)]
+            if not before or line.get("cancelled"):
+                continue
+            if line.get("ok"):
+                served += 1
+            else:
+                last = before[-1]
+                failed.append(f"request {line['index']}, sent {line['send_ms'] - last['end_ms']:.0f} ms after request "
+                              f"{last['index']} was cancelled: {line.get('error') or 'did not complete'}")
+    return (served, failed) if any_cancel else None
+
+
 @register("workload_as_configured", "throughput", ("check_workload",))
 def workload_as_configured(ctx: GateContext) -> list[Verdict]:
     """The arm measured the workload it was configured with: output lengths within each

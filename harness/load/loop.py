@@ -82,6 +82,7 @@ class EventLoopLoad:
         self.prewarm_connections = plan.prewarm_connections
         self.timeout_s = plan.timeout_s
         self.first_byte_timeout_s = plan.first_byte_timeout_s
+        self.cancel = plan.cancel
         self.progress = progress
         self.on_tokens_flowing = on_tokens_flowing
         self.on_measured_start = on_measured_start
@@ -109,11 +110,13 @@ class EventLoopLoad:
                                 intended_prompt_tokens=conversation.intended_prompt_tokens, scheduled_time=scheduled,
                                 max_tokens=conversation.max_tokens or self.request.sampling.max_tokens,
                                 ignore_eos=self.request.sampling.ignore_eos)
+            if self.cancel is not None:
+                self.cancel.mark(rec)
             body = self.request.body(conversation.messages(turn, answers), conversation.max_tokens)
             keep_answer = turn + 1 < turns
             await self.send(session, rec, body, keep_answer)
             if not rec.ok:
-                return  # the next turn would have no answer in its history
+                return  # the next turn would have no answer in its history (failed or cancelled)
             if keep_answer:
                 answers.append(rec.answer or "")
             scheduled = rec.end_time

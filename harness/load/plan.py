@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from harness.load.cancel import CancelPlan
 from harness.load.crosscheck import CountTokens
 from harness.load.prompts import PromptSource, RandomWords, prompt_source
 from harness.load.requests import RequestExtras, RequestFunc, Sampling, SpecDetails, request_func
@@ -33,6 +34,7 @@ class LoadPlan:
     timeout_s: float  # per request, the whole of it
     first_byte_timeout_s: float | None  # until the response's first byte
     client_processes: int = 1  # load processes the measured requests are split over
+    cancel: CancelPlan | None = None  # the measured requests the client abandons mid-stream (None: none)
 
     @classmethod
     def of(cls, workload: Any, base_url: str, model: str, *, request_extras: RequestExtras | None = None,
@@ -71,4 +73,5 @@ class LoadPlan:
             timeout_s=float(workload.timeout_s),
             first_byte_timeout_s=None if first_byte is None else float(first_byte),
             client_processes=int(getattr(workload, "client_processes", 1) or 1),
+            cancel=CancelPlan.of(workload),
         )

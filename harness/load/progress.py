@@ -56,7 +56,7 @@ class LoadCounter:
         self.done += 1
         if rec.ok:
             self.tokens_done += rec.completion_tokens or 0
-        else:
+        elif rec.failed:  # a request the client cancelled is no error
             self.errors += 1
 
     def snapshot(self, final: bool = False) -> ProgressSnapshot:

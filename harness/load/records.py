@@ -43,10 +43,20 @@ class RequestRecord:
     tokens: list[str] | None = None  # each output token as text (from its logprobs)
     top_logprobs: list[list[list]] | None = None  # per output token: [[token, logprob], ...] best first
     run_start: float | None = field(default=None, repr=False)  # t0 of to_json(); set by the load runner
+    # workload.cancel (harness/load/cancel.py): where the client is to close this request's stream
+    # (after this many tokens, or ms after it was sent; None: not chosen), and whether it did
+    cancel_after_tokens: int | None = None
+    cancel_after_ms: float | None = None
+    cancelled: bool = False  # the client closed the stream on purpose: neither ok nor failed
 
     @property
     def ok(self) -> bool:
-        return self.error is None and self.status == 200 and self.end_time is not None
+        return self.error is None and not self.cancelled and self.status == 200 and self.end_time is not None
+
+    @property
+    def failed(self) -> bool:
+        """Did not complete, and not because the client cancelled it (harness/load/cancel.py)."""
+        return not self.ok and not self.cancelled
 
     @property
     def ttft_s(self) -> float | None:
@@ -85,6 +95,9 @@ class RequestRecord:
             "ok": self.ok,
             "status": self.status,
             "error": self.error,
+            "cancelled": self.cancelled,
+            "cancel_after_tokens": self.cancel_after_tokens,
+            "cancel_after_ms": self.cancel_after_ms,
             "send_ms": ms(self.send_time - t0),
             "end_ms": ms(None if self.end_time is None else self.end_time - t0),
             "send_gap_ms": ms(self.send_gap_s),
@@ -122,6 +135,7 @@ class LoadResult:
     # the load's shape, which its steady window depends on (harness/measure/steady.py)
     concurrency: int = 1  # closed loop: slots; open loop: the cap
     request_rate: float | None = None  # open loop: arrivals per second (None: closed loop)
+    cancel: dict | None = None  # workload.cancel as the load applied it (harness/load/cancel.py); None: off
 
     @property
     def measured(self) -> list[RequestRecord]:

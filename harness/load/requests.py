@@ -42,6 +42,12 @@ What was generated is kept too (:mod:`harness.load.details`): the text always, a
 output token ids and top logprobs where the engine returns them (asked for through
 ``extras`` only when a lossless gate compares arms).
 
+Cancellations (``workload.cancel``, :mod:`harness.load.cancel`): a request the load chose
+has a cut on its record; the read loop stops once ``cancel_after_tokens`` tokens arrived
+(the chunk that ends the answer excepted), or a timer stops the exchange ``cancel_after_ms``
+after the request was sent; either way the connection is closed, not pooled, and the record
+is ``cancelled`` (not ok, not an error).
+
 The read loops are the measurement's hot path: one clock read per read off the socket
 (:func:`sse_payloads`; the events in one read arrived together), no work per chunk beyond
 parsing it (orjson), appending its time, token count, text, ids and logprobs, and
@@ -57,7 +63,7 @@ import json
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Sequence
+from typing import Any, Awaitable, Callable, ClassVar, Sequence
 
 import aiohttp
 import orjson
@@ -122,20 +128,12 @@ class RequestFunc(ABC):
         rec.send_time = time.perf_counter()  # moved to the body's write by the session's trace, once it happens
         try:
             async with asyncio.timeout(timeout_s):
-                async with await _post_until_first_byte(session, url, body, first_byte_timeout_s, rec) as resp:
-                    rec.status = resp.status
-                    if 300 <= resp.status < 400:
-                        rec.error = redirect_message(url, resp.status, resp.headers.get("Location"))
-                        return rec
-                    if resp.status != 200:
-                        text = await resp.read()
-                        rec.error = f"HTTP {resp.status}: {server_error_message(text)}"
-                        return rec
-                    if resp.content_type == "application/json":
-                        rec.error = _json_instead_of_stream(await resp.read())
-                        return rec
-                    await self.read(resp.content, rec, keep_answer)
+                if await _until_cut(self.exchange(session, url, body, rec, first_byte_timeout_s, keep_answer),
+                                    rec.cancel_after_ms):
+                    return rec  # an error the exchange said, before the stream
             rec.error = _completion_error(rec)
+        except _Cancelled:
+            rec.cancelled = True  # the client's own doing: neither ok nor an error
         except _StreamFailure as e:
             rec.error = str(e)
         except TimeoutError:
@@ -158,6 +156,56 @@ class RequestFunc(ABC):
         finally:
             rec.end_time = time.perf_counter()
         return rec
+
+    async def exchange(self, session: aiohttp.ClientSession, url: str, body: dict, rec: RequestRecord,
+                       first_byte_timeout_s: float | None, keep_answer: bool) -> bool:
+        """POST ``body`` and read its stream into ``rec``; True when the answer was an error
+        (``rec.error`` says it) instead of a stream. A request cancelled mid-stream
+        (:mod:`harness.load.cancel`) has its connection closed, not handed back to the pool,
+        so the server sees the client go, as when a browser tab is closed."""
+        async with await _post_until_first_byte(session, url, body, first_byte_timeout_s, rec) as resp:
+            rec.status = resp.status
+            if 300 <= resp.status < 400:
+                rec.error = redirect_message(url, resp.status, resp.headers.get("Location"))
+                return True
+            if resp.status != 200:
+                text = await resp.read()
+                rec.error = f"HTTP {resp.status}: {server_error_message(text)}"
+                return True
+            if resp.content_type == "application/json":
+                rec.error = _json_instead_of_stream(await resp.read())
+                return True
+            try:
+                await self.read(resp.content, rec, keep_answer)
+            except (_Cancelled, asyncio.CancelledError):  # a cut, or the cut's timer, or Ctrl-C
+                resp.close()  # drop the connection: the server must notice the client is gone
+                raise
+        return False
+
+
+class _Cancelled(Exception):
+    """The client cut the request short on purpose (workload.cancel)."""
+
+
+async def _until_cut(exchange: Awaitable[bool], after_ms: float | None) -> bool:
+    """Run ``exchange``, cutting it ``after_ms`` after now (None: never); a cut raises
+    :class:`_Cancelled`. A deadline of its own, so the request's timeouts are not taken for it."""
+    if after_ms is None:
+        return await exchange
+    cut = asyncio.timeout(after_ms / 1000.0)
+    try:
+        async with cut:
+            return await exchange
+    except TimeoutError:
+        if not cut.expired():  # another deadline's (the request's timeout_s or first byte)
+            raise
+        raise _Cancelled from None
+
+
+def _cut_reached(toks: list[int], after_tokens: int) -> None:
+    """Raise :class:`_Cancelled` once ``after_tokens`` tokens arrived (only cut requests ask)."""
+    if sum(toks) >= after_tokens:
+        raise _Cancelled
 
 
 async def _post_until_first_byte(session: aiohttp.ClientSession, url: str, body: dict,
@@ -384,6 +432,7 @@ async def _read_openai(content: aiohttp.StreamReader, rec: RequestRecord, chat: 
     saw_done = False
     final_usage = None
     spec = None
+    cut = rec.cancel_after_tokens
     async for t, payload in sse_payloads(content):
         if payload == b"[DONE]":
             saw_done = True
@@ -418,6 +467,8 @@ async def _read_openai(content: aiohttp.StreamReader, rec: RequestRecord, chat: 
             fr = ch.get("finish_reason")
             if fr:
                 rec.finish_reason = fr
+            elif cut is not None:  # a chunk that ends the answer is not cut: the user has it whole
+                _cut_reached(toks, cut)
             ids, logprobs = ch.get("token_ids"), ch.get("logprobs")
             if ids:
                 id_chunks.append(ids)
@@ -530,6 +581,8 @@ async def _read_generate(content: aiohttp.StreamReader, rec: RequestRecord, keep
                 times.append(t)
                 toks.append(ct - last_ct)
                 last_ct = ct
+                if rec.cancel_after_tokens is not None and not m.get("finish_reason"):
+                    _cut_reached(toks, rec.cancel_after_tokens)
     if not saw_done:
         raise _StreamFailure(
             f"connection dropped mid-stream: the stream ended without [DONE] after {len(times)} token chunks"

@@ -56,9 +56,12 @@ def run_load(
     server sizes has every prompt the load will send sized before the warm-up, so its
     requests are not measured."""
     if plan.client_processes > 1:
-        return run_split_load(plan, progress, on_tokens_flowing, on_measured_start)
-    load = EventLoopLoad(plan, progress, on_tokens_flowing, on_measured_start)
-    try:
-        return asyncio.run(load.run())
-    except KeyboardInterrupt as exc:
-        raise load.interrupted() from exc
+        result = run_split_load(plan, progress, on_tokens_flowing, on_measured_start)
+    else:
+        load = EventLoopLoad(plan, progress, on_tokens_flowing, on_measured_start)
+        try:
+            result = asyncio.run(load.run())
+        except KeyboardInterrupt as exc:
+            raise load.interrupted() from exc
+    result.cancel = plan.cancel.describe() if plan.cancel is not None else None
+    return result

@@ -94,9 +94,9 @@ def server_decode_ms_per_token(window: dict[str, Any], decoded_tokens: int) -> f
 
 def pairs(result: ArmResult, window: dict[str, Any]) -> list[Pair]:
     """The figures both sides have for one repeat's load; none when a measured request
-    failed: the server's histograms hold every request it served, the client's figures
-    only those that succeeded."""
-    if result.requests_failed or not result.requests_ok:
+    failed or was cancelled: the server's histograms hold every request it served, the
+    client's figures only those that succeeded."""
+    if result.requests_failed or (result.cancel or {}).get("cancelled") or not result.requests_ok:
         return []
     found = []
     server_ttft = window.get("ttft_mean_ms")

@@ -1,7 +1,9 @@
 """Per-request records -> one arm's numbers (:class:`ArmResult`).
 
 Only measured (non-warm-up) requests that succeeded enter the timing and token
-metrics; failed ones are counted and their error messages tallied.
+metrics; failed ones are counted and their error messages tallied. Requests the client
+cancelled on purpose (``workload.cancel``) are neither: they are not ``ok`` (their text
+was cut short), so no figure holds them, and not failed; the ``cancel`` block counts them.
 
 Definitions (all over this run's ok measured requests):
 
@@ -48,6 +50,7 @@ import numpy as np
 from harness.measure import output_length, prompt_length, steady
 from harness.measure.acceptance import acceptance_by, combine_acceptance_by
 from harness.load import LoadResult, RequestRecord
+from harness.load.cancel import cancel_figures, combine_cancel_figures
 from harness.load.client_health import combine_client_blocks
 from harness.measure.registry import Metric, computed_figures, metric_value, noise_metrics, resolve
 from harness.measure.samples import RecordLine
@@ -113,6 +116,8 @@ class ArmResult:
     figures: dict[str, Optional[float]] = field(default_factory=dict)
     # the figures over the load's steady window, or why it has none (harness/measure/steady.py)
     steady: dict = field(default_factory=dict)
+    # workload.cancel: what was asked, requests chosen and cancelled, their tokens (harness/load/cancel.py); {}: off
+    cancel: dict = field(default_factory=dict)
     # the measured request lines, kept only while a registered metric pools its repeats
     pooled_lines: list[dict] = field(default_factory=list, repr=False)
 
@@ -152,6 +157,7 @@ class ArmResult:
             **({"output_length": dict(self.output_length)} if self.output_length else {}),
             **({"client": dict(self.client)} if self.client else {}),
             **({"steady": dict(self.steady)} if self.steady else {}),
+            **({"cancel": dict(self.cancel)} if self.cancel else {}),
             **{path: _r(value, 6) for path, value in self.figures.items()},
         }
 
@@ -184,7 +190,8 @@ def summarize(arm: str, load: LoadResult, server_accept_length: Optional[float] 
               steady_min_fraction: float = 0.25) -> ArmResult:
     measured = load.measured
     ok = [r for r in measured if r.ok and r.completion_tokens is not None]
-    failed = [r for r in measured if not (r.ok and r.completion_tokens is not None)]
+    # a request the client cancelled (workload.cancel) is neither: counted in `cancel` only
+    failed = [r for r in measured if not (r.ok and r.completion_tokens is not None) and not r.cancelled]
     window = load.end_time - load.start_time if measured else 0.0
 
     total_ct = sum(r.completion_tokens for r in ok)
@@ -195,6 +202,7 @@ def summarize(arm: str, load: LoadResult, server_accept_length: Optional[float] 
         errors=group_errors(Counter(_error_of(r) for r in failed)),
         completion_tokens=total_ct,
         duration_s=max(0.0, window),
+        cancel=cancel_figures(load.cancel, measured),
     )
     if ok and window > 0:
         res.output_tok_s = total_ct / window
@@ -405,6 +413,7 @@ def combine_repeats(arm: str, results: list[ArmResult]) -> ArmResult:
     combined.duration_s = sum(r.duration_s for r in results)
     combined.client = combine_client_blocks([r.client for r in results])
     combined.steady = steady.combine([r.steady for r in results])
+    combined.cancel = combine_cancel_figures([r.cancel for r in results])
     combined.figures = combine_figures(results)
     combined.noise = {path: s for path in noise_metrics()
                       if (s := spread([metric_value(r, path) for r in results])) is not None}

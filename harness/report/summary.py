@@ -68,6 +68,25 @@ def steady_section(experiment, results: dict[str, ArmResult]) -> list[str]:
             *lines]
 
 
+def cancel_section(experiment, results: dict[str, ArmResult]) -> list[str]:
+    """workload.cancel: per arm, how many measured requests the client cancelled (docs/workloads.md)."""
+    lines = [f"- {arm}: {cancel_words(results[arm].cancel)}" for arm in experiment.arm_names
+             if arm in results and results[arm].cancel]
+    if not lines:
+        return []
+    return ["", "## Cancellations", "", "Requests the client closed mid-stream on purpose (workload.cancel): left out "
+            "of every figure above, and not failures.", "", *lines]
+
+
+def cancel_words(block: dict) -> str:
+    cut = (f"after {block['after_tokens']} tokens" if block.get("after_tokens") is not None
+           else f"{block.get('after_ms'):g} ms after sending")
+    ended = block["chosen"] - block["cancelled"]
+    first = f", {ended} of them ended before their cut" if ended else ""
+    return (f"{block['cancelled']} request(s) cancelled {cut} (fraction {block['fraction']:g} asked: "
+            f"{block['chosen']} chosen{first}), {block['tokens_before_cancel']} token(s) received before the cut")
+
+
 def format_summary(experiment, results: dict[str, ArmResult], arm_status: dict[str, dict],
                    verdicts: list, comparisons: dict[str, dict], gpu: dict[str, dict] | None = None,
                    notes: list[str] | None = None, not_evaluated: list[dict] | None = None) -> str:
@@ -97,6 +116,7 @@ def format_summary(experiment, results: dict[str, ArmResult], arm_status: dict[s
         if error:
             lines.append(f"\n{arm}: {error.splitlines()[0]}")
     lines += steady_section(experiment, results)
+    lines += cancel_section(experiment, results)
     lines += category_section(experiment, results)
     lines += acceptance_section(experiment, results)
     lines += noise_section(experiment, results) + server_section(experiment, results, arm_status)

@@ -15,7 +15,7 @@ from aiohttp.abc import AbstractAccessLogger
 from harness.sim import serving
 from harness.sim.cli import server_args_dict
 from harness.sim.emissions import EmissionLog
-from harness.sim.errors import CONTENT_TYPE_ERROR, json_response, validation_error
+from harness.sim.errors import CONTENT_TYPE_ERROR, bad_request, json_response, validation_error
 from harness.sim.manager import EngineClient
 from harness.sim.tokens import OutputPlan
 
@@ -40,6 +40,10 @@ class UvicornStyleAccessLogger(AbstractAccessLogger):
         )
 
 
+# --sim-fail-after-abort: what every generation request is answered once a client has disconnected mid-stream
+ABORT_FAULT_MESSAGE = "Scheduler hit an exception after aborting a request (simulated fault: --sim-fail-after-abort)"
+
+
 class SimServer:
     """Server-wide state shared by the handlers (one instance per process)."""
 
@@ -50,6 +54,7 @@ class SimServer:
         self.started = time.monotonic()
         self.status = "Starting"
         self.gracefully_exit = False
+        self.abort_broke = False  # --sim-fail-after-abort: a client has disconnected, and every later request fails
         self.emissions = EmissionLog(bool(getattr(ns, "sim_record_emissions", False)))  # GET /sim/emissions
 
     # --------------------------------------------------------------- status
@@ -82,10 +87,17 @@ class SimServer:
 
     async def _run(self, request: web.Request, work: Awaitable[web.StreamResponse]) -> web.StreamResponse:
         """Run a generation handler; on any exit close its engine generator (abort if unfinished)."""
+        if self.abort_broke:
+            work.close()  # never started
+            self.emissions.finish(request)
+            return bad_request(ABORT_FAULT_MESSAGE, "InternalServerError", 500)
         try:
             return await work
         except ConnectionResetError:
             logger.info("Client disconnected; request aborted.")
+            if self.ns.sim_fail_after_abort:  # the fault: an abort that broke the scheduler
+                self.abort_broke = True
+                logger.error(ABORT_FAULT_MESSAGE)
             return web.Response(status=499)  # never sent: the peer is gone
         finally:
             gen = request.get(serving.GEN_KEY)

@@ -63,6 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sim-lossy-rate", type=_share, default=0.0,
                    help="fault switch: this share of accepted draft tokens comes out as the runner-up token "
                         "(speculation that is not lossless; seeded, the same positions every run)")
+    _bool_flag(p, "--sim-fail-after-abort", "fault switch: once a client disconnects mid-stream, answer every later "
+               "generation request with a 500 (an engine whose abort path broke its scheduler)")
     _bool_flag(p, "--sim-record-emissions", "keep each streaming request's arrival and chunk emission times "
                "for GET /sim/emissions (the truth benchmarks/clients.py checks clients against)")
     _bool_flag(p, "--sim-scrub-worker-env", "start worker processes with a minimal environment")
