@@ -67,6 +67,7 @@ def test_arms_sharing_one_server_start_from_the_same_cache_only_when_it_is_reset
             assert arms[name]["prefix_cache_hit_rate"] > 0.99
             assert all(not r["reset"] and "reset_prefix_cache=false" in r["reason"]
                        for r in arms[name]["prefix_cache_resets"])
+        assert "second: the prefix cache was not reset before 2 of 2 load(s)" in (kept / "latest" / "summary.md").read_text()
     finally:
         server.terminate()
         server.wait(timeout=10)

@@ -55,3 +55,12 @@ def test_a_counter_that_went_backwards_inside_the_window_fails_the_arm_loudly():
     with pytest.raises(ArmFailed, match="went backwards inside the measured window"):
         s.server_window([parse(TEXT.format(n=5000), SGLang.prometheus)])
     assert s.outcome.status == "server_failed"
+
+
+def test_the_summary_says_when_a_load_did_not_start_from_an_emptied_cache():
+    from harness.report.summary import cache_not_reset
+
+    assert cache_not_reset("a", [{"repeat": 0, "reset": True}]) is None
+    sentence = cache_not_reset("a", [{"repeat": 0, "reset": True},
+                                     {"repeat": 1, "reset": False, "reason": "HTTP 400: Flush cache failed."}])
+    assert sentence == "a: the prefix cache was not reset before 1 of 2 load(s): HTTP 400: Flush cache failed."
