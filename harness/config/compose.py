@@ -409,7 +409,7 @@ def check_per_category_floors(key: str, thresholds) -> None:
 
 # Workload keys that decide what a request generates: arms compared by gate.lossless must share them.
 OUTPUT_SHAPING_KEYS = ("api", "prompt", "input_len", "dataset", "max_turns", "tokenizer", "max_tokens", "ignore_eos",
-                       "temperature", "seed")
+                       "temperature", "seed", "shared_prefix")
 
 
 def check_lossless(experiment: Experiment) -> None:
@@ -484,10 +484,12 @@ def validate_arm(arm: Arm) -> None:
         engine.check(cfg)
     except EngineConfigError as exc:
         raise ConfigError(f"arm '{arm.name}': {exc}") from None
-    if workload.dataset is not None:
+    if workload.shared_prefix is not None:
+        check_shared_prefix(workload)
+    elif workload.dataset is not None:
         check_dataset(workload.dataset)
     elif workload.prompt is None and workload.input_len is None:
-        raise ConfigError(f"workload '{workload.name}' needs a dataset, a prompt or an input_len")
+        raise ConfigError(f"workload '{workload.name}' needs a dataset, a prompt, an input_len or a shared_prefix")
     if workload.num_prompts is None and workload.duration_s is None:
         raise ConfigError(f"workload '{workload.name}' needs num_prompts or duration_s")
     if workload.tokenizer is not None:
@@ -524,6 +526,15 @@ def check_cancel(cancel: typing.Any) -> None:
         given = "both" if cancel.after_tokens is not None else "neither"
         raise ConfigError(f"workload.cancel needs exactly one of after_tokens and after_ms (where the client closes "
                           f"a cancelled request's stream), got {given}")
+
+
+def check_shared_prefix(workload: DictConfig) -> None:
+    """workload.shared_prefix is a prompt source of its own: another one set beside it would
+    be silently ignored, so it is a mistake (its numbers' bounds are the schema's)."""
+    others = [key for key in ("dataset", "prompt", "input_len") if workload[key] is not None]
+    if others:
+        raise ConfigError(f"workload.shared_prefix is a prompt source of its own, but workload.{others[0]} is set too: "
+                          f"set workload.{others[0]}=null (or drop workload.shared_prefix)")
 
 
 def check_dataset(dataset: str) -> None:

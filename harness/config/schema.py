@@ -137,6 +137,19 @@ class CancelConfig:
 
 
 @dataclass
+class SharedPrefixConfig:
+    """`workload.shared_prefix`: prompts in groups that share a prefix (harness/load/shared_prefix.py),
+    as SGLang's generated-shared-prefix dataset (gsp_num_groups, gsp_prompts_per_group,
+    gsp_system_prompt_len, gsp_question_len)."""
+
+    groups: int = bounded(8, low=1)  # prefix groups
+    prompts_per_group: int = bounded(16, low=1)  # slots per group, shuffled together (cycled past groups x this)
+    prefix_len: int = bounded(512, low=1)  # the shared prefix, in tokens (BOS included)
+    suffix_len: int = bounded(64, low=1)  # each prompt's own suffix, in tokens
+    ordered: bool = False  # true: slots group by group, no shuffle (--gsp-ordered)
+
+
+@dataclass
 class WorkloadConfig:
     name: str = "count_to_100"
     api: str = "chat"  # chat | completions | generate
@@ -169,6 +182,12 @@ class WorkloadConfig:
     # a share of the measured requests cancelled as a browser does, the same ones in every arm
     # (seeded by `seed`): {fraction, after_tokens | after_ms}; excluded from figures, never failures
     cancel: CancelConfig = field(default_factory=CancelConfig)
+    # prompts in groups sharing a prefix (a source of its own; null: none)
+    shared_prefix: Optional[SharedPrefixConfig] = None
+    # empty the server's prefix cache before each load's measured requests (after its warm-up),
+    # through the engine's route (SGLang/sim POST /flush_cache, vLLM POST /reset_prefix_cache),
+    # so every arm and repeat starts from the same, empty cache; the record says whether it was
+    reset_prefix_cache: bool = True
 
 
 @dataclass

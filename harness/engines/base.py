@@ -27,6 +27,11 @@ An engine class provides:
   response) or ``metrics_window`` (``/metrics`` counters differenced over the load),
   ``prometheus``: its metric names, and ``window_spec_stats(counters)``: its own formula
   for the accept length (and what else its counters say) over such a window;
+- ``prefix_cache_reset_route`` and ``reset_prefix_cache(client, cfg)``: how it empties its
+  prefix cache (SGLang and the simulator ``POST /flush_cache``, vLLM ``POST
+  /reset_prefix_cache``), called before each load's measured requests so every arm and
+  repeat starts from the same cache; a :class:`CacheReset` says whether it was reset, or why
+  not (None: the engine has no such route);
 - ``check(cfg)``: config rules of its own (e.g. which drafter keys it needs);
 - ``options``: the dataclass of its own options, if it has any: the config block
   ``server.<name>`` (the schema adds one per engine; e.g. ``server.vllm.max_num_seqs``).
@@ -95,6 +100,23 @@ class PrometheusNames:
     # and the verify cycles they took (both counted when a request finishes).
     generation_tokens: str | None = None
     spec_verify_calls: str | None = None
+    # Counters of prompt tokens looked up in the prefix cache and of those it held (the hit
+    # rate over a window is their deltas' ratio); None: the engine exports no such pair.
+    prefix_cache_queries: str | None = None
+    prefix_cache_hits: str | None = None
+
+
+@dataclass(frozen=True)
+class CacheReset:
+    """Whether the prefix cache was emptied before a load, through which route, or why not:
+    what the record keeps per arm and repeat."""
+
+    reset: bool
+    route: str | None = None  # e.g. "POST /flush_cache"; None: the engine has none
+    reason: str | None = None  # why it was not reset (None when it was)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"reset": self.reset, "route": self.route, **({"reason": self.reason} if self.reason else {})}
 
 
 class CounterWindow(Protocol):
@@ -124,6 +146,7 @@ class Engine:
     simulates_gpus: ClassVar[bool] = False  # serves a GPU model that telemetry=sim reads
     tokenize_route: ClassVar[str | None] = None  # POST {"model", "prompt"} -> {"count", ...}, if it has one
     options: ClassVar[type | None] = None  # the dataclass of its options block, server.<name>
+    prefix_cache_reset_route: ClassVar[str | None] = None  # POST route that empties its prefix cache, if any
 
     # --- starting a server -------------------------------------------------------------
     def launch(self, cfg: DictConfig, port: int, host: str, in_container: bool) -> Launch:
@@ -193,6 +216,34 @@ class Engine:
         from harness.load.sizing import server_tokenizer
 
         return server_tokenizer(base_url, self.tokenize_route, model)
+
+    # --- the prefix cache ----------------------------------------------------------------
+    def prefix_cache_reset_unavailable(self, cfg: DictConfig) -> str | None:
+        """Why this engine's server, as configured, has no route that empties its prefix
+        cache (None: it has one)."""
+        if self.prefix_cache_reset_route is None:
+            return f"engine {self.name} has no route that resets its prefix cache"
+        return None
+
+    def reset_prefix_cache(self, client: "ServerClient", cfg: DictConfig) -> CacheReset:
+        """Empty the server's prefix cache (with nothing in flight): POST its route and read
+        the answer (``prefix_cache_reset_done``)."""
+        from harness.servers.client import ClientError
+
+        missing = self.prefix_cache_reset_unavailable(cfg)
+        if missing is not None:
+            return CacheReset(False, None, missing)
+        route = f"POST {self.prefix_cache_reset_route}"
+        try:
+            response = client.post_json(self.prefix_cache_reset_route, {}, check=False)
+        except ClientError as exc:
+            return CacheReset(False, route, f"{route} failed: {exc}")
+        failure = self.prefix_cache_reset_failure(response.status_code, response.text)
+        return CacheReset(failure is None, route, failure)
+
+    def prefix_cache_reset_failure(self, status: int, body: str) -> str | None:
+        """Why the reset route's answer says it did not reset (None: it did): a 2xx is done."""
+        return None if 200 <= status < 300 else f"HTTP {status}: {body.strip()[:160]}"
 
     # --- the server's own counters -----------------------------------------------------
     def window_spec_stats(self, counters: CounterWindow) -> dict[str, Any]:

@@ -41,7 +41,15 @@ class SGLang(PythonEngine):
                                  # spec_verify_ct; releases before the latter existed give no window
                                  # accept length (the source gate then skips, saying so)
                                  generation_tokens="sglang:generation_tokens_total",
-                                 spec_verify_calls="sglang:spec_verify_calls_total")
+                                 spec_verify_calls="sglang:spec_verify_calls_total",
+                                 # observe_one_finished_request, per finished request: its prompt
+                                 # tokens, and its cached ones (counted only when > 0: the counter is
+                                 # absent until the first hit)
+                                 prefix_cache_queries="sglang:prompt_tokens_total",
+                                 prefix_cache_hits="sglang:cached_tokens_total")
+    # http_server.py flush_cache (GET or POST): 200 "Cache flushed..." or 400 while requests
+    # run; it also resets the scheduler's speculative totals (Scheduler.reset_metrics)
+    prefix_cache_reset_route = "/flush_cache"
     version_routes = ("/get_server_info",)
     served_model_fallback = "/get_model_info"
     drafter_keys = ("num_steps", "eagle_topk", "num_draft_tokens")

@@ -66,7 +66,14 @@ class VLLM(PythonEngine):
     prometheus = PrometheusNames(ttft_histogram="vllm:time_to_first_token_seconds",
                                  itl_histogram="vllm:inter_token_latency_seconds",
                                  itl_observed_per=ITL_PER_STEP,
-                                 spec_prefix="vllm:spec_decode_")
+                                 spec_prefix="vllm:spec_decode_",
+                                 # v1 PrometheusStatLogger: prompt tokens looked up in the prefix
+                                 # cache and those found there, as each request is scheduled
+                                 prefix_cache_queries="vllm:prefix_cache_queries_total",
+                                 prefix_cache_hits="vllm:prefix_cache_hits_total")
+    # entrypoints/serve/dev/cache/api_router.py: {"success": bool}; registered only when the
+    # server runs with VLLM_SERVER_DEV_MODE=1 (it then serves other dev routes too)
+    prefix_cache_reset_route = "/reset_prefix_cache"
     version_routes = ("/version",)
     tokenize_route = "/tokenize"  # entrypoints/serve/tokenize: {"model", "prompt", "add_special_tokens": true}
 
@@ -108,6 +115,25 @@ class VLLM(PythonEngine):
         # the API server and its engine core; with tp > 1 one worker per rank besides
         tp = cfg.server.tp_size
         return 2 + (tp if tp > 1 else 0)
+
+    def prefix_cache_reset_unavailable(self, cfg: DictConfig) -> str | None:
+        """vLLM serves /reset_prefix_cache only in dev mode; a server specgate starts has it
+        when server.env sets VLLM_SERVER_DEV_MODE=1 (an attached one is asked: a 404 says)."""
+        if cfg.backend.kind != "attach" and str(self.environment(cfg).get("VLLM_SERVER_DEV_MODE", "")) != "1":
+            return ("vLLM serves POST /reset_prefix_cache only with VLLM_SERVER_DEV_MODE=1 "
+                    "(set server.env.VLLM_SERVER_DEV_MODE=1 to reset its prefix cache between loads)")
+        return None
+
+    def prefix_cache_reset_failure(self, status: int, body: str) -> str | None:
+        if status == 404:
+            return "HTTP 404: this vLLM serves no /reset_prefix_cache (it needs VLLM_SERVER_DEV_MODE=1)"
+        if not 200 <= status < 300:
+            return super().prefix_cache_reset_failure(status, body)
+        try:
+            success = json.loads(body).get("success")
+        except (ValueError, AttributeError):
+            return f"its answer is not the JSON {{\"success\": ...}} vLLM gives: {body.strip()[:120]}"
+        return None if success is True else "vLLM answered success=false (blocks still held by running requests)"
 
     def window_spec_stats(self, counters: CounterWindow) -> dict[str, Any]:
         """1 + Δ accepted draft tokens ÷ Δ drafts: per draft step, its accepted tokens plus

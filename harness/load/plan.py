@@ -11,6 +11,7 @@ from typing import Any
 from harness.load.cancel import CancelPlan
 from harness.load.crosscheck import CountTokens
 from harness.load.prompts import PromptSource, RandomWords, prompt_source
+from harness.load.shared_prefix import SharedPrefixPrompts, shared_prefix_source
 from harness.load.requests import RequestExtras, RequestFunc, Sampling, SpecDetails, request_func
 from harness.load.sizing import PromptTokenizer
 
@@ -53,8 +54,8 @@ class LoadPlan:
                                Sampling(int(workload.max_tokens), float(workload.temperature), bool(workload.ignore_eos)),
                                extras=request_extras(api) if request_extras is not None else None,
                                spec_details=spec_details, count_tokens=count_tokens)
-        prompts = prompt_source(workload, prompt_tokenizer)
-        sized = prompt_tokenizer is not None and isinstance(prompts, RandomWords)
+        prompts = shared_prefix_source(workload, prompt_tokenizer) or prompt_source(workload, prompt_tokenizer)
+        sized = prompt_tokenizer is not None and isinstance(prompts, (RandomWords, SharedPrefixPrompts))
         duration_s = None if workload.duration_s is None else float(workload.duration_s)
         if duration_s is None and workload.num_prompts is None:
             raise ValueError("workload needs num_prompts or duration_s")

@@ -251,6 +251,11 @@ for _entry in (
     # arm's telemetry is summarized; records written before kept it only in the gpu block
     Metric("joules_per_token", "J/token", "J/token", "{:.3f}", "lower", in_sweep=True,
            aliases=("gpu.energy.joules_per_token",)),
+    # the share of the measured prompt tokens the server's prefix cache held, from its own
+    # counters over the load window (harness/measure/server_metrics.py, each engine's pair of
+    # counters), set on the result by the arm: how warm the cache was, beside the accept length
+    Metric("prefix_cache_hit_rate", "prefix cache hit rate", "share", "{:.1%}", "neither", column="cache hit",
+           in_sweep=True),
     Metric("requests.ok", "requests ok", "requests", "{:d}", "higher", count=True, combine="sum"),
     Metric("requests.failed", "requests failed", "requests", "{:d}", "lower", count=True, combine="sum"),
 ):

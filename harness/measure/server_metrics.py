@@ -24,6 +24,16 @@ harness/measure/agreement.py sets each figure beside the client's of the same me
 The window's ``accept_length``, where the engine's counters give one, is the engine's own
 formula (``Engine.window_spec_stats``: engines count differently), with its definition in
 words (``accept_length_definition``).
+
+``prefix_cache_hit_rate``: Δ hits ÷ Δ queries of the engine's prefix-cache counters
+(``PrometheusNames.prefix_cache_hits`` / ``prefix_cache_queries``, both in prompt tokens):
+the share of the window's prompt tokens the cache already held.
+
+Every counter the window reads must only grow between the two snapshots. One that went
+backwards was reset inside the window (the server restarted behind an attached URL, or an
+engine zeroed it); a difference across a reset is garbage, so :func:`window` raises
+:class:`CounterReset` instead of computing one. The run empties the prefix cache before the
+first snapshot, never inside the window (harness/run/arm.py).
 """
 
 from __future__ import annotations
@@ -38,6 +48,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from harness.engines.base import Engine, PrometheusNames
 
 PER_POSITION = "num_accepted_tokens_per_pos"
+
+
+class CounterReset(ValueError):
+    """A counter the window reads went backwards between its two snapshots (one sentence)."""
 
 
 @dataclass
@@ -96,9 +110,51 @@ class Window:
                 for p in sorted(self.after.per_position)]
 
 
+def counters_read(names: PrometheusNames) -> set[str]:
+    """The sample names a window differences (spec counters under ``spec_prefix`` besides)."""
+    read = {n for n in (names.generation_tokens, names.spec_verify_calls, names.prefix_cache_queries,
+                        names.prefix_cache_hits) if n}
+    read |= {base + suffix for base in (names.ttft_histogram, names.itl_histogram) if base for suffix in ("_sum", "_count")}
+    return read
+
+
+def went_backwards(names: PrometheusNames, before: Snapshot, after: Snapshot) -> list[str]:
+    """'name: before -> after' for each counter the window reads that is lower after than before."""
+    read = counters_read(names)
+    found = [f"{name}: {before.values[name]:g} -> {value:g}" for name, value in sorted(after.values.items())
+             if name in before.values and value < before.values[name]
+             and (name in read or (names.spec_prefix and name.startswith(names.spec_prefix)))]
+    found += [f"{names.spec_prefix}{PER_POSITION}{{position={p}}}: {before.per_position[p]:g} -> {value:g}"
+              for p, value in sorted(after.per_position.items()) if value < before.per_position.get(p, 0.0)]
+    return found
+
+
+def cache_stats(names: PrometheusNames, counters: Window) -> dict[str, Any]:
+    """The window's prefix-cache hit rate from the engine's counters; {} where it has none
+    or no prompt was looked up."""
+    if not (names.prefix_cache_queries and names.prefix_cache_hits):
+        return {}
+    queries = counters.delta(names.prefix_cache_queries)
+    if not queries:
+        return {}
+    hits = counters.delta(names.prefix_cache_hits)
+    block: dict[str, Any] = {"prefix_cache_queries": queries, "prefix_cache_hits": hits,
+                             "prefix_cache_hit_rate": None if hits is None else hits / queries}
+    if hits is None:
+        block["prefix_cache_note"] = (f"the server exported no {names.prefix_cache_hits} (no hit since it started, "
+                                      f"or a release without that counter): no hit rate")
+    return block
+
+
 def window(engine: Engine, before: Snapshot, after: Snapshot) -> dict[str, Any]:
-    """This run's server-side numbers (None where the server doesn't report them)."""
+    """This run's server-side numbers (None where the server doesn't report them);
+    CounterReset when a counter it reads went backwards inside the window."""
     names = engine.prometheus
+    backwards = went_backwards(names, before, after)
+    if backwards:
+        raise CounterReset(f"the server's counters went backwards inside the measured window ({'; '.join(backwards[:6])}): "
+                           f"it restarted or reset them between the two /metrics snapshots, so no figure over the "
+                           f"window can be computed")
     itl = names.itl_histogram
     block: dict[str, Any] = {
         "ttft_mean_ms": histogram_mean_ms(before, after, names.ttft_histogram),
@@ -110,6 +166,7 @@ def window(engine: Engine, before: Snapshot, after: Snapshot) -> dict[str, Any]:
         "itl_observed_per": names.itl_observed_per if itl else None,
     }
     block.update(engine.window_spec_stats(Window(before, after)))
+    block.update(cache_stats(names, Window(before, after)))
     non_finite = sorted(before.non_finite | after.non_finite)
     if non_finite:  # the figures read from them are None above; say why
         block["non_finite_samples"] = non_finite

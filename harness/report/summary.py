@@ -112,6 +112,9 @@ def format_summary(experiment, results: dict[str, ArmResult], arm_status: dict[s
             lines.append(f"\n{mismatch}")
         for message, count in (r.errors.items() if r is not None else []):
             lines.append(f"\n{arm}: {count} request(s) failed: {message}")
+        unreset = cache_not_reset(arm, arm_status.get(arm, {}).get("prefix_cache_resets") or [])
+        if unreset:
+            lines.append(f"\n{unreset}")
         error = arm_status.get(arm, {}).get("error")
         if error:
             lines.append(f"\n{arm}: {error.splitlines()[0]}")
@@ -288,6 +291,16 @@ def energy_section(experiment, gpu: dict[str, dict]) -> list[str]:
     header = ["arm", "method", "J", "s", "W (all GPUs)", "tokens", "J/token", f"J/token vs {plain or '-'}", "why not"]
     return ["", "## Energy (all GPUs, load window after the ramp-in; tokens streamed in the same span)", "",
             *markdown_table(header, rows)]
+
+
+def cache_not_reset(arm: str, resets: list[dict]) -> str | None:
+    """A sentence when some load of the arm did not start from an emptied prefix cache
+    (its cache hit rate then depends on what ran before); None when every one did."""
+    missed = [entry for entry in resets if not entry.get("reset")]
+    if not missed:
+        return None
+    return (f"{arm}: the prefix cache was not reset before {len(missed)} of {len(resets)} load(s): "
+            f"{missed[0].get('reason') or 'no reason given'}")
 
 
 def server_section(experiment, results: dict[str, ArmResult], arm_status: dict[str, dict]) -> list[str]:

@@ -15,7 +15,7 @@ from harness.gates.client_bound import judge as judge_client
 from harness.servers.client import ClientError, ModelChoiceError, ServerClient
 from harness.config.compose import Arm
 from harness.engines import Engine, engine_of
-from harness.engines.base import METRICS_WINDOW
+from harness.engines.base import METRICS_WINDOW, CacheReset
 from harness.servers.images import ImageError
 from harness.load import LoadInterrupted, LoadPlan, LoadResult, run_load
 from harness.gates.lossless import top_logprobs_to_ask
@@ -24,7 +24,7 @@ from harness.measure.metrics import ArmResult, apply_server_window, combine_repe
 from harness.measure.timeslices import timeslices_block
 from harness.run.outcome import ArmOutcome
 from harness.record.recorder import Recorder
-from harness.measure.server_metrics import Snapshot, parse as parse_metrics, window as metrics_window
+from harness.measure.server_metrics import CounterReset, Snapshot, parse as parse_metrics, window as metrics_window
 from harness.servers import Server, ServerError, Session, make_server
 from harness.telemetry.base import TelemetryUnavailable, make_source, resolve_uuids
 from harness.telemetry.energy import chunk_arrivals, energy_summary, joules_per_token
@@ -150,7 +150,7 @@ class ArmSession:
         try:  # each repeat's load is its own GPU window; its warm-up is not load
             load = run_load(self.load_plan(workload), progress=progress,
                             on_tokens_flowing=sampler.mark_load_start if sampler else None,
-                            on_measured_start=lambda: before.append(self.metrics_snapshot()))
+                            on_measured_start=lambda: before.append(self.start_window(repeat, **flags)))
         except LoadInterrupted as interrupted:
             self.keep_interrupted_load(repeat, interrupted, **flags)
             raise  # still a KeyboardInterrupt: pytest ends the run as interrupted
@@ -164,6 +164,8 @@ class ArmSession:
         result = summarize(self.arm.name, load, self.server_accept_length(), self.arm.cfg.record.steady_min_fraction)
         server_side = self.server_window(before)
         self.outcome.server_windows.append(server_side)
+        if server_side.get("prefix_cache_hit_rate") is not None:  # a registry metric from the server's counters
+            result.figures["prefix_cache_hit_rate"] = server_side["prefix_cache_hit_rate"]
         self.check_agreement(result, server_side, repeat)
         if self.engine.spec_stats == METRICS_WINDOW:  # speculation is in the server's counters only
             result = apply_server_window(result, load, server_side)
@@ -176,10 +178,13 @@ class ArmSession:
                            prompt_tokenizer=self.prompt_tokenizer())
 
     def prompt_tokenizer(self) -> PromptTokenizer | None:
-        """What sizes random prompts to workload.input_len tokens: the configured tokenizer
-        folder, else the engine's (its /tokenize, or the simulator's exact count)."""
+        """What sizes random prompts to workload.input_len tokens (or shared-prefix prompts to
+        theirs): the configured tokenizer folder, else the engine's (its /tokenize, or the
+        simulator's exact count)."""
         workload = self.arm.cfg.workload
-        if workload.dataset or workload.prompt or not workload.input_len:
+        sized = workload.shared_prefix is not None or (not workload.dataset and not workload.prompt
+                                                       and workload.input_len)
+        if not sized:
             return None
         if workload.tokenizer:  # config validation has read it once already
             return local_tokenizer(workload.tokenizer)
@@ -251,6 +256,22 @@ class ArmSession:
         self.recorder.write_telemetry(self.arm.name, telemetry)
 
     # --- the server's own view ---------------------------------------------------------
+    def start_window(self, repeat: int, **flags: Any) -> Snapshot | None:
+        """Just before a load's measured requests (its warm-up done, nothing in flight):
+        empty the prefix cache, then take the /metrics baseline. In this order the window
+        never holds a flush (SGLang's also resets its speculative totals), and every arm and
+        repeat starts from the same, empty cache, whoever used the server before."""
+        self.reset_prefix_cache(repeat, **flags)
+        return self.metrics_snapshot()
+
+    def reset_prefix_cache(self, repeat: int, **flags: Any) -> None:
+        """The engine's reset, or why there was none, into the arm's record (per repeat)."""
+        if not self.arm.cfg.workload.reset_prefix_cache:
+            done = CacheReset(False, None, "workload.reset_prefix_cache=false: the cache was left as the load before left it")
+        else:
+            done = self.engine.reset_prefix_cache(self.client, self.arm.cfg)
+        self.outcome.prefix_cache_resets.append({"repeat": repeat, **flags, **done.to_json()})
+
     def metrics_snapshot(self) -> Snapshot | None:
         try:
             return parse_metrics(self.client.metrics_text(), self.engine.prometheus)
@@ -262,7 +283,10 @@ class ArmSession:
         after = self.metrics_snapshot()
         if not before or before[0] is None or after is None:
             return {}
-        return metrics_window(self.engine, before[0], after)
+        try:
+            return metrics_window(self.engine, before[0], after)
+        except CounterReset as exc:  # a difference across a reset is garbage: the arm fails, saying why
+            self.fail("server_failed", f"arm '{self.arm.name}': {exc}")
 
     def server_accept_length(self) -> float | None:
         """The server-cumulative accept length: only a labelled fallback (it includes warm-up)."""

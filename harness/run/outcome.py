@@ -36,6 +36,8 @@ class ArmOutcome:
     timeslices: dict[str, Any] | None = None  # the arm's figures over time (harness/measure/timeslices.py)
     model: str | None = None  # the model name every request was sent to (from /v1/models and server.served_model_name)
     identity: dict[str, Any] | None = None  # what the arm measured (engine, model, workload, dataset sha256): gate.baseline's check
+    # per load (repeat, capacity probe): whether the prefix cache was emptied before its measured requests, or why not
+    prefix_cache_resets: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def measured(self) -> bool:
@@ -51,6 +53,8 @@ class ArmOutcome:
                 block[key] = value
         if self.server_windows:
             block["server_metrics"] = self.server_windows
+        if self.prefix_cache_resets:
+            block["prefix_cache_resets"] = self.prefix_cache_resets
         if self.client_server_disagreement is not None:
             block["client_server_disagreement"] = self.client_server_disagreement
         if self.result is not None:

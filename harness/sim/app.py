@@ -217,8 +217,7 @@ class SimServer:
         return web.Response(body=self.engine.metrics.render(), headers={"Content-Type": self.engine.metrics.content_type})
 
     async def flush_cache(self, request: web.Request) -> web.Response:
-        engine = self.engine
-        if not engine.states and engine.num_running == 0 and engine.num_queue == 0:
+        if self.engine.flush_cache():
             return web.Response(
                 text=(
                     "Cache flushed.\nPlease check backend logs for more details. "

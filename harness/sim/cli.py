@@ -42,6 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
     # SGLang's window (in decode batches) for the spec gauges and avg_spec_accept_length.
     p.add_argument("--decode-log-interval", type=int, default=40)
     _bool_flag(p, "--enable-metrics", "accepted for compatibility; /metrics is always on")
+    # The prefix cache (harness/sim/prefix_cache.py), with SGLang's flags and defaults.
+    p.add_argument("--page-size", type=int, default=1, help="tokens per prefix-cache page")
+    _bool_flag(p, "--disable-radix-cache", "no prefix cache: every prompt is prefilled whole")
     # --- simulator timing model -----------------------------------------------
     p.add_argument("--sim-decode-step-ms", type=float, default=12.2)
     p.add_argument("--sim-draft-step-ms", type=float, default=3.0)

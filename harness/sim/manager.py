@@ -18,12 +18,13 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Sequence
 
 from harness.sim.detokenizer import detokenizer_main
 from harness.sim.gpu import SimGpuModel
 from harness.sim.metrics import SimMetrics
 from harness.sim.model import SimModel
+from harness.sim.prefix_cache import page_hashes
 from harness.sim.procs import scrubbed_environ, spawn, stop_all
 from harness.sim.scheduler import scheduler_main, tp_worker_main
 from harness.sim.tokens import OutputPlan
@@ -47,6 +48,7 @@ class ReqState:
     e2e_latency: float | None = None
     first_token_at: float | None = None
     last_token_at: float | None = None
+    cached_tokens: int = 0  # its prompt's tokens the prefix cache held (set when its prefill runs)
 
 
 @dataclass
@@ -146,6 +148,9 @@ class EngineClient:
             self.ready = True
             self.scheduler_pid = msg[1]
             return
+        if kind == "prefill":
+            self._prefilled(msg[1])
+            return
         _, t_end, self.num_running, self.num_queue, vct, vtok, items = msg
         self.gpu.set_running(self.num_running)
         now = time.perf_counter()
@@ -171,7 +176,8 @@ class EngineClient:
                 st.e2e_latency = now - st.t_start
                 self.states.pop(key, None)
                 if st.log_metrics:
-                    m.observe_finished(st.prompt_tokens, st.completion_tokens, st.e2e_latency, spec[0] if spec else 0, st.stream)
+                    m.observe_finished(st.prompt_tokens, st.completion_tokens, st.e2e_latency, spec[0] if spec else 0,
+                                       st.stream, st.cached_tokens)
             st.pending.append(Update(text, ids, finish))
             st.event.set()
         # Scheduler-side gauges, updated once per step like SGLang's log_decode_stats.
@@ -200,6 +206,32 @@ class EngineClient:
         else:
             self._last_tp_check = (t0, tok)
 
+    def _prefilled(self, batch: list[tuple[int, int, int]]) -> None:
+        """One prefill step's (key, prompt tokens, cached tokens): each request's cached
+        tokens, and SGLang's cache_hit_rate gauge, which is the last prefill batch's
+        (log_prefill_stats: hit tokens / (new + hit tokens))."""
+        total = sum(prompt for _key, prompt, _cached in batch)
+        for key, _prompt, cached in batch:
+            st = self.states.get(key)
+            if st is not None:
+                st.cached_tokens = cached
+        if total and any(self.states.get(key) is not None and self.states[key].log_metrics for key, _p, _c in batch):
+            self.metrics.cache_hit_rate.set(sum(cached for _k, _p, cached in batch) / total)
+
+    def flush_cache(self) -> bool:
+        """SGLang's Scheduler.flush_cache: only when nothing is queued or running; it empties
+        the prefix cache and (reset_metrics) the speculative totals behind
+        /get_server_info's avg_spec_accept_length and the spec gauges' current window.
+        The Prometheus counters are the tokenizer's and keep counting, as in SGLang."""
+        if self.states or self.num_running or self.num_queue:
+            return False
+        self._send(("flush",))
+        self.decode_batches = 0
+        self.window_ct = self.window_tokens = self.window_correct = 0
+        self.spec_total_ct = self.spec_total_tokens = 0
+        logger.info("Cache flushed successfully!")
+        return True
+
     def avg_spec_accept_length(self) -> float | None:
         """InternalStateManager._average_accept_length: completed windows only (the
         current partial window of < decode_log_interval batches is not in it yet)."""
@@ -221,14 +253,16 @@ class EngineClient:
         rid: str | None = None,
         log_metrics: bool = True,
         accept_probs: list[float] | None = None,
+        cache_tokens: Sequence = (),
     ) -> AsyncIterator[tuple[ReqState, list[Update]]]:
         """Submit one request; yield ``(state, updates)`` whenever output arrives.
-        ``accept_probs``: its content's acceptance (SimModel.accept_probs_for)."""
+        ``accept_probs``: its content's acceptance (SimModel.accept_probs_for);
+        ``cache_tokens``: its prompt as tokens, which the prefix cache matches (() = never cached)."""
         key = next(self._keys)
         st = ReqState(rid or uuid.uuid4().hex, key, prompt_tokens, stream, log_metrics)
         self.states[key] = st
         self._send(("add", key, prompt_tokens, max_new_tokens, plan.natural_length(), tuple(plan),
-                    tuple(accept_probs or ())))
+                    tuple(accept_probs or ()), page_hashes(cache_tokens, self.model.page_size)))
         try:
             while True:
                 await st.event.wait()

@@ -44,6 +44,9 @@ class SimMetrics:
         self.generation_tokens_total = Counter(
             "sglang:generation_tokens", "Number of generation tokens processed.", tl + ["is_streaming"], registry=r
         )
+        # Incremented only by a request that hit, as SGLang's observe_one_finished_request: absent until the first hit.
+        self.cached_tokens_total = Counter("sglang:cached_tokens", "Number of cached prompt tokens.", tl + ["is_streaming"],
+                                           registry=r)
         self.num_requests_total = Counter("sglang:num_requests", "Number of requests processed.", tl + ["is_streaming"], registry=r)
         self.spec_verify_calls_total = Counter(
             "sglang:spec_verify_calls", "Number of speculative decoding verification calls.", tl, registry=r
@@ -81,9 +84,12 @@ class SimMetrics:
         for _ in range(num_new_tokens):
             self.itl.observe(per_token)
 
-    def observe_finished(self, prompt_tokens: int, completion_tokens: int, e2e_s: float, verify_ct: int, is_streaming: bool) -> None:
+    def observe_finished(self, prompt_tokens: int, completion_tokens: int, e2e_s: float, verify_ct: int, is_streaming: bool,
+                         cached_tokens: int = 0) -> None:
         labels = self._stream_labels(is_streaming)
         self.prompt_tokens_total.labels(**labels).inc(prompt_tokens)
+        if cached_tokens > 0:
+            self.cached_tokens_total.labels(**labels).inc(cached_tokens)
         self.generation_tokens_total.labels(**labels).inc(completion_tokens)
         self.num_requests_total.labels(**labels).inc()
         self.e2e.labels(**labels).observe(e2e_s)

@@ -107,6 +107,8 @@ class SimModel:
     num_draft_tokens: int = 3
     compute_knee_tokens: float | None = None  # tokens per target pass past which it is compute-bound; None/0: never
     drift: DriftModel = field(default_factory=DriftModel)  # how the box drifts (drift.py); none by default
+    page_size: int = 1  # the prefix cache's page in tokens (SGLang's --page-size; harness/sim/prefix_cache.py)
+    prefix_cache: bool = True  # False: --disable-radix-cache, no prompt is ever cached
 
     def __post_init__(self) -> None:
         # Keep exactly one conditional probability per draft step.
@@ -147,6 +149,8 @@ class SimModel:
             drift=DriftModel(ns.sim_drift_speed_sd, ns.sim_drift_wander_sd, ns.sim_drift_wander_s,
                              ns.sim_drift_jitter_sd, ns.sim_drift_seed, ns.sim_drift_machine_sd,
                              ns.sim_drift_machine_s, ns.sim_drift_machine_seed).seeded(),
+            page_size=max(1, int(getattr(ns, "page_size", None) or 1)),
+            prefix_cache=not getattr(ns, "disable_radix_cache", False),
         )
 
     # ------------------------------------------------------------------ timing

@@ -29,6 +29,7 @@ from typing import Any
 
 from harness.sim.drift import Drift
 from harness.sim.model import SimModel
+from harness.sim.prefix_cache import PrefixCache
 from harness.sim.procs import child_setup
 from harness.sim.tokens import EOS_TOKEN_ID, OutputPlan, lossy_draw
 
@@ -52,6 +53,7 @@ class SimRequest:
     correct_drafts: int = 0
     histogram: list[int] = field(default_factory=list)
     accept_probs: tuple[float, ...] = ()  # this request's content's acceptance; () = the model's default
+    hashes: tuple[int, ...] = ()  # its prompt's page hashes (harness/sim/prefix_cache.py); () = never cached
 
     def finish_after(self, n_new: int) -> Any:
         """Finish reason (SGLang's JSON form) if emitting ``n_new`` more tokens ends it."""
@@ -93,18 +95,20 @@ class Scheduler:
         self.step_id = 0
         self.stop = False
         self.drift = Drift(model.drift)  # how much slower or faster than the model each step runs
+        self.cache = PrefixCache(model.page_size, model.prefix_cache)
+        self.prefilled: list[tuple[int, int, int]] = []  # the last prefill step's (rid, prompt, cached tokens)
 
     # ----------------------------------------------------------------- inbox
     def _handle(self, msg: tuple) -> None:
         kind = msg[0]
         if kind == "add":
-            _, rid, prompt_tokens, max_new, natural_len, plan, accept_probs = msg
+            _, rid, prompt_tokens, max_new, natural_len, plan, accept_probs, hashes = msg
             # Per-request RNG seeded from (seed, arrival order): draws do not depend
             # on how requests happen to be batched.
             rng = random.Random((self.model.seed << 32) ^ self.arrivals)
             self.arrivals += 1
             req = SimRequest(rid, prompt_tokens, max_new, natural_len, OutputPlan(*plan), rng,
-                             accept_probs=tuple(accept_probs or ()))
+                             accept_probs=tuple(accept_probs or ()), hashes=tuple(hashes))
             req.histogram = [0] * (self.model.num_steps + 1)
             self.waiting.append(req)
         elif kind == "abort":
@@ -113,6 +117,8 @@ class Scheduler:
             self.waiting = deque(r for r in self.waiting if r.rid != rid)
             # Refresh the main process's running/queue gauges even if nothing else runs.
             self._send_out([])
+        elif kind == "flush":
+            self.cache.reset()
         elif kind == "shutdown":
             self.stop = True
 
@@ -131,7 +137,12 @@ class Scheduler:
     def _prefill_step(self) -> tuple[float, list[tuple]]:
         room = max(0, self.model.max_running_requests - len(self.running))
         admitted = [self.waiting.popleft() for _ in range(min(room, len(self.waiting)))]
-        n_tokens = sum(r.prompt_tokens for r in admitted)
+        # Matched before any of this batch is inserted: a request shares what earlier steps prefilled.
+        cached = [self.cache.match(r.hashes, r.prompt_tokens) for r in admitted]
+        for r in admitted:
+            self.cache.insert(r.hashes)
+        self.prefilled = [(r.rid, r.prompt_tokens, c) for r, c in zip(admitted, cached)]
+        n_tokens = sum(r.prompt_tokens for r in admitted) - sum(cached)  # a cached prefix costs no prefill
         duration = self.model.prefill_ms(n_tokens, len(admitted)) * self.drift.factor() / 1000.0
         items = []
         for r in admitted:
@@ -221,6 +232,9 @@ class Scheduler:
                 c.send(("step", self.step_id))
             deadline = start + duration
             _sleep_until(deadline)
+            if self.prefilled:  # before the step's outputs: a request that ends here has its count
+                self.outbox.send(("prefill", self.prefilled))
+                self.prefilled = []
             self._send_out(items)
         for c in self.tp_conns:
             try:

@@ -35,6 +35,7 @@ from aiohttp import web
 from harness.sim.emissions import trace_of
 from harness.sim.errors import bad_request, dumps, invalid_field, json_response, missing_field, validation_error
 from harness.sim.manager import EngineClient, ReqState
+from harness.sim.prefix_cache import chat_tokens, text_tokens
 from harness.sim.tokens import OutputPlan, chat_prompt_tokens, count_tokens, logprob_entries, plan_output
 
 DONE = b"data: [DONE]\n\n"
@@ -57,6 +58,7 @@ class GenParams:
     continuous_usage: bool = False  # stream_options.continuous_usage_stats
     top_logprobs: int | None = None  # logprobs asked for, with this many alternatives; None: none
     token_ids: bool = False  # return_token_ids
+    cache_tokens: tuple = ()  # the prompt as tokens, for the prefix cache (harness/sim/prefix_cache.py); () = not cached
     logprob_text: bool = False  # /generate's return_text_in_logprobs
     text: str = ""  # the prompt's text: its content sets how well drafts are accepted
 
@@ -180,6 +182,7 @@ def parse_chat(body: Any, context_len: int) -> GenParams | web.Response:
         continuous_usage=_continuous_usage(body),
         top_logprobs=(top_logprobs or 0) if logprobs else None,
         token_ids=token_ids,
+        cache_tokens=chat_tokens(contents),
     )
 
 
@@ -190,16 +193,17 @@ def parse_completion(body: Any) -> GenParams | web.Response:
     prompt = body.get("prompt")
     text = ""
     n_prompt = 0
+    cache: tuple = ()
     if prompt is None:
         errors.append(missing_field("prompt", body))
     elif isinstance(prompt, str):
-        text, n_prompt = prompt, count_tokens(prompt)
+        text, n_prompt, cache = prompt, count_tokens(prompt), text_tokens(prompt)
     elif isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
-        n_prompt = len(prompt)
+        n_prompt, cache = len(prompt), tuple(prompt)
     elif isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-        text, n_prompt = prompt[0], count_tokens(prompt[0])
+        text, n_prompt, cache = prompt[0], count_tokens(prompt[0]), text_tokens(prompt[0])
     elif isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], list):
-        n_prompt = len(prompt[0])
+        n_prompt, cache = len(prompt[0]), tuple(prompt[0])
     elif isinstance(prompt, list) and len(prompt) > 1:
         return bad_request("The simulator supports a single prompt per request.")
     else:
@@ -227,6 +231,7 @@ def parse_completion(body: Any) -> GenParams | web.Response:
         continuous_usage=_continuous_usage(body),
         top_logprobs=logprobs,
         token_ids=token_ids,
+        cache_tokens=cache,
     )
 
 
@@ -304,7 +309,7 @@ def _open(request: web.Request, engine: EngineClient, p: GenParams, rid: str | N
     """Submit the request; the app closes the generator when the handler ends, so a
     client that disconnects mid-stream aborts its request at once (SGLang's abort task)."""
     gen = engine.generate(p.prompt_tokens, p.max_new_tokens, p.plan, p.stream, rid=rid,
-                          accept_probs=engine.model.accept_probs_for(p.text))
+                          accept_probs=engine.model.accept_probs_for(p.text), cache_tokens=p.cache_tokens)
     request[GEN_KEY] = gen
     return gen
 
@@ -499,13 +504,14 @@ def parse_generate(body: Any) -> tuple[GenParams, str | None] | web.Response:
     if max_new is not None and max_new < 0:
         return bad_request(f"max_new_tokens must be at least 0, got {max_new}.")
     if text is not None:
-        n_prompt, plan = count_tokens(text), plan_output(text, ignore_eos)
+        n_prompt, plan, cache = count_tokens(text), plan_output(text, ignore_eos), text_tokens(text)
     else:
         ids = input_ids[0] if input_ids and isinstance(input_ids[0], list) else input_ids
-        n_prompt, plan = max(1, len(ids or [])), plan_output("", ignore_eos)
+        n_prompt, plan, cache = max(1, len(ids or [])), plan_output("", ignore_eos), tuple(ids or ())
     rid = body.get("rid") if isinstance(body.get("rid"), str) else None
     params = GenParams(n_prompt, plan, 128 if max_new is None else max_new, stream, False, False, "",  # SamplingParams.max_new_tokens = 128
-                       text=text or "", top_logprobs=(top_logprobs_num or 0) if return_logprob else None, logprob_text=logprob_text)
+                       text=text or "", top_logprobs=(top_logprobs_num or 0) if return_logprob else None, logprob_text=logprob_text,
+                       cache_tokens=cache)
     return params, rid
 
 

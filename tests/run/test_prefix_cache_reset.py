@@ -1,0 +1,66 @@
+"""The run empties the prefix cache before a load's /metrics baseline, never inside the
+window, records whether it did, and fails an arm whose counters went backwards inside it."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from omegaconf import OmegaConf
+
+from harness.engines.base import CacheReset
+from harness.engines.sglang import SGLang
+from harness.measure.server_metrics import parse
+from harness.run.arm import ArmFailed, ArmSession
+from harness.run.outcome import ArmOutcome
+
+TEXT = '# TYPE sglang:generation_tokens counter\nsglang:generation_tokens_total{{model_name="m"}} {n}\n'
+
+
+def session(reset: bool, calls: list[str]) -> ArmSession:
+    s = ArmSession.__new__(ArmSession)  # no server: only the window's order is under test
+    s.arm = SimpleNamespace(name="a", cfg=OmegaConf.create({"workload": {"reset_prefix_cache": reset}}))
+    s.outcome = ArmOutcome("a")
+    s.client = object()
+    s.engine = SimpleNamespace(reset_prefix_cache=lambda client, cfg: calls.append("reset")
+                               or CacheReset(True, "POST /flush_cache"))
+    s.metrics_snapshot = lambda: calls.append("snapshot")
+    return s
+
+
+def test_the_reset_comes_before_the_baseline_and_is_recorded_per_load():
+    calls: list[str] = []
+    s = session(True, calls)
+    s.start_window(0)
+    s.start_window(1, probe=3)
+    assert calls == ["reset", "snapshot", "reset", "snapshot"]
+    assert s.outcome.prefix_cache_resets == [{"repeat": 0, "reset": True, "route": "POST /flush_cache"},
+                                             {"repeat": 1, "probe": 3, "reset": True, "route": "POST /flush_cache"}]
+    assert s.outcome.to_json()["prefix_cache_resets"] == s.outcome.prefix_cache_resets
+
+
+def test_no_reset_when_the_workload_says_so_and_the_record_says_why():
+    calls: list[str] = []
+    s = session(False, calls)
+    s.start_window(0)
+    assert calls == ["snapshot"]
+    (entry,) = s.outcome.prefix_cache_resets
+    assert entry["reset"] is False and "workload.reset_prefix_cache=false" in entry["reason"]
+
+
+def test_a_counter_that_went_backwards_inside_the_window_fails_the_arm_loudly():
+    s = session(True, [])
+    s.engine = SGLang()
+    s.metrics_snapshot = lambda: parse(TEXT.format(n=10), SGLang.prometheus)
+    with pytest.raises(ArmFailed, match="went backwards inside the measured window"):
+        s.server_window([parse(TEXT.format(n=5000), SGLang.prometheus)])
+    assert s.outcome.status == "server_failed"
+
+
+def test_the_summary_says_when_a_load_did_not_start_from_an_emptied_cache():
+    from harness.report.summary import cache_not_reset
+
+    assert cache_not_reset("a", [{"repeat": 0, "reset": True}]) is None
+    sentence = cache_not_reset("a", [{"repeat": 0, "reset": True},
+                                     {"repeat": 1, "reset": False, "reason": "HTTP 400: Flush cache failed."}])
+    assert sentence == "a: the prefix cache was not reset before 1 of 2 load(s): HTTP 400: Flush cache failed."
