@@ -96,10 +96,11 @@ class EventLoopLoad:
     def claim(self) -> int | None:
         return self.budget.claim(self.counter.measure_start)
 
-    async def one(self, session, index: int, warmup: bool, scheduled: float | None = None) -> None:
+    async def one(self, session, index: int, warmup: bool, scheduled: float | None = None,
+                  intended: float | None = None) -> None:
         """Entry ``index``: its conversation's turns in order (a warm-up: the first turn only).
         ``scheduled``: when the arrival process meant it to go; a next turn's is when the
-        turn before it ended."""
+        turn before it ended. ``intended``: a trace's own time for its first turn."""
         conversation = await self.conversation(-1 - index if warmup else index)
         turns = 1 if warmup else len(conversation.turns)
         answers: list[str] = []
@@ -107,6 +108,7 @@ class EventLoopLoad:
             rec = RequestRecord(index=index, warmup=warmup, turn=turn, dataset_row=conversation.row,
                                 category=conversation.category, run_start=self.run_start,
                                 intended_prompt_tokens=conversation.intended_prompt_tokens, scheduled_time=scheduled,
+                                intended_time=intended if turn == 0 else None,
                                 max_tokens=conversation.max_tokens or self.request.sampling.max_tokens,
                                 ignore_eos=self.request.sampling.ignore_eos)
             body = self.request.body(conversation.messages(turn, answers), conversation.max_tokens)
@@ -193,7 +195,8 @@ class EventLoopLoad:
         lag = asyncio.create_task(self.lag_ticker.run())
         self.cpu_marks = [CpuMark.now()]
         try:
-            await self.arrivals.drive(self.claim, lambda i, scheduled: self.one(session, i, False, scheduled))
+            await self.arrivals.drive(self.claim, lambda i, scheduled, intended=None:
+                                      self.one(session, i, False, scheduled, intended))
             self.cpu_marks.append(CpuMark.now())
         finally:
             lag.cancel()

@@ -12,6 +12,8 @@ from harness.load.crosscheck import CountTokens
 from harness.load.prompts import PromptSource, RandomWords, prompt_source
 from harness.load.requests import RequestExtras, RequestFunc, Sampling, SpecDetails, request_func
 from harness.load.sizing import PromptTokenizer
+from harness.load.trace import replay_of
+from harness.load.trace_prompts import TracePrompts
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,7 @@ class LoadPlan:
     timeout_s: float  # per request, the whole of it
     first_byte_timeout_s: float | None  # until the response's first byte
     client_processes: int = 1  # load processes the measured requests are split over
+    trace_offsets_s: tuple[float, ...] | None = None  # a trace replay: each request's send offset (speed-up applied)
 
     @classmethod
     def of(cls, workload: Any, base_url: str, model: str, *, request_extras: RequestExtras | None = None,
@@ -51,16 +54,21 @@ class LoadPlan:
                                Sampling(int(workload.max_tokens), float(workload.temperature), bool(workload.ignore_eos)),
                                extras=request_extras(api) if request_extras is not None else None,
                                spec_details=spec_details, count_tokens=count_tokens)
-        prompts = prompt_source(workload, prompt_tokenizer)
-        sized = prompt_tokenizer is not None and isinstance(prompts, RandomWords)
-        duration_s = None if workload.duration_s is None else float(workload.duration_s)
-        if duration_s is None and workload.num_prompts is None:
+        replay = replay_of(workload) if getattr(workload, "trace", None) else None
+        if replay is not None:  # the trace's requests replace the prompt, the count and the arrivals
+            prompts: PromptSource = TracePrompts(replay, int(getattr(workload, "seed", 0) or 0), prompt_tokenizer)
+        else:
+            prompts = prompt_source(workload, prompt_tokenizer)
+        sized = prompt_tokenizer is not None and isinstance(prompts, (RandomWords, TracePrompts))
+        duration_s = None if workload.duration_s is None or replay else float(workload.duration_s)
+        if duration_s is None and workload.num_prompts is None and replay is None:
             raise ValueError("workload needs num_prompts or duration_s")
         first_byte = workload.first_byte_timeout_s
         return cls(
             base_url=base_url, request=request, prompts=prompts,
             prompt_sizing=prompt_tokenizer.source if sized else None,
-            num_prompts=None if duration_s is not None else int(workload.num_prompts),  # a duration replaces the count
+            num_prompts=(len(replay.requests) if replay else
+                         None if duration_s is not None else int(workload.num_prompts)),  # a duration replaces the count
             duration_s=duration_s,
             concurrency=max(1, int(workload.concurrency or 1)),
             request_rate=None if workload.request_rate is None else float(workload.request_rate),
@@ -71,4 +79,5 @@ class LoadPlan:
             timeout_s=float(workload.timeout_s),
             first_byte_timeout_s=None if first_byte is None else float(first_byte),
             client_processes=int(getattr(workload, "client_processes", 1) or 1),
+            trace_offsets_s=replay.offsets_s if replay else None,
         )

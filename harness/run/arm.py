@@ -176,11 +176,11 @@ class ArmSession:
                            prompt_tokenizer=self.prompt_tokenizer())
 
     def prompt_tokenizer(self) -> PromptTokenizer | None:
-        """What sizes random prompts to workload.input_len tokens: the configured tokenizer
+        """What sizes random prompts to workload.input_len tokens (a trace's to its input lengths): the configured tokenizer
         folder, else the engine's (its /tokenize, or the simulator's exact count)."""
         workload = self.arm.cfg.workload
-        if workload.dataset or workload.prompt or not workload.input_len:
-            return None
+        if not workload.trace and (workload.dataset or workload.prompt or not workload.input_len):
+            return None  # a trace's prompts are sized to its input lengths
         if workload.tokenizer:  # config validation has read it once already
             return local_tokenizer(workload.tokenizer)
         return self.engine.prompt_tokenizer(self.arm.cfg, self.server.base_url, self.model)
