@@ -56,14 +56,15 @@ def mooncake(rng: random.Random) -> list[dict]:
     systems = [fresh(rng.randint(2, 4)) for _ in range(SYSTEM_PROMPTS)]
     rows, history = [], []
     for t in arrival_times(rng):
-        if history and rng.random() < 0.3:  # a next turn: an earlier request's blocks, then its own
+        if history and rng.random() < 0.3:  # a next turn: an earlier request's full blocks, then its own
             prefix = list(rng.choice(history))
         else:
             prefix = list(rng.choice(systems))
         hash_ids = prefix + fresh(rng.randint(1, 3))
         # the last block is partial, as in Mooncake's trace: input_length ends inside it
         input_length = (len(hash_ids) - 1) * BLOCK + rng.randint(1, BLOCK)
-        history.append(hash_ids)
+        # a later turn shares its full blocks only: the partial one's hash covers other tokens
+        history.append(hash_ids if input_length == len(hash_ids) * BLOCK else hash_ids[:-1])
         rows.append({"timestamp": int(round(t * 1000)), "input_length": input_length,
                      "output_length": rng.randint(8, 32), "hash_ids": hash_ids})
     return rows

@@ -36,7 +36,7 @@ class TracePrompts(PromptSource):
     replay: Replay
     seed: int = 0
     tokenizer: PromptTokenizer | None = None
-    blocks: dict[tuple[int, ...], str] = field(default_factory=dict, init=False, repr=False, compare=False)
+    blocks: dict[tuple[tuple[int, ...], int], str] = field(default_factory=dict, init=False, repr=False, compare=False)
     sized: dict[int, Conversation] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def conversation(self, index: int) -> Conversation:
@@ -61,11 +61,11 @@ class TracePrompts(PromptSource):
         text = ""
         size = self.replay.block_size
         for k in range(len(hash_ids)):
-            prefix = hash_ids[:k + 1]
-            if prefix not in self.blocks:
-                target = min((k + 1) * size, request.input_length)
-                self.blocks[prefix] = self.grown(text, self.words_of(hash_ids[k]), target)
-            text = self.blocks[prefix]
+            target = min((k + 1) * size, request.input_length)
+            key = (hash_ids[:k + 1], target)  # a partial last block is its own (its words a prefix of the full one's)
+            if key not in self.blocks:
+                self.blocks[key] = self.grown(text, self.words_of(hash_ids[k]), target)
+            text = self.blocks[key]
         return self.grown(text, self.words_of(self.seed * 1_000_003 + TAIL_SEED + index), request.input_length)
 
     def grown(self, text: str, words, target: int) -> str:
