@@ -333,6 +333,6 @@ def test_the_bundled_trace_replays_on_the_simulator_and_a_changed_trace_refuses_
     lines = [line for line in read_lines(record) if not line["warmup"]]
     assert len(lines) == 40 and all(line["intended_ms"] is not None for line in lines)
     trace.write_text(trace.read_text().replace('"output_length": 22', '"output_length": 23', 1))
-    replay = specgate("replay", str(record), "backend=process", timeout=120, refused=True)
+    replay = specgate("replay", str(record), timeout=120, refused=True)
     assert "--replay: workload.trace" in replay.stderr and "has changed since the recording" in replay.stderr, \
         replay.stderr
