@@ -338,8 +338,8 @@ def client_section(experiment, results: dict[str, ArmResult]) -> list[str]:
 
 def trace_section(experiment, results: dict[str, ArmResult]) -> list[str]:
     """Per arm that replayed a trace, its intended against its achieved send times."""
-    lines = [line for arm in experiment.arm_names if arm in results
-             if (line := trace_replay.sentence(arm, results[arm].trace, arm_speedup(experiment, arm)))]
+    lines = [trace_replay.sentence(arm, results[arm].trace, arm_speedup(experiment, arm))
+             for arm in experiment.arm_names if arm in results and results[arm].trace]
     return ["", "## Trace replay (sent when the trace says?)", ""] + [f"- {line}" for line in lines] if lines else []
 
 
