@@ -336,3 +336,15 @@ def test_the_bundled_trace_replays_on_the_simulator_and_a_changed_trace_refuses_
     replay = specgate("replay", str(record), timeout=120, refused=True)
     assert "--replay: workload.trace" in replay.stderr and "has changed since the recording" in replay.stderr, \
         replay.stderr
+
+
+def test_prompt_lengths_of_a_trace_are_checked_request_by_request():
+    from harness.measure import prompt_length
+
+    records = [RequestRecord(index=i, warmup=False, status=200, end_time=1.0, intended_prompt_tokens=n,
+                             prompt_tokens=n + (5 if i == 2 else 0)) for i, n in enumerate([40, 70, 90])]
+    block = prompt_length.judge(records, "completions", "the simulator's tokenizer")
+    assert block["intended"] is None and block["mismatched"] == 1 and block["mismatched_range"] == [95, 95]
+    assert prompt_length.sentence("baseline", block) == (
+        "baseline: 1 of 3 requests had 95 prompt tokens, not the lengths intended (the tokenizer used to size "
+        "prompts, the simulator's tokenizer, is not the server's?)")
