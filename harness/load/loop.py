@@ -169,7 +169,7 @@ class EventLoopLoad:
             if self.on_tokens_flowing:
                 background.append(asyncio.create_task(self.watch_tokens()))
             try:
-                if self.prompts.sizes_remotely:
+                if self.prompts.sizes_ahead:
                     await asyncio.to_thread(self.size_ahead)
                 for k in range(self.warmup_requests):
                     await self.one(session, k, True)

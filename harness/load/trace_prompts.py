@@ -13,7 +13,7 @@ count includes); without one a token is a word.
 
 Sizing a block in the context of the text before it, rather than alone, keeps it exact
 where a tokenizer would merge across a boundary; every prompt is sized before the load
-starts (:attr:`TracePrompts.sizes_remotely`), so no send on the trace's clock waits for
+starts (:attr:`TracePrompts.sizes_ahead`), so no send on the trace's clock waits for
 a tokenizer. Warm-ups (negative indices) send a tail alone of a measured request's length,
 so they share no block with the trace.
 """
@@ -53,8 +53,8 @@ class TracePrompts(PromptSource):
         return count
 
     @property
-    def sizes_remotely(self) -> bool:
-        """Always sized ahead, in a thread: a send on the trace's clock must not wait for its prompt."""
+    def sizes_ahead(self) -> bool:
+        """Always: a send on the trace's clock must not wait for its prompt to be sized."""
         return True
 
     def prompt(self, hash_ids: tuple[int, ...], request: TraceRequest, index: int) -> str:

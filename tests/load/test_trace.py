@@ -142,7 +142,7 @@ def test_trace_prompts_carry_output_length_and_intended_tokens_and_warmups_share
     warmup = prompts.conversation(-1)  # a warm-up: the length of request 0, none of its blocks
     assert count_tokens(warmup.turns[0]) == 40
     assert not warmup.turns[0].startswith(first.turns[0].split()[0] + " " + first.turns[0].split()[1])
-    assert prompts.sizes_remotely  # sized ahead of the load: no send on the trace's clock waits for it
+    assert prompts.sizes_ahead and not prompts.sizes_remotely  # sized before the load: no send waits for it
 
 
 def test_the_bundled_trace_sizes_exactly_with_the_simulators_tokenizer():
