@@ -159,7 +159,7 @@ class TraceArrivals(OpenLoop):
 def trace_arrivals(offsets_s: tuple[float, ...], concurrency: int) -> TraceArrivals:
     """The replay of ``offsets_s``; its rate (the open loop's, > 0) is the trace's mean."""
     span = offsets_s[-1] if offsets_s else 0.0
-    return TraceArrivals(len(offsets_s) / span if span > 0 else 1.0, concurrency, 0, offsets_s)
+    return TraceArrivals(len(offsets_s) / span if span > 0 else 1.0, concurrency, 0, tuple(offsets_s))
 
 
 @dataclass(frozen=True)

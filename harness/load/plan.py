@@ -71,7 +71,8 @@ class LoadPlan:
                          None if duration_s is not None else int(workload.num_prompts)),  # a duration replaces the count
             duration_s=duration_s,
             concurrency=max(1, int(workload.concurrency or 1)),
-            request_rate=None if workload.request_rate is None else float(workload.request_rate),
+            request_rate=(replay.mean_rate if replay else
+                          None if workload.request_rate is None else float(workload.request_rate)),  # a trace: an open loop
             burstiness=None if getattr(workload, "burstiness", None) is None else float(workload.burstiness),
             seed=int(getattr(workload, "seed", 0) or 0),
             warmup_requests=int(workload.warmup_requests or 0),

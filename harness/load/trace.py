@@ -60,6 +60,12 @@ class Replay:
     block_size: int
     speedup: float
 
+    @property
+    def mean_rate(self) -> float:
+        """Requests a second over the replay (the open loop's rate its steady window reads); 1 when all go at once."""
+        span = self.offsets_s[-1]
+        return len(self.offsets_s) / span if span > 0 else 1.0
+
 
 def trace_path(value: str | os.PathLike) -> Path:
     """Where ``workload.trace`` points: a relative path is the project's."""
