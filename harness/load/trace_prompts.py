@@ -28,8 +28,6 @@ from harness.load.prompts import VOCAB, PromptSource
 from harness.load.sizing import PromptTokenizer, sized_words
 from harness.load.trace import Replay, TraceRequest
 
-TAIL_SEED = 0x7A11  # tails and blocks draw from different streams even where an index equals a hash id
-
 
 @dataclass(frozen=True)
 class TracePrompts(PromptSource):
@@ -64,9 +62,9 @@ class TracePrompts(PromptSource):
             target = min((k + 1) * size, request.input_length)
             key = (hash_ids[:k + 1], target)  # a partial last block is its own (its words a prefix of the full one's)
             if key not in self.blocks:
-                self.blocks[key] = self.grown(text, self.words_of(hash_ids[k]), target)
+                self.blocks[key] = self.grown(text, self.words_of(f"block {hash_ids[k]}"), target)
             text = self.blocks[key]
-        return self.grown(text, self.words_of(self.seed * 1_000_003 + TAIL_SEED + index), request.input_length)
+        return self.grown(text, self.words_of(f"tail {self.seed} {index}"), request.input_length)
 
     def grown(self, text: str, words, target: int) -> str:
         """``text`` followed by the prefix of ``words`` after which it counts ``target`` tokens.
@@ -86,8 +84,10 @@ class TracePrompts(PromptSource):
         return self.tokenizer.count(text) if self.tokenizer is not None else len(text.split())
 
     @staticmethod
-    def words_of(seed: int):
-        """The first ``n`` words of the stream seeded by ``seed``: a longer run extends a shorter one."""
+    def words_of(seed: str):
+        """The first ``n`` words of the stream seeded by ``seed``: a longer run extends a shorter one.
+        Seeds are strings ("block 7", "tail 0 3"), so no tail's stream is a block's (a string
+        seeds through its sha512: the same on every machine and run)."""
         def words(n: int) -> list[str]:
             return random.Random(seed).choices(VOCAB, k=n)
         return words
