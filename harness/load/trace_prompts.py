@@ -11,8 +11,11 @@ for token, for exactly those blocks, and differ after them. Counts come from the
 :class:`~harness.load.sizing.PromptTokenizer` of random prompts (the BOS the first block's
 count includes); without one a token is a word.
 
-Sizing a block in the context of the text before it, rather than alone, keeps it exact
-where a tokenizer would merge across a boundary; every prompt is sized before the load
+Each block is sized in the context of the text before it, rather than alone, so its count
+is exact however the boundary tokenizes; that the earlier blocks' tokens stay as they were
+once more words follow holds for a tokenizer that never merges across a space (the
+tiny model's BPE tokenizer and the simulator's, tested; BPE and SentencePiece ones split
+words there). Every prompt is sized before the load
 starts (:attr:`TracePrompts.sizes_ahead`), so no send on the trace's clock waits for
 a tokenizer. Warm-ups (negative indices) send a tail alone of a measured request's length,
 so they share no block with the trace.
@@ -31,6 +34,8 @@ from harness.load.trace import Replay, TraceRequest
 
 @dataclass(frozen=True)
 class TracePrompts(PromptSource):
+    """``workload.trace``'s requests as prompts, request ``index`` of the replay each; made once and kept."""
+
     replay: Replay
     seed: int = 0
     tokenizer: PromptTokenizer | None = None
