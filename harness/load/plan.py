@@ -67,12 +67,14 @@ class LoadPlan:
         return cls(
             base_url=base_url, request=request, prompts=prompts,
             prompt_sizing=prompt_tokenizer.source if sized else None,
+            # a trace's window is the count; a duration replaces the count
             num_prompts=(len(replay.requests) if replay else
-                         None if duration_s is not None else int(workload.num_prompts)),  # a duration replaces the count
+                         None if duration_s is not None else int(workload.num_prompts)),
             duration_s=duration_s,
             concurrency=max(1, int(workload.concurrency or 1)),
+            # a trace is an open loop at its mean rate (the steady window's rule)
             request_rate=(replay.mean_rate if replay else
-                          None if workload.request_rate is None else float(workload.request_rate)),  # a trace: an open loop
+                          None if workload.request_rate is None else float(workload.request_rate)),
             burstiness=None if getattr(workload, "burstiness", None) is None else float(workload.burstiness),
             seed=int(getattr(workload, "seed", 0) or 0),
             warmup_requests=int(workload.warmup_requests or 0),

@@ -176,8 +176,8 @@ class ArmSession:
                            prompt_tokenizer=self.prompt_tokenizer())
 
     def prompt_tokenizer(self) -> PromptTokenizer | None:
-        """What sizes random prompts to workload.input_len tokens (a trace's to its input lengths): the configured tokenizer
-        folder, else the engine's (its /tokenize, or the simulator's exact count)."""
+        """What sizes random prompts to workload.input_len tokens (a trace's to its input lengths):
+        the configured tokenizer folder, else the engine's (its /tokenize, or the simulator's exact count)."""
         workload = self.arm.cfg.workload
         if not workload.trace and (workload.dataset or workload.prompt or not workload.input_len):
             return None  # a trace's prompts are sized to its input lengths
