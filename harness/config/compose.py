@@ -31,6 +31,7 @@ from harness.engines.legacy import upgrade_config
 from harness.gates.registry import GateConfigError, check_gate_config
 from harness.gates.reference import INCONCLUSIVE
 from harness.load.datasets import DatasetError, load_dataset
+from harness.load.trace import TraceError, replay_of
 from harness.load.sizing import SizingError, local_tokenizer
 from harness.load.requests import REQUEST_FUNCS
 from harness.gates.lossless import MAX_TOP_LOGPROBS
@@ -408,8 +409,8 @@ def check_per_category_floors(key: str, thresholds) -> None:
                                   f"got {floor!r}")
 
 # Workload keys that decide what a request generates: arms compared by gate.lossless must share them.
-OUTPUT_SHAPING_KEYS = ("api", "prompt", "input_len", "dataset", "max_turns", "tokenizer", "max_tokens", "ignore_eos",
-                       "temperature", "seed", "shared_prefix")
+OUTPUT_SHAPING_KEYS = ("api", "prompt", "input_len", "dataset", "trace", "trace_block_size", "max_turns", "tokenizer",
+                       "max_tokens", "ignore_eos", "temperature", "seed", "shared_prefix")
 
 
 def check_lossless(experiment: Experiment) -> None:
@@ -484,13 +485,18 @@ def validate_arm(arm: Arm) -> None:
         engine.check(cfg)
     except EngineConfigError as exc:
         raise ConfigError(f"arm '{arm.name}': {exc}") from None
-    if workload.shared_prefix is not None:
+    if workload.trace is not None:
+        if workload.shared_prefix is not None:
+            raise ConfigError("workload.trace and workload.shared_prefix are two prompt sources: set one "
+                              "(a trace rebuilds its own shared prefixes from hash_ids)")
+        # a trace (which wins over the rest) is checked below, once the numbers it reads are
+    elif workload.shared_prefix is not None:
         check_shared_prefix(workload)
     elif workload.dataset is not None:
         check_dataset(workload.dataset)
     elif workload.prompt is None and workload.input_len is None:
-        raise ConfigError(f"workload '{workload.name}' needs a dataset, a prompt, an input_len or a shared_prefix")
-    if workload.num_prompts is None and workload.duration_s is None:
+        raise ConfigError(f"workload '{workload.name}' needs a trace, a dataset, a prompt, an input_len or a shared_prefix")
+    if workload.num_prompts is None and workload.duration_s is None and workload.trace is None:
         raise ConfigError(f"workload '{workload.name}' needs num_prompts or duration_s")
     if workload.tokenizer is not None:
         check_tokenizer(workload.tokenizer)
@@ -505,6 +511,8 @@ def validate_arm(arm: Arm) -> None:
             raise ConfigError(f"workload.{key} must be greater than 0, got {workload[key]}")
     if workload.warmup_requests < 0:
         raise ConfigError(f"workload.warmup_requests cannot be negative, got {workload.warmup_requests}")
+    if workload.trace is not None:
+        check_trace(workload)
     if workload.logprobs is not None and not 0 <= workload.logprobs <= MAX_TOP_LOGPROBS:
         raise ConfigError(f"workload.logprobs is how many top logprobs to keep per output token, 0 to "
                           f"{MAX_TOP_LOGPROBS} (0: token ids only), got {workload.logprobs}")
@@ -543,6 +551,23 @@ def check_dataset(dataset: str) -> None:
     try:
         load_dataset(dataset)
     except DatasetError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def check_trace(workload) -> None:
+    """workload.trace must be a readable, sorted trace whose window holds requests, replayed
+    at its own times from one load process: found here, before any server starts."""
+    for key, why in (("request_rate", "its arrivals are the trace's timestamps"),
+                     ("duration_s", "its requests are the trace's (bound them with workload.trace_end_s or "
+                                    "workload.num_prompts)")):
+        if workload[key] is not None:
+            raise ConfigError(f"workload.{key} cannot be set with workload.trace: {why}; set workload.{key}=null")
+    if workload.client_processes > 1:
+        raise ConfigError(f"workload.client_processes={workload.client_processes}: a trace replay runs in one load "
+                          f"process; set workload.client_processes=1")
+    try:
+        replay_of(workload)
+    except TraceError as exc:
         raise ConfigError(str(exc)) from None
 
 

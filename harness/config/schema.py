@@ -188,6 +188,13 @@ class WorkloadConfig:
     # through the engine's route (SGLang/sim POST /flush_cache, vLLM POST /reset_prefix_cache),
     # so every arm and repeat starts from the same, empty cache; the record says whether it was
     reset_prefix_cache: bool = True
+    # trace replay (docs/workloads.md "Trace replay", harness/load/trace.py): a Mooncake JSONL or
+    # BurstGPT CSV file sent at its own timestamps; wins over dataset, prompt and input_len
+    trace: Optional[str] = None
+    trace_block_size: int = bounded(512, low=1)  # tokens per hash_ids block (Mooncake's traces: 512)
+    trace_speedup: float = bounded(1.0, above=0, example="2: twice as fast")  # the trace's times divided by this
+    trace_start_s: Optional[float] = bounded(None, low=0)  # replay requests from this second of the trace on
+    trace_end_s: Optional[float] = bounded(None, above=0)  # ... and before this one (null: to the end)
 
 
 @dataclass

@@ -28,6 +28,7 @@ from omegaconf import OmegaConf
 from harness.config.compose import ConfigError, Experiment
 from harness.gates.profile import NoiseProfile
 from harness.load.datasets import dataset_digest
+from harness.load.trace import trace_digest
 from harness.record.store import REDACTED, RunData, safe_name
 
 # Workload keys that size or bound a load rather than shape each request.
@@ -36,7 +37,7 @@ LOAD_SIZE_KEYS = frozenset({"num_prompts", "duration_s", "warmup_requests", "tim
 
 def identity(cfg: Mapping[str, Any], digest: bool = False) -> dict[str, Any]:
     """What one arm measured, as flat `group.key -> value` pairs; with ``digest``, the
-    dataset file's sha256 as it is now (for this run's own config: a reference's file may
+    dataset (and trace) file's sha256 as it is now (for this run's own config: a reference's file may
     have changed since, so its digest is what its results.json recorded)."""
     server = cfg.get("server") or {}
     found = {"server.engine": server.get("engine"), "server.model": model_name(server.get("model_path"))}
@@ -46,6 +47,8 @@ def identity(cfg: Mapping[str, Any], digest: bool = False) -> dict[str, Any]:
             found[f"workload.{key}"] = value
     if digest and workload.get("dataset"):
         found["workload.dataset_sha256"] = dataset_digest(workload["dataset"])
+    if digest and workload.get("trace"):
+        found["workload.trace_sha256"] = trace_digest(workload["trace"])
     return found
 
 

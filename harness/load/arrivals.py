@@ -1,10 +1,11 @@
 """Arrival processes: when the next measured request is sent.
 
-An arrival process drives ``send(index, scheduled)`` for each index that ``claim()`` hands
-out (``claim()`` returns None once the load is complete) and returns when every request it
-sent has ended.  ``concurrency`` always caps how many are in flight.  ``scheduled`` is the
-perf_counter time the process meant the request to go: how late it really went is the
-client's send gap (:mod:`harness.load.client_health`).
+An arrival process drives ``send(index, scheduled[, intended])`` for each index that
+``claim()`` hands out (``claim()`` returns None once the load is complete) and returns when
+every request it sent has ended.  ``concurrency`` always caps how many are in flight.
+``scheduled`` is the perf_counter time the process meant the request to go: how late it
+really went is the client's send gap (:mod:`harness.load.client_health`).  A trace replay
+also passes ``intended``, the trace's own time for it, which a cap does not move.
 
 * :class:`ClosedLoop` (``request_rate`` null): ``concurrency`` workers, each sends its
   next request as soon as its previous one ends (scheduled then: its slot freed).
@@ -12,6 +13,9 @@ client's send gap (:mod:`harness.load.client_health`).
   ``random.Random(seed)``; an arrival waits for a free slot.
 * :class:`GammaArrivals`: gamma-distributed gaps with the same mean; ``burstiness`` < 1
   makes arrivals burstier than Poisson, > 1 more regular (1 is Poisson's distribution).
+* :class:`TraceArrivals` (``workload.trace``): the trace's own offsets (already divided by
+  its speed-up); an arrival held back by the cap goes when a slot frees, its send gap
+  counted from then and its lateness against the trace from its intended time.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
 Claim = Callable[[], "int | None"]
-Send = Callable[[int, float], Awaitable[Any]]  # (index, scheduled perf_counter time)
+Send = Callable[..., Awaitable[Any]]  # (index, scheduled perf_counter time[, intended perf_counter time])
 
 
 class ArrivalProcess(ABC):
@@ -60,8 +64,12 @@ class OpenLoop(ArrivalProcess):
             raise ValueError(f"workload.request_rate must be > 0 (got {self.rate})")
 
     @abstractmethod
-    def gap(self, rng: random.Random) -> float:
-        """Seconds from one arrival to the next."""
+    def gap(self, rng: random.Random, k: int = 0) -> float:
+        """Seconds from arrival ``k`` (its place in the schedule) to the next."""
+
+    def intended(self, t: float) -> tuple[float, ...]:
+        """What ``send`` gets beside the schedule's time: nothing, but for a trace its own time."""
+        return ()
 
     async def drive(self, claim: Claim, send: Send, deal: tuple[int, int] = (0, 1)) -> None:
         """``deal=(slot, of)``: this load process sends only arrivals ``k`` with ``k % of ==
@@ -73,10 +81,10 @@ class OpenLoop(ArrivalProcess):
         tasks: set[asyncio.Task] = set()
         freed = 0.0  # when a slot was last released
 
-        async def send_in_slot(i: int, scheduled: float) -> None:
+        async def send_in_slot(i: int, scheduled: float, *intended: float) -> None:
             nonlocal freed
             try:
-                await send(i, scheduled)
+                await send(i, scheduled, *intended)
             finally:
                 freed = time.perf_counter()
                 slots.release()
@@ -86,7 +94,7 @@ class OpenLoop(ArrivalProcess):
         try:
             while True:
                 if k % of != slot:  # another process's arrival
-                    t_next += self.gap(rng)
+                    t_next += self.gap(rng, k)
                     k += 1
                     continue
                 delay = t_next - time.perf_counter()
@@ -100,10 +108,10 @@ class OpenLoop(ArrivalProcess):
                     break
                 # held back by the cap: due when a slot freed (the latest release, so a gap is never overstated)
                 scheduled = max(t_next, freed) if capped else t_next
-                task = asyncio.create_task(send_in_slot(i, scheduled))
+                task = asyncio.create_task(send_in_slot(i, scheduled, *self.intended(t_next)))
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
-                t_next += self.gap(rng)
+                t_next += self.gap(rng, k)
                 k += 1
             if tasks:
                 await asyncio.gather(*tasks)
@@ -117,7 +125,7 @@ class OpenLoop(ArrivalProcess):
 
 @dataclass(frozen=True)
 class PoissonArrivals(OpenLoop):
-    def gap(self, rng: random.Random) -> float:
+    def gap(self, rng: random.Random, k: int = 0) -> float:
         return rng.expovariate(self.rate)
 
 
@@ -130,8 +138,28 @@ class GammaArrivals(OpenLoop):
         if self.burstiness <= 0:
             raise ValueError(f"workload.burstiness must be > 0 (got {self.burstiness})")
 
-    def gap(self, rng: random.Random) -> float:
+    def gap(self, rng: random.Random, k: int = 0) -> float:
         return rng.gammavariate(self.burstiness, 1.0 / (self.rate * self.burstiness))
+
+
+@dataclass(frozen=True)
+class TraceArrivals(OpenLoop):
+    """A trace's requests at ``offsets_s`` after the first (seconds, the speed-up applied)."""
+
+    offsets_s: tuple[float, ...] = ()
+
+    def gap(self, rng: random.Random, k: int = 0) -> float:
+        at = self.offsets_s
+        return at[k + 1] - at[k] if k + 1 < len(at) else 0.0
+
+    def intended(self, t: float) -> tuple[float, ...]:
+        return (t,)
+
+
+def trace_arrivals(offsets_s: tuple[float, ...], concurrency: int) -> TraceArrivals:
+    """The replay of ``offsets_s``; its rate (the open loop's, > 0) is the trace's mean."""
+    span = offsets_s[-1] if offsets_s else 0.0
+    return TraceArrivals(len(offsets_s) / span if span > 0 else 1.0, concurrency, 0, tuple(offsets_s))
 
 
 @dataclass(frozen=True)
@@ -149,9 +177,12 @@ class DealtArrivals(ArrivalProcess):
 
 
 def arrival_process(workload: Any) -> ArrivalProcess:
-    """The process ``workload`` asks for: closed loop without a ``request_rate``, else
-    Poisson, or gamma when a ``burstiness`` other than 1 is set."""
+    """The process ``workload`` asks for: a trace's times (a plan's ``trace_offsets_s``),
+    closed loop without a ``request_rate``, else Poisson, or gamma when a ``burstiness``
+    other than 1 is set."""
     concurrency = max(1, int(workload.concurrency or 1))
+    if getattr(workload, "trace_offsets_s", None):
+        return trace_arrivals(workload.trace_offsets_s, concurrency)
     if workload.request_rate is None:
         return ClosedLoop(concurrency)
     rate = float(workload.request_rate)

@@ -97,10 +97,11 @@ class EventLoopLoad:
     def claim(self) -> int | None:
         return self.budget.claim(self.counter.measure_start)
 
-    async def one(self, session, index: int, warmup: bool, scheduled: float | None = None) -> None:
+    async def one(self, session, index: int, warmup: bool, scheduled: float | None = None,
+                  intended: float | None = None) -> None:
         """Entry ``index``: its conversation's turns in order (a warm-up: the first turn only).
         ``scheduled``: when the arrival process meant it to go; a next turn's is when the
-        turn before it ended."""
+        turn before it ended. ``intended``: a trace's own time for its first turn."""
         conversation = await self.conversation(-1 - index if warmup else index)
         turns = 1 if warmup else len(conversation.turns)
         answers: list[str] = []
@@ -108,6 +109,7 @@ class EventLoopLoad:
             rec = RequestRecord(index=index, warmup=warmup, turn=turn, dataset_row=conversation.row,
                                 category=conversation.category, run_start=self.run_start,
                                 intended_prompt_tokens=conversation.intended_prompt_tokens, scheduled_time=scheduled,
+                                intended_time=intended if turn == 0 else None,
                                 max_tokens=conversation.max_tokens or self.request.sampling.max_tokens,
                                 ignore_eos=self.request.sampling.ignore_eos)
             if self.cancel is not None:
@@ -170,7 +172,7 @@ class EventLoopLoad:
             if self.on_tokens_flowing:
                 background.append(asyncio.create_task(self.watch_tokens()))
             try:
-                if self.prompts.sizes_remotely:
+                if self.prompts.sizes_ahead:
                     await asyncio.to_thread(self.size_ahead)
                 for k in range(self.warmup_requests):
                     await self.one(session, k, True)
@@ -196,7 +198,8 @@ class EventLoopLoad:
         lag = asyncio.create_task(self.lag_ticker.run())
         self.cpu_marks = [CpuMark.now()]
         try:
-            await self.arrivals.drive(self.claim, lambda i, scheduled: self.one(session, i, False, scheduled))
+            await self.arrivals.drive(self.claim, lambda i, scheduled, intended=None:
+                                      self.one(session, i, False, scheduled, intended))
             self.cpu_marks.append(CpuMark.now())
         finally:
             lag.cancel()

@@ -14,6 +14,8 @@ from harness.load.prompts import PromptSource, RandomWords, prompt_source
 from harness.load.shared_prefix import SharedPrefixPrompts, shared_prefix_source
 from harness.load.requests import RequestExtras, RequestFunc, Sampling, SpecDetails, request_func
 from harness.load.sizing import PromptTokenizer
+from harness.load.trace import replay_of
+from harness.load.trace_prompts import TracePrompts
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,7 @@ class LoadPlan:
     first_byte_timeout_s: float | None  # until the response's first byte
     client_processes: int = 1  # load processes the measured requests are split over
     cancel: CancelPlan | None = None  # the measured requests the client abandons mid-stream (None: none)
+    trace_offsets_s: tuple[float, ...] | None = None  # a trace replay: each request's send offset (speed-up applied)
 
     @classmethod
     def of(cls, workload: Any, base_url: str, model: str, *, request_extras: RequestExtras | None = None,
@@ -54,19 +57,27 @@ class LoadPlan:
                                Sampling(int(workload.max_tokens), float(workload.temperature), bool(workload.ignore_eos)),
                                extras=request_extras(api) if request_extras is not None else None,
                                spec_details=spec_details, count_tokens=count_tokens)
-        prompts = shared_prefix_source(workload, prompt_tokenizer) or prompt_source(workload, prompt_tokenizer)
-        sized = prompt_tokenizer is not None and isinstance(prompts, (RandomWords, SharedPrefixPrompts))
-        duration_s = None if workload.duration_s is None else float(workload.duration_s)
-        if duration_s is None and workload.num_prompts is None:
+        replay = replay_of(workload) if getattr(workload, "trace", None) else None
+        if replay is not None:  # the trace's requests replace the prompt, the count and the arrivals
+            prompts: PromptSource = TracePrompts(replay, int(getattr(workload, "seed", 0) or 0), prompt_tokenizer)
+        else:
+            prompts = shared_prefix_source(workload, prompt_tokenizer) or prompt_source(workload, prompt_tokenizer)
+        sized = prompt_tokenizer is not None and isinstance(prompts, (RandomWords, SharedPrefixPrompts, TracePrompts))
+        duration_s = None if workload.duration_s is None or replay else float(workload.duration_s)
+        if duration_s is None and workload.num_prompts is None and replay is None:
             raise ValueError("workload needs num_prompts or duration_s")
         first_byte = workload.first_byte_timeout_s
         return cls(
             base_url=base_url, request=request, prompts=prompts,
             prompt_sizing=prompt_tokenizer.source if sized else None,
-            num_prompts=None if duration_s is not None else int(workload.num_prompts),  # a duration replaces the count
+            # a trace's window is the count; a duration replaces the count
+            num_prompts=(len(replay.requests) if replay else
+                         None if duration_s is not None else int(workload.num_prompts)),
             duration_s=duration_s,
             concurrency=max(1, int(workload.concurrency or 1)),
-            request_rate=None if workload.request_rate is None else float(workload.request_rate),
+            # a trace is an open loop at its mean rate (the steady window's rule)
+            request_rate=(replay.mean_rate if replay else
+                          None if workload.request_rate is None else float(workload.request_rate)),
             burstiness=None if getattr(workload, "burstiness", None) is None else float(workload.burstiness),
             seed=int(getattr(workload, "seed", 0) or 0),
             warmup_requests=int(workload.warmup_requests or 0),
@@ -75,4 +86,5 @@ class LoadPlan:
             first_byte_timeout_s=None if first_byte is None else float(first_byte),
             client_processes=int(getattr(workload, "client_processes", 1) or 1),
             cancel=CancelPlan.of(workload),
+            trace_offsets_s=replay.offsets_s if replay else None,
         )

@@ -47,6 +47,11 @@ class PromptSource(ABC):
         """Making a prompt asks the server (its /tokenize): done ahead of the load, in a thread."""
         return False
 
+    @property
+    def sizes_ahead(self) -> bool:
+        """Every prompt of a counted load is made before the warm-up, in a thread, off the clock."""
+        return self.sizes_remotely
+
 
 class TextPrompt(PromptSource):
     """A source of single prompts: each entry is one request."""

@@ -20,6 +20,8 @@ class RequestRecord:
     send_time: float = 0.0  # perf_counter seconds
     # when the arrival process meant it to go (perf_counter s; harness/load/client_health.py): None: not scheduled
     scheduled_time: float | None = None
+    # a trace replay's own time for it (perf_counter s), which the concurrency cap does not move; None: no trace
+    intended_time: float | None = None
     chunk_times: list[float] = field(default_factory=list)  # arrival of each chunk that carried tokens
     chunk_tokens: list[int] = field(default_factory=list)  # tokens in that chunk
     status: int | None = None  # HTTP status
@@ -101,6 +103,7 @@ class RequestRecord:
             "send_ms": ms(self.send_time - t0),
             "end_ms": ms(None if self.end_time is None else self.end_time - t0),
             "send_gap_ms": ms(self.send_gap_s),
+            "intended_ms": ms(None if self.intended_time is None else self.intended_time - t0),
             "ttft_ms": ms(self.ttft_s),
             "e2e_ms": ms(self.e2e_s),
             "decode_ms": ms(self.decode_s),

@@ -47,7 +47,7 @@ from typing import Iterable, Optional
 
 import numpy as np
 
-from harness.measure import output_length, prompt_length, steady
+from harness.measure import output_length, prompt_length, steady, trace_replay
 from harness.measure.acceptance import acceptance_by, combine_acceptance_by
 from harness.load import LoadResult, RequestRecord
 from harness.load.cancel import cancel_figures, combine_cancel_figures
@@ -111,6 +111,8 @@ class ArmResult:
     # the client's own health over the load (harness/load/client_health.py) and, once judged, whether
     # its figures are the client's (harness/gates/client_bound.py); {}: not measured
     client: dict = field(default_factory=dict)
+    # a trace replay's achieved against intended send times (harness/measure/trace_replay.py); {}: no trace
+    trace: dict = field(default_factory=dict)
     # the registry's metrics that have no field here (harness/measure/registry.py computed_figures,
     # and the arm's joules_per_token once its telemetry is summarized): metric path -> value
     figures: dict[str, Optional[float]] = field(default_factory=dict)
@@ -156,6 +158,7 @@ class ArmResult:
             **({"prompt_length": dict(self.prompt_length)} if self.prompt_length else {}),
             **({"output_length": dict(self.output_length)} if self.output_length else {}),
             **({"client": dict(self.client)} if self.client else {}),
+            **({"trace": dict(self.trace)} if self.trace else {}),
             **({"steady": dict(self.steady)} if self.steady else {}),
             **({"cancel": dict(self.cancel)} if self.cancel else {}),
             **{path: _r(value, 6) for path, value in self.figures.items()},
@@ -229,6 +232,7 @@ def summarize(arm: str, load: LoadResult, server_accept_length: Optional[float] 
     res.prompt_length = prompt_length.judge(measured, load.api, load.prompt_sizing)
     res.output_length = output_length.judge(measured)
     res.client = dict(load.client or {})
+    res.trace = trace_replay.judge(measured) or {}
     if measured:
         res.steady = steady.steady_figures([r.to_json() for r in measured], load.concurrency, load.request_rate,
                                            steady_min_fraction)
@@ -412,6 +416,7 @@ def combine_repeats(arm: str, results: list[ArmResult]) -> ArmResult:
     combined.output_length = output_length.combine([r.output_length for r in results])
     combined.duration_s = sum(r.duration_s for r in results)
     combined.client = combine_client_blocks([r.client for r in results])
+    combined.trace = trace_replay.combine([r.trace for r in results]) or {}
     combined.steady = steady.combine([r.steady for r in results])
     combined.cancel = combine_cancel_figures([r.cancel for r in results])
     combined.figures = combine_figures(results)

@@ -32,7 +32,8 @@ def judge(records: Iterable[RequestRecord], api: str, sized_by: str | None) -> d
     offsets = [r.prompt_tokens - r.intended_prompt_tokens for r in checked]
     template = Counter(offsets).most_common(1)[0][0] if api == "chat" else 0
     off = [r.prompt_tokens for r, offset in zip(checked, offsets) if offset != template]
-    return {"api": api, "sized_by": sized_by, "intended": checked[0].intended_prompt_tokens,
+    lengths = {r.intended_prompt_tokens for r in checked}  # a trace replay's differ request by request
+    return {"api": api, "sized_by": sized_by, "intended": lengths.pop() if len(lengths) == 1 else None,
             "template_tokens": template if api == "chat" else None, "checked": len(checked),
             "mismatched": len(off), "mismatched_range": [min(off), max(off)] if off else None}
 
@@ -53,14 +54,16 @@ def sentence(arm: str, block: dict[str, Any] | None) -> str | None:
     if not block:
         return None
     intended, template = block["intended"], block["template_tokens"]
-    meant = f"{intended} intended" + (f" + {template} of the chat template" if template else "")
+    meant = (f"{intended} intended" if intended is not None else "lengths intended") + (
+        f" + {template} of the chat template" if template else "")
     if block["mismatched"]:
         low, high = block["mismatched_range"]
         had = f"{low}" if low == high else f"{low}-{high}"
         return (f"{arm}: {block['mismatched']} of {block['checked']} requests had {had} prompt tokens, not the "
                 f"{meant} ({_why(block['sized_by'])})")
     if template:
-        return f"{arm}: every prompt had its {intended} tokens; the chat template added {template} to each"
+        had = f"its {intended} tokens" if intended is not None else "its intended length"
+        return f"{arm}: every prompt had {had}; the chat template added {template} to each"
     return None
 
 

@@ -50,6 +50,7 @@ SCALAR_TYPES: dict[str, pa.DataType] = {
     "dataset_row": pa.int64(), "category": pa.string(), "ok": pa.bool_(), "status": pa.int64(),
     "error": pa.string(), "cancelled": pa.bool_(), "cancel_after_tokens": pa.int64(), "cancel_after_ms": pa.float64(),
     "send_ms": pa.float64(), "end_ms": pa.float64(), "send_gap_ms": pa.float64(),
+    "intended_ms": pa.float64(),
     "ttft_ms": pa.float64(), "e2e_ms": pa.float64(), "decode_ms": pa.float64(), "prompt_tokens": pa.int64(),
     "intended_prompt_tokens": pa.int64(), "max_tokens": pa.int64(), "ignore_eos": pa.bool_(), "completion_tokens": pa.int64(), "spec_verify_ct": pa.int64(),
     "spec_accept_length": pa.float64(), "spec_correct_drafts_histogram": pa.list_(pa.int64()),

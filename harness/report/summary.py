@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.measure import prompt_length
+from harness.measure import prompt_length, trace_replay
 from harness.measure.agreement import client_decoded_tokens, sentence, server_decode_ms_per_token
 from harness.gates.client_bound import bound_figures
 from harness.gates.trust import speed_verdict
@@ -126,6 +126,7 @@ def format_summary(experiment, results: dict[str, ArmResult], arm_status: dict[s
     lines += gpu_section(experiment, gpu or {})
     lines += energy_section(experiment, gpu or {})
     lines += client_section(experiment, results)
+    lines += trace_section(experiment, results)
     lines += ["", "## Gates", ""]
     if not verdicts:
         lines.append("No gate was evaluated.")
@@ -366,6 +367,17 @@ def client_section(experiment, results: dict[str, ArmResult]) -> list[str]:
                      f"{cell(cpu.get('process_share_of_all_cores'), '{:.0%}')} of {cpu.get('cores', '?')} cores). "
                      f"{client.get('verdict', '')}")
     return ["", "## Client health (is the load generator keeping up?)", ""] + lines if lines else []
+
+
+def trace_section(experiment, results: dict[str, ArmResult]) -> list[str]:
+    """Per arm that replayed a trace, its intended against its achieved send times."""
+    lines = [trace_replay.sentence(arm, results[arm].trace, arm_speedup(experiment, arm))
+             for arm in experiment.arm_names if arm in results and results[arm].trace]
+    return ["", "## Trace replay (sent when the trace says?)", ""] + [f"- {line}" for line in lines] if lines else []
+
+
+def arm_speedup(experiment, arm: str) -> float | None:
+    return experiment.arm(arm).cfg.workload.get("trace_speedup")  # absent in an older record's config
 
 
 def spread_cell(block: dict) -> str:

@@ -178,12 +178,12 @@ class ArmSession:
                            prompt_tokenizer=self.prompt_tokenizer())
 
     def prompt_tokenizer(self) -> PromptTokenizer | None:
-        """What sizes random prompts to workload.input_len tokens (or shared-prefix prompts to
-        theirs): the configured tokenizer folder, else the engine's (its /tokenize, or the
-        simulator's exact count)."""
+        """What sizes random prompts to workload.input_len tokens (shared-prefix prompts and a
+        trace's to theirs): the configured tokenizer folder, else the engine's (its /tokenize, or
+        the simulator's exact count)."""
         workload = self.arm.cfg.workload
-        sized = workload.shared_prefix is not None or (not workload.dataset and not workload.prompt
-                                                       and workload.input_len)
+        sized = (workload.trace is not None or workload.shared_prefix is not None
+                 or (not workload.dataset and not workload.prompt and workload.input_len))
         if not sized:
             return None
         if workload.tokenizer:  # config validation has read it once already

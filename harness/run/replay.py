@@ -19,6 +19,7 @@ from harness.gates.reference import allowed_change, noise_band
 from harness.measure.registry import metric_value, noise_metrics
 from harness.engines.legacy import upgrade_config
 from harness.load.datasets import dataset_digest
+from harness.load.trace import trace_digest
 from harness.record.store import REDACTED, RecordError, RunData, read_run
 from harness.config.schema import SpecgateConfig
 
@@ -78,19 +79,20 @@ def replay_experiment(run_dir: Path, overrides: list[str], conf_dir: Path) -> tu
 
 
 def check_datasets_unchanged(experiment: Experiment, run_dir: Path) -> None:
-    """A replay sends the recorded run's prompts: a dataset file edited since (its sha256 in
-    results.json differs from today's) would send others, so it stops the replay."""
+    """A replay sends the recorded run's prompts: a dataset or trace file edited since (its
+    sha256 in results.json differs from today's) would send others, so it stops the replay."""
     try:
         arms = read_run(run_dir).arms
     except RecordError:
         return  # read_replayed says what is wrong with it
     for arm in experiment.arms:
-        recorded = ((arms.get(arm.name) or {}).get("identity") or {}).get("workload.dataset_sha256")
-        dataset = arm.cfg.workload.dataset
-        if recorded and dataset and (today := dataset_digest(dataset)) != recorded:
-            raise ConfigError(f"--replay: workload.dataset {dataset} has changed since the recording (sha256 "
-                              f"{recorded[:12]}... then, {(today or 'unreadable')[:12]}... now): a replay would send "
-                              f"other prompts; restore the file or run the experiment anew")
+        identity = (arms.get(arm.name) or {}).get("identity") or {}
+        for key, digest in (("dataset", dataset_digest), ("trace", trace_digest)):
+            recorded, path = identity.get(f"workload.{key}_sha256"), arm.cfg.workload[key]
+            if recorded and path and (today := digest(path)) != recorded:
+                raise ConfigError(f"--replay: workload.{key} {path} has changed since the recording (sha256 "
+                                  f"{recorded[:12]}... then, {(today or 'unreadable')[:12]}... now): a replay would "
+                                  f"send other prompts; restore the file or run the experiment anew")
 
 
 def read_replayed(run_dir: Path) -> tuple[RunData, list[str]]:
