@@ -206,7 +206,9 @@ def test_the_client_closes_the_stream_and_the_server_frees_the_slot(sim, api, wh
     assert all(not r.ok and not r.failed for r in measured) and res.records[0].ok  # the warm-up ran whole
     got = [sum(r.chunk_tokens) for r in measured]
     if "after_tokens" in where:
-        assert all(6 <= n < 10 for n in got), got
+        # cut at the first chunk that brought the 6th token (a busy simulator may send several per chunk)
+        assert all(sum(r.chunk_tokens) >= 6 > sum(r.chunk_tokens[:-1]) for r in measured), [r.chunk_tokens for r in measured]
+        assert all(n < 100 for n in got), got
     else:
         assert all(0 < n < 100 for n in got) and all(r.e2e_s < 0.5 for r in measured)
     assert settled(sim) == 0  # every aborted request's slot is free again
