@@ -210,7 +210,10 @@ def test_the_client_closes_the_stream_and_the_server_frees_the_slot(sim, api, wh
         assert all(sum(r.chunk_tokens) >= 6 > sum(r.chunk_tokens[:-1]) for r in measured), [r.chunk_tokens for r in measured]
         assert all(n < 100 for n in got), got
     else:
-        assert all(0 < n < 100 for n in got) and all(r.e2e_s < 0.5 for r in measured)
+        # a 40 ms cut of a 300-token stream (2 ms steps): well short of the whole answer the
+        # warm-up got, however busy the machine (its lag can only add tokens, never all of them)
+        warm = res.records[0]
+        assert all(n < 150 for n in got) and all(r.e2e_s < warm.e2e_s for r in measured), (got, warm.e2e_s)
     assert settled(sim) == 0  # every aborted request's slot is free again
     time.sleep(0.1)
     assert aborts(sim) - before == 4  # the server saw each client go
