@@ -55,22 +55,36 @@ def dataset_path(value: str | os.PathLike) -> Path:
 
 def load_dataset(value: str | os.PathLike) -> tuple[Conversation, ...]:
     """Every row of the dataset ``value`` names, in file order."""
-    path = dataset_path(value)
+    path, stat = workload_file("workload.dataset", value, DatasetError)
+    return _load(path, stat.st_mtime_ns, stat.st_size)
+
+
+def workload_file(key: str, value: str | os.PathLike, error: type[ValueError]) -> tuple[Path, os.stat_result]:
+    """The file a workload key (`workload.dataset`, `workload.trace`) names, relative paths the
+    project's, and its stat (what keys a cached read); ``error`` with one sentence when it is
+    missing, unreadable or not a file."""
+    path = project_path(value)
     try:
         stat = path.stat()
     except FileNotFoundError:
-        raise DatasetError(f"workload.dataset={value}: no such file ({path})") from None
+        raise error(f"{key}={value}: no such file ({path})") from None
     except OSError as exc:
-        raise DatasetError(f"workload.dataset={value}: cannot read {path} ({exc.strerror})") from None
+        raise error(f"{key}={value}: cannot read {path} ({exc.strerror})") from None
     if not path.is_file():
-        raise DatasetError(f"workload.dataset={value}: {path} is not a file")
-    return _load(path, stat.st_mtime_ns, stat.st_size)
+        raise error(f"{key}={value}: {path} is not a file")
+    return path, stat
 
 
 def dataset_digest(value: str | os.PathLike) -> str | None:
     """The sha256 of the dataset file's bytes (None when it cannot be read): what identifies
     the prompts a run sent, so an edited file at the same path is a different workload."""
-    path = dataset_path(value)
+    return file_digest(value)
+
+
+def file_digest(value: str | os.PathLike) -> str | None:
+    """The sha256 of a workload file's bytes (None when it cannot be read), cached while the
+    file is unchanged."""
+    path = project_path(value)
     try:
         stat = path.stat()
     except OSError:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import csv
 import functools
-import hashlib
 import io
 import json
 import math
@@ -33,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import project_path
+from harness.load.datasets import file_digest, workload_file
 
 BURSTGPT_COLUMNS = ("Timestamp", "Request tokens", "Response tokens")  # the ones read; the rest are passed over
 MOONCAKE_FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
@@ -74,25 +74,14 @@ def trace_path(value: str | os.PathLike) -> Path:
 
 def load_trace(value: str | os.PathLike) -> tuple[TraceRequest, ...]:
     """Every request of the trace ``value`` names, in file order (checked sorted)."""
-    path = trace_path(value)
-    try:
-        stat = path.stat()
-    except FileNotFoundError:
-        raise TraceError(f"workload.trace={value}: no such file ({path})") from None
-    except OSError as exc:
-        raise TraceError(f"workload.trace={value}: cannot read {path} ({exc.strerror})") from None
-    if not path.is_file():
-        raise TraceError(f"workload.trace={value}: {path} is not a file")
+    path, stat = workload_file("workload.trace", value, TraceError)
     return _load(path, stat.st_mtime_ns, stat.st_size)
 
 
 def trace_digest(value: str | os.PathLike) -> str | None:
     """The sha256 of the trace file's bytes (None when it cannot be read): what identifies the
     requests a run replayed, so an edited trace at the same path is a different workload."""
-    try:
-        return hashlib.sha256(trace_path(value).read_bytes()).hexdigest()
-    except OSError:
-        return None
+    return file_digest(value)
 
 
 @functools.lru_cache(maxsize=8)
