@@ -48,11 +48,6 @@ class DatasetError(ValueError):
     """A dataset that cannot be read, or a row that is not one of the formats (one sentence)."""
 
 
-def dataset_path(value: str | os.PathLike) -> Path:
-    """Where ``workload.dataset`` points: a relative path is the project's."""
-    return project_path(value)
-
-
 def load_dataset(value: str | os.PathLike) -> tuple[Conversation, ...]:
     """Every row of the dataset ``value`` names, in file order."""
     path, stat = workload_file("workload.dataset", value, DatasetError)
