@@ -37,6 +37,15 @@ def test_speculation_bounds_are_measured(vllm_run):
     assert arms["plain"]["accept_length"] is None
 
 
+def test_each_load_starts_from_vllms_emptied_prefix_cache(vllm_run):
+    """vllm_tiny serves vLLM's dev route (VLLM_SERVER_DEV_MODE=1): every arm's load asked it
+    to empty its prefix cache before the /metrics baseline, and vLLM said it did."""
+    _, results, _ = vllm_run
+    for name, arm in results["arms"].items():
+        resets = arm.get("prefix_cache_resets")
+        assert resets and all(r["reset"] and r["route"] == "POST /reset_prefix_cache" for r in resets), (name, resets)
+
+
 def test_client_numbers_agree_with_vllms_own_histograms(vllm_run):
     _, results, _ = vllm_run
     for name, arm in results["arms"].items():
