@@ -12,6 +12,7 @@ it. The sweep record is found from `hydra.sweep.dir`, which specgate sets to its
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 from pathlib import Path
@@ -23,6 +24,7 @@ from omegaconf import DictConfig
 import harness.config.compose  # noqa: F401  (registers the schema the config tree's defaults name)
 from harness.record.atomic import atomic_write
 from harness.record.secrets import Redactor
+from harness.sweep.ray_cluster import RAY_POINT_LOG, RAY_TASK_FAILED
 from harness.sweep.point import EXIT_STATUS_FILE, point_command, point_environment, point_overrides, signal_until_gone
 
 
@@ -41,7 +43,7 @@ def this_point(sweep_dir: Path, job_num: int, task_overrides: list[str]) -> dict
     return {**entry, "conf_dir": data["launcher"]["conf_dir"], "pytest_options": data["pytest_options"]}
 
 
-def run_here(command: list[str]) -> int:
+def run_here(command: list[str], log: Path | None = None) -> int:
     """The point's pytest in this job's process group: the engine's signals (scancel's
     SIGTERM, the local executor's SIGINT to the group) reach it directly, and it stops its
     servers as it would under Ctrl-C; this job only waits for it (a second signal from here
@@ -49,8 +51,19 @@ def run_here(command: list[str]) -> int:
 
     Near the time limit submitit's own signal (SIGUSR2, `signal_delay_s` before it) raises in
     this job instead: the point is then stopped as by a Ctrl-C, its servers with it, before
-    the job ends with submitit's error and SLURM kills whatever is left."""
-    child = subprocess.Popen(command, env=point_environment(), preexec_fn=ignore_time_limit_signal)
+    the job ends with submitit's error and SLURM kills whatever is left.
+
+    `log`: where the pytest's output goes when the engine keeps no log of the job's own
+    (a Ray worker's output lands in Ray's session folder, among every other worker's): a Ray
+    task, whose worker may die under it."""
+    out = open(log, "ab") if log else None
+    try:
+        child = subprocess.Popen(command, env=point_environment(),
+                                 preexec_fn=stopped_with_this_worker if log else ignore_time_limit_signal,
+                                 stdout=out, stderr=subprocess.STDOUT if out else None)
+    finally:
+        if out:
+            out.close()
     try:
         while True:
             try:
@@ -62,10 +75,54 @@ def run_here(command: list[str]) -> int:
         raise
 
 
+def stopped_with_this_worker() -> None:
+    """A Ray worker killed under its task (`ray.kill`, the OOM killer, its node gone) leaves no
+    one to stop the point's pytest: the kernel sends it SIGINT then, and it stops its servers
+    as under Ctrl-C (its record `interrupted`); the point fails with Ray's reason. Its own
+    process group: the raylet SIGKILLs a dead worker's group, which would cut that short. A Ray
+    worker blocks and ignores SIGINT, which a child inherits: restored."""
+    import ctypes
+
+    ignore_time_limit_signal()
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    os.setpgid(0, 0)
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGINT)  # PR_SET_PDEATHSIG (Linux)
+
+
 def ignore_time_limit_signal() -> None:
     """SLURM sends the time-limit signal (SIGUSR2) to every process of the job, and its default
     action ends a process at once: the point's pytest ignores it and is stopped by this job."""
     signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+
+
+def every_ray_task_returns() -> None:
+    """hydra-ray-launcher takes its tasks' results in turn (`ray.get`), and a task whose worker
+    died raises there: the app would end, and the Ray instance and every other point with it.
+    Each such task becomes a failed job instead (Hydra raises the first once all have
+    returned), so the other points run on, as SLURM's jobs do when one is cancelled."""
+    try:
+        from hydra_plugins.hydra_ray_launcher import _core
+    except ImportError:  # the plugin is not installed: no Ray sweep here
+        return
+    import itertools
+    import types
+
+    import ray
+    from hydra.core.utils import JobReturn, JobStatus
+
+    job_numbers = itertools.count()  # the plugin gets its tasks' results in job order, one batch of all
+
+    def get(ref):
+        num = next(job_numbers)
+        try:
+            return ray.get(ref)
+        except ray.exceptions.RayError as exc:
+            print(f"{RAY_TASK_FAILED.format(num=num)}{type(exc).__name__}: {str(exc).strip().splitlines()[0]}",
+                  flush=True)
+            return JobReturn(status=JobStatus.FAILED, _return_value=exc)
+
+    _core.ray = types.SimpleNamespace(get=get)  # the one name the plugin's launch() uses of ray
 
 
 @hydra.main(config_path=None, config_name="config", version_base=None)
@@ -75,10 +132,12 @@ def run_one_point(cfg: DictConfig) -> int:
     task = list(job.overrides.task)  # the point's own overrides, secrets included (sweep.json has them redacted)
     point = this_point(sweep_dir, job.job.num, task)
     overrides = point_overrides(task, sweep_dir / "points" / point["label"])
-    status = run_here(point_command(overrides, Path(point["conf_dir"]), point["pytest_options"]))
+    log = Path(job.runtime.output_dir) / RAY_POINT_LOG if job.launcher._target_.endswith("RayLauncher") else None
+    status = run_here(point_command(overrides, Path(point["conf_dir"]), point["pytest_options"]), log)
     atomic_write(sweep_dir / "points" / point["label"] / EXIT_STATUS_FILE, f"{status}\n")
     return status
 
 
 if __name__ == "__main__":
+    every_ray_task_returns()
     run_one_point()
