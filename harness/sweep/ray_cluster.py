@@ -29,6 +29,7 @@ RAY_TASK_FAILED = "specgate: job {num}'s Ray task failed: "  # a line of launche
 
 ADDRESS_KEY = "hydra.launcher.ray.init.address"
 ANSWER_S = 5.0  # a GCS that answers at all accepts a connection at once
+APP_END_S = 30  # the driver's ray.shutdown() once its tasks have returned
 CANCEL_GRACE_S = 150  # each point's pytest stops its servers after its SIGINT (as under Ctrl-C)
 # what every sweep's Ray gets; `kill_child_processes_on_worker_exit` off: a point's pytest
 # must outlive a worker that dies, to stop its servers (Ray would SIGKILL it with the worker)
@@ -121,6 +122,10 @@ class RayJobs:
         deadline = time.monotonic() + CANCEL_GRACE_S
         while any(not gone(pid) for pid in points) and time.monotonic() < deadline:
             time.sleep(0.5)
+        try:  # its tasks returned: the app ends Ray itself (a SIGTERM would leave Ray's agents a minute)
+            app.wait(timeout=APP_END_S)
+        except subprocess.TimeoutExpired:
+            pass
 
     def kill(self) -> None:
         for pid, _ in session_members(self.session):
