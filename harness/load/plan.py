@@ -33,6 +33,8 @@ class LoadPlan:
     timeout_s: float  # per request, the whole of it
     first_byte_timeout_s: float | None  # until the response's first byte
     client_processes: int = 1  # load processes the measured requests are split over
+    client_placement: str = "local"  # local: forked processes here; ray: Ray actors (harness/load/ray_clients.py)
+    ray_address: str | None = None  # the Ray cluster the actors join; None: a local Ray instance
 
     @classmethod
     def of(cls, workload: Any, base_url: str, model: str, *, request_extras: RequestExtras | None = None,
@@ -71,4 +73,6 @@ class LoadPlan:
             timeout_s=float(workload.timeout_s),
             first_byte_timeout_s=None if first_byte is None else float(first_byte),
             client_processes=int(getattr(workload, "client_processes", 1) or 1),
+            client_placement=str(getattr(workload, "client_placement", "local") or "local"),
+            ray_address=None if getattr(workload, "ray_address", None) is None else str(workload.ray_address),
         )

@@ -16,19 +16,18 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
 
 from harness.config.compose import ConfigError
+from harness.load import ray_clients
 
 # what the Hydra app (harness/sweep/app.py, which imports Hydra) writes: kept here as text
 RAY_POINT_LOG = "point.log"  # the point's pytest output, in its job's folder points/.jobs/<n>/
 RAY_TASK_FAILED = "specgate: job {num}'s Ray task failed: "  # a line of launcher.log
 
 ADDRESS_KEY = "hydra.launcher.ray.init.address"
-ANSWER_S = 5.0  # a GCS that answers at all accepts a connection at once
 APP_END_S = 30  # the driver's ray.shutdown() once its tasks have returned
 CANCEL_GRACE_S = 150  # each point's pytest stops its servers after its SIGINT (as under Ctrl-C)
 # what every sweep's Ray gets; `kill_child_processes_on_worker_exit` off: a point's pytest
@@ -39,26 +38,10 @@ RAY_ENV = {"RAY_kill_child_processes_on_worker_exit": "0", "RAY_USAGE_STATS_ENAB
 def check_address(address) -> None:
     """A cluster to join must answer now: one sentence (exit 4) rather than a driver that
     waits on it while every point is marked failed. `null` starts a local instance."""
-    if address in (None, "", "local"):
-        return
-    text = str(address)
-    if text == "auto":
-        from ray._private.services import canonicalize_bootstrap_address
-
-        try:
-            text = canonicalize_bootstrap_address("auto")
-        except ConnectionError:
-            raise ConfigError(f"{ADDRESS_KEY}=auto: no running Ray cluster was found on this machine "
-                              f"(start one with `ray start --head`, or leave it null for a local instance)") from None
-    host, _, port = text.removeprefix("ray://").rpartition(":")
-    if not host or not port.isdigit():
-        raise ConfigError(f"{ADDRESS_KEY}={text}: a Ray cluster's address is HOST:PORT (its GCS, `ray start --head --port`) "
-                          f"or ray://HOST:PORT")
     try:
-        socket.create_connection((host, int(port)), timeout=ANSWER_S).close()
-    except OSError as exc:
-        raise ConfigError(f"{ADDRESS_KEY}={text}: no Ray cluster answers there "
-                          f"({exc.strerror or exc} within {ANSWER_S:.0f} s)") from None
+        ray_clients.check_address(address, ADDRESS_KEY)
+    except ray_clients.RayAddressError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def local_overrides(temp_dir: Path | None) -> list[str]:
