@@ -105,3 +105,23 @@ def test_client_processes_as_ray_actors_on_two_nodes(two_node_cluster, sim_url):
     assert result.client["processes"] == 2 and result.client["send_gap_ms"]["n"] == 16
     lines = [r.to_json() for r in result.records]
     assert all(line["send_ms"] >= 0 for line in lines)  # one t0 for the merged records
+
+
+@pytest.mark.slow
+@pytest.mark.cluster
+def test_a_run_with_ray_actors_records_and_states_their_clock_offsets(tmp_path):
+    import json
+
+    from tests.support.runs import specgate
+
+    done = specgate("run", "+exp=sim_smoke", "backend=process", "workload.num_prompts=8", "workload.max_tokens=32",
+                    "workload.concurrency=2", "workload.client_processes=2", "workload.client_placement=ray",
+                    f"record.root={tmp_path}", timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (record,) = [p for p in tmp_path.iterdir() if p.is_dir() and not p.is_symlink()]
+    results = json.loads((record / "results.json").read_text())
+    for arm in ("baseline", "eagle3"):
+        actors = results["arms"][arm]["client"]["ray_actors"]
+        assert [a["slot"] for a in actors] == [0, 1] and all("clock_uncertainty_ms" in a for a in actors)
+    summary = (record / "summary.md").read_text()
+    assert summary.count("2 client process(es) as Ray actors on 1 node(s)") == 2 and "clock offset" in summary
