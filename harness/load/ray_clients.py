@@ -29,7 +29,10 @@ What differs from forked processes on one machine, and how each is kept honest:
 from __future__ import annotations
 
 import asyncio
+import atexit
+import shutil
 import socket
+import tempfile
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -244,7 +247,12 @@ class RayLoad:
 
         address = self.plan.ray_address
         if address in (None, "", "local"):
-            ray.init(include_dashboard=False, object_store_memory=OBJECT_STORE_BYTES, log_to_driver=False)
+            # "local": a new instance, never one that happens to run on this machine; its files
+            # in a folder of its own (Ray's default, /tmp/ray, is every instance's), removed at exit
+            temp_dir = tempfile.mkdtemp(prefix="specgate-ray-")
+            ray.init(address="local", include_dashboard=False, object_store_memory=OBJECT_STORE_BYTES,
+                     log_to_driver=False, _temp_dir=temp_dir)
+            atexit.register(end_local_ray, temp_dir)  # after ray.init's own hook: runs before it
         else:
             ray.init(address=address, log_to_driver=False)
 
@@ -295,6 +303,14 @@ class RayLoad:
         self.actors = []
         if shutdown and self.started_ray:
             ray.shutdown()
+
+
+def end_local_ray(temp_dir: str) -> None:
+    """At exit: the load's own Ray instance, then its folder."""
+    import ray
+
+    ray.shutdown()
+    shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 def run_ray_load(plan: LoadPlan, progress: Callable[[ProgressSnapshot], None] | None,

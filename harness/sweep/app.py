@@ -24,7 +24,7 @@ from omegaconf import DictConfig
 import harness.config.compose  # noqa: F401  (registers the schema the config tree's defaults name)
 from harness.record.atomic import atomic_write
 from harness.record.secrets import Redactor
-from harness.sweep.ray_cluster import RAY_POINT_LOG, RAY_TASK_FAILED
+from harness.sweep.ray_cluster import CANCEL_GRACE_S as CANCELLED_TASKS_S, RAY_POINT_LOG, RAY_TASK_FAILED
 from harness.sweep.point import EXIT_STATUS_FILE, point_command, point_environment, point_overrides, signal_until_gone
 
 
@@ -43,7 +43,7 @@ def this_point(sweep_dir: Path, job_num: int, task_overrides: list[str]) -> dict
     return {**entry, "conf_dir": data["launcher"]["conf_dir"], "pytest_options": data["pytest_options"]}
 
 
-def run_here(command: list[str], log: Path | None = None) -> int:
+def run_here(command: list[str]) -> int:
     """The point's pytest in this job's process group: the engine's signals (scancel's
     SIGTERM, the local executor's SIGINT to the group) reach it directly, and it stops its
     servers as it would under Ctrl-C; this job only waits for it (a second signal from here
@@ -51,19 +51,8 @@ def run_here(command: list[str], log: Path | None = None) -> int:
 
     Near the time limit submitit's own signal (SIGUSR2, `signal_delay_s` before it) raises in
     this job instead: the point is then stopped as by a Ctrl-C, its servers with it, before
-    the job ends with submitit's error and SLURM kills whatever is left.
-
-    `log`: where the pytest's output goes when the engine keeps no log of the job's own
-    (a Ray worker's output lands in Ray's session folder, among every other worker's): a Ray
-    task, whose worker may die under it."""
-    out = open(log, "ab") if log else None
-    try:
-        child = subprocess.Popen(command, env=point_environment(),
-                                 preexec_fn=stopped_with_this_worker if log else ignore_time_limit_signal,
-                                 stdout=out, stderr=subprocess.STDOUT if out else None)
-    finally:
-        if out:
-            out.close()
+    the job ends with submitit's error and SLURM kills whatever is left."""
+    child = subprocess.Popen(command, env=point_environment(), preexec_fn=ignore_time_limit_signal)
     try:
         while True:
             try:
@@ -73,6 +62,44 @@ def run_here(command: list[str], log: Path | None = None) -> int:
     except BaseException:
         signal_until_gone(child)
         raise
+
+
+def run_as_ray_task(command: list[str], log: Path) -> int:
+    """The point's pytest under a Ray task, its output into `log` (a Ray worker's output
+    lands in Ray's session folder, among every other worker's). A cancelled task (`ray.cancel`:
+    the driver's Ctrl-C) raises KeyboardInterrupt here, between two short waits: the pytest
+    gets SIGINT then, once, and the task waits for its teardown and returns its status (2)."""
+    with open(log, "ab") as out:
+        child = subprocess.Popen(command, env=point_environment(), preexec_fn=stopped_with_this_worker,
+                                 stdout=out, stderr=subprocess.STDOUT)
+    # Ray cancels by raising the interrupt Python would raise for SIGINT, which its workers
+    # ignore: handled here while the point runs (a task runs in the worker's main thread)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    told = False
+    try:
+        while True:
+            try:
+                return child.wait(timeout=0.5)  # back in Python often, where Ray's cancellation raises
+            except subprocess.TimeoutExpired:
+                continue
+            except KeyboardInterrupt:
+                if not told:
+                    child.send_signal(signal.SIGINT)
+                    told = True
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def say_ray_node(log: Path) -> None:
+    """The point log's first line: which Ray node ran the point (a cluster has several)."""
+    import socket
+
+    import ray
+
+    node = ray.get_runtime_context().get_node_id()
+    with open(log, "a", encoding="utf-8") as out:
+        out.write(f"specgate: this point runs on Ray node {node} ({socket.gethostname()}, "
+                  f"{ray.util.get_node_ip_address()})\n")
 
 
 def stopped_with_this_worker() -> None:
@@ -112,17 +139,42 @@ def every_ray_task_returns() -> None:
     from hydra.core.utils import JobReturn, JobStatus
 
     job_numbers = itertools.count()  # the plugin gets its tasks' results in job order, one batch of all
+    submitted = []
+    submit = _core.launch_job_on_ray
+
+    def launch_job_on_ray(*args, **kwargs):
+        submitted.append(submit(*args, **kwargs))
+        return submitted[-1]
 
     def get(ref):
         num = next(job_numbers)
         try:
             return ray.get(ref)
+        except KeyboardInterrupt:
+            cancel_and_wait(submitted)
+            raise
         except ray.exceptions.RayError as exc:
             print(f"{RAY_TASK_FAILED.format(num=num)}{type(exc).__name__}: {str(exc).strip().splitlines()[0]}",
                   flush=True)
             return JobReturn(status=JobStatus.FAILED, _return_value=exc)
 
     _core.ray = types.SimpleNamespace(get=get)  # the one name the plugin's launch() uses of ray
+    _core.launch_job_on_ray = launch_job_on_ray
+
+
+def cancel_and_wait(refs: list) -> None:
+    """The driver's Ctrl-C (specgate's, on a cluster whose processes it cannot signal): every
+    task is cancelled, each stops its point's pytest (run_as_ray_task), and the driver waits
+    for them before it goes (Ray would end a gone driver's tasks without that teardown)."""
+    import ray
+
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        for ref in refs:
+            ray.cancel(ref)
+        ray.wait(refs, num_returns=len(refs), timeout=CANCELLED_TASKS_S)
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @hydra.main(config_path=None, config_name="config", version_base=None)
@@ -132,8 +184,13 @@ def run_one_point(cfg: DictConfig) -> int:
     task = list(job.overrides.task)  # the point's own overrides, secrets included (sweep.json has them redacted)
     point = this_point(sweep_dir, job.job.num, task)
     overrides = point_overrides(task, sweep_dir / "points" / point["label"])
-    log = Path(job.runtime.output_dir) / RAY_POINT_LOG if job.launcher._target_.endswith("RayLauncher") else None
-    status = run_here(point_command(overrides, Path(point["conf_dir"]), point["pytest_options"]), log)
+    command = point_command(overrides, Path(point["conf_dir"]), point["pytest_options"])
+    if job.launcher._target_.endswith("RayLauncher"):
+        log = Path(job.runtime.output_dir) / RAY_POINT_LOG
+        say_ray_node(log)
+        status = run_as_ray_task(command, log)
+    else:
+        status = run_here(command)
     atomic_write(sweep_dir / "points" / point["label"] / EXIT_STATUS_FILE, f"{status}\n")
     return status
 

@@ -46,7 +46,8 @@ def check_address(address) -> None:
 
 def local_overrides(temp_dir: Path | None) -> list[str]:
     """The launcher settings of a sweep's own local Ray instance (before the user's, which win)."""
-    ours = ["++hydra.launcher.ray.init.include_dashboard=false",
+    ours = ["++hydra.launcher.ray.init.address=local",  # a new instance, never one already running here
+            "++hydra.launcher.ray.init.include_dashboard=false",
             "++hydra.launcher.ray.init.object_store_memory=100000000",  # 100 MB: points pass no data through it
             "++hydra.launcher.ray.init.log_to_driver=true",
             "++hydra.launcher.ray.remote.max_retries=0"]  # a point whose worker died failed; never run twice
@@ -102,11 +103,13 @@ class RayJobs:
                 os.kill(pid, signal.SIGINT)
             except ProcessLookupError:
                 pass
+        if not points:  # a cluster's workers are not ours: the driver cancels its tasks (app.py)
+            app.send_signal(signal.SIGINT)
         deadline = time.monotonic() + CANCEL_GRACE_S
         while any(not gone(pid) for pid in points) and time.monotonic() < deadline:
             time.sleep(0.5)
         try:  # its tasks returned: the app ends Ray itself (a SIGTERM would leave Ray's agents a minute)
-            app.wait(timeout=APP_END_S)
+            app.wait(timeout=APP_END_S if points else CANCEL_GRACE_S)
         except subprocess.TimeoutExpired:
             pass
 

@@ -6,6 +6,7 @@ The real case runs on a local Ray cluster of two nodes (two raylets on this mach
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +14,7 @@ from harness import cli
 from harness.load import LoadPlan, LoadResult, RequestRecord, run_load
 from harness.load.ray_clients import ClockOffset, actor_share, combined, shifted
 from harness.report.summary import ray_actors_line
+from tests.support.ray_cluster import two_node_cluster
 from tests.load.test_client_processes import sim_url, workload  # noqa: F401  (the simulator fixture)
 
 
@@ -70,26 +72,15 @@ def test_the_summary_states_each_actors_node_and_clock_offset():
 
 
 @pytest.fixture(scope="module")
-def two_node_cluster():
-    """A head and a second node, one CPU each (so one load actor each), small object stores."""
-    import ray
-    from ray.cluster_utils import Cluster
-
-    node = {"num_cpus": 1, "object_store_memory": 80_000_000}
-    cluster = Cluster(initialize_head=True, head_node_args={**node, "include_dashboard": False})
-    cluster.add_node(**node)
-    cluster.wait_for_nodes()
-    try:
-        yield cluster.address
-    finally:
-        ray.shutdown()  # the driver the load started in this process
-        cluster.shutdown()
+def two_nodes():
+    with two_node_cluster() as address:
+        yield address
 
 
 @pytest.mark.cluster
-def test_client_processes_as_ray_actors_on_two_nodes(two_node_cluster, sim_url):  # noqa: F811
+def test_client_processes_as_ray_actors_on_two_nodes(two_nodes, sim_url):  # noqa: F811
     marks = []
-    plan = LoadPlan.of(workload(client_processes=2, client_placement="ray", ray_address=two_node_cluster,
+    plan = LoadPlan.of(workload(client_processes=2, client_placement="ray", ray_address=two_nodes,
                                 prewarm_connections=True), sim_url, "procs")
     result = run_load(plan, on_measured_start=lambda: marks.append("start"),
                       on_tokens_flowing=lambda t: marks.append(t))
@@ -114,6 +105,7 @@ def test_a_run_with_ray_actors_records_and_states_their_clock_offsets(tmp_path):
 
     from tests.support.runs import specgate
 
+    before = set(Path("/tmp").glob("specgate-ray-*"))
     done = specgate("run", "+exp=sim_smoke", "backend=process", "workload.num_prompts=8", "workload.max_tokens=32",
                     "workload.concurrency=2", "workload.client_processes=2", "workload.client_placement=ray",
                     f"record.root={tmp_path}", timeout=300)
@@ -125,3 +117,4 @@ def test_a_run_with_ray_actors_records_and_states_their_clock_offsets(tmp_path):
         assert [a["slot"] for a in actors] == [0, 1] and all("clock_uncertainty_ms" in a for a in actors)
     summary = (record / "summary.md").read_text()
     assert summary.count("2 client process(es) as Ray actors on 1 node(s)") == 2 and "clock offset" in summary
+    assert set(Path("/tmp").glob("specgate-ray-*")) - before == set()  # the run's Ray instance went with it

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from harness import cli
+from tests.support.ray_cluster import two_node_cluster
 from tests.sweep.test_sweep_launchers import (SIM, assert_point_passed, finished, leftover, sweep, sweep_record,
                                               wait_for)
 
@@ -138,3 +139,30 @@ def test_ctrl_c_stops_every_point_and_the_ray_instance(tmp_path):
     assert session_members(session) == [] and leftover(sweep_dir) is None
     assert ray_temp_dirs() - before == set()
     assert "status **interrupted**" in (sweep_dir / "summary.md").read_text()
+
+
+@pytest.mark.cluster
+def test_joining_a_two_node_cluster_runs_a_point_on_each_and_ctrl_c_cancels_them(tmp_path):
+    """A cluster's workers are not in the app's session: the driver cancels its tasks (each
+    stops its point's pytest) and waits for them."""
+    runs = tmp_path / "runs"
+    with two_node_cluster() as address:
+        process = sweep(runs, "workload.concurrency=1,2", LONG, "hydra/launcher=ray",
+                        f"hydra.launcher.ray.init.address={address}")
+        sweep_dir = wait_for(lambda: next(runs.glob("*_sweep"), None), 60, "sweep folder")
+        logs = [sweep_dir / "points" / ".jobs" / str(n) / "point.log" for n in (0, 1)]
+        wait_for(lambda: all(log.is_file() and b"test session starts" in log.read_bytes() for log in logs), 90,
+                 "both points' pytests")
+        process.send_signal(signal.SIGINT)
+        status, output = finished(process, timeout=200)
+    assert status == 2, output[-4000:]
+    nodes = {log.read_text().splitlines()[0].split("Ray node ")[1].split()[0] for log in logs}
+    assert len(nodes) == 2  # one point on each node
+    _, data = sweep_record(runs)
+    assert (data["status"], data["exit_status"]) == ("interrupted", 2)
+    for point in data["points"]:
+        assert point["exit_status"] == 2  # the task stopped its pytest and returned its status
+        if point["record"]:
+            assert json.loads((sweep_dir / point["record"] / "results.json").read_text())["status"] == "interrupted"
+    assert not (sweep_dir / "ray_logs").exists()  # a joined cluster's files are its own
+    assert leftover(sweep_dir) is None
