@@ -21,18 +21,22 @@ What differs from forked processes on one machine, and how each is kept honest:
   actor's node, offset and uncertainty (``ray_actors``), which the summary states;
 * **progress and the first token** reach the driver through the coordinator (polled every
   ``POLL_S``), the first token's time moved onto the driver's clock;
-* **Ctrl-C**: the actors are killed and the load is ``LoadInterrupted`` without their
-  requests (what they had finished is not fetched back); the Ray instance this load started
-  is shut down. Otherwise it stays for the next load and ends with the process.
+* **Ctrl-C**: the coordinator tells every actor to stop; each stops its load as a Ctrl-C
+  would and sends back the requests that had ended (within ``STOP_TIMEOUT_S``), merged into
+  ``LoadInterrupted``; then the actors are killed and the Ray instance this load started is
+  shut down. Otherwise it stays for the next load and ends with the process.
 """
 
 from __future__ import annotations
 
+import _thread
 import asyncio
 import atexit
 import shutil
+import signal
 import socket
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -47,6 +51,7 @@ PLACEMENTS = ("local", "ray")
 CLOCK_PROBES = 16  # round trips per clock measurement; the shortest one is kept
 POLL_S = 0.25
 ANSWER_S = 5.0  # a GCS that answers at all accepts a connection at once
+STOP_TIMEOUT_S = 10.0  # for a stopped actor to send back its finished requests
 OBJECT_STORE_BYTES = 100_000_000  # a load's own Ray instance: plans and results only
 
 
@@ -167,6 +172,13 @@ def actor_classes():
         async def state(self) -> tuple[tuple[int, float] | None, dict[int, ProgressSnapshot]]:
             return self.first_token, dict(self.snapshots)
 
+        async def stop(self) -> None:
+            self.stopping = True
+            self.go.set()  # an actor still at the barrier goes on, to be stopped at once
+
+        async def stopped(self) -> bool:
+            return getattr(self, "stopping", False)
+
     @ray.remote(num_cpus=1)
     class LoadActor:
         """One client process on whichever node Ray placed it."""
@@ -179,7 +191,9 @@ def actor_classes():
             return {"node_id": context.get_node_id(), "host": socket.gethostname(),
                     "ip": ray.util.get_node_ip_address()}
 
-        def run(self, slot: int, of: int, plan: LoadPlan, coordinator) -> LoadResult:
+        def run(self, slot: int, of: int, plan: LoadPlan, coordinator) -> tuple[str, Any]:
+            """("result", LoadResult), or ("interrupted", (the requests that ended, in flight))
+            once the driver's Ctrl-C reached the coordinator."""
             share, budget, arrivals = actor_share(plan, slot, of)
 
             def at_barrier() -> None:  # in a thread of the load, after its warm-up and prewarm
@@ -187,9 +201,33 @@ def actor_classes():
 
             load = EventLoopLoad(share, lambda snap: coordinator.progress.remote(slot, snap),
                                  lambda t: coordinator.tokens.remote(slot, t), at_barrier, budget, arrivals)
-            return asyncio.run(load.run())
+            # the driver's stop arrives as the KeyboardInterrupt a Ctrl-C would raise here (a Ray
+            # worker ignores SIGINT: handled while the load runs, in the actor's main thread)
+            previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+            done = threading.Event()
+            threading.Thread(target=interrupt_when_stopped, args=(coordinator, done), daemon=True).start()
+            try:
+                return "result", asyncio.run(load.run())
+            except KeyboardInterrupt:
+                partial = load.interrupted()
+                return "interrupted", (partial.partial, partial.in_flight)
+            finally:
+                done.set()
+                signal.signal(signal.SIGINT, previous)
 
     return Coordinator, LoadActor
+
+
+def interrupt_when_stopped(coordinator, done: threading.Event) -> None:
+    """In a load actor: raise KeyboardInterrupt in its main thread (the load) once the driver
+    has asked the coordinator to stop."""
+    import ray
+
+    while not done.wait(POLL_S):
+        if ray.get(coordinator.stopped.remote()):
+            if not done.is_set():
+                _thread.interrupt_main()
+            return
 
 
 # ------------------------------------------------------------------ the driver
@@ -202,6 +240,7 @@ class RayLoad:
         split_concurrency(plan.concurrency, self.n)  # a bad split fails before any actor starts
         self.tokens_seen, self.started_ray = False, False
         self.actors: list = []
+        self.coordinator, self.runs, self.before = None, [], []
 
     def run(self) -> LoadResult:
         import ray
@@ -211,18 +250,18 @@ class RayLoad:
             self.init_ray()
         try:
             Coordinator, LoadActor = actor_classes()
-            coordinator = Coordinator.remote(self.n)
+            self.coordinator = coordinator = Coordinator.remote(self.n)
             # SPREAD: one actor per node while there are nodes (each its own machine's core)
             self.actors = [LoadActor.options(scheduling_strategy="SPREAD", name=None).remote() for _ in range(self.n)]
             nodes = ray.get([a.node.remote() for a in self.actors])
-            before = [measure_offset(a.clock.remote) for a in self.actors]
-            runs = [a.run.remote(slot, self.n, self.plan, coordinator) for slot, a in enumerate(self.actors)]
+            self.before = before = [measure_offset(a.clock.remote) for a in self.actors]
+            self.runs = runs = [a.run.remote(slot, self.n, self.plan, coordinator) for slot, a in enumerate(self.actors)]
             self.wait_for(coordinator, [coordinator.wait_all.remote()], runs, before)
             if self.on_measured_start is not None:
                 self.on_measured_start()
             ray.get(coordinator.release.remote())
             self.wait_for(coordinator, runs, runs, before)
-            results = ray.get(runs)  # an actor's error raises here, with its traceback
+            results = [result for _, result in ray.get(runs)]  # an actor's error raises here, with its traceback
             after = [measure_offset(a.clock.remote) for a in self.actors]
             clocks = [combined(b, a) for b, a in zip(before, after)]
             merged = merge_results([shifted(r, c.offset_s) for r, c in zip(results, clocks)],
@@ -236,11 +275,35 @@ class RayLoad:
                 self.relay(coordinator, before, final=True)
             return merged
         except KeyboardInterrupt as exc:
+            stopped = self.stop()
             self.end(shutdown=True)
-            raise LoadInterrupted(merge_results([], self.plan.request.api, self.plan.request.model,
-                                                interrupted=True), 0) from exc
+            raise stopped from exc
         finally:
             self.end(shutdown=False)
+
+    def stop(self) -> LoadInterrupted:
+        """Ctrl-C: every actor is told to stop (the coordinator), and what each had finished
+        comes back within STOP_TIMEOUT_S, moved onto the driver's clock by its offset as
+        measured before the load (the one there is); an actor that does not answer is lost."""
+        import ray
+
+        parts, in_flight = [], 0
+        if self.coordinator is None or len(self.runs) != self.n:
+            return LoadInterrupted(merge_results([], self.plan.request.api, self.plan.request.model, interrupted=True), 0)
+        ray.get(self.coordinator.stop.remote())
+        ready, _ = ray.wait(self.runs, num_returns=self.n, timeout=STOP_TIMEOUT_S)
+        for slot, run in enumerate(self.runs):
+            if run not in ready:
+                continue
+            try:
+                kind, payload = ray.get(run)
+            except ray.exceptions.RayError:
+                continue
+            part, cut = payload if kind == "interrupted" else (payload, 0)
+            parts.append(shifted(part, self.before[slot].offset_s))
+            in_flight += cut
+        return LoadInterrupted(merge_results(parts, self.plan.request.api, self.plan.request.model,
+                                             interrupted=True), in_flight)
 
     def init_ray(self) -> None:
         import ray

@@ -5,6 +5,7 @@ The real case runs on a local Ray cluster of two nodes (two raylets on this mach
 
 from __future__ import annotations
 
+import json
 import socket
 from pathlib import Path
 
@@ -101,8 +102,6 @@ def test_client_processes_as_ray_actors_on_two_nodes(two_nodes, sim_url):  # noq
 @pytest.mark.slow
 @pytest.mark.cluster
 def test_a_run_with_ray_actors_records_and_states_their_clock_offsets(tmp_path):
-    import json
-
     from tests.support.runs import specgate
 
     before = set(Path("/tmp").glob("specgate-ray-*"))
@@ -118,3 +117,45 @@ def test_a_run_with_ray_actors_records_and_states_their_clock_offsets(tmp_path):
     summary = (record / "summary.md").read_text()
     assert summary.count("2 client process(es) as Ray actors on 1 node(s)") == 2 and "clock offset" in summary
     assert set(Path("/tmp").glob("specgate-ray-*")) - before == set()  # the run's Ray instance went with it
+
+
+def actors_running(session: int) -> bool:
+    """A load actor of this run's Ray instance is running its load (its process title)."""
+    from harness.sweep.ray_cluster import session_members
+
+    for pid, _ in session_members(session):
+        try:
+            if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"ray::LoadActor.run"):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+@pytest.mark.slow
+@pytest.mark.cluster
+def test_ctrl_c_keeps_what_the_actors_had_finished_and_leaves_no_ray(tmp_path):
+    import signal
+    import subprocess
+    import time
+
+    import pyarrow.parquet as pq
+
+    from tests.support.runs import start_specgate
+    from tests.sweep.test_sweep_launchers import WITH_SIGINT, finished, wait_for
+
+    before = set(Path("/tmp").glob("specgate-ray-*"))
+    process = start_specgate("run", "+exp=sim_smoke", "backend=process", "workload.num_prompts=40",
+                             "workload.max_tokens=300", "workload.concurrency=2", "workload.client_processes=2",
+                             "workload.client_placement=ray", f"record.root={tmp_path}", prefix=WITH_SIGINT,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    wait_for(lambda: actors_running(process.pid), 120, "load actors running")
+    time.sleep(4)  # some requests end
+    process.send_signal(signal.SIGINT)
+    status, output = finished(process, timeout=120)
+    assert status == 2, output[-3000:]
+    assert "LoadInterrupted: load interrupted with" in output and " 0 measured request(s) finished" not in output
+    (record,) = tmp_path.glob("2*_sim_smoke")
+    assert json.loads((record / "results.json").read_text())["status"] == "interrupted"
+    assert pq.read_table(record / "arms" / "baseline" / "requests.parquet").num_rows > 0
+    assert set(Path("/tmp").glob("specgate-ray-*")) - before == set()
