@@ -34,6 +34,7 @@ from harness.load.datasets import DatasetError, load_dataset
 from harness.load.trace import TraceError, replay_of
 from harness.load.sizing import SizingError, local_tokenizer
 from harness.load.requests import REQUEST_FUNCS
+from harness.load.ray_clients import PLACEMENTS, RayAddressError, check_address
 from harness.gates.lossless import MAX_TOP_LOGPROBS
 from harness.config import schema
 from harness.config.numbers import NumberError, check_numbers
@@ -503,6 +504,7 @@ def validate_arm(arm: Arm) -> None:
     for key in ("max_tokens", "concurrency", "client_processes"):
         if workload[key] < 1:
             raise ConfigError(f"workload.{key} must be at least 1, got {workload[key]}")
+    check_client_placement(workload)
     if workload.client_processes > workload.concurrency:
         raise ConfigError(f"workload.client_processes={workload.client_processes} is more than workload.concurrency="
                           f"{workload.concurrency}: each load process needs at least one request in flight")
@@ -708,6 +710,20 @@ def close_match(word: str, choices: list[str]) -> str:
 
 def first_line(text: str) -> str:
     return next((line.strip() for line in text.splitlines() if line.strip()), text)
+
+
+def check_client_placement(workload) -> None:
+    """workload.client_placement: local or ray; a Ray cluster named must answer now."""
+    if workload.client_placement not in PLACEMENTS:
+        raise ConfigError(f"workload.client_placement={workload.client_placement}: one of {', '.join(PLACEMENTS)}")
+    if workload.client_placement != "ray":
+        if workload.ray_address is not None:
+            raise ConfigError(f"workload.ray_address={workload.ray_address}: only with workload.client_placement=ray")
+        return
+    try:
+        check_address(workload.ray_address, "workload.ray_address")
+    except RayAddressError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def launcher_config(launcher_overrides: list[str], conf_dir: Path):

@@ -176,6 +176,10 @@ class WorkloadConfig:
     # load processes, each its own event loop and connections, the measured requests split among
     # them (harness/load/processes.py): one event loop drives about one core at most
     client_processes: int = 1
+    # where those processes run: local (forked here) | ray (Ray actors spread over the nodes of
+    # the cluster at ray_address, or of a local Ray instance when it is null; harness/load/ray_clients.py)
+    client_placement: str = "local"
+    ray_address: Optional[str] = None
     # top logprobs asked for and kept per output token, with the token ids (0: ids only);
     # null: 2 when gate.lossless is configured (its near-tie margin needs two), else neither
     logprobs: Optional[int] = None

@@ -39,6 +39,8 @@ class LoadPlan:
     client_processes: int = 1  # load processes the measured requests are split over
     cancel: CancelPlan | None = None  # the measured requests the client abandons mid-stream (None: none)
     trace_offsets_s: tuple[float, ...] | None = None  # a trace replay: each request's send offset (speed-up applied)
+    client_placement: str = "local"  # local: forked processes here; ray: Ray actors (harness/load/ray_clients.py)
+    ray_address: str | None = None  # the Ray cluster the actors join; None: a local Ray instance
 
     @classmethod
     def of(cls, workload: Any, base_url: str, model: str, *, request_extras: RequestExtras | None = None,
@@ -87,4 +89,6 @@ class LoadPlan:
             client_processes=int(getattr(workload, "client_processes", 1) or 1),
             cancel=CancelPlan.of(workload),
             trace_offsets_s=replay.offsets_s if replay else None,
+            client_placement=str(getattr(workload, "client_placement", "local") or "local"),
+            ray_address=None if getattr(workload, "ray_address", None) is None else str(workload.ray_address),
         )

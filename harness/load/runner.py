@@ -19,7 +19,8 @@ the load's ``client`` block says whether the client kept up.
 
 One ``asyncio.run`` and one ``aiohttp.ClientSession`` per load, or per load process with
 ``workload.client_processes`` > 1 (:mod:`harness.load.processes` splits the load and merges
-the processes' results into the same LoadResult).  Ctrl-C (or SIGTERM,
+the processes' results into the same LoadResult; with ``workload.client_placement=ray`` they
+are Ray actors on a cluster's nodes, :mod:`harness.load.ray_clients`).  Ctrl-C (or SIGTERM,
 which the plugin turns into KeyboardInterrupt): asyncio cancels the load task, the session
 is closed on the way out, and ``LoadInterrupted`` (a KeyboardInterrupt) reaches the caller
 carrying the requests that had finished, so they are not lost with the load.
@@ -55,6 +56,10 @@ def run_load(
     request is sent (e.g. to snapshot the server's counters). A plan whose prompts the
     server sizes has every prompt the load will send sized before the warm-up, so its
     requests are not measured."""
+    if plan.client_placement == "ray":
+        from harness.load.ray_clients import run_ray_load  # Ray is imported only for such a load
+
+        return run_ray_load(plan, progress, on_tokens_flowing, on_measured_start)
     if plan.client_processes > 1:
         result = run_split_load(plan, progress, on_tokens_flowing, on_measured_start)
     else:

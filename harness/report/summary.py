@@ -366,6 +366,8 @@ def client_section(experiment, results: dict[str, ArmResult]) -> list[str]:
                      f"(event loop {cell(cpu.get('loop_thread_share_of_one_core'), '{:.0%}')}; "
                      f"{cell(cpu.get('process_share_of_all_cores'), '{:.0%}')} of {cpu.get('cores', '?')} cores). "
                      f"{client.get('verdict', '')}")
+        if client.get("ray_actors"):
+            lines.append(f"- {arm}: {ray_actors_line(client['ray_actors'])}")
     return ["", "## Client health (is the load generator keeping up?)", ""] + lines if lines else []
 
 
@@ -378,6 +380,15 @@ def trace_section(experiment, results: dict[str, ArmResult]) -> list[str]:
 
 def arm_speedup(experiment, arm: str) -> float | None:
     return experiment.arm(arm).cfg.workload.get("trace_speedup")  # absent in an older record's config
+
+
+def ray_actors_line(actors: list[dict]) -> str:
+    """Where the Ray actors ran and how their clocks were put onto the driver's (workload.client_placement=ray)."""
+    nodes = len({a["node_id"] for a in actors})
+    each = "; ".join(f"actor {a['slot']} on {a['ip']} ({a['node_id'][:8]}): clock offset {a['clock_offset_ms']:+.3f} "
+                     f"± {a['clock_uncertainty_ms']:.3f} ms" for a in actors)
+    return (f"{len(actors)} client process(es) as Ray actors on {nodes} node(s), their times moved onto the "
+            f"driver's clock (offset measured by round trips before and after the load): {each}")
 
 
 def spread_cell(block: dict) -> str:

@@ -12,6 +12,7 @@ it. The sweep record is found from `hydra.sweep.dir`, which specgate sets to its
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 from pathlib import Path
@@ -23,6 +24,7 @@ from omegaconf import DictConfig
 import harness.config.compose  # noqa: F401  (registers the schema the config tree's defaults name)
 from harness.record.atomic import atomic_write
 from harness.record.secrets import Redactor
+from harness.sweep.ray_cluster import CANCEL_GRACE_S as CANCELLED_TASKS_S, RAY_POINT_LOG, RAY_TASK_FAILED
 from harness.sweep.point import EXIT_STATUS_FILE, point_command, point_environment, point_overrides, signal_until_gone
 
 
@@ -62,10 +64,117 @@ def run_here(command: list[str]) -> int:
         raise
 
 
+def run_as_ray_task(command: list[str], log: Path) -> int:
+    """The point's pytest under a Ray task, its output into `log` (a Ray worker's output
+    lands in Ray's session folder, among every other worker's). A cancelled task (`ray.cancel`:
+    the driver's Ctrl-C) raises KeyboardInterrupt here, between two short waits: the pytest
+    gets SIGINT then, once, and the task waits for its teardown and returns its status (2)."""
+    with open(log, "ab") as out:
+        child = subprocess.Popen(command, env=point_environment(), preexec_fn=stopped_with_this_worker,
+                                 stdout=out, stderr=subprocess.STDOUT)
+    # Ray cancels by raising the interrupt Python would raise for SIGINT, which its workers
+    # ignore: handled here while the point runs (a task runs in the worker's main thread)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    told = False
+    try:
+        while True:
+            try:
+                return child.wait(timeout=0.5)  # back in Python often, where Ray's cancellation raises
+            except subprocess.TimeoutExpired:
+                continue
+            except KeyboardInterrupt:
+                if not told:
+                    child.send_signal(signal.SIGINT)
+                    told = True
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def say_ray_node(log: Path) -> None:
+    """The point log's first line: which Ray node ran the point (a cluster has several)."""
+    import socket
+
+    import ray
+
+    node = ray.get_runtime_context().get_node_id()
+    with open(log, "a", encoding="utf-8") as out:
+        out.write(f"specgate: this point runs on Ray node {node} ({socket.gethostname()}, "
+                  f"{ray.util.get_node_ip_address()})\n")
+
+
+def stopped_with_this_worker() -> None:
+    """A Ray worker killed under its task (`ray.kill`, the OOM killer, its node gone) leaves no
+    one to stop the point's pytest: the kernel sends it SIGINT then, and it stops its servers
+    as under Ctrl-C (its record `interrupted`); the point fails with Ray's reason. Its own
+    process group: the raylet SIGKILLs a dead worker's group, which would cut that short. A Ray
+    worker blocks and ignores SIGINT, which a child inherits: restored."""
+    import ctypes
+
+    ignore_time_limit_signal()
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    os.setpgid(0, 0)
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGINT)  # PR_SET_PDEATHSIG (Linux)
+
+
 def ignore_time_limit_signal() -> None:
     """SLURM sends the time-limit signal (SIGUSR2) to every process of the job, and its default
     action ends a process at once: the point's pytest ignores it and is stopped by this job."""
     signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+
+
+def every_ray_task_returns() -> None:
+    """hydra-ray-launcher takes its tasks' results in turn (`ray.get`), and a task whose worker
+    died raises there: the app would end, and the Ray instance and every other point with it.
+    Each such task becomes a failed job instead (Hydra raises the first once all have
+    returned), so the other points run on, as SLURM's jobs do when one is cancelled."""
+    try:
+        from hydra_plugins.hydra_ray_launcher import _core
+    except ImportError:  # the plugin is not installed: no Ray sweep here
+        return
+    import itertools
+    import types
+
+    import ray
+    from hydra.core.utils import JobReturn, JobStatus
+
+    job_numbers = itertools.count()  # the plugin gets its tasks' results in job order, one batch of all
+    submitted = []
+    submit = _core.launch_job_on_ray
+
+    def launch_job_on_ray(*args, **kwargs):
+        submitted.append(submit(*args, **kwargs))
+        return submitted[-1]
+
+    def get(ref):
+        num = next(job_numbers)
+        try:
+            return ray.get(ref)
+        except KeyboardInterrupt:
+            cancel_and_wait(submitted)
+            raise
+        except ray.exceptions.RayError as exc:
+            print(f"{RAY_TASK_FAILED.format(num=num)}{type(exc).__name__}: {str(exc).strip().splitlines()[0]}",
+                  flush=True)
+            return JobReturn(status=JobStatus.FAILED, _return_value=exc)
+
+    _core.ray = types.SimpleNamespace(get=get)  # the one name the plugin's launch() uses of ray
+    _core.launch_job_on_ray = launch_job_on_ray
+
+
+def cancel_and_wait(refs: list) -> None:
+    """The driver's Ctrl-C (specgate's, on a cluster whose processes it cannot signal): every
+    task is cancelled, each stops its point's pytest (run_as_ray_task), and the driver waits
+    for them before it goes (Ray would end a gone driver's tasks without that teardown)."""
+    import ray
+
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        for ref in refs:
+            ray.cancel(ref)
+        ray.wait(refs, num_returns=len(refs), timeout=CANCELLED_TASKS_S)
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @hydra.main(config_path=None, config_name="config", version_base=None)
@@ -75,10 +184,17 @@ def run_one_point(cfg: DictConfig) -> int:
     task = list(job.overrides.task)  # the point's own overrides, secrets included (sweep.json has them redacted)
     point = this_point(sweep_dir, job.job.num, task)
     overrides = point_overrides(task, sweep_dir / "points" / point["label"])
-    status = run_here(point_command(overrides, Path(point["conf_dir"]), point["pytest_options"]))
+    command = point_command(overrides, Path(point["conf_dir"]), point["pytest_options"])
+    if job.launcher._target_.endswith("RayLauncher"):
+        log = Path(job.runtime.output_dir) / RAY_POINT_LOG
+        say_ray_node(log)
+        status = run_as_ray_task(command, log)
+    else:
+        status = run_here(command)
     atomic_write(sweep_dir / "points" / point["label"] / EXIT_STATUS_FILE, f"{status}\n")
     return status
 
 
 if __name__ == "__main__":
+    every_ray_task_returns()
     run_one_point()

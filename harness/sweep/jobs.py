@@ -74,7 +74,24 @@ def failed_result(folder: Path) -> str | None:
     return None
 
 
-class SlurmJobs:
+class SubmititJobs:
+    """What submitit's jobs leave in the sweep record: a folder per job in points/.submitit/."""
+
+    def submitted(self, points: Path) -> bool:
+        """Whether the launcher has submitted (the sweeper wrote multirun.yaml before that)."""
+        return any((points / ".submitit").glob("*/*_submitted.pkl"))
+
+    def folders(self, points: Path) -> dict[int, Path]:
+        return submitted_jobs(points / ".submitit")
+
+    def log(self, folder: Path) -> Path | None:
+        return job_log(folder)
+
+    def failed_result(self, folder: Path) -> str | None:
+        return failed_result(folder)
+
+
+class SlurmJobs(SubmititJobs):
     """The sweep's SLURM jobs, found by the job name specgate gave them."""
 
     def __init__(self, job_name: str):
@@ -111,7 +128,7 @@ class SlurmJobs:
         return f"SLURM job {folder.name} {state}" + (f" ({reason})" if said else "")
 
 
-class LocalJobs:
+class LocalJobs(SubmititJobs):
     """submitit_local's jobs: processes in the submitting app's process group (its job
     controllers outlive the app when it exits early, so the group is what is watched)."""
 

@@ -24,9 +24,9 @@ from harness.record.atomic import atomic_write
 from harness.record.secrets import Redactor
 from harness.servers.log import ServerLog
 from harness.sweep.finish import finish_interrupted, finish_sweep
-from harness.sweep.jobs import failed_result, failure_in_log, job_log, submitted_jobs, wait_until_none
+from harness.sweep.jobs import failure_in_log, wait_until_none
 from harness.sweep.plan import SweepPlan
-from harness.sweep.point import EXIT_STATUS_FILE, point_environment
+from harness.sweep.point import EXIT_STATUS_FILE
 from harness.sweep.record import SweepRecord
 
 POLL_S = 1.0
@@ -43,7 +43,7 @@ def app_command(overrides: list[str], launcher_overrides: list[str], launcher, r
     """The Hydra app with the sweep's own overrides (Hydra expands the same points again) and
     where its jobs go: points/ of the sweep record, each job's Hydra folder in points/.jobs/."""
     ours = [f"hydra.sweep.dir={quoted(record.path / 'points')}", "hydra.sweep.subdir=.jobs/${hydra.job.num}",
-            f"hydra.launcher.name={job_name(record)}", "hydra.output_subdir=null", *launcher.job_overrides()]
+            *launcher.naming(job_name(record)), "hydra.output_subdir=null", *launcher.job_overrides()]
     return [sys.executable, "-m", "harness.sweep.app", "--multirun", f"--config-path={conf_dir}",
             "--config-name=config", *overrides, *ours, *launcher_overrides]  # the user's launcher settings win
 
@@ -62,7 +62,7 @@ def run_launched(sweep: SweepPlan, launcher) -> int:
     record.save()
     redactor = Redactor()
     redactor.learn([*overrides, *launcher_overrides])
-    app = subprocess.Popen(app_command(overrides, launcher_overrides, launcher, record, conf_dir), env=point_environment(),
+    app = subprocess.Popen(app_command(overrides, launcher_overrides, launcher, record, conf_dir), env=launcher.app_environment(),
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                            start_new_session=True)
     # the app's own output (Hydra's, submitit's log lines, which repeat the overrides), redacted
@@ -84,7 +84,7 @@ def follow(record: SweepRecord, entries: list[dict], app: subprocess.Popen, jobs
     while True:
         collect(record, entries)
         alive, left = app.poll() is None, jobs.outstanding()
-        submitted = any((record.path / "points" / ".submitit").glob("*/*_submitted.pkl"))
+        submitted = jobs.submitted(record.path / "points")
         if (submitted or not alive) and not scrubbed:  # the sweeper wrote it before submitting
             scrubbed = scrub_multirun_yaml(record.path / "points" / "multirun.yaml", redactor)
         if not alive and not left:
@@ -131,10 +131,10 @@ def collect(record: SweepRecord, entries: list[dict]) -> None:
 def explain_the_rest(record: SweepRecord, entries: list[dict], jobs, app_status: int | None,
                      otherwise: str = "its job ended without the point's exit status") -> None:
     """Every point without an exit status failed: why, from the engine and the job's log."""
-    folders = submitted_jobs(record.path / "points" / ".submitit")
+    folders = jobs.folders(record.path / "points")
     for num, entry in enumerate(entries):
         folder = folders.get(num)
-        log = job_log(folder) if folder else None
+        log = jobs.log(folder) if folder else None
         if entry["exit_status"] is not None:  # the point ended; say so too if its job was cancelled
             entry["job_log"] = str(log.relative_to(record.path)) if log else None
             if failure_in_log(log):
@@ -146,7 +146,7 @@ def explain_the_rest(record: SweepRecord, entries: list[dict], jobs, app_status:
                       f"(the launcher exited {app_status}; see launcher.log)")
         else:
             # what the task raised, as submitit kept it, before anything read off the log
-            words = [jobs.state(folder), failed_result(folder) or failure_in_log(log)]
+            words = [jobs.state(folder), jobs.failed_result(folder) or failure_in_log(log)]
             reason = "; ".join(w for w in words if w) or otherwise
         record.point_failed(entry, reason, str(log.relative_to(record.path)) if log else None)
         print(f"specgate sweep: point {entry['label']} failed: {reason}", file=sys.stderr, flush=True)

@@ -1,0 +1,29 @@
+"""A local Ray cluster of two nodes (two raylets on this machine, one CPU each, so that two
+one-CPU tasks or actors land one per node), small object stores, no dashboard."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator
+
+
+@contextmanager
+def two_node_cluster() -> Iterator[str]:
+    """The cluster's address (its GCS, HOST:PORT) while it runs."""
+    import shutil
+    import tempfile
+
+    import ray
+    from ray.cluster_utils import Cluster
+
+    node = {"num_cpus": 1, "object_store_memory": 80_000_000}
+    files = tempfile.mkdtemp(prefix="specgate-raytest-")  # not /tmp/ray, every instance's
+    cluster = Cluster(initialize_head=True, head_node_args={**node, "include_dashboard": False, "temp_dir": files})
+    try:
+        cluster.add_node(**node)
+        cluster.wait_for_nodes()
+        yield cluster.address
+    finally:
+        ray.shutdown()  # a driver this process started on it (a load's)
+        cluster.shutdown()
+        shutil.rmtree(files, ignore_errors=True)
