@@ -79,7 +79,7 @@ def run_as_ray_task(command: list[str], log: Path) -> int:
     try:
         while True:
             try:
-                return child.wait(timeout=0.5)  # back in Python often, where Ray's cancellation raises
+                return interrupted_as_2(child.wait(timeout=0.5))  # back in Python often, where Ray's cancellation raises
             except subprocess.TimeoutExpired:
                 continue
             except KeyboardInterrupt:
@@ -88,6 +88,13 @@ def run_as_ray_task(command: list[str], log: Path) -> int:
                     told = True
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def interrupted_as_2(status: int) -> int:
+    """A pytest that ends on an interrupt it did not catch (a SIGINT during its own teardown)
+    exits by SIGINT, as Python does for an uncaught KeyboardInterrupt (status -2): that is an
+    interrupted point, which pytest and specgate say with 2."""
+    return 2 if status == -signal.SIGINT else status
 
 
 def say_ray_node(log: Path) -> None:
