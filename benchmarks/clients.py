@@ -294,7 +294,8 @@ def table(rows: list[Row]) -> str:
 
 
 def targets(rows: list[Row]) -> list[str]:
-    """Where each of issue 13's targets stands, from this run's rows."""
+    """Where each target stands, from this run's rows: issue 13's (TTFT inflation, ITL and tok/s
+    accuracy) and issue 24's (the client's own CPU per token ≤ 0.7× the best peer's at every c)."""
     by = {(r.client, r.concurrency): r.errors() for r in rows}
     peers = sorted(r.client for r in rows if not r.client.startswith("specgate"))
     peers = sorted(set(peers))
@@ -344,7 +345,7 @@ def write(rows: list[Row], out_dir: Path, quick: bool, notes: dict) -> Path:
           f"Simulator: `{' '.join(SIM_FLAGS)}`; closed loop, /v1/completions, {INPUT_LEN}-token prompts, "
           f"{OUTPUT_LEN} output tokens (ignore EOS), no warm-up. Machine: {notes.get('machine', '')}", "",
           "Errors are the client's own figure minus the server's (GET /sim/emissions). "
-          "Client CPU: its process group over the measured window.", "", table(rows), "", "Targets (issue 13):", "",
+          "Client CPU: its process group over the measured window.", "", table(rows), "", "Targets (issues 13 and 24):", "",
           *targets(rows), ""]
     (out_dir / f"{stem}.md").write_text("\n".join(md))
     return out_dir / f"{stem}.md"
@@ -398,8 +399,11 @@ def main(argv: list[str] | None = None) -> int:
                 row = measure(RUNS[name], sim, c, num_prompts(c, args.quick), Path(tmp))
                 rows.append(row)
                 print(table([row]).splitlines()[-1], flush=True)
+    from harness.load.loop import uvloop  # what specgate's worker runs its load on (None: the stdlib loop)
+
     notes = {"machine": f"{os.cpu_count()} CPUs, load average {load_before[0]:.2f} before the run, "
-                        f"{os.getloadavg()[0]:.2f} after"}
+                        f"{os.getloadavg()[0]:.2f} after; specgate's event loop: "
+                        + (f"uvloop {uvloop.__version__}" if uvloop is not None else "asyncio's own")}
     path = write(rows, Path(args.out), args.quick, notes)
     print(path.read_text())
     return 0

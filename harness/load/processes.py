@@ -30,7 +30,6 @@ sends back the requests that had finished and exits; the parent merges them into
 
 from __future__ import annotations
 
-import asyncio
 import multiprocessing as mp
 import os
 import queue
@@ -42,7 +41,7 @@ from typing import Any, Callable
 
 from harness.load.arrivals import ArrivalProcess, ClosedLoop, DealtArrivals, OpenLoop, arrival_process
 from harness.load.client_health import merge_process_blocks
-from harness.load.loop import EventLoopLoad, LoadInterrupted, RequestBudget
+from harness.load.loop import EventLoopLoad, LoadInterrupted, RequestBudget, run_loop
 from harness.load.plan import LoadPlan
 from harness.load.progress import ProgressSnapshot
 from harness.load.records import LoadResult, RequestRecord, measured_window
@@ -126,7 +125,7 @@ def _process_main(slot: int, of: int, plan: LoadPlan, counter: Any, messages: An
 
         load = EventLoopLoad(share, lambda snap: messages.put(("progress", slot, snap)),
                              lambda t: messages.put(("tokens", slot, t)), at_barrier, budget, arrivals)
-        messages.put(("result", slot, asyncio.run(load.run())))
+        messages.put(("result", slot, run_loop(load.run())))
     except KeyboardInterrupt:
         partial = load.interrupted() if load is not None else None
         messages.put(("interrupted", slot, (partial.partial, partial.in_flight) if partial else None))

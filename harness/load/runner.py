@@ -17,8 +17,8 @@ While the measured requests run, the client watches itself
 clocks are read at both ends, and each request keeps the time it was scheduled for, so
 the load's ``client`` block says whether the client kept up.
 
-One ``asyncio.run`` and one ``aiohttp.ClientSession`` per load, or per load process with
-``workload.client_processes`` > 1 (:mod:`harness.load.processes` splits the load and merges
+One event loop (:func:`~harness.load.loop.run_loop`, uvloop's) and one ``aiohttp.ClientSession``
+per load, or per load process with ``workload.client_processes`` > 1 (:mod:`harness.load.processes` splits the load and merges
 the processes' results into the same LoadResult; with ``workload.client_placement=ray`` they
 are Ray actors on a cluster's nodes, :mod:`harness.load.ray_clients`).  Ctrl-C (or SIGTERM,
 which the plugin turns into KeyboardInterrupt): asyncio cancels the load task, the session
@@ -28,10 +28,9 @@ carrying the requests that had finished, so they are not lost with the load.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Callable
 
-from harness.load.loop import EventLoopLoad, LoadInterrupted
+from harness.load.loop import EventLoopLoad, LoadInterrupted, run_loop
 from harness.load.plan import LoadPlan
 from harness.load.processes import run_split_load
 from harness.load.progress import ProgressSnapshot
@@ -65,7 +64,7 @@ def run_load(
     else:
         load = EventLoopLoad(plan, progress, on_tokens_flowing, on_measured_start)
         try:
-            result = asyncio.run(load.run())
+            result = run_loop(load.run())
         except KeyboardInterrupt as exc:
             raise load.interrupted() from exc
     result.cancel = plan.cancel.describe() if plan.cancel is not None else None

@@ -29,4 +29,4 @@ def test_the_clients_benchmark_checks_specgate_against_the_simulators_truth(tmp_
         assert abs(err["itl_p50_ms"]) < 0.5 and abs(err["tok_s_pct"]) < 2.0
         assert err["cpu_s_per_mtok"] > 0
     md = (tmp_path / "clients_quick.md").read_text()
-    assert "| specgate | 4 | 8 |" in md and "Targets (issue 13):" in md
+    assert "| specgate | 4 | 8 |" in md and "Targets (issues 13 and 24):" in md
