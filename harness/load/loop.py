@@ -6,9 +6,12 @@ load process (harness/load/processes.py), each with its share of the budget and 
 from __future__ import annotations
 
 import asyncio
+import signal
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Coroutine, TypeVar
+from typing import Any, Callable, Coroutine, Iterator, TypeVar
 
 try:  # the load's event loop in C: fewer CPU seconds per streamed token (docs/measurement.md)
     import uvloop
@@ -31,9 +34,39 @@ T = TypeVar("T")
 def run_loop(main: Coroutine[Any, Any, T]) -> T:
     """Run a load's coroutine on a fresh event loop, as ``asyncio.run`` does (Ctrl-C cancels
     it): uvloop's where it is installed, since the client's own CPU per streamed chunk is
-    mostly the loop's (a wake-up, a socket read, a task step), else the stdlib's."""
+    mostly the loop's (a wake-up, a socket read, a task step), else the stdlib's. Signal
+    handlers run between the loop's callbacks (:func:`signals_between_callbacks`)."""
     with asyncio.Runner(loop_factory=uvloop.new_event_loop if uvloop is not None else None) as runner:
-        return runner.run(main)
+        with signals_between_callbacks(runner.get_loop()):
+            return runner.run(main)
+
+
+@contextmanager
+def signals_between_callbacks(loop: asyncio.AbstractEventLoop) -> Iterator[None]:
+    """While the load runs, every Python signal handler (the plugin's SIGTERM, which raises
+    KeyboardInterrupt) is called by the loop between two callbacks, not in whatever bytecode
+    the signal lands on. Landing inside a transport's callback, uvloop takes the
+    KeyboardInterrupt for the transport's own fatal error: it closes that connection, logs,
+    and goes on, so the interrupt is lost and a request fails for nothing (seen in 1 of 6
+    interrupted loads). Raised from a loop callback, it stops the loop at once, as asyncio's
+    does. SIGINT's default handler is left to ``asyncio.Runner``, which cancels the load."""
+    moved: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in signal.valid_signals():
+            handler = signal.getsignal(sig)
+            if callable(handler) and handler is not signal.default_int_handler:
+                try:
+                    loop.add_signal_handler(sig, handler, sig, None)
+                except (ValueError, RuntimeError, OSError):  # a signal the loop cannot watch keeps its way
+                    continue
+                moved[sig] = handler
+    try:
+        yield
+    finally:
+        for sig, handler in moved.items():
+            if not loop.is_closed():
+                loop.remove_signal_handler(sig)
+            signal.signal(sig, handler)
 
 
 class LoadInterrupted(KeyboardInterrupt):

@@ -35,7 +35,9 @@ async def _serve(server: SimServer) -> None:
     access = logging.getLogger("uvicorn.access")
     runner = web.AppRunner(app, access_log=access, access_log_class=UvicornStyleAccessLogger, shutdown_timeout=0.5)
     await runner.setup()
-    site = web.TCPSite(runner, server.ns.host, server.ns.port, reuse_address=True)
+    # uvicorn's accept backlog (SGLang's and vLLM's servers): aiohttp's 128 drops the SYNs of
+    # a few hundred clients connecting at once, which then wait a second to retry
+    site = web.TCPSite(runner, server.ns.host, server.ns.port, reuse_address=True, backlog=2048)
     await site.start()
     logger.info(f"Uvicorn running on http://{server.ns.host}:{server.ns.port} (Press CTRL+C to quit)")
     ready_task = asyncio.create_task(server.announce_when_ready())

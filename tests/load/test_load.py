@@ -272,6 +272,37 @@ def test_an_interrupted_load_hands_over_the_requests_that_finished(fake):
     assert partial.end_time == max(r.end_time for r in partial.measured)
 
 
+def test_a_signal_during_a_load_is_handled_between_the_loops_callbacks(fake):
+    """A Python signal handler (the plugin's SIGTERM) is called by the event loop, not inside
+    whatever callback the signal lands on: uvloop takes a KeyboardInterrupt raised in a
+    transport's callback for that connection's fatal error, so the interrupt was lost and a
+    request failed for nothing. The handler gets no frame when the loop calls it; it is the
+    process's handler again once the load is over."""
+    import signal
+
+    frames: list[object] = []  # of the calls made while the load's loop ran
+
+    def count(signum, frame):
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return  # before or after the load
+        frames.append(frame)
+
+    previous = signal.signal(signal.SIGALRM, count)
+    signal.setitimer(signal.ITIMER_REAL, 0.05, 0.05)
+    try:
+        res = run_load(LoadPlan.of(wl(num_prompts=40, concurrency=4, warmup_requests=1), fake.url, "m"))
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        assert signal.getsignal(signal.SIGALRM) is count
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert all(r.ok for r in res.records) and len(res.measured) == 40
+    assert frames, "the load ended before the timer fired"
+    assert all(f is None for f in frames), frames
+
+
 def test_tokens_flowing_is_signalled_once_at_the_first_measured_token(fake):
     seen: list[float] = []
     res = run_load(LoadPlan.of(wl(num_prompts=4, warmup_requests=1), fake.url, "m"), on_tokens_flowing=seen.append)

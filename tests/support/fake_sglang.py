@@ -77,7 +77,7 @@ class FakeSGLang:
         app.router.add_post("/generate", self.h_stream)
         self.runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=0.2)
         await self.runner.setup()
-        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        site = web.TCPSite(self.runner, "127.0.0.1", 0, backlog=2048)  # 300 clients connect at once
         await site.start()
         return site._server.sockets[0].getsockname()[1]
 
