@@ -41,7 +41,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from harness.load.loop import EventLoopLoad, LoadInterrupted, RequestBudget
+from harness.load.loop import EventLoopLoad, LoadInterrupted, RequestBudget, run_loop
 from harness.load.plan import LoadPlan
 from harness.load.processes import DealtBudget, merge_results, process_plan, split_concurrency
 from harness.load.progress import ProgressSnapshot
@@ -207,7 +207,7 @@ def actor_classes():
             done = threading.Event()
             threading.Thread(target=interrupt_when_stopped, args=(coordinator, done), daemon=True).start()
             try:
-                return "result", asyncio.run(load.run())
+                return "result", run_loop(load.run())
             except KeyboardInterrupt:
                 partial = load.interrupted()
                 return "interrupted", (partial.partial, partial.in_flight)
