@@ -96,7 +96,8 @@ def test_flush_empties_the_cache(sim: Sim):
 
 
 def test_flush_is_refused_while_requests_run(sim: Sim):
-    r = sim.post("/v1/completions", {"prompt": "busy", "max_tokens": 300, "ignore_eos": True, "stream": True},
+    # a minute of decoding at 2 ms a token: still running when the flush comes, however busy the box
+    r = sim.post("/v1/completions", {"prompt": "busy", "max_tokens": 30_000, "ignore_eos": True, "stream": True},
                  stream=True)
     next(iter(r.iter_lines()))
     refused = sim.post("/flush_cache", {})
