@@ -22,6 +22,7 @@ from pathlib import Path
 
 from harness.config.compose import ConfigError
 from harness.load import ray_clients
+from harness.sweep.jobs import live_processes, stat_fields
 
 # what the Hydra app (harness/sweep/app.py, which imports Hydra) writes: kept here as text
 RAY_POINT_LOG = "point.log"  # the point's pytest output, in its job's folder points/.jobs/<n>/
@@ -149,22 +150,7 @@ class RayJobs:
 
 def session_members(session: int) -> list[tuple[int, int]]:
     """(pid, process group) of the live processes (not zombies) of `session`."""
-    members = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[0] != "Z" and int(fields[3]) == session:
-            members.append((int(stat.parent.name), int(fields[2])))
-    return members
-
-
-def stat_fields(pid: int) -> list[str] | None:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
+    return [(pid, int(fields[2])) for pid, fields in live_processes() if int(fields[3]) == session]
 
 
 def gone(pid: int) -> bool:

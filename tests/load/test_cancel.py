@@ -173,11 +173,8 @@ def test_serves_after_cancel_passes_fails_and_skips_in_one_sentence():
 
 @pytest.fixture(scope="module")
 def sim() -> Iterator[Sim]:
-    s = Sim(FAST)
-    try:
+    with Sim(FAST) as s:
         yield s
-    finally:
-        s.kill()
 
 
 def running(sim: Sim) -> float:

@@ -33,20 +33,14 @@ NON_JSON_BODY = (
 
 @pytest.fixture(scope="module")
 def sim() -> Iterator[Sim]:
-    s = Sim(FAST)
-    try:
+    with Sim(FAST) as s:
         yield s
-    finally:
-        s.kill()
 
 
 @pytest.fixture(scope="module")
 def spec_sim() -> Iterator[Sim]:
-    s = Sim(FAST + SPEC + ["--tp-size", "2"])
-    try:
+    with Sim(FAST + SPEC + ["--tp-size", "2"]) as s:
         yield s
-    finally:
-        s.kill()
 
 
 def _sse(resp: requests.Response) -> list[str]:

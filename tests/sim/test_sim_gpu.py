@@ -61,11 +61,8 @@ class Stream:
 
 @pytest.fixture(scope="module")
 def sim() -> Iterator[Sim]:
-    s = Sim(FAST + ["--tp-size", "2"])
-    try:
+    with Sim(FAST + ["--tp-size", "2"]) as s:
         yield s
-    finally:
-        s.kill()
 
 
 def _wait_idle(sim: Sim) -> None:

@@ -62,11 +62,8 @@ def _ttft_s(s: Sim, prompt: str) -> float:
 
 @pytest.fixture(scope="module")
 def sim() -> Iterator[Sim]:
-    s = Sim(FAST + SLOW_PREFILL)
-    try:
+    with Sim(FAST + SLOW_PREFILL) as s:
         yield s
-    finally:
-        s.kill()
 
 
 def test_a_shared_prefix_hits_skips_its_prefill_and_is_counted(sim: Sim):

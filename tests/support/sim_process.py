@@ -93,5 +93,11 @@ class Sim:
         self.proc.wait(5)
         self.log.close()
 
+    def __enter__(self) -> "Sim":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.kill()
+
     def post(self, path: str, body: dict, **kw) -> requests.Response:
         return requests.post(self.url + path, json=body, timeout=30, **kw)
