@@ -206,7 +206,7 @@ def compose_config(overrides: list[str], conf_dir: Path = DEFAULT_CONF_DIR) -> t
             OmegaConf.set_struct(cfg, True)
     except (HydraException, OmegaConfBaseException, ValueError) as exc:
         raise ConfigError(explain(exc, conf_dir)) from None
-    except AssertionError as exc:  # OmegaConf asserts when a key is set inside a null block
+    except (AssertionError, AttributeError) as exc:  # OmegaConf's, when a key is set inside a null block
         raise ConfigError(inside_null_block(overrides) or f"cannot apply the overrides: {exc}") from None
     finally:
         GlobalHydra.instance().clear()
@@ -222,12 +222,15 @@ def split_new_entries(overrides: list[str]) -> tuple[list[str], list[dict]]:
     """`+gate.min_speedup.eagle4.ratio=1.3` or `+gate.min_speedup.eagle4={over: baseline}`
     adds an entry to a mapping whose values are a schema type (arm -> {over, ratio}). Hydra
     adds it as an empty mapping first, which the type refuses; OmegaConf's merge takes it
-    whole. So such overrides become nested data merged after composing, and the rest stays
-    Hydra's: (Hydra's overrides, the entries to merge)."""
+    whole. A block the schema leaves null by default (`workload.shared_prefix`) is the same:
+    Hydra cannot set a key inside it, nor the block whole (OmegaConf fails inside), where a
+    merge fills it as a YAML file does. So such overrides become nested data merged after
+    composing, and the rest stays Hydra's: (Hydra's overrides, the entries to merge)."""
     kept, entries = [], []
     for override in overrides:
         path = override_key(override).split(".")
-        if not override.startswith("+") or "=" not in override or typed_entry_at(path) is None:
+        merged = in_optional_block(path) or (override.startswith("+") and typed_entry_at(path) is not None)
+        if override.startswith("~") or "=" not in override or not merged:
             kept.append(override)
             continue
         try:
@@ -239,6 +242,24 @@ def split_new_entries(overrides: list[str]) -> tuple[list[str], list[dict]]:
             value = {key: value}
         entries.append(value)
     return kept, entries
+
+
+def in_optional_block(path: list[str], node: type = SpecgateConfig) -> bool:
+    """Whether `path` is a block the schema types Optional[a dataclass] (null by default), or
+    a key inside one; an engine's options block (`server.vllm`) is not: a key set inside it
+    on another engine's server is refused (:func:`inside_null_block`)."""
+    if len(path) > 1 and path[0] == "server" and path[1] in ENGINE_OPTIONS:
+        return False
+    for part in path:
+        kind = typing.get_type_hints(node).get(part) if dataclasses.is_dataclass(node) else None
+        if kind is None:
+            return False
+        args = [a for a in typing.get_args(kind) if a is not type(None)]
+        optional = typing.get_origin(kind) is typing.Union and len(args) == 1
+        if optional and dataclasses.is_dataclass(args[0]):
+            return True
+        node = kind
+    return False
 
 
 def typed_entry_at(path: list[str], node: type = SpecgateConfig) -> int | None:

@@ -90,6 +90,8 @@ def _load(path: Path, mtime_ns: int, size: int) -> tuple[TraceRequest, ...]:
         text = path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as exc:
         raise TraceError(f"workload.trace {path}: not UTF-8 text (byte {exc.start})") from None
+    if not text.strip():
+        raise TraceError(f"workload.trace {path} is empty")
     requests = _mooncake(path, text) if text.lstrip().startswith("{") else _burstgpt(path, text)
     if not requests:
         raise TraceError(f"workload.trace {path} has no requests")

@@ -263,6 +263,9 @@ def test_a_csv_with_the_wrong_columns_is_one_sentence(tmp_path):
     failed = tmp_path / "fails.csv"
     failed.write_text(HEADER + "0,ChatGPT,10,5,15,API log\n1,ChatGPT,10,0,10,API log\n")
     assert ", line 3: 'Response tokens' is 0, a failed request" in refused(tmp_path, f"workload.trace={failed}")
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n  \n")
+    assert refused(tmp_path, f"workload.trace={empty}") == f"workload.trace {empty} is empty"
 
 
 @pytest.mark.parametrize("override, expected", [
