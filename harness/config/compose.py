@@ -547,16 +547,24 @@ def validate_arm(arm: Arm) -> None:
     check_record_root(cfg.record.root)
     if workload.burstiness is not None and workload.burstiness <= 0:
         raise ConfigError(f"workload.burstiness must be > 0 (the gamma shape; 1 is Poisson), got {workload.burstiness}")
-    check_cancel(workload.cancel)
+    own_lengths = workload.dataset is not None or workload.trace is not None  # per row, per request
+    check_cancel(workload.cancel, None if own_lengths else workload.max_tokens)
 
 
-def check_cancel(cancel: typing.Any) -> None:
-    """workload.cancel cuts each chosen request at one point: after so many tokens or so many ms."""
+def check_cancel(cancel: typing.Any, max_tokens: int | None = None) -> None:
+    """workload.cancel cuts each chosen request at one point: after so many tokens or so many ms;
+    ``max_tokens``: what every request asks for (None when a dataset or trace says per request)."""
     both_or_neither = (cancel.after_tokens is None) == (cancel.after_ms is None)
     if both_or_neither and (cancel.fraction or cancel.after_tokens is not None):
         given = "both" if cancel.after_tokens is not None else "neither"
         raise ConfigError(f"workload.cancel needs exactly one of after_tokens and after_ms (where the client closes "
                           f"a cancelled request's stream), got {given}")
+    if cancel.fraction and max_tokens is not None and cancel.after_tokens is not None \
+            and cancel.after_tokens >= max_tokens:
+        # a request ends with its max_tokens-th token, before its cut: nothing would be cancelled
+        # (a dataset's or a trace's own output lengths may be longer: not judged here)
+        raise ConfigError(f"workload.cancel.after_tokens={cancel.after_tokens} is not below workload.max_tokens="
+                          f"{max_tokens}: every request would end before its cut, and none be cancelled")
 
 
 def check_shared_prefix(workload: DictConfig) -> None:
