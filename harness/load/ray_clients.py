@@ -38,6 +38,7 @@ import socket
 import tempfile
 import threading
 import time
+import urllib.parse
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -57,6 +58,39 @@ OBJECT_STORE_BYTES = 100_000_000  # a load's own Ray instance: plans and results
 
 class RayAddressError(ValueError):
     """A Ray cluster address that is malformed or does not answer (one sentence)."""
+
+
+class ClientsCannotReach(Exception):
+    """A load actor's node cannot open a connection to the server (one sentence): a server
+    URL on the loopback (a local container's published port) is this machine's only."""
+
+
+REACH_TIMEOUT_S = 5.0
+
+
+def reach_error(base_url: str) -> str | None:
+    """Why a connection to the server at ``base_url`` cannot be opened from here, or None."""
+    parts = urllib.parse.urlsplit(base_url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        socket.create_connection((parts.hostname, port), timeout=REACH_TIMEOUT_S).close()
+    except OSError as exc:
+        return exc.strerror or str(exc) or type(exc).__name__
+    return None
+
+
+def unreachable_sentence(base_url: str, nodes: list[dict], errors: list[str | None]) -> str | None:
+    """One sentence naming each actor whose node cannot reach the server, or None."""
+    cut = [f"actor {slot} on {node.get('ip') or node.get('host')} ({error})"
+           for slot, (node, error) in enumerate(zip(nodes, errors)) if error]
+    if not cut:
+        return None
+    host = urllib.parse.urlsplit(base_url).hostname or ""
+    hint = (f"; {host} is a loopback address, each node's own: serve on an address the nodes reach "
+            f"(backend=attach backend.url=http://HOST:PORT)" if host in ("localhost", "::1") or host.startswith("127.")
+            else "")
+    return (f"workload.client_placement=ray: the server at {base_url} cannot be reached from "
+            f"{', '.join(cut)}{hint}")
 
 
 def check_address(address: Any, key: str) -> None:
@@ -191,6 +225,9 @@ def actor_classes():
             return {"node_id": context.get_node_id(), "host": socket.gethostname(),
                     "ip": ray.util.get_node_ip_address()}
 
+        def reach(self, base_url: str) -> str | None:
+            return reach_error(base_url)
+
         def run(self, slot: int, of: int, plan: LoadPlan, coordinator) -> tuple[str, Any]:
             """("result", LoadResult), or ("interrupted", (the requests that ended, in flight))
             once the driver's Ctrl-C reached the coordinator."""
@@ -254,6 +291,10 @@ class RayLoad:
             # SPREAD: one actor per node while there are nodes (each its own machine's core)
             self.actors = [LoadActor.options(scheduling_strategy="SPREAD", name=None).remote() for _ in range(self.n)]
             nodes = ray.get([a.node.remote() for a in self.actors])
+            said = unreachable_sentence(self.plan.base_url, nodes,
+                                        ray.get([a.reach.remote(self.plan.base_url) for a in self.actors]))
+            if said is not None:
+                raise ClientsCannotReach(said)
             self.before = before = [measure_offset(a.clock.remote) for a in self.actors]
             self.runs = runs = [a.run.remote(slot, self.n, self.plan, coordinator) for slot, a in enumerate(self.actors)]
             self.wait_for(coordinator, [coordinator.wait_all.remote()], runs, before)

@@ -20,6 +20,7 @@ from harness.servers.images import ImageError
 from harness.load import LoadInterrupted, LoadPlan, LoadResult, run_load
 from harness.gates.lossless import top_logprobs_to_ask
 from harness.load.sizing import PromptTokenizer, SizingError, local_tokenizer
+from harness.load.ray_clients import ClientsCannotReach
 from harness.measure.metrics import ArmResult, apply_server_window, combine_repeats, summarize
 from harness.measure.timeslices import timeslices_block
 from harness.run.outcome import ArmOutcome
@@ -155,6 +156,8 @@ class ArmSession:
             self.keep_interrupted_load(repeat, interrupted, **flags)
             raise  # still a KeyboardInterrupt: pytest ends the run as interrupted
         except SizingError as exc:  # the server's /tokenize failed: no prompt of the asked length
+            self.fail("server_failed", f"arm '{self.arm.name}': {exc}")
+        except ClientsCannotReach as exc:  # Ray actors on nodes the server's URL does not reach
             self.fail("server_failed", f"arm '{self.arm.name}': {exc}")
         finally:
             if sampler is not None:

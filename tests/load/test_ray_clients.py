@@ -63,6 +63,20 @@ def test_a_bad_placement_or_a_ray_address_that_does_not_answer_is_one_sentence(t
     assert list(tmp_path.iterdir()) == []
 
 
+def test_an_actor_that_cannot_reach_the_server_is_named_in_one_sentence():
+    from harness.load.ray_clients import reach_error, unreachable_sentence
+
+    closed = f"http://127.0.0.1:{free_port()}"
+    assert "refused" in reach_error(closed).lower()
+    nodes = [{"ip": "10.0.0.1"}, {"ip": "10.0.0.2"}]
+    said = unreachable_sentence(closed, nodes, [None, "Connection refused"])
+    assert said == (f"workload.client_placement=ray: the server at {closed} cannot be reached from actor 1 on "
+                    f"10.0.0.2 (Connection refused); 127.0.0.1 is a loopback address, each node's own: serve on an "
+                    f"address the nodes reach (backend=attach backend.url=http://HOST:PORT)")
+    assert unreachable_sentence("http://gpu-box:30000", nodes, [None, None]) is None
+    assert "loopback" not in unreachable_sentence("http://gpu-box:30000", nodes, ["timed out", None])
+
+
 def test_the_summary_states_each_actors_node_and_clock_offset():
     line = ray_actors_line([{"slot": 0, "node_id": "aaaaaaaa11", "ip": "10.0.0.1", "clock_offset_ms": 0.02,
                              "clock_uncertainty_ms": 0.4},
@@ -97,6 +111,18 @@ def test_client_processes_as_ray_actors_on_two_nodes(two_nodes, sim_url):  # noq
     assert result.client["processes"] == 2 and result.client["send_gap_ms"]["n"] == 16
     lines = [r.to_json() for r in result.records]
     assert all(line["send_ms"] >= 0 for line in lines)  # one t0 for the merged records
+
+
+@pytest.mark.cluster
+def test_actors_that_cannot_reach_the_server_stop_the_load_before_it_starts(two_nodes):
+    from harness.load.ray_clients import ClientsCannotReach
+
+    closed = f"http://127.0.0.1:{free_port()}"
+    plan = LoadPlan.of(workload(client_processes=2, client_placement="ray", ray_address=two_nodes), closed, "procs")
+    with pytest.raises(ClientsCannotReach) as caught:
+        run_load(plan)
+    assert str(caught.value).startswith(f"workload.client_placement=ray: the server at {closed} cannot be reached "
+                                        f"from actor 0 on ") and "actor 1 on " in str(caught.value)
 
 
 @pytest.mark.slow
