@@ -130,9 +130,12 @@ def test_ctrl_c_stops_every_point_and_the_ray_instance(tmp_path):
     assert status == 2, output[-4000:]
     _, data = sweep_record(runs)
     assert (data["status"], data["exit_status"]) == ("interrupted", 2)
-    assert all(p["exit_status"] != 0 for p in data["points"])
+    first, running = data["points"]  # concurrency 1, 2: the second ran when Ctrl-C came
+    assert running["exit_status"] != 0
+    # the first may have ended before it (its 20 short requests, on a busy box where the second started late)
+    assert first["exit_status"] != 0 or first["status"] == "finished", first
     for point in data["points"]:
-        if point["record"]:
+        if point["record"] and point["status"] != "finished":
             assert json.loads((sweep_dir / point["record"] / "results.json").read_text())["status"] == "interrupted"
     from harness.sweep.ray_cluster import session_members
 
