@@ -155,9 +155,9 @@ class ArmSession:
         except LoadInterrupted as interrupted:
             self.keep_interrupted_load(repeat, interrupted, **flags)
             raise  # still a KeyboardInterrupt: pytest ends the run as interrupted
-        except SizingError as exc:  # the server's /tokenize failed: no prompt of the asked length
-            self.fail("server_failed", f"arm '{self.arm.name}': {exc}")
-        except ClientsCannotReach as exc:  # Ray actors on nodes the server's URL does not reach
+        # the server's /tokenize failed (no prompt of the asked length), or Ray actors run on
+        # nodes the server's URL does not reach
+        except (SizingError, ClientsCannotReach) as exc:
             self.fail("server_failed", f"arm '{self.arm.name}': {exc}")
         finally:
             if sampler is not None:
