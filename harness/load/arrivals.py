@@ -97,9 +97,7 @@ class OpenLoop(ArrivalProcess):
                     t_next += self.gap(rng, k)
                     k += 1
                     continue
-                delay = t_next - time.perf_counter()
-                if delay > 0:
-                    await asyncio.sleep(delay)
+                await sleep_until(t_next)
                 capped = slots.locked()
                 await slots.acquire()
                 i = claim()
@@ -121,6 +119,15 @@ class OpenLoop(ArrivalProcess):
                 t.cancel()
             if pending:
                 await asyncio.gather(*pending, return_exceptions=True)
+
+
+async def sleep_until(deadline: float) -> None:
+    """Sleep until ``time.perf_counter()`` reaches ``deadline``. An event loop's timer may
+    fire up to its clock's resolution early (uvloop's libuv timers count whole milliseconds),
+    and a request sent before its time is a load that was not asked for (a negative send
+    gap, a trace replayed ahead of itself): what is left is slept again."""
+    while (delay := deadline - time.perf_counter()) > 0:
+        await asyncio.sleep(delay)
 
 
 @dataclass(frozen=True)
