@@ -6,6 +6,7 @@ load process (harness/load/processes.py), each with its share of the budget and 
 from __future__ import annotations
 
 import asyncio
+import gc
 import signal
 import threading
 import time
@@ -35,10 +36,27 @@ def run_loop(main: Coroutine[Any, Any, T]) -> T:
     """Run a load's coroutine on a fresh event loop, as ``asyncio.run`` does (Ctrl-C cancels
     it): uvloop's where it is installed, since the client's own CPU per streamed chunk is
     mostly the loop's (a wake-up, a socket read, a task step), else the stdlib's. Signal
-    handlers run between the loop's callbacks (:func:`signals_between_callbacks`)."""
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop if uvloop is not None else None) as runner:
+    handlers run between the loop's callbacks (:func:`signals_between_callbacks`), and the
+    cyclic collector leaves the heap the load started with alone (:func:`old_heap_frozen`)."""
+    with old_heap_frozen(), asyncio.Runner(loop_factory=uvloop.new_event_loop if uvloop is not None else None) as runner:
         with signals_between_callbacks(runner.get_loop()):
             return runner.run(main)
+
+
+@contextmanager
+def old_heap_frozen() -> Iterator[None]:
+    """While the load runs, the objects that existed before it (pytest's, Hydra's, the
+    record's: hundreds of thousands in a suite's process) are out of the cyclic collector's
+    reach (``gc.freeze``), and back in it after. A full collection walks every tracked
+    object with the interpreter lock held: in a suite's process one took 40-140 ms, and one
+    that fell inside a short load stalled the client's loop by ~90 ms, enough to make the
+    first arm client-bound in each of three runs of ``specgate calibrate``. The load's own
+    objects are still collected."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 @contextmanager
