@@ -8,7 +8,6 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -16,17 +15,12 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from harness.engines import engine_of
-from harness.servers.base import Server
+from harness.servers.base import Server, ServerError
 from harness.servers.log import ServerLog
+from harness.servers.ports import describe_pid, free_port, listener_pids, port_taken
 from harness.servers.processes import ServerProcess, local_group
 
 PR_SET_PDEATHSIG = 1
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
 
 
 def die_with_parent() -> None:
@@ -54,6 +48,7 @@ class ProcessServer(Server):
         return {**os.environ, **engine_of(self.cfg).environment(self.cfg)}
 
     def start(self) -> None:
+        self.refuse_a_taken_port()
         log = ServerLog(self.log_path, self.scrub)  # the output goes through the redaction policy
         try:
             self.proc = subprocess.Popen(
@@ -65,6 +60,31 @@ class ProcessServer(Server):
             raise self.failure(f"arm '{self.name}': cannot start the server ({exc})") from None
         self.log_thread = log.follow(iter(lambda: self.proc.stdout.read1(65536), b""), f"logs-{self.name}")
         self.wait_ready(engine_of(self.cfg).readiness().with_startup_timeout(self.cfg.backend.startup_timeout_s))
+        self.check_it_is_ours_that_answers()
+
+    def refuse_a_taken_port(self) -> None:
+        """A port another process listens on would answer the readiness check for it
+        (harness/servers/ports.py): one sentence before anything starts."""
+        host = self.cfg.server.host
+        if port_taken(host, self.port):
+            holders = listener_pids(self.port)
+            whose = f" by {', '.join(describe_pid(p) for p in sorted(holders))}" if holders else ""
+            raise ServerError(f"arm '{self.name}': port {self.port} on {host} is already in use{whose}: that server "
+                              f"would be measured instead of this arm's; stop it, or set server.port to a free "
+                              f"port (unset, a free one is chosen)")
+
+    def check_it_is_ours_that_answers(self) -> None:
+        """Once ready, the port's listener must be a process of this server's group; another
+        one took the port between the check and the bind (a chosen free port is taken by
+        the next process that asks the kernel for one). Unknowable without /proc: passed."""
+        holders = listener_pids(self.port)
+        ours = {p.pid for p in local_group(self.proc.pid)}
+        if holders is None or holders & ours:
+            return
+        others = ", ".join(describe_pid(p) for p in sorted(holders))
+        raise self.failure(f"arm '{self.name}': another process ({others}) answers on port {self.port}, not this "
+                           f"arm's server (which {self.exit_description()}): its figures would be that server's; "
+                           f"{'run again' if not self.cfg.server.port else 'choose another server.port'}")
 
     def describe(self) -> dict:
         return {"base_url": self.base_url, "command": self.command(),

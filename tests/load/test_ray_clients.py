@@ -6,7 +6,6 @@ The real case runs on a local Ray cluster of two nodes (two raylets on this mach
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 
 import pytest
@@ -15,14 +14,9 @@ from harness import cli
 from harness.load import LoadPlan, LoadResult, RequestRecord, run_load
 from harness.load.ray_clients import ClockOffset, actor_share, combined, shifted
 from harness.report.summary import ray_actors_line
+from harness.servers.ports import free_port
 from tests.support.ray_cluster import two_node_cluster
 from tests.load.test_client_processes import sim_url, workload  # noqa: F401  (the simulator fixture)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_an_actors_times_move_onto_the_drivers_clock_by_its_offset():

@@ -14,7 +14,6 @@ The prompt picks a misbehaviour: "http400", "malformed", "garbage", "drop", "slo
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 
 import pytest
@@ -36,6 +35,7 @@ from harness.load.requests import (
     request_func,
 )
 from harness.engines import ENGINES
+from harness.servers.ports import free_port
 from tests.support.fake_sglang import FakeSGLang, ThreadLoop
 
 SGLANG = ENGINES["sglang"]
@@ -47,12 +47,6 @@ def fake():
     srv = FakeSGLang()
     yield srv
     srv.close()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def sglang_request(api: str, max_tokens: int = 10, model: str = "fake-model", temperature: float = 0.0,
@@ -199,7 +193,7 @@ def test_stream_abort_is_an_error(fake, api):
 
 
 def test_stream_connection_refused():
-    url = f"http://127.0.0.1:{_free_port()}"
+    url = f"http://127.0.0.1:{free_port()}"
     rec = stream_one(url, "chat", "x")
     assert not rec.ok
     assert rec.status is None
@@ -307,7 +301,7 @@ def test_control_plane_errors(fake):
     with pytest.raises(ServerBadResponse) as ei:
         c._json("GET", "/bad_json")
     assert "not JSON" in str(ei.value)
-    dead = ServerClient(f"http://127.0.0.1:{_free_port()}", timeout_s=2)
+    dead = ServerClient(f"http://127.0.0.1:{free_port()}", timeout_s=2)
     with pytest.raises(ServerUnreachable) as ei:
         dead.get_json("/get_model_info")
     assert "Cannot connect to" in str(ei.value)
@@ -336,7 +330,7 @@ def test_wait_healthy_polls_until_ready():
 
 
 def test_wait_healthy_stops_when_process_died():
-    c = ServerClient(f"http://127.0.0.1:{_free_port()}")
+    c = ServerClient(f"http://127.0.0.1:{free_port()}")
     t = time.monotonic()
     with pytest.raises(ServerUnhealthy) as ei:
         c.wait_healthy(30, is_alive=lambda: False)

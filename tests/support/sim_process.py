@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import requests
 
+from harness.servers.ports import free_port, listener_pids
 from tests.support import ROOT as REPO
 
 FAST = ["--sim-decode-step-ms", "2", "--sim-prefill-base-ms", "1", "--sim-startup-s", "0.2"]
@@ -23,12 +23,6 @@ SPEC = [
     "--speculative-num-steps", "2", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "3",
     "--sim-draft-step-ms", "0.2", "--sim-verify-base-ms", "1.0", "--sim-verify-per-token-ms", "0.1",
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def children(pid: int) -> list[int]:
@@ -47,6 +41,13 @@ def children(pid: int) -> list[int]:
     return out
 
 
+def session_of(pid: int) -> int | None:
+    try:
+        return os.getsid(pid)
+    except OSError:  # gone
+        return None
+
+
 def alive(pid: int) -> bool:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -57,15 +58,31 @@ def alive(pid: int) -> bool:
 
 class Sim:
     def __init__(self, args: list[str], env: dict | None = None, wait: bool = True):
+        self.args, self.env = args, env
+        self.launch()
+        if wait:
+            self.wait_healthy()
+            for _ in range(3):  # the free port was taken by another test's server before this one bound it
+                if self.owns_its_port():
+                    break
+                self.kill()
+                self.launch()
+                self.wait_healthy()
+            assert self.owns_its_port(), f"port {self.port} answers for another process"
+
+    def launch(self) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = tempfile.TemporaryFile("w+")  # server output, shown when start-up fails
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "harness.sim", "--model-path", "sim-model", "--port", str(self.port), *args],
-            cwd=REPO, stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+            [sys.executable, "-m", "harness.sim", "--model-path", "sim-model", "--port", str(self.port), *self.args],
+            cwd=REPO, stdout=self.log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True,
         )
-        if wait:
-            self.wait_healthy()
+
+    def owns_its_port(self) -> bool:
+        """Whether the listener on its port is this simulator (or a process of its session)."""
+        holders = listener_pids(self.port)
+        return holders is None or any(session_of(p) == self.proc.pid for p in holders)
 
     def wait_healthy(self, timeout: float = 20.0) -> None:
         deadline = time.monotonic() + timeout

@@ -8,24 +8,18 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from harness import cli
+from harness.servers.ports import free_port
 from tests.support.ray_cluster import two_node_cluster
 from tests.sweep.test_sweep_launchers import (SIM, assert_point_passed, finished, leftover, sweep, sweep_record,
                                               wait_for)
 
 LONG = "workload.num_prompts=20"  # with SIM's 16 tokens each: the load outlasts the test's look-up
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_a_ray_address_that_does_not_answer_is_one_sentence_before_anything_starts(tmp_path, capsys):
