@@ -729,7 +729,21 @@ def unknown_key(full_key: str, text: str) -> str:
         hint = close_match(leaf, valid)
         where = f"'{parent_path}'" if parent_path else "the top level"
         return f"{full_key}: no such key in {where}; valid keys: {', '.join(valid)}{hint}"
+    valid = schema_keys(list(filter(None, parent_path.split("."))))
+    if valid:  # inside a block the schema leaves null (workload.shared_prefix): its dataclass's keys
+        return f"{full_key}: no such key in '{parent_path}'; valid keys: {', '.join(valid)}{close_match(leaf, valid)}"
     return f"{full_key}: no such key ({first_line(text)})"
+
+
+def schema_keys(path: list[str], node: type = SpecgateConfig) -> list[str] | None:
+    """The keys of the schema dataclass at `path` (Optional blocks unwrapped), or None."""
+    for part in path:
+        kind = typing.get_type_hints(node).get(part) if dataclasses.is_dataclass(node) else None
+        if kind is None:
+            return None
+        args = [a for a in typing.get_args(kind) if a is not type(None)]
+        node = args[0] if typing.get_origin(kind) is typing.Union and len(args) == 1 else kind
+    return sorted(f.name for f in dataclasses.fields(node)) if dataclasses.is_dataclass(node) else None
 
 
 def close_match(word: str, choices: list[str]) -> str:

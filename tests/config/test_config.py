@@ -246,7 +246,9 @@ def test_a_block_null_by_default_can_be_set_from_the_command_line_key_by_key_or_
 
 
 @pytest.mark.parametrize("override, fragment", [
-    ("workload.shared_prefix.grops=3", "workload.shared_prefix.grops: no such key"),
+    ("workload.shared_prefix.grops=3", "workload.shared_prefix.grops: no such key in 'workload.shared_prefix'; valid "
+                                       "keys: groups, ordered, prefix_len, prompts_per_group, suffix_len (did you mean 'groups'?)"),
+    ("workload.cancel.fractoin=0.1", "did you mean 'fraction'?"),
     ("workload.shared_prefix=5", "workload.shared_prefix must be a mapping of groups, prompts_per_group"),
     ("workload.shared_prefix.groups=0", "workload.shared_prefix.groups must be a finite number >= 1, got 0"),
 ])
