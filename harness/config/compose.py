@@ -14,6 +14,7 @@ import difflib
 import re
 import typing
 from dataclasses import dataclass, field
+from typing import Any
 from pathlib import Path
 
 from hydra import compose as hydra_compose
@@ -244,6 +245,17 @@ def split_new_entries(overrides: list[str]) -> tuple[list[str], list[dict]]:
     return kept, entries
 
 
+def optional_of(kind: Any) -> Any:
+    """X for a schema type Optional[X], else None."""
+    args = [a for a in typing.get_args(kind) if a is not type(None)]
+    return args[0] if typing.get_origin(kind) is typing.Union and len(args) == 1 else None
+
+
+def unwrapped(kind: Any) -> Any:
+    """A schema type without its Optional: X for Optional[X], the type itself otherwise."""
+    return optional_of(kind) or kind
+
+
 def in_optional_block(path: list[str], node: type = SpecgateConfig) -> bool:
     """Whether `path` is a block the schema types Optional[a dataclass] (null by default), or
     a key inside one; an engine's options block (`server.vllm`) is not: a key set inside it
@@ -254,9 +266,7 @@ def in_optional_block(path: list[str], node: type = SpecgateConfig) -> bool:
         kind = typing.get_type_hints(node).get(part) if dataclasses.is_dataclass(node) else None
         if kind is None:
             return False
-        args = [a for a in typing.get_args(kind) if a is not type(None)]
-        optional = typing.get_origin(kind) is typing.Union and len(args) == 1
-        if optional and dataclasses.is_dataclass(args[0]):
+        if dataclasses.is_dataclass(optional_of(kind)):
             return True
         node = kind
     return False
@@ -268,9 +278,7 @@ def typed_entry_at(path: list[str], node: type = SpecgateConfig) -> int | None:
         kind = typing.get_type_hints(node).get(part)
         if kind is None:
             return None
-        args = [a for a in typing.get_args(kind) if a is not type(None)]
-        if typing.get_origin(kind) is typing.Union and len(args) == 1:
-            kind = args[0]
+        kind = unwrapped(kind)
         if dataclasses.is_dataclass(kind):
             node = kind
             continue
@@ -358,9 +366,7 @@ def schema_knows(path: list[str], node: type = SpecgateConfig, entries: bool = T
         if part not in hints:
             return False
         kind = hints[part]
-        args = [a for a in typing.get_args(kind) if a is not type(None)]
-        if typing.get_origin(kind) is typing.Union and len(args) == 1:  # Optional[X]
-            kind = args[0]
+        kind = unwrapped(kind)
         if dataclasses.is_dataclass(kind):
             node = kind
             continue
@@ -741,8 +747,7 @@ def schema_keys(path: list[str], node: type = SpecgateConfig) -> list[str] | Non
         kind = typing.get_type_hints(node).get(part) if dataclasses.is_dataclass(node) else None
         if kind is None:
             return None
-        args = [a for a in typing.get_args(kind) if a is not type(None)]
-        node = args[0] if typing.get_origin(kind) is typing.Union and len(args) == 1 else kind
+        node = unwrapped(kind)
     return sorted(f.name for f in dataclasses.fields(node)) if dataclasses.is_dataclass(node) else None
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import dataclasses
+import gc
 import io
 import os
 import random
@@ -420,8 +421,6 @@ def test_no_arrival_is_sent_before_its_time_on_the_loop_a_load_runs_on():
 def test_a_load_runs_with_the_heap_it_started_with_out_of_the_collectors_reach():
     # a full collection over a suite's heap stalled the client's loop ~90 ms inside a short
     # load (the first arm client-bound in each of three calibrate runs); frozen, it is not walked
-    import gc
-
     old_heap = [{"n": i} for i in range(50_000)]
     seen = {}
 

@@ -9,7 +9,6 @@ import socket
 import pytest
 
 from harness.config.compose import compose
-from harness.servers import ports
 from harness.servers.base import ServerError
 from harness.servers.ports import describe_pid, free_port, listener_pids, port_taken
 from harness.servers.process import ProcessServer
@@ -59,4 +58,4 @@ def test_a_server_that_answers_on_the_port_for_another_is_refused_once_ready(tmp
         assert first.startswith(f"arm 'baseline': another process (pid {other.proc.pid} (") and \
             f"answers on port {other.port}, not this arm's server" in first, first
         assert not server.is_alive()
-        assert ports.listener_pids(other.port) == {other.proc.pid}  # the other server is left alone
+        assert listener_pids(other.port) == {other.proc.pid}  # the other server is left alone
