@@ -8,7 +8,7 @@ from harness.gates.change import evidence, judge
 from harness.gates.lossless import compare as compare_outputs, summary as describe_outputs
 from harness.measure.metrics import acceptance_per_position
 from harness.measure.steady import rate_evidence as steady_rates
-from harness.measure.registry import STEADY, break_even_accept_length, cycle_and_step, speedup, throughputs
+from harness.measure.registry import STEADY, break_even_accept_length, cycle_and_step, speedup, speedup_missing, throughputs
 from harness.gates.verdict import inconclusive_passes, Verdict, skipped, not_configured, fmt, at_least, at_most, guard_noise
 from harness.gates.client_bound import guard_client_bound
 from harness.gates.reference import gpu_trouble
@@ -125,7 +125,8 @@ def min_speedup(ctx: GateContext) -> list[Verdict]:
         return [skipped(name, arm, f"arm '{spec.over}' was not measured in this run, so there is nothing to compare with")]
     ratio = speedup(result, plain)
     if ratio is None:
-        return [Verdict(name, arm, False, None, spec.ratio, f"{arm}: speedup over {spec.over} not measurable (output tok/s {fmt(result.output_tok_s)} vs {fmt(plain.output_tok_s)})")]
+        return [Verdict(name, arm, False, None, spec.ratio, f"{arm}: speedup over {spec.over} not measurable "
+                                                            f"({speedup_missing(arm, result, spec.over, plain)})")]
     words = "faster than" if ratio > 1 else "slower than" if ratio < 1 else "as fast as"
     mine, theirs, on = throughputs(result, plain)
     where = "each arm's steady window" if on == STEADY else "each arm's whole load"

@@ -69,9 +69,26 @@ def throughputs(arm: Any, plain: Any) -> tuple[Optional[float], Optional[float],
 def speedup(arm: Any, plain: Any) -> Optional[float]:
     """Output tok/s of ``arm`` over the plain arm's, on the steady basis where both arms have
     one (:func:`basis`), else over the whole load; None when either is missing."""
-    if basis(arm, plain) == STEADY:
-        return steady_figure(arm, "output_tok_s") / steady_figure(plain, "output_tok_s")
-    return whole_speedup(arm, plain)
+    mine, theirs, _ = throughputs(arm, plain)
+    return mine / theirs if mine is not None and theirs else None  # a zero or missing rate: no speedup
+
+
+def rate_missing(result: Any) -> str:
+    """Why an arm (an ArmResult) has no output rate to divide by, in words."""
+    if not result.requests_ok:
+        cancelled = (result.cancel or {}).get("cancelled", 0)
+        return (f"no measured request completed ({result.requests_failed} failed, {cancelled} cancelled by the "
+                f"client), so it has no output tok/s")
+    return "its measured requests span no time, so it has no output tok/s"
+
+
+def speedup_missing(arm_name: str, arm: Any, plain_name: str, plain: Any) -> Optional[str]:
+    """Why :func:`speedup` is None, naming the arm(s) without a rate; None when it has a value."""
+    mine, theirs, _ = throughputs(arm, plain)
+    if mine is not None and theirs:
+        return None
+    return "; ".join(f"{name}: {rate_missing(result)}" for name, result, rate
+                     in ((arm_name, arm, mine), (plain_name, plain, theirs)) if not rate)
 
 
 def break_even_accept_length(verify_cycle_ms: float, plain_step_ms: float) -> float:

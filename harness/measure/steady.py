@@ -216,6 +216,11 @@ def steady_figures(lines: list[dict], concurrency: int, request_rate: Optional[f
     ok = [line for line in lines if line.get("ok") and line.get("completion_tokens") is not None]
     spans = measured_spans(ok, window, concurrency)
     seconds = sum(b - a for a, b in spans) / 1000.0
+    # no completed request (all cancelled or failed), or no time to divide by: a throughput
+    # of 0 would be divided by (a speedup against this arm), so the figures are missing, said why
+    if not ok or seconds <= 0:
+        block["inconclusive"] = no_rate_reason(lines, ok)
+        return block
     tokens = sum(tokens_over(line, spans) for line in ok)
     ms, decoded, cycles = (sum(parts) for parts in zip(*[decode_in(line, spans) for line in ok])) if ok else (0.0, 0.0, 0.0)
     block.update(output_tok_s=_r(tokens / seconds, 3), completion_tokens=_r(tokens, 1),
@@ -223,6 +228,15 @@ def steady_figures(lines: list[dict], concurrency: int, request_rate: Optional[f
                  decode_step_ms=_r(ms / decoded) if decoded else None,
                  verify_cycle_ms=_r(ms / cycles) if cycles else None)
     return block
+
+
+def no_rate_reason(lines: list[dict], ok: list[dict]) -> str:
+    """Why a steady window holds no rate: no measured request completed in it, or none had a span."""
+    if ok:
+        return "the completed requests span no time inside the steady window, so it has no rate"
+    cancelled = sum(1 for line in lines if line.get("cancelled"))
+    return (f"no measured request completed ({len(lines) - cancelled} failed, {cancelled} cancelled by the "
+            f"client), so the steady window has no output rate")
 
 
 def combine(blocks: list[dict[str, Any]]) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from harness.config.compose import Arm, Experiment
 from harness.gates.verdict import Verdict
 from harness.gates.registry import configured_gates
 from harness.measure.samples import COLUMNS as SAMPLE_COLUMNS
-from harness.measure.registry import basis, cross_arm
+from harness.measure.registry import basis, cross_arm, speedup_missing
 from harness.measure.metrics import ArmResult, category_speedups
 from harness.run.outcome import ArmOutcome
 from harness.record.recorder import Recorder
@@ -181,6 +181,9 @@ class Runner:
                       if outcome.result is not None else {})
             if versus:  # what speedup and break-even rest on: both arms' steady windows, or their whole loads
                 versus[f"basis_vs_{plain}"] = basis(outcome.result, self.results[plain])
+                missing = speedup_missing(arm.name, outcome.result, plain, self.results[plain])
+                if missing:  # a zero or missing rate divides nothing: the speedup is missing, said why
+                    versus[f"speedup_missing_vs_{plain}"] = missing
             arms[arm.name] = outcome.to_json(versus) if arm.name in self.outcomes else {"status": "not_run"}
             energy_ratio = joules_per_token_ratio(outcome.gpu, self.gpu.get(plain)) if arm.name != plain else None
             if energy_ratio is not None:  # a cross-arm figure, keyed as speedup_vs_<plain> is

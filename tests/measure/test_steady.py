@@ -156,3 +156,41 @@ def test_the_minimum_share_is_a_fraction_checked_before_anything_starts():
     with pytest.raises(ConfigError, match=r"record.steady_min_fraction must be a finite number > 0 and <= 1 "
                                           r"\(e.g. 0.25: a quarter of the load\), got 1.5"):
         compose(["+exp=sim_smoke", "record.steady_min_fraction=1.5"])
+
+
+def test_a_load_whose_every_request_was_cancelled_has_no_rate_and_says_why():
+    """workload.cancel={fraction: 1.0, ...}: no request completed, so no throughput exists to
+    divide by; the speedup is missing with its reason, never a ZeroDivisionError."""
+    from omegaconf import OmegaConf
+
+    from harness.config.schema import GateConfig
+    from harness.gates import registry as gates
+    from harness.gates.speculative import min_speedup
+    from harness.load import LoadResult, RequestRecord
+    from harness.measure.metrics import summarize
+    from harness.measure.registry import cross_arm, speedup, speedup_missing
+
+    def cancelled(index: int) -> RequestRecord:
+        return RequestRecord(index=index, warmup=False, send_time=0.01 * index, end_time=0.5, status=200,
+                             chunk_times=[0.1], chunk_tokens=[1], cancel_after_tokens=1, cancelled=True)
+
+    lines = [dict(cancelled(i).to_json(0.0), cancelled=True) for i in range(4)]
+    block = steady_figures(lines, 2, None, 0.25)
+    assert block["output_tok_s"] is None
+    assert block["inconclusive"] == ("no measured request completed (0 failed, 4 cancelled by the client), so the "
+                                     "steady window has no output rate")
+    results = {arm: summarize(arm, LoadResult([cancelled(i) for i in range(4)], 0.0, 0.5, "chat", "m",
+                                              concurrency=2, cancel={"fraction": 1.0, "after_tokens": 1}))
+               for arm in ("baseline", "eagle3")}
+    assert cross_arm(results["eagle3"], results["baseline"])["speedup"] is None
+    assert speedup_missing("eagle3", results["eagle3"], "baseline", results["baseline"]) == (
+        "eagle3: no measured request completed (0 failed, 4 cancelled by the client), so it has no output tok/s; "
+        "baseline: no measured request completed (0 failed, 4 cancelled by the client), so it has no output tok/s")
+    # a record written before kept a steady rate of 0: still no division by it
+    zero = {"steady": {"output_tok_s": 0.0}, "output_tok_s": 0.0}
+    assert speedup({"steady": {"output_tok_s": 50.0}, "output_tok_s": 50.0}, zero) is None
+    gate = OmegaConf.merge(OmegaConf.structured(GateConfig), {"min_speedup": {"eagle3": {"over": "baseline", "ratio": 1.1}}})
+    ctx = gates.GateContext(arm="eagle3", gate=gate, result=results["eagle3"], gpu=None, plain_arm="baseline",
+                            results=results, reference=None, reference_label="", telemetry_source="off")
+    [verdict] = min_speedup(ctx)
+    assert verdict.passed is False and "no measured request completed" in verdict.detail
