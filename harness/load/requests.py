@@ -17,7 +17,10 @@ Token counting per chunk (what the record's ``chunk_tokens`` mean):
   the cumulative difference.  Exact.  If a server ignores that option (no per-chunk
   usage), each chunk with text counts as 1 token and, once the final ``include_usage``
   chunk arrives, the last chunk absorbs the remainder so that
-  ``sum(chunk_tokens) == completion_tokens``.  Either way ``completion_tokens`` is the
+  ``sum(chunk_tokens) == completion_tokens``.  A usage first seen on the chunk that ends
+  the answer (its ``finish_reason``; no chunk before carried one) is that final usage, the
+  whole answer's count, not the last chunk's (llama.cpp's server before its PR 15444,
+  llama-cpp-python).  Either way ``completion_tokens`` is the
   server's own count from the usage chunk; a stream without one is an error (counting
   chunks would under-count speculative decoding by the accept length).
 
@@ -453,6 +456,11 @@ async def _read_openai(content: aiohttp.StreamReader, rec: RequestRecord, chat: 
             if answer is not None and said:
                 answer.append(said)
             nbytes = tally.add_text(text) if text else 0
+            fr = ch.get("finish_reason")
+            if usage and fr and not by_usage:
+                # a usage first seen on the chunk that ends the answer is the whole answer's (llama.cpp's
+                # server before its PR 15444, llama-cpp-python), not this chunk's count
+                final_usage, usage = usage, None
             if usage and _count(usage, "completion_tokens", "usage") is not None:
                 n = usage["completion_tokens"] - last_ct
                 if n > 0:
@@ -464,7 +472,6 @@ async def _read_openai(content: aiohttp.StreamReader, rec: RequestRecord, chat: 
             elif text:
                 times.append(t)
                 toks.append(1)
-            fr = ch.get("finish_reason")
             if fr:
                 rec.finish_reason = fr
             elif cut is not None:  # a chunk that ends the answer is not cut: the user has it whole

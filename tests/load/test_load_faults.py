@@ -70,6 +70,22 @@ def test_an_honest_server_passes_every_check(fake_openai, api, chunk_sizes, cont
         assert rec.chunk_tokens[:4] == list(chunk_sizes * 4)[:4]
 
 
+@pytest.mark.parametrize("api", ["chat", "completions"])
+@pytest.mark.parametrize("max_tokens", [16, 8, 1])
+def test_total_usage_on_the_finish_chunk_is_the_total_not_one_chunks_count(fake_openai, api, max_tokens):
+    """llama.cpp's server before its PR 15444 and llama-cpp-python: content chunks without usage,
+    then the finish chunk carrying the whole answer's usage. Read as a per-chunk count, it
+    failed every request at 16 tokens ("per-chunk usage claims 16 tokens for token chunk 17")
+    and at 8 made each request's chunks add up to 16 tokens for 8."""
+    fake = fake_openai("usage_on_finish")
+    for count_tokens in (None, count_output_tokens):
+        rec = stream_one(fake.url, api, max_tokens=max_tokens, count_tokens=count_tokens)
+        assert rec.ok, rec.error
+        assert rec.completion_tokens == max_tokens == sum(rec.chunk_tokens)
+        assert rec.chunk_tokens == [1] * max_tokens  # one word a chunk, as streamed
+        assert rec.finish_reason == "length"
+
+
 @pytest.fixture(scope="module")
 def spec_sim():
     sim = Sim(FAST + SPEC)

@@ -64,6 +64,8 @@ MODES = {
     "string_delta": "chat: every chunk's delta is a string, not an object",
     "redirect": "answers every generation POST with a 301 to the same path under /moved",
     "ignores_max_tokens": "streams honestly, but 4x the max_tokens asked",
+    "usage_on_finish": "no per-chunk usage; the total rides on the finish chunk, no usage chunk after it "
+                       "(llama.cpp's server before its PR 15444, llama-cpp-python)",
     "slow_health": "GET /health takes `health_delay_s`",
     "dies_mid_load": "serves `die_after` requests honestly, then exits mid-stream (as a process only)",
 }
@@ -366,7 +368,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.end_stream()
             return
         options = body.get("stream_options") or {}
-        continuous = fake.continuous_usage and bool(options.get("continuous_usage_stats"))
+        continuous = (fake.continuous_usage and bool(options.get("continuous_usage_stats"))
+                      and self.mode != "usage_on_finish")
         prompt_tokens = self.fake.prompt_tokens(_prompt_text(body)) + self.fake.prompt_offset
         max_tokens = int(body.get("max_tokens") or DEFAULT_MAX_TOKENS) * (4 if self.mode == "ignores_max_tokens" else 1)
         head = {"id": "chatcmpl-fake" if chat else "cmpl-fake", "created": int(time.time()), "model": fake.model,
@@ -389,10 +392,15 @@ class _Handler(BaseHTTPRequestHandler):
             event = {**head, "choices": [choice]}
             if continuous:
                 event["usage"] = self.usage(prompt_tokens, fake.claimed(streamed, self.mode) if fake.lie_in_chunks else streamed)
+            elif last and not chat and self.mode == "usage_on_finish":
+                event["usage"] = self.usage(prompt_tokens, streamed)
             self.send_event(event)
         if chat:
-            self.send_event({**head, "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]})
-        if options.get("include_usage"):
+            finish = {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]}
+            if self.mode == "usage_on_finish":
+                finish["usage"] = self.usage(prompt_tokens, streamed)
+            self.send_event(finish)
+        if options.get("include_usage") and self.mode != "usage_on_finish":
             self.send_event({**head, "choices": [], "usage": self.usage(prompt_tokens, fake.claimed(streamed, self.mode))})
         self.end_stream()
 
