@@ -8,6 +8,7 @@ from harness.gates.change import evidence, judge
 from harness.gates.lossless import compare as compare_outputs, summary as describe_outputs
 from harness.measure.metrics import acceptance_per_position
 from harness.measure.steady import rate_evidence as steady_rates
+from harness.measure.server_metrics import missing_note
 from harness.measure.registry import STEADY, break_even_accept_length, cycle_and_step, speedup, speedup_missing, throughputs
 from harness.gates.verdict import inconclusive_passes, Verdict, skipped, not_configured, fmt, at_least, at_most, guard_noise
 from harness.gates.client_bound import guard_client_bound
@@ -295,8 +296,9 @@ def source_verdict(ctx: GateContext, repeat: int, lines: list[dict], window: dic
         return skipped(name, arm, f"{arm}{where}: one source only, {window.get('accept_length_definition')} "
                                   f"= {theirs:.4f}; the requests carry no verify counts and no decode chunks to compare it with")
     if theirs is None:
-        return skipped(name, arm, f"{arm}{where}: one source only, {definition} = {mine:.4f}; the "
-                                  f"server's /metrics gave no generation-token and verify-call counters over the window")
+        why = missing_note(window) or ("the server's /metrics gave no generation-token and verify-call counters "
+                                       "over the window")
+        return skipped(name, arm, f"{arm}{where}: one source only, {definition} = {mine:.4f}; {why}")
     both = f"{definition} = {mine:.4f}; {window.get('accept_length_definition')} = {theirs:.4f}"
     failed = [r for r in lines if not r.get("ok")]
     if failed:  # the server counted what it finished of them, the client none of them

@@ -30,9 +30,12 @@ words (``accept_length_definition``).
 the share of the window's prompt tokens the cache already held.
 
 Every counter the window reads must only grow between the two snapshots. One that went
-backwards was reset inside the window (the server restarted behind an attached URL, or an
-engine zeroed it); a difference across a reset is garbage, so :func:`window` raises
-:class:`CounterReset` instead of computing one. The run empties the prefix cache before the
+backwards was reset inside the window (the server restarted behind an attached URL, a
+worker behind a router was replaced, or an engine zeroed it); a difference across a reset is
+garbage, so :func:`window` computes no figure over such a window: it says which counters went
+backwards and why its figures are missing (``counter_reset_note``). That is the server's
+account failing, not the load: the client's figures over the same requests never read a
+counter, so they stand and the arm is measured. The run empties the prefix cache before the
 first snapshot, never inside the window (harness/run/arm.py).
 """
 
@@ -48,10 +51,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from harness.engines.base import Engine, PrometheusNames
 
 PER_POSITION = "num_accepted_tokens_per_pos"
-
-
-class CounterReset(ValueError):
-    """A counter the window reads went backwards between its two snapshots (one sentence)."""
 
 
 @dataclass
@@ -146,15 +145,27 @@ def cache_stats(names: PrometheusNames, counters: Window) -> dict[str, Any]:
     return block
 
 
+def reset_window(backwards: list[str]) -> dict[str, Any]:
+    """A window across which counters went backwards: no figure, the counters, and why."""
+    return {"counters_went_backwards": backwards,
+            "counter_reset_note": (f"the server's counters went backwards inside the measured window "
+                                   f"({'; '.join(backwards[:6])}): the server restarted, or a worker behind its "
+                                   f"address was replaced, between the two /metrics snapshots, so the server's "
+                                   f"figures over this load are missing; the client's figures stand")}
+
+
+def missing_note(block: dict[str, Any]) -> str | None:
+    """Why a window's figures are missing (a counter reset) or some are (a NaN sample); None: whole."""
+    return block.get("counter_reset_note") or block.get("non_finite_note")
+
+
 def window(engine: Engine, before: Snapshot, after: Snapshot) -> dict[str, Any]:
-    """This run's server-side numbers (None where the server doesn't report them);
-    CounterReset when a counter it reads went backwards inside the window."""
+    """This run's server-side numbers (None where the server doesn't report them); none at
+    all, with the reason, when a counter it reads went backwards inside the window."""
     names = engine.prometheus
     backwards = went_backwards(names, before, after)
-    if backwards:
-        raise CounterReset(f"the server's counters went backwards inside the measured window ({'; '.join(backwards[:6])}): "
-                           f"it restarted or reset them between the two /metrics snapshots, so no figure over the "
-                           f"window can be computed")
+    if backwards:  # a difference across a reset is garbage
+        return reset_window(backwards)
     itl = names.itl_histogram
     block: dict[str, Any] = {
         "ttft_mean_ms": histogram_mean_ms(before, after, names.ttft_histogram),

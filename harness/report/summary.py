@@ -115,6 +115,7 @@ def format_summary(experiment, results: dict[str, ArmResult], arm_status: dict[s
         unreset = cache_not_reset(arm, arm_status.get(arm, {}).get("prefix_cache_resets") or [])
         if unreset:
             lines.append(f"\n{unreset}")
+        lines += [f"\n{note}" for note in counter_resets(arm, arm_status.get(arm, {}).get("server_metrics") or [])]
         error = arm_status.get(arm, {}).get("error")
         if error:
             lines.append(f"\n{arm}: {error.splitlines()[0]}")
@@ -302,6 +303,14 @@ def cache_not_reset(arm: str, resets: list[dict]) -> str | None:
         return None
     return (f"{arm}: the prefix cache was not reset before {len(missed)} of {len(resets)} load(s): "
             f"{missed[0].get('reason') or 'no reason given'}")
+
+
+def counter_resets(arm: str, windows: list) -> list[str]:
+    """A sentence per load whose server counters went backwards (its server figures are
+    missing, the client's stand: harness/measure/server_metrics.py)."""
+    many = len(windows) > 1
+    return [f"{arm}{f' (load {i + 1} of {len(windows)})' if many else ''}: {w['counter_reset_note']}"
+            for i, w in enumerate(windows) if isinstance(w, dict) and w.get("counter_reset_note")]
 
 
 def server_section(experiment, results: dict[str, ArmResult], arm_status: dict[str, dict]) -> list[str]:

@@ -1,17 +1,16 @@
 """The run empties the prefix cache before a load's /metrics baseline, never inside the
-window, records whether it did, and fails an arm whose counters went backwards inside it."""
+window, records whether it did, and says so when counters went backwards inside it."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
-import pytest
 from omegaconf import OmegaConf
 
 from harness.engines.base import CacheReset
 from harness.engines.sglang import SGLang
 from harness.measure.server_metrics import parse
-from harness.run.arm import ArmFailed, ArmSession
+from harness.run.arm import ArmSession
 from harness.run.outcome import ArmOutcome
 
 TEXT = '# TYPE sglang:generation_tokens counter\nsglang:generation_tokens_total{{model_name="m"}} {n}\n'
@@ -48,13 +47,13 @@ def test_no_reset_when_the_workload_says_so_and_the_record_says_why():
     assert entry["reset"] is False and "workload.reset_prefix_cache=false" in entry["reason"]
 
 
-def test_a_counter_that_went_backwards_inside_the_window_fails_the_arm_loudly():
+def test_a_counter_that_went_backwards_inside_the_window_leaves_its_figures_missing_not_the_arm_failed():
     s = session(True, [])
     s.engine = SGLang()
     s.metrics_snapshot = lambda: parse(TEXT.format(n=10), SGLang.prometheus)
-    with pytest.raises(ArmFailed, match="went backwards inside the measured window"):
-        s.server_window([parse(TEXT.format(n=5000), SGLang.prometheus)])
-    assert s.outcome.status == "server_failed"
+    window = s.server_window([parse(TEXT.format(n=5000), SGLang.prometheus)])
+    assert "went backwards inside the measured window" in window["counter_reset_note"]
+    assert s.outcome.status == "not_run"  # untouched: the arm's own measurement decides it
 
 
 def test_the_summary_says_when_a_load_did_not_start_from_an_emptied_cache():

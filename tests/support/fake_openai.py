@@ -18,7 +18,10 @@ Routes: ``POST /v1/chat/completions`` and ``/v1/completions`` (streamed or not; 
 that is not ``application/json`` gets SGLang's 400), ``POST /tokenize`` (vLLM's shape:
 ``{"model", "prompt"}`` -> ``{"count", "tokens", "max_model_len"}``, counted as the usage
 counts prompts), ``GET /v1/models``, ``/health``
-(and SGLang's ``/health_generate``) and ``/metrics`` (empty).  A stream is what a real server sends: HTTP/1.1 chunked
+(and SGLang's ``/health_generate``) and ``/metrics`` (empty, or ``metrics(fake, n)``'s text for
+its n-th scrape: counters that restart or lie; ``fake.streamed_tokens`` is what it really
+streamed).  ``named_model`` is the model its answers name, where a server behind a
+router may name another than the one asked (default: the model it serves).  A stream is what a real server sends: HTTP/1.1 chunked
 ``text/event-stream`` of ``data: {json}\\n\\n`` events -- for chat a role chunk, then
 ``choices[0].delta.content`` chunks and an empty-delta chunk with the finish reason; for
 completions ``choices[0].text`` chunks, the last with the finish reason -- then, when
@@ -47,7 +50,7 @@ import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 MODES = {
     "ok": "streams honestly",
@@ -119,7 +122,8 @@ class FakeOpenAI:
                  chunk_sizes: tuple[int, ...] = (1,), continuous_usage: bool = True, fault_after: int = 2,
                  step_s: float = 0.0, model: str = "fake-model", host: str = "127.0.0.1", port: int = 0,
                  verbose: bool = False, fault_every: int = 1, die_after: int = 3, may_exit: bool = False,
-                 chars_per_token: int | None = None, prompt_offset: int = 0):
+                 chars_per_token: int | None = None, prompt_offset: int = 0,
+                 metrics: Callable[["FakeOpenAI", int], str] | None = None, named_model: str | None = None):
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}: expected one of {', '.join(MODES)}")
         if error_format not in ("json", "sse"):
@@ -142,6 +146,10 @@ class FakeOpenAI:
         self.verbose = verbose
         self.chars_per_token = chars_per_token
         self.prompt_offset = prompt_offset
+        self.metrics = metrics
+        self.metrics_scrapes = 0
+        self.named_model = named_model or model
+        self.streamed_tokens = 0  # completion tokens its streams carried, in all
         self.bodies: list[dict] = []  # every generation request's JSON body, in arrival order
         self.posts: list[str] = []  # every POST's path, in arrival order
         self.closing = threading.Event()  # set by close(): hanging handlers return
@@ -280,11 +288,15 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_json(200, {"object": "list", "data": [{"id": self.fake.model, "object": "model",
                                                              "owned_by": "fake-openai"}]})
         elif self.path == "/metrics":
+            with self.server.count_lock:
+                scrape, self.fake.metrics_scrapes = self.fake.metrics_scrapes, self.fake.metrics_scrapes + 1
+            text = self.fake.metrics(self.fake, scrape).encode() if self.fake.metrics else b""
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.send_header("Content-Length", "0")
+            self.send_header("Content-Length", str(len(text)))
             self.send_header("Connection", "close")
             self.end_headers()
+            self.wfile.write(text)
             self.close_connection = True
         else:
             self.send_json(404, {"object": "error", "message": f"no route {self.path}", "type": "NotFound",
@@ -350,11 +362,11 @@ class _Handler(BaseHTTPRequestHandler):
         usage = _usage(prompt_tokens, self.fake.claimed(max_tokens, self.mode))
         if chat:
             return {"id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()),
-                    "model": self.fake.model, "usage": usage,
+                    "model": self.fake.named_model, "usage": usage,
                     "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
                                  "finish_reason": "length", "logprobs": None}]}
         return {"id": "cmpl-fake", "object": "text_completion", "created": int(time.time()),
-                "model": self.fake.model, "usage": usage,
+                "model": self.fake.named_model, "usage": usage,
                 "choices": [{"index": 0, "text": text, "finish_reason": "length", "logprobs": None}]}
 
     def stream(self, body: dict, chat: bool) -> None:
@@ -372,7 +384,7 @@ class _Handler(BaseHTTPRequestHandler):
                       and self.mode != "usage_on_finish")
         prompt_tokens = self.fake.prompt_tokens(_prompt_text(body)) + self.fake.prompt_offset
         max_tokens = int(body.get("max_tokens") or DEFAULT_MAX_TOKENS) * (4 if self.mode == "ignores_max_tokens" else 1)
-        head = {"id": "chatcmpl-fake" if chat else "cmpl-fake", "created": int(time.time()), "model": fake.model,
+        head = {"id": "chatcmpl-fake" if chat else "cmpl-fake", "created": int(time.time()), "model": fake.named_model,
                 "object": "chat.completion.chunk" if chat else "text_completion"}
         if chat:
             self.send_event({**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
@@ -400,6 +412,8 @@ class _Handler(BaseHTTPRequestHandler):
             if self.mode == "usage_on_finish":
                 finish["usage"] = self.usage(prompt_tokens, streamed)
             self.send_event(finish)
+        with self.server.count_lock:
+            fake.streamed_tokens += streamed
         if options.get("include_usage") and self.mode != "usage_on_finish":
             self.send_event({**head, "choices": [], "usage": self.usage(prompt_tokens, fake.claimed(streamed, self.mode))})
         self.end_stream()

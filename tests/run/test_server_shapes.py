@@ -1,0 +1,67 @@
+"""What real servers send must not crash a run, or fail it for nothing: one arm measured in
+this process (backend=attach) against a fake OpenAI server (tests/support/fake_openai.py)
+whose /metrics counters restart or lie, or whose answers name another model. The client's
+figures stand; what the server's account cannot give is missing with its reason, and what
+disagrees is said in the arm's record and the summary."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness.config.compose import compose
+from harness.run.runner import Runner
+from tests.support.fake_openai import FakeOpenAI
+
+PROMPTS = 4
+MAX_TOKENS = 16
+
+
+def counters(tokens: float) -> str:
+    """The simulator engine's (SGLang's) generation-token counter, as /metrics says it."""
+    return f'# TYPE sglang:generation_tokens counter\nsglang:generation_tokens_total{{model_name="m"}} {tokens}\n'
+
+
+def measure(fake: FakeOpenAI, tmp_path, *overrides: str) -> tuple[Runner, dict, str]:
+    """One arm against ``fake``: the runner, the arm's block of results.json and the summary."""
+    runner = Runner(compose(["backend=attach", f"backend.url={fake.url}", "workload=count_to_100", "telemetry=off",
+                             f"workload.num_prompts={PROMPTS}", "workload.warmup_requests=1",
+                             f"workload.max_tokens={MAX_TOKENS}", "workload.concurrency=2",
+                             f"record.root={tmp_path}", *overrides]))
+    try:
+        runner.open_arm("default")
+    finally:
+        record = runner.finish()
+    data = json.loads((record / "results.json").read_text())
+    assert data["status"] == "finished"
+    return runner, data["arms"]["default"], (record / "summary.md").read_text()
+
+
+@pytest.fixture
+def fake():
+    started: list[FakeOpenAI] = []
+
+    def start(**options) -> FakeOpenAI:
+        started.append(FakeOpenAI("ok", **options).start())
+        return started[-1]
+
+    yield start
+    for server in started:
+        server.close()
+
+
+def test_counters_that_go_backwards_leave_the_server_figures_missing_and_the_client_figures_standing(fake, tmp_path):
+    """A server restarted behind the same address (or a worker replaced behind a router) between
+    the two /metrics snapshots: its counters restart from zero. That used to make the arm
+    server_failed and discard the client's good figures."""
+    restarted = fake(metrics=lambda server, scrape: counters(5000 if scrape == 0 else server.streamed_tokens))
+    runner, arm, summary = measure(restarted, tmp_path)
+    assert arm["status"] == "measured" and "error" not in arm
+    assert arm["requests"] == {"ok": PROMPTS, "failed": 0} and arm["output_tok_s"] > 0
+    [window] = arm["server_metrics"]
+    assert window["counters_went_backwards"] == [f"sglang:generation_tokens_total: 5000 -> {PROMPTS * MAX_TOKENS + MAX_TOKENS}"]
+    assert window.get("generation_tokens") is None and window.get("ttft_mean_ms") is None
+    note = window["counter_reset_note"]
+    assert "went backwards inside the measured window" in note and "the server restarted, or a worker" in note
+    assert f"default: {note}" in summary
