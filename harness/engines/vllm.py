@@ -67,6 +67,9 @@ class VLLM(PythonEngine):
                                  itl_histogram="vllm:inter_token_latency_seconds",
                                  itl_observed_per=ITL_PER_STEP,
                                  spec_prefix="vllm:spec_decode_",
+                                 # v1 IterationStats.update_from_output: += each output's new token
+                                 # ids, the prefill's first token included (a request's completion tokens)
+                                 generation_tokens="vllm:generation_tokens_total",
                                  # v1 PrometheusStatLogger: prompt tokens looked up in the prefix
                                  # cache and those found there, as each request is scheduled
                                  prefix_cache_queries="vllm:prefix_cache_queries_total",

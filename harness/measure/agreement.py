@@ -13,12 +13,18 @@ after the load; harness/measure/server_metrics.py):
   under speculation a step yields several tokens). The sum is the requests' decode time
   either way.
 
+- **Generated tokens**: the completion tokens the client received (each request's usage
+  count, checked against its stream: harness/load/crosscheck.py) and the growth of the
+  server's generation-token counter (``PrometheusNames.generation_tokens``). A counter that
+  says ten times what was streamed passes every per-request check; this is where it shows.
+
 The client's ITL (the gap between chunks) is compared with neither: under speculation a
 chunk carries several tokens, so it is a time per step on the client's side, and the
 server's per-token mean is a time per token.
 
 A pair disagrees when the two differ by more than ``DISAGREEMENT_RATIO`` of the larger
-*and* by more than what legitimately lies between them (``OUTSIDE_SERVER_MS``). A
+*and* by more than what legitimately lies between them (``OUTSIDE_SERVER_MS`` for the
+times, one average request's tokens for the token counts: :func:`tokens_floor`). A
 disagreement goes into the arm's ``client_server_disagreement`` in results.json and a
 sentence in the summary; it is a warning, not a gate: it says one side's number is not
 what it claims to be, not which one.
@@ -45,21 +51,24 @@ OUTSIDE_SERVER_MS = 10.0
 
 TTFT = "ttft_mean_ms"
 DECODE_PER_TOKEN = "decode_ms_per_token"
+GENERATED_TOKENS = "generated_tokens"
 # metric -> (the server's figure, the client's figure), in the summary's words
 WORDS = {
     TTFT: ("the server's own TTFT mean", "the client's TTFT mean"),
     DECODE_PER_TOKEN: ("the server's own decode time per token", "the client's TPOT"),
+    GENERATED_TOKENS: ("the server's counter of generated tokens", "the tokens the client received"),
 }
+UNITS = {TTFT: "ms", DECODE_PER_TOKEN: "ms", GENERATED_TOKENS: "tokens"}
 
 
 @dataclass(frozen=True)
 class Pair:
-    """One figure as the client and the server each measured it, in ms."""
+    """One figure as the client and the server each measured it, in its unit (UNITS)."""
 
     metric: str
     client: float
     server: float
-    floor_ms: float  # a difference this small is never a disagreement
+    floor: float  # a difference this small (in the figure's unit) is never a disagreement
 
     @property
     def difference(self) -> float:
@@ -68,12 +77,12 @@ class Pair:
 
     @property
     def disagrees(self) -> bool:
-        return abs(self.client - self.server) > self.floor_ms and self.difference > DISAGREEMENT_RATIO
+        return abs(self.client - self.server) > self.floor and self.difference > DISAGREEMENT_RATIO
 
     def to_json(self, repeat: int) -> dict[str, Any]:
         return {"metric": self.metric, "client": round(self.client, 4), "server": round(self.server, 4),
                 "ratio": round(self.server / self.client, 4), "difference": round(self.difference, 4),
-                "floor_ms": round(self.floor_ms, 4), "repeat": repeat}
+                f"floor_{UNITS[self.metric]}": round(self.floor, 4), "repeat": repeat}
 
 
 def client_decoded_tokens(result: ArmResult) -> int:
@@ -107,7 +116,19 @@ def pairs(result: ArmResult, window: dict[str, Any]) -> list[Pair]:
     if server_decode and result.decode_step_ms:
         found.append(Pair(DECODE_PER_TOKEN, result.decode_step_ms, server_decode,
                           OUTSIDE_SERVER_MS * result.requests_ok / decoded))
+    server_tokens = window.get("generation_tokens")
+    if server_tokens is not None and result.completion_tokens:
+        found.append(Pair(GENERATED_TOKENS, result.completion_tokens, server_tokens, tokens_floor(result)))
     return found
+
+
+def tokens_floor(result: ArmResult) -> float:
+    """The generated-token difference never flagged: one average request's tokens. The window
+    opens after the warm-up with nothing in flight, so warm-up tokens are never in it; what may
+    honestly differ is a request counted on the other side of a snapshot (an engine may add a
+    request's tokens to its counter a moment after its stream ended) or another client's request
+    on a shared server: a request's worth, where a lying counter is off by multiples."""
+    return result.completion_tokens / max(result.requests_ok, 1)
 
 
 def disagreements(result: ArmResult, window: dict[str, Any], repeat: int) -> list[dict[str, Any]] | None:
@@ -121,7 +142,9 @@ def sentence(arm: str, entry: dict[str, Any], repeats: int = 1) -> str:
     """'eagle3: the server's own decode time per token (1.70 ms) and the client's TPOT
     (3.20 ms) disagree by 47 % (> 10 %): one of them is not measuring what it claims'."""
     server_words, client_words = WORDS[entry["metric"]]
+    unit = UNITS[entry["metric"]]
+    value = (lambda x: f"{x:.2f} ms") if unit == "ms" else (lambda x: f"{x:.0f} {unit}")
     where = f" (repeat {entry['repeat'] + 1})" if repeats > 1 else ""
-    return (f"{arm}{where}: {server_words} ({entry['server']:.2f} ms) and {client_words} ({entry['client']:.2f} ms) "
+    return (f"{arm}{where}: {server_words} ({value(entry['server'])}) and {client_words} ({value(entry['client'])}) "
             f"disagree by {entry['difference'] * 100:.0f} % (> {DISAGREEMENT_RATIO * 100:.0f} %): "
             f"one of them is not measuring what it claims")

@@ -175,6 +175,8 @@ def window(engine: Engine, before: Snapshot, after: Snapshot) -> dict[str, Any]:
         "itl_sum_s": delta(before, after, itl + "_sum") if itl else None,
         "itl_count": delta(before, after, itl + "_count") if itl else None,
         "itl_observed_per": names.itl_observed_per if itl else None,
+        # every token the server generated, set beside what the client received (harness/measure/agreement.py)
+        "generation_tokens": delta(before, after, names.generation_tokens) if names.generation_tokens else None,
     }
     block.update(engine.window_spec_stats(Window(before, after)))
     block.update(cache_stats(names, Window(before, after)))

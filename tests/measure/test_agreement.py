@@ -89,3 +89,16 @@ def test_nothing_is_compared_without_server_figures_or_with_failed_requests():
 def test_with_repeats_the_sentence_names_the_repeat():
     [entry] = disagreements(client(), sglang_window(tpot_ms=1.7), repeat=1)
     assert sentence("eagle3", entry, repeats=3).startswith("eagle3 (repeat 2): ")
+
+
+def test_a_generation_counter_that_disagrees_with_the_tokens_streamed_is_flagged_and_a_close_one_is_not():
+    # a counter that says 10x what the client received passes every per-request check
+    [entry] = disagreements(client(), {"generation_tokens": 10 * TOKENS}, repeat=0)
+    assert (entry["metric"], entry["client"], entry["server"], entry["floor_tokens"]) == (
+        "generated_tokens", TOKENS, 10 * TOKENS, TOKENS / REQUESTS)
+    assert sentence("eagle3", entry) == (
+        "eagle3: the server's counter of generated tokens (12000 tokens) and the tokens the client received "
+        "(1200 tokens) disagree by 90 % (> 10 %): one of them is not measuring what it claims")
+    # one request counted on the other side of a snapshot, or another client's: within the floor
+    assert disagreements(client(), {"generation_tokens": TOKENS + TOKENS / REQUESTS}, repeat=0) == []
+    assert disagreements(client(), {"generation_tokens": TOKENS - 3}, repeat=0) == []

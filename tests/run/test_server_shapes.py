@@ -65,3 +65,21 @@ def test_counters_that_go_backwards_leave_the_server_figures_missing_and_the_cli
     note = window["counter_reset_note"]
     assert "went backwards inside the measured window" in note and "the server restarted, or a worker" in note
     assert f"default: {note}" in summary
+
+
+@pytest.mark.parametrize("lie", [1, 10])
+def test_a_generation_counter_that_disagrees_with_the_stream_is_said_and_an_honest_one_is_silent(fake, tmp_path, lie):
+    """The counter grows by `lie` x the tokens the fake streamed; the warm-up's tokens, counted
+    before the window opens, never make an honest counter disagree."""
+    server = fake(metrics=lambda server, scrape: counters(lie * server.streamed_tokens))
+    runner, arm, summary = measure(server, tmp_path)
+    assert arm["status"] == "measured" and arm["requests"]["ok"] == PROMPTS
+    assert arm["server_metrics"][0]["generation_tokens"] == lie * PROMPTS * MAX_TOKENS
+    found = [d for d in arm["client_server_disagreement"] if d["metric"] == "generated_tokens"]
+    if lie == 1:
+        assert found == [] and "counter of generated tokens" not in summary
+        return
+    [entry] = found
+    assert (entry["client"], entry["server"]) == (PROMPTS * MAX_TOKENS, 10 * PROMPTS * MAX_TOKENS)
+    assert ("- default: the server's counter of generated tokens (640 tokens) and the tokens the client received "
+            "(64 tokens) disagree by 90 % (> 10 %)") in summary
