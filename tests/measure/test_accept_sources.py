@@ -121,8 +121,9 @@ def test_the_sglang_window_reads_tokens_per_verify_call_over_both_streaming_labe
     assert block["accept_length_definition"] == TOKENS_PER_VERIFY
     # a plain arm's verify counter does not move: no accept length, not a division by zero
     assert "accept_length" not in window(SGLang(), before, before)
-    # vLLM's names have no such counters: its accept length stays 1 + accepted ÷ drafts
-    assert "generation_tokens" not in window(VLLM(), before, after)
+    # vLLM's names have no verify counter: its accept length stays 1 + accepted ÷ drafts
+    vllm = window(VLLM(), before, after)
+    assert vllm.get("generation_tokens") is None and "spec_verify_calls" not in vllm
 
 
 # --- the per-request distribution and per-position acceptance -------------------------------
