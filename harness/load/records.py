@@ -36,6 +36,7 @@ class RequestRecord:
     # verify cycles by how many drafts each accepted ([k]: cycles with k accepted), where the engine says
     spec_correct_drafts_histogram: list[int] | None = None
     finish_reason: str | None = None
+    model: str | None = None  # the model the server's answer named (None: it named none, as /generate's)
     end_time: float | None = None
     answer: str | None = field(default=None, repr=False)  # the streamed text, kept only for a next turn's history
     # What it generated (harness/load/details.py): the text always; the rest where the
@@ -116,6 +117,7 @@ class RequestRecord:
             "spec_accept_length": self.spec_accept_length,
             "spec_correct_drafts_histogram": self.spec_correct_drafts_histogram,
             "finish_reason": self.finish_reason,
+            "model": self.model,
             "chunk_ms": [round((t - t0) * 1000.0, 3) for t in self.chunk_times],
             "chunk_tokens": list(self.chunk_tokens),
             "text": self.text,

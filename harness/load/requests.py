@@ -36,6 +36,10 @@ has ``timeout_s``; the response's first byte (status line and headers) has
 ``first_byte_timeout_s``, so a server that accepts a request and then sends nothing
 fails in a minute, not at the end of a long ``timeout_s``.
 
+The model each answer names (its chunks' ``model``) is kept as ``record.model``: the first
+named, or the first that is not the one asked (a router that sent the request to another
+model's worker), which the arm counts (:mod:`harness.measure.metrics`).
+
 Speculative details: ``generate`` reads ``spec_verify_ct`` / ``spec_accept_length`` from
 ``meta_info``.  OpenAI streams carry them in engine-specific fields, so the engine passes
 ``spec_details(event)``, which picks them out of one parsed event; the last event that
@@ -304,7 +308,7 @@ class _OpenAIStream(RequestFunc):
         return body
 
     async def read(self, content: aiohttp.StreamReader, rec: RequestRecord, keep_answer: bool) -> None:
-        await _read_openai(content, rec, self.chat, self.spec_details, self.count_tokens, keep_answer)
+        await _read_openai(content, rec, self.chat, self.spec_details, self.count_tokens, keep_answer, self.model)
 
 
 class ChatRequest(_OpenAIStream):
@@ -424,7 +428,7 @@ async def sse_payloads(content: aiohttp.StreamReader, max_line: int = MAX_LINE_B
 
 async def _read_openai(content: aiohttp.StreamReader, rec: RequestRecord, chat: bool,
                        spec_details: SpecDetails | None, count_tokens: CountTokens | None,
-                       keep_answer: bool = False) -> None:
+                       keep_answer: bool = False, asked: str | None = None) -> None:
     times, toks = rec.chunk_times, rec.chunk_tokens
     tally = StreamTally()
     answer: list[str] | None = [] if keep_answer else None  # the content only: reasoning is not sent back
@@ -443,6 +447,9 @@ async def _read_openai(content: aiohttp.StreamReader, rec: RequestRecord, chat: 
         data = _loads(payload)
         if "error" in data or data.get("object") == "error":
             _raise_server_error(data, len(times))
+        named = data.get("model")
+        if named != rec.model and rec.model in (None, asked):  # the first named, or the first other than asked
+            rec.model = named if isinstance(named, str) else rec.model
         choices = data.get("choices")
         usage = data.get("usage")
         if choices:

@@ -120,6 +120,8 @@ class ArmResult:
     steady: dict = field(default_factory=dict)
     # workload.cancel: what was asked, requests chosen and cancelled, their tokens (harness/load/cancel.py); {}: off
     cancel: dict = field(default_factory=dict)
+    # measured requests whose answer named another model than the one asked: that model -> requests
+    other_models: dict[str, int] = field(default_factory=dict)
     # the measured request lines, kept only while a registered metric pools its repeats
     pooled_lines: list[dict] = field(default_factory=list, repr=False)
 
@@ -161,6 +163,7 @@ class ArmResult:
             **({"trace": dict(self.trace)} if self.trace else {}),
             **({"steady": dict(self.steady)} if self.steady else {}),
             **({"cancel": dict(self.cancel)} if self.cancel else {}),
+            **({"other_models": dict(self.other_models)} if self.other_models else {}),
             **{path: _r(value, 6) for path, value in self.figures.items()},
         }
 
@@ -206,6 +209,7 @@ def summarize(arm: str, load: LoadResult, server_accept_length: Optional[float] 
         completion_tokens=total_ct,
         duration_s=max(0.0, window),
         cancel=cancel_figures(load.cancel, measured),
+        other_models=other_models(measured, load.model),
     )
     if ok and window > 0:
         res.output_tok_s = total_ct / window
@@ -238,6 +242,12 @@ def summarize(arm: str, load: LoadResult, server_accept_length: Optional[float] 
                                            steady_min_fraction)
     fill_figures(res, ok)
     return res
+
+
+def other_models(measured: list[RequestRecord], asked: str) -> dict[str, int]:
+    """The models the answers named instead of ``asked``, with how many requests each: a router
+    that sent requests to another model's worker, or an alias, measures another model."""
+    return dict(Counter(r.model for r in measured if r.model is not None and r.model != asked))
 
 
 def registry_figures() -> list[Metric]:
@@ -419,6 +429,7 @@ def combine_repeats(arm: str, results: list[ArmResult]) -> ArmResult:
     combined.trace = trace_replay.combine([r.trace for r in results]) or {}
     combined.steady = steady.combine([r.steady for r in results])
     combined.cancel = combine_cancel_figures([r.cancel for r in results])
+    combined.other_models = dict(sum((Counter(r.other_models) for r in results), Counter()))
     combined.figures = combine_figures(results)
     combined.noise = {path: s for path in noise_metrics()
                       if (s := spread([metric_value(r, path) for r in results])) is not None}

@@ -112,6 +112,7 @@ def format_summary(experiment, results: dict[str, ArmResult], arm_status: dict[s
             lines.append(f"\n{mismatch}")
         for message, count in (r.errors.items() if r is not None else []):
             lines.append(f"\n{arm}: {count} request(s) failed: {message}")
+        lines += [f"\n{line}" for line in other_model_lines(arm, r, arm_status.get(arm, {}).get("model"))]
         unreset = cache_not_reset(arm, arm_status.get(arm, {}).get("prefix_cache_resets") or [])
         if unreset:
             lines.append(f"\n{unreset}")
@@ -293,6 +294,16 @@ def energy_section(experiment, gpu: dict[str, dict]) -> list[str]:
     header = ["arm", "method", "J", "s", "W (all GPUs)", "tokens", "J/token", f"J/token vs {plain or '-'}", "why not"]
     return ["", "## Energy (all GPUs, load window after the ramp-in; tokens streamed in the same span)", "",
             *markdown_table(header, rows)]
+
+
+def other_model_lines(arm: str, result: ArmResult | None, asked: str | None) -> list[str]:
+    """A warning per model the answers named instead of the one asked: the figures may be that model's."""
+    if result is None:
+        return []
+    return [f"{arm}: WARNING: {count} measured request(s) were answered naming model '{named}', not "
+            f"'{asked or 'the one asked'}' that they asked for: the figures may be another model's (a router "
+            f"sending to another model's worker, or a served-model alias)"
+            for named, count in result.other_models.items()]
 
 
 def cache_not_reset(arm: str, resets: list[dict]) -> str | None:

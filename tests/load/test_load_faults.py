@@ -86,6 +86,13 @@ def test_total_usage_on_the_finish_chunk_is_the_total_not_one_chunks_count(fake_
         assert rec.finish_reason == "length"
 
 
+@pytest.mark.parametrize("api", ["chat", "completions"])
+def test_the_model_an_answer_names_is_recorded(fake_openai, api):
+    assert stream_one(fake_openai("ok").url, api).model == "fake-model"
+    rec = stream_one(fake_openai("ok", named_model="other-model").url, api)
+    assert rec.ok and rec.model == "other-model" and rec.to_json(0.0)["model"] == "other-model"
+
+
 @pytest.fixture(scope="module")
 def spec_sim():
     sim = Sim(FAST + SPEC)

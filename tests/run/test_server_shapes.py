@@ -83,3 +83,22 @@ def test_a_generation_counter_that_disagrees_with_the_stream_is_said_and_an_hone
     assert (entry["client"], entry["server"]) == (PROMPTS * MAX_TOKENS, 10 * PROMPTS * MAX_TOKENS)
     assert ("- default: the server's counter of generated tokens (640 tokens) and the tokens the client received "
             "(64 tokens) disagree by 90 % (> 10 %)") in summary
+
+
+def test_answers_naming_another_model_are_counted_and_flagged_naming_both(fake, tmp_path):
+    """A router that sends the requests to another model's worker: every chunk names that model.
+    The run measures it, so the record counts such requests and the summary warns."""
+    server = fake(model="fake-model", named_model="other-model")
+    runner, arm, summary = measure(server, tmp_path)
+    assert arm["status"] == "measured" and arm["model"] == "fake-model"
+    assert arm["other_models"] == {"other-model": PROMPTS}
+    assert ("default: WARNING: 4 measured request(s) were answered naming model 'other-model', not 'fake-model' "
+            "that they asked for") in summary
+    lines = runner.outcomes["default"].request_lines
+    assert {line["model"] for line in lines} == {"other-model"}
+
+
+def test_answers_naming_the_model_asked_raise_no_warning(fake, tmp_path):
+    runner, arm, summary = measure(fake(), tmp_path)
+    assert "other_models" not in arm and "WARNING" not in summary
+    assert {line["model"] for line in runner.outcomes["default"].request_lines} == {"fake-model"}
