@@ -217,10 +217,13 @@ def profile_metric(ctx: GateContext, c: Comparison) -> Verdict:
 
 def why_no_interval(path: str, old_ev, new_ev, ctx: GateContext) -> str | None:
     """Why a compared metric is judged on its two values alone, in words (None: it has an
-    interval): the registry gives it no per-request samples, a run kept no request lines
-    (an older record, record.keep_requests=false), or a run's lines hold none of its samples."""
+    interval): the registry gives it no per-request samples, the reference's per-request file
+    cannot be read (torn), a run kept no request lines (an older record,
+    record.keep_requests=false), or a run's lines hold none of its samples."""
     if entry_of(path).samples is None:
         return f"{path} has no per-request samples to draw an interval from"
+    if unreadable := getattr(ctx.reference_requests, "unreadable", None):  # not a record that kept none: say so
+        return f"the reference run's per-request data could not be read, so no interval: {unreadable}"
     if not ctx.reference_requests or not ctx.requests:
         return "no per-request data to draw an interval from"
     empty = [run for run, ev in (("the reference run", old_ev), ("this run", new_ev)) if ev is None or not ev.groups_count]

@@ -181,6 +181,9 @@ class RequestColumns:
     size: int
     scalars: dict[str, np.ndarray] = field(default_factory=dict)
     lists: dict[str, Ragged] = field(default_factory=dict)
+    # why the record's file could not be read (then no rows), so a reader says it instead of
+    # taking it for a record that kept no requests; None: read, or none kept
+    unreadable: str | None = None
 
     def __len__(self) -> int:
         return self.size
@@ -310,12 +313,14 @@ def read_columns(parquet: Path, legacy: Path, arm: str, columns: Sequence[str]) 
     """The arm's requests (its `parquet` file, else its lines of a `legacy` requests.jsonl
     written before), only `columns` of them, streamed by row group or by line. A record
     that kept none, or a file that cannot be read, gives no rows: verdicts then fall back
-    to the point values. (RunData.request_columns knows where an arm's files are.)"""
+    to the point values, and an unreadable file says why (`unreadable`). (RunData.request_columns
+    knows where an arm's files are.)"""
     if parquet.is_file():
         try:
             return parquet_columns(parquet, columns)
-        except (OSError, pa.ArrowException):
-            return RequestColumns(0)
+        except (OSError, pa.ArrowException) as exc:  # torn (a run killed mid-write), or not Parquet at all
+            where = "/".join(parquet.parts[-3:])  # arms/<arm>/requests.parquet
+            return RequestColumns(0, unreadable=f"{where} cannot be read: {type(exc).__name__}: {exc}")
     return legacy_columns(legacy, arm, columns)
 
 

@@ -29,6 +29,7 @@ from harness.report.timeline import steady_span, timeline_svg
 from harness.report.tables import ACCEPTANCE_DIMENSIONS, ACCEPTANCE_HEADER, acceptance_rows, heading, value_cell
 from harness.record.atomic import atomic_write
 from harness.record.store import INTERRUPTED, RUNNING, RunData, read_run
+from harness.record.requests import RequestColumns
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 MAX_ECDF_POINTS = 5000
@@ -88,7 +89,8 @@ def report_context(run: RunData) -> dict[str, Any]:
     plain_arm = data.get("plain_arm") or None
     columns = report_metrics(plain_arm)
     gates = [gate_row(g) for g in data.get("gates") or [] if isinstance(g, dict)]
-    samples = {arm: latency_samples(run, arm) for arm in arms}
+    requests = {arm: run.request_columns(arm, LATENCY_COLUMNS) for arm in arms}
+    samples = {arm: samples_of(columns) for arm, columns in requests.items()}
     return {
         "label": run.label,
         "experiment": str(data.get("experiment") or run.label),
@@ -105,6 +107,8 @@ def report_context(run: RunData) -> dict[str, Any]:
         "gates": gates,
         "gate_counts": {s: sum(g["status"] == s for g in gates) for s in GATE_STATUSES},
         "latency_chart": latency_chart(samples, arms),
+        # a torn per-request file is said, not taken for a record that kept no requests
+        "unreadable_requests": [f"{arm}: {columns.unreadable}" for arm, columns in requests.items() if columns.unreadable],
         "throughput_chart": throughput_chart(run.arms, arms),
         "accept_length_chart": accept_length_chart(run.arms, arms),
         "position_rows": position_rows(run.arms, arms),
@@ -336,7 +340,12 @@ LATENCY_COLUMNS = ("warmup", "ok", "ttft_ms", "chunk_ms")  # all the charts read
 def latency_samples(run: RunData, arm: str) -> dict[str, np.ndarray]:
     """TTFT per request and ITL per chunk gap (ms), from the arm's measured, successful
     requests (a line from before `ok` existed counts), read as columns."""
-    measured = run.request_columns(arm, LATENCY_COLUMNS).measured(missing_ok_counts=True)
+    return samples_of(run.request_columns(arm, LATENCY_COLUMNS))
+
+
+def samples_of(columns: RequestColumns) -> dict[str, np.ndarray]:
+    """latency_samples over an arm's columns already read."""
+    measured = columns.measured(missing_ok_counts=True)
     ttft = measured.get("ttft_ms")
     return {"ttft": ttft[np.isfinite(ttft)], "itl": measured.ragged("chunk_ms").gaps().values}
 

@@ -145,6 +145,28 @@ def gate_against(reference, candidate):
     return no_regression_against_reference(ctx)
 
 
+def test_a_torn_requests_file_in_the_reference_is_said_by_the_report_and_the_baseline_verdict(tmp_path):
+    """A reference run killed while its requests.parquet was written: the file is torn. It used
+    to read as a record that kept no requests: the report was silent and the verdict said only
+    that it judged the two values."""
+    lines = {"eagle3": [request_line(i) for i in range(40)]}
+    write_record(tmp_path / "old", lines, jsonl=False)
+    write_record(tmp_path / "new", lines, jsonl=False)
+    torn = tmp_path / "old" / "arms" / "eagle3" / REQUESTS_FILE
+    torn.write_bytes(torn.read_bytes()[:-100])
+    (old,), _ = read_reference_runs(tmp_path / "old")
+    columns = old.request_columns("eagle3", COLUMNS)
+    assert len(columns) == 0 and columns.unreadable.startswith("arms/eagle3/requests.parquet cannot be read: ")
+    assert read_run(tmp_path / "new").request_columns("eagle3", COLUMNS).unreadable is None
+    verdicts = gate_against(old, read_run(tmp_path / "new"))
+    assert verdicts and all("the reference run's per-request data could not be read, so no interval: "
+                            "arms/eagle3/requests.parquet cannot be read" in v.detail for v in verdicts), \
+        [v.detail for v in verdicts]
+    assert cli.main(["report", str(tmp_path / "old")]) == 0
+    page = (tmp_path / "old" / "report.html").read_text()
+    assert "The per-request data of eagle3: arms/eagle3/requests.parquet cannot be read" in page
+
+
 def test_the_query_in_docs_record_md_runs_on_a_record(tmp_path, capsys):
     text = (ROOT / "docs" / "record.md").read_text()
     code = text.split("## Querying a record", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
