@@ -125,8 +125,35 @@ def describe(run: RunData, diffs: dict[str, list[str]]) -> str:
 
 
 def check_baseline(experiment: Experiment, runs: list[RunData]) -> tuple[list[RunData], list[str]]:
-    """The runs to compare with and notes to show; ConfigError when the reference measured
-    something else and gate.baseline_mismatch is `fail`."""
+    """The runs to compare with (the reference last) and notes to show; ConfigError when the
+    reference measured something else and gate.baseline_mismatch is `fail`, or measured none
+    of this run's arms."""
+    kept, notes = same_measurement(experiment, runs)
+    check_comparable(experiment, kept[-1])
+    return kept, notes
+
+
+def measured(block: Any) -> bool:
+    """Whether an arm block of a reference measured something (older records say so only by their requests)."""
+    return isinstance(block, dict) and (block.get("status") == "measured" or bool(block.get("requests")))
+
+
+def check_comparable(experiment: Experiment, run: RunData) -> None:
+    """A configured reference that no arm of this run can be compared to is a mistake (every
+    baseline gate would be skipped and a merge gated on nothing): ConfigError, whatever
+    gate.baseline_mismatch says."""
+    if any(measured(run.arms.get(arm)) for arm in experiment.arm_names):
+        return
+    theirs = ", ".join(f"{arm} ({block.get('status', 'no status') if isinstance(block, dict) else 'not an arm'})"
+                       for arm, block in run.arms.items())
+    raise ConfigError(f"gate.baseline: the reference run {run.label} measured none of this run's arms "
+                      f"({', '.join(experiment.arm_names)}; it has {theirs or 'no arm at all'}), so no gate can "
+                      f"compare with it: point gate.baseline at a finished run of this experiment, or leave it unset")
+
+
+def same_measurement(experiment: Experiment, runs: list[RunData]) -> tuple[list[RunData], list[str]]:
+    """The runs that measured what this run measures, and notes; ConfigError on a mismatch
+    gate.baseline_mismatch=fail does not let through."""
     policy = experiment.base.gate.baseline_mismatch  # fail | warn (checked with the config)
     mismatched = {run.label: (run, d) for run in runs if (d := run_differences(experiment, run))}
     if not mismatched:

@@ -106,3 +106,27 @@ def test_an_edited_dataset_at_the_same_path_is_another_workload(tmp_path):
     data.write_text('{"prompt": "write a long story"}\n')  # same path, other prompts
     with pytest.raises(ConfigError, match="workload.dataset_sha256: '[0-9a-f]{64}' there, '[0-9a-f]{64}' here"):
         check_baseline(experiment, [reference])
+
+
+@pytest.mark.parametrize("arms, theirs", [({}, "no arm at all"),
+                                          ({"baseline": {"status": "server_failed"}}, "baseline (server_failed)"),
+                                          ({"other": {"status": "measured", "requests": {"ok": 4}}}, "other (measured)")])
+def test_a_reference_with_no_arm_to_compare_with_is_a_mistake(experiment, tmp_path, arms, theirs):
+    """`{"arms": {}}` used to skip every baseline gate and exit 0: a merge gated on nothing."""
+    (tmp_path / "results.json").write_text(json.dumps({"arms": arms}))
+    with pytest.raises(ConfigError) as refused:
+        check_baseline(experiment, [read_run(tmp_path / "results.json")])
+    assert str(refused.value) == (
+        f"gate.baseline: the reference run {tmp_path.name} measured none of this run's arms (baseline, eagle3; it has "
+        f"{theirs}), so no gate can compare with it: point gate.baseline at a finished run of this experiment, "
+        f"or leave it unset")
+
+
+def test_a_reference_with_no_comparable_arm_stops_the_run_with_exit_status_4(tmp_path):
+    from tests.support.runs import run_suites
+
+    (tmp_path / "results.json").write_text(json.dumps({"arms": {}}))
+    done = run_suites("+exp=sim_smoke", f"gate.baseline={tmp_path / 'results.json'}", f"record.root={tmp_path}",
+                      refused=True, timeout=120)
+    assert "measured none of this run's arms" in done.stderr + done.stdout
+    assert not (tmp_path / "latest").exists()
