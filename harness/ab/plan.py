@@ -103,8 +103,7 @@ def compose_side(side: str, common: list[str], own: list[str], conf_dir: Path) -
 
 
 def check_settings(settings) -> None:
-    if settings.rounds < 2:
-        raise ConfigError(f"ab.rounds is {settings.rounds}; a paired change needs at least 2 rounds (3 is the default)")
+    """ab.rounds's bounds are the schema's (ABConfig): at least 2, as a paired change's spread comes from the rounds."""
     if settings.order not in ORDERS:
         raise ConfigError(f"ab.order is '{settings.order}'; one of {', '.join(ORDERS)}")
 

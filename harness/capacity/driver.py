@@ -51,9 +51,6 @@ def check_experiment(experiment: Experiment) -> tuple[list[Slo], SearchSettings]
     if not slos:
         raise ConfigError(f"specgate capacity needs at least one SLO, e.g. slo.tpot_ms.p99=50 (metrics: "
                           f"{', '.join(METRICS)}; statistics: {', '.join(STATISTICS)})")
-    for slo in slos:
-        if slo.limit_ms <= 0:
-            raise ConfigError(f"slo.{slo.name} is a limit in ms and must be > 0, got {slo.limit_ms:g}")
     try:
         settings = SearchSettings.of(base.capacity)
     except CapacityConfigError as exc:

@@ -36,7 +36,7 @@ from harness.load.trace import TraceError, replay_of
 from harness.load.sizing import SizingError, local_tokenizer
 from harness.load.requests import REQUEST_FUNCS
 from harness.load.ray_clients import PLACEMENTS, RayAddressError, check_address
-from harness.gates.lossless import MAX_TOP_LOGPROBS
+from harness.load.limits import MAX_TIMESLICES
 from harness.config import schema
 from harness.config.numbers import NumberError, check_numbers
 from harness.config.schema import BUILD_KINDS, SpecgateConfig
@@ -417,10 +417,6 @@ def validate(experiment: Experiment) -> None:
     if gate.baseline_mismatch not in BASELINE_MISMATCH:
         raise ConfigError(f"gate.baseline_mismatch '{gate.baseline_mismatch}' is unknown; "
                           f"valid: {', '.join(BASELINE_MISMATCH)}")
-    if not 0.5 < gate.confidence < 1.0:
-        raise ConfigError(f"gate.confidence must be between 0.5 and 1 (e.g. 0.95), got {gate.confidence}")
-    if not 0.0 <= gate.run_to_run_floor < 1.0:
-        raise ConfigError(f"gate.run_to_run_floor is a fraction from 0 to 1 (0.05: 5 %), got {gate.run_to_run_floor}")
     check_lossless(experiment)
     for arm in experiment.arms:
         validate_arm(arm)
@@ -448,9 +444,6 @@ def check_lossless(experiment: Experiment) -> None:
         if spec.against == name:
             raise ConfigError(f"gate.lossless.{name}.against names arm '{name}' itself; compare it with another "
                               f"arm (e.g. the plain-decoding one)")
-        if not 0.0 <= spec.min_exact_match <= 1.0:
-            raise ConfigError(f"gate.lossless.{name}.min_exact_match is a share of requests between 0 and 1, "
-                              f"got {spec.min_exact_match}")
         arm, against = experiment.arm(name), experiment.arm(spec.against)
         for compared in (arm, against):
             temperature = compared.cfg.workload.temperature
@@ -528,31 +521,14 @@ def validate_arm(arm: Arm) -> None:
         raise ConfigError(f"workload '{workload.name}' needs num_prompts or duration_s")
     if workload.tokenizer is not None:
         check_tokenizer(workload.tokenizer)
-    for key in ("max_tokens", "concurrency", "client_processes"):
-        if workload[key] < 1:
-            raise ConfigError(f"workload.{key} must be at least 1, got {workload[key]}")
     check_client_placement(workload)
     if workload.client_processes > workload.concurrency:
         raise ConfigError(f"workload.client_processes={workload.client_processes} is more than workload.concurrency="
                           f"{workload.concurrency}: each load process needs at least one request in flight")
-    for key in ("num_prompts", "max_turns", "request_rate", "duration_s", "timeout_s", "first_byte_timeout_s"):
-        if workload[key] is not None and workload[key] <= 0:
-            raise ConfigError(f"workload.{key} must be greater than 0, got {workload[key]}")
-    if workload.warmup_requests < 0:
-        raise ConfigError(f"workload.warmup_requests cannot be negative, got {workload.warmup_requests}")
     if workload.trace is not None:
         check_trace(workload)
-    if workload.logprobs is not None and not 0 <= workload.logprobs <= MAX_TOP_LOGPROBS:
-        raise ConfigError(f"workload.logprobs is how many top logprobs to keep per output token, 0 to "
-                          f"{MAX_TOP_LOGPROBS} (0: token ids only), got {workload.logprobs}")
-    if cfg.gate.max_failed_requests < 0:
-        raise ConfigError(f"gate.max_failed_requests cannot be negative, got {cfg.gate.max_failed_requests}")
-    gap = cfg.gate.max_accept_length_source_gap
-    if gap is not None and not 0 <= gap < 1:
-        raise ConfigError(f"gate.max_accept_length_source_gap must be a fraction in [0, 1) (0.02: 2 %) or null, got {gap}")
+    check_timeslices(cfg)
     check_record_root(cfg.record.root)
-    if workload.burstiness is not None and workload.burstiness <= 0:
-        raise ConfigError(f"workload.burstiness must be > 0 (the gamma shape; 1 is Poisson), got {workload.burstiness}")
     own_lengths = workload.dataset is not None or workload.trace is not None  # per row, per request
     check_cancel(workload.cancel, None if own_lengths else workload.max_tokens)
 
@@ -606,6 +582,24 @@ def check_trace(workload) -> None:
         replay_of(workload)
     except TraceError as exc:
         raise ConfigError(str(exc)) from None
+
+
+def check_timeslices(cfg: DictConfig) -> None:
+    """record.timeslice_s cuts each load into slices (harness/measure/timeslices.py): where the
+    load's length is known before it starts (workload.duration_s, a trace replay's schedule),
+    more than MAX_TIMESLICES of them is refused here; any other load's slices are widened to fit."""
+    workload, width = cfg.workload, cfg.record.timeslice_s
+    if workload.trace is not None:
+        span = replay_of(workload).offsets_s[-1]
+        what = f"the trace replay's {span:g} s"
+    elif workload.duration_s is not None:
+        span = workload.duration_s
+        what = f"a load of workload.duration_s={span:g} s"
+    else:
+        return
+    if span / width > MAX_TIMESLICES:
+        raise ConfigError(f"record.timeslice_s={width:g} cuts {what} into {span / width:.3g} slices, "
+                          f"more than {MAX_TIMESLICES}; set record.timeslice_s to at least {span / MAX_TIMESLICES:.3g}")
 
 
 def check_tokenizer(folder: str) -> None:

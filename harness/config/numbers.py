@@ -6,7 +6,9 @@ schema gives it bounds (``bounded(...)`` in harness/config/schema.py) must be wi
 The walk follows the schema's types: dataclasses field by field, ``Dict[str, X]`` value by
 value, ``List[X]`` item by item, ``Optional[X]`` when set; ``Any`` blocks (free-form
 engine options) are searched for non-finite numbers only. A field's bounds apply to every
-number beneath it (``gate.min_output_tok_s: {arm: tok/s}`` bounds each arm's floor).
+number beneath it (``gate.min_output_tok_s: {arm: tok/s}`` bounds each arm's floor). Every
+number field of the schema has bounds (tests/config/test_numbers.py walks it with
+:func:`number_fields`), and no integer is past int64 (what Parquet, numpy and the engines hold).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from harness.config.bounds import INT64_MAX
 from harness.config.schema import Bounds, SpecgateConfig
 
 
@@ -56,8 +59,11 @@ def walk(value: Any, hint: Any, path: str, bounds: Bounds | None) -> None:
 def check_number(path: str, value: float, bounds: Bounds | None) -> None:
     if not math.isfinite(value):
         raise NumberError(f"{path} must be {bounds.describe() if bounds else 'a finite number'}, got {value}")
+    shown = str(value) if isinstance(value, int) else f"{value:g}"
     if bounds is not None and not bounds.holds(value):
-        raise NumberError(f"{path} must be {bounds.describe()}, got {value:g}")
+        raise NumberError(f"{path} must be {bounds.describe()}, got {shown}")
+    if isinstance(value, int) and not -INT64_MAX - 1 <= value <= INT64_MAX:
+        raise NumberError(f"{path} must be an integer that fits in 64 bits (at most {INT64_MAX}), got {shown}")
 
 
 def optional_inner(hint: Any) -> Any:
@@ -70,6 +76,24 @@ def optional_inner(hint: Any) -> Any:
 
 def join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
+
+
+def number_fields(schema: type = SpecgateConfig, path: str = "") -> list[tuple[str, Any, dataclasses.Field]]:
+    """Every place of the schema that holds numbers: (path, the number's type, the field that
+    carries its bounds), through nested blocks, engines' option blocks, and the values of
+    mappings and lists (``gate.max_ttft_ms[*].p99``, ``server.sim.accept_probs[*]``); ``Any``
+    values count, as they may hold numbers."""
+    found = []
+    hints = typing.get_type_hints(schema)
+    for field in dataclasses.fields(schema):
+        hint, where = optional_inner(hints[field.name]), join(path, field.name)
+        while typing.get_origin(hint) in (dict, list):
+            hint, where = optional_inner(typing.get_args(hint)[-1]), f"{where}[*]"
+        if dataclasses.is_dataclass(hint):
+            found += number_fields(hint, where)
+        elif hint in (int, float) or hint is Any:
+            found.append((where, hint, field))
+    return found
 
 
 def numeric_paths(schema: type = SpecgateConfig, path: str = "") -> list[tuple[str, Bounds | None]]:

@@ -9,52 +9,25 @@ from __future__ import annotations
 from dataclasses import dataclass, field, make_dataclass
 from typing import Any, Dict, List, Optional
 
+from harness.config.bounds import INT64_MAX, Bounds, bounded, free_form  # noqa: F401  (Bounds: the schema's type of a bound)
 from harness.engines import ENGINE_OPTIONS
-
-
-@dataclass(frozen=True)
-class Bounds:
-    """Where a number of the config may lie (checked at compose time, harness/config/numbers.py):
-    ``low``/``high`` inclusive, ``above``/``below`` exclusive; ``example`` shows a good value."""
-
-    low: Optional[float] = None
-    high: Optional[float] = None
-    above: Optional[float] = None
-    below: Optional[float] = None
-    example: str = ""
-
-    def holds(self, value: float) -> bool:
-        return ((self.low is None or value >= self.low) and (self.high is None or value <= self.high)
-                and (self.above is None or value > self.above) and (self.below is None or value < self.below))
-
-    def describe(self) -> str:
-        parts = [f">= {self.low:g}" if self.low is not None else "", f"> {self.above:g}" if self.above is not None else "",
-                 f"<= {self.high:g}" if self.high is not None else "", f"< {self.below:g}" if self.below is not None else ""]
-        text = " ".join(["a finite number", " and ".join(p for p in parts if p)]).strip()
-        return text + (f" (e.g. {self.example})" if self.example else "")
-
-
-def bounded(default: Any = None, *, factory: Any = None, **bounds: Any) -> Any:
-    """A dataclass field whose numbers (its own, or each value of a dict/list) must lie within bounds."""
-    metadata = {"bounds": Bounds(**bounds)}
-    if factory is not None:
-        return field(default_factory=factory, metadata=metadata)
-    return field(default=default, metadata=metadata)
+from harness.load.limits import (MAX_CLIENT_PROCESSES, MAX_IN_FLIGHT, MAX_LOAD_S, MAX_OUTPUT_TOKENS, MAX_PROMPT_TOKENS,
+                                 MAX_REPEATS, MAX_REQUESTS, MAX_ROUNDS, MAX_TOP_LOGPROBS, MIN_TIMESLICE_S)
 
 
 @dataclass
 class BackendConfig:
     kind: str = "docker"  # docker | process | attach (harness/servers BACKENDS)
     url: Optional[str] = None  # attach: the server's base URL, e.g. http://127.0.0.1:30000
-    startup_timeout_s: float = bounded(120.0, above=0)  # health deadline; a server not healthy by then fails the arm
-    shutdown_timeout_s: float = bounded(10.0, low=0)  # SIGTERM grace before SIGKILL
-    health_timeout_s: float = bounded(30.0, above=0)  # attach: how long a health check after a load may take before the server counts as gone
+    startup_timeout_s: float = bounded(120.0, above=0, high=MAX_LOAD_S)  # health deadline; a server not healthy by then fails the arm
+    shutdown_timeout_s: float = bounded(10.0, low=0, high=MAX_LOAD_S)  # SIGTERM grace before SIGKILL
+    health_timeout_s: float = bounded(30.0, above=0, high=MAX_LOAD_S)  # attach: how long a health check after a load may take before the server counts as gone
     # docker only
     docker_host: Optional[str] = None  # null: the local engine; or ssh://user@host, tcp://host:2376
     publish_host: str = "127.0.0.1"  # the host address the server port is published on
     shm_size: Optional[str] = None  # e.g. "32g"; null: the engine's default
     ipc_host: bool = False  # ipc_mode=host (NCCL/CUDA IPC between TP workers)
-    ulimits: Dict[str, int] = field(default_factory=dict)  # e.g. {memlock: -1, stack: 67108864}
+    ulimits: Dict[str, int] = bounded(factory=dict, low=-1, high=INT64_MAX, example="-1: unlimited")  # e.g. {memlock: -1, stack: 67108864}
 
 
 BUILD_KINDS = ("simulator", "release", "patched", "host_venv")  # the recipes of harness/servers/images.py
@@ -88,7 +61,7 @@ class SharedServerConfig:
     engine: str = "sim"  # a class in harness/engines (launch command, health routes, spec stats, ...)
     model_path: str = "sim/model"
     served_model_name: Optional[str] = None
-    tp_size: int = bounded(1, low=1)
+    tp_size: int = bounded(1, low=1, high=1024)
     host: str = "127.0.0.1"
     port: int = bounded(0, low=0, high=65535)  # 0: pick a free loopback port per arm
     requires_gpu: bool = False  # fail fast with one sentence when no NVIDIA driver is present
@@ -96,9 +69,9 @@ class SharedServerConfig:
     # still accepted in conf trees and on the command line and moved into that block when
     # the config is composed (harness/engines/legacy.py); always null once composed.
     dtype: Optional[str] = None
-    max_model_len: Optional[int] = None
-    max_num_seqs: Optional[int] = None
-    gpus: Optional[List[int]] = None  # docker: GPU indices to pass; null = all when requires_gpu
+    max_model_len: Optional[int] = bounded(None, low=1, high=INT64_MAX)
+    max_num_seqs: Optional[int] = bounded(None, low=1, high=INT64_MAX)
+    gpus: Optional[List[int]] = bounded(None, low=0, high=INT64_MAX)  # docker: GPU indices to pass; null = all when requires_gpu
     extra_args: List[str] = field(default_factory=list)  # passed to the launcher verbatim
     env: Dict[str, str] = field(default_factory=dict)
 
@@ -120,11 +93,11 @@ class DrafterConfig:
     name: str = "none"
     algorithm: Optional[str] = None  # EAGLE3 | EAGLE | NEXTN | null (plain decoding)
     model_path: Optional[str] = None
-    num_steps: Optional[int] = None
-    eagle_topk: Optional[int] = None
-    num_draft_tokens: Optional[int] = None
+    num_steps: Optional[int] = bounded(None, low=1, high=1024)
+    eagle_topk: Optional[int] = bounded(None, low=1, high=1024)
+    num_draft_tokens: Optional[int] = bounded(None, low=1, high=1024)
     # extra keys of vLLM's --speculative-config (e.g. prompt_lookup_max for ngram); SGLang ignores them
-    vllm_speculative_config: Dict[str, Any] = field(default_factory=dict)
+    vllm_speculative_config: Dict[str, Any] = free_form()
 
 
 @dataclass
@@ -132,8 +105,8 @@ class CancelConfig:
     """workload.cancel: a share of the measured requests the client abandons mid-stream (harness/load/cancel.py)."""
 
     fraction: float = bounded(0.0, low=0, high=1)  # each measured request is cancelled with this probability (0: none)
-    after_tokens: Optional[int] = bounded(None, low=1)  # close the stream once this many tokens arrived ...
-    after_ms: Optional[float] = bounded(None, above=0)  # ... or this many ms after the request was sent (exactly one)
+    after_tokens: Optional[int] = bounded(None, low=1, high=MAX_OUTPUT_TOKENS)  # close the stream once this many tokens arrived ...
+    after_ms: Optional[float] = bounded(None, above=0, high=MAX_LOAD_S * 1000)  # ... or this many ms after the request was sent (exactly one)
 
 
 @dataclass
@@ -142,10 +115,10 @@ class SharedPrefixConfig:
     as SGLang's generated-shared-prefix dataset (gsp_num_groups, gsp_prompts_per_group,
     gsp_system_prompt_len, gsp_question_len)."""
 
-    groups: int = bounded(8, low=1)  # prefix groups
-    prompts_per_group: int = bounded(16, low=1)  # slots per group, shuffled together (cycled past groups x this)
-    prefix_len: int = bounded(512, low=1)  # the shared prefix, in tokens (BOS included)
-    suffix_len: int = bounded(64, low=1)  # each prompt's own suffix, in tokens
+    groups: int = bounded(8, low=1, high=MAX_REQUESTS)  # prefix groups
+    prompts_per_group: int = bounded(16, low=1, high=MAX_REQUESTS)  # slots per group, shuffled together (cycled past groups x this)
+    prefix_len: int = bounded(512, low=1, high=MAX_PROMPT_TOKENS)  # the shared prefix, in tokens (BOS included)
+    suffix_len: int = bounded(64, low=1, high=MAX_PROMPT_TOKENS)  # each prompt's own suffix, in tokens
     ordered: bool = False  # true: slots group by group, no shuffle (--gsp-ordered)
 
 
@@ -154,35 +127,35 @@ class WorkloadConfig:
     name: str = "count_to_100"
     api: str = "chat"  # chat | completions | generate
     prompt: Optional[str] = None  # fixed prompt; null = random prompts of input_len tokens
-    input_len: Optional[int] = None  # random prompts: input length in tokens, as the served model's tokenizer counts them
+    input_len: Optional[int] = bounded(None, low=1, high=MAX_PROMPT_TOKENS)  # random prompts: input length in tokens, as the served model's tokenizer counts them
     tokenizer: Optional[str] = None  # a local folder with the model's tokenizer.json to size input_len with; null = the server's /tokenize
     dataset: Optional[str] = None  # a local JSONL/JSON file of prompts (repo-relative or absolute); wins over prompt and input_len
-    max_turns: Optional[int] = None  # dataset rows: send at most this many turns of each (1: single-turn); null = all
-    max_tokens: int = 500  # output length asked for
+    max_turns: Optional[int] = bounded(None, low=1, high=MAX_REQUESTS)  # dataset rows: send at most this many turns of each (1: single-turn); null = all
+    max_tokens: int = bounded(500, low=1, high=MAX_OUTPUT_TOKENS)  # output length asked for
     ignore_eos: bool = False  # true: every request generates exactly max_tokens
     temperature: float = bounded(0.0, low=0)
-    concurrency: int = 1  # closed loop: this many requests in flight
-    request_rate: Optional[float] = None  # open loop: Poisson arrivals per second (null = closed loop)
-    burstiness: Optional[float] = None  # open loop: gamma arrivals with this shape (1 or null = Poisson; < 1 burstier)
-    num_prompts: Optional[int] = 10  # measured prompts (after warm-up): requests, or dataset rows (one request per turn)
-    duration_s: Optional[float] = None  # or: send for this long instead of num_prompts
-    warmup_requests: int = 1  # sent first, excluded from every metric
-    timeout_s: float = 300.0  # per request, the whole of it
-    first_byte_timeout_s: Optional[float] = 60.0  # until the response's first byte (headers); null = only timeout_s
-    seed: int = 0
+    concurrency: int = bounded(1, low=1, high=MAX_IN_FLIGHT)  # closed loop: this many requests in flight
+    request_rate: Optional[float] = bounded(None, above=0)  # open loop: Poisson arrivals per second (null = closed loop)
+    burstiness: Optional[float] = bounded(None, above=0, example="1: Poisson")  # open loop: gamma arrivals with this shape (1 or null = Poisson; < 1 burstier)
+    num_prompts: Optional[int] = bounded(10, low=1, high=MAX_REQUESTS)  # measured prompts (after warm-up): requests, or dataset rows (one request per turn)
+    duration_s: Optional[float] = bounded(None, above=0, high=MAX_LOAD_S)  # or: send for this long instead of num_prompts
+    warmup_requests: int = bounded(1, low=0, high=MAX_REQUESTS)  # sent first, excluded from every metric
+    timeout_s: float = bounded(300.0, above=0, high=MAX_LOAD_S)  # per request, the whole of it
+    first_byte_timeout_s: Optional[float] = bounded(60.0, above=0, high=MAX_LOAD_S)  # until the response's first byte (headers); null = only timeout_s
+    seed: int = bounded(0, low=0, high=INT64_MAX)
     # open the load's connections (one per request in flight) before its measured requests, so
     # none of them is a new connection; TTFT never holds a connect either way (README "Client health")
     prewarm_connections: bool = False
     # load processes, each its own event loop and connections, the measured requests split among
     # them (harness/load/processes.py): one event loop drives about one core at most
-    client_processes: int = 1
+    client_processes: int = bounded(1, low=1, high=MAX_CLIENT_PROCESSES)
     # where those processes run: local (forked here) | ray (Ray actors spread over the nodes of
     # the cluster at ray_address, or of a local Ray instance when it is null; harness/load/ray_clients.py)
     client_placement: str = "local"
     ray_address: Optional[str] = None
     # top logprobs asked for and kept per output token, with the token ids (0: ids only);
     # null: 2 when gate.lossless is configured (its near-tie margin needs two), else neither
-    logprobs: Optional[int] = None
+    logprobs: Optional[int] = bounded(None, low=0, high=MAX_TOP_LOGPROBS, example="0: token ids only")
     # a share of the measured requests cancelled as a browser does, the same ones in every arm
     # (seeded by `seed`): {fraction, after_tokens | after_ms}; excluded from figures, never failures
     cancel: CancelConfig = field(default_factory=CancelConfig)
@@ -195,7 +168,7 @@ class WorkloadConfig:
     # trace replay (docs/workloads.md "Trace replay", harness/load/trace.py): a Mooncake JSONL or
     # BurstGPT CSV file sent at its own timestamps; wins over dataset, prompt and input_len
     trace: Optional[str] = None
-    trace_block_size: int = bounded(512, low=1)  # tokens per hash_ids block (Mooncake's traces: 512)
+    trace_block_size: int = bounded(512, low=1, high=MAX_PROMPT_TOKENS)  # tokens per hash_ids block (Mooncake's traces: 512)
     trace_speedup: float = bounded(1.0, above=0, example="2: twice as fast")  # the trace's times divided by this
     trace_start_s: Optional[float] = bounded(None, low=0)  # replay requests from this second of the trace on
     trace_end_s: Optional[float] = bounded(None, above=0)  # ... and before this one (null: to the end)
@@ -204,10 +177,10 @@ class WorkloadConfig:
 @dataclass
 class TelemetryConfig:
     source: str = "auto"  # auto (nvml when server.requires_gpu, else off) | off | nvml | smi | sim (the simulator's GPUs)
-    interval_s: float = bounded(0.1, above=0)  # sampling period (10 Hz)
-    idle_s: float = bounded(1.0, low=0)  # the idle snapshot: sampled before any request is sent
-    ramp_in_s: float = bounded(2.0, low=0)  # excluded after the first token arrives: clocks need time to boost
-    after_s: float = bounded(1.0, low=0)  # keep sampling this long after the load, to see clocks fall back
+    interval_s: float = bounded(0.1, low=0.001, high=MAX_LOAD_S)  # sampling period (10 Hz); 1 kHz at most
+    idle_s: float = bounded(1.0, low=0, high=MAX_LOAD_S)  # the idle snapshot: sampled before any request is sent
+    ramp_in_s: float = bounded(2.0, low=0, high=MAX_LOAD_S)  # excluded after the first token arrives: clocks need time to boost
+    after_s: float = bounded(1.0, low=0, high=MAX_LOAD_S)  # keep sampling this long after the load, to see clocks fall back
     gpus: Optional[List[str]] = None  # indices or UUIDs to sample; null = the GPUs the server uses
 
 
@@ -215,10 +188,10 @@ class TelemetryConfig:
 class PercentileLimits:
     """Upper limits in ms on a latency distribution; unset statistics are not gated."""
 
-    mean: Optional[float] = None  # > 0: checked by the gate or SLO that reads it, in its words
-    p50: Optional[float] = None
-    p90: Optional[float] = None
-    p99: Optional[float] = None
+    mean: Optional[float] = bounded(None, above=0, example="50")  # a ceiling in ms: above 0
+    p50: Optional[float] = bounded(None, above=0, example="50")
+    p90: Optional[float] = bounded(None, above=0, example="50")
+    p99: Optional[float] = bounded(None, above=0, example="50")
 
 
 @dataclass
@@ -239,7 +212,7 @@ class CapacityGate:
 @dataclass
 class LosslessGate:
     against: str = "baseline"  # the arm whose outputs this arm's must equal, request by request
-    min_exact_match: float = 1.0  # share of the compared requests whose generated text must be identical
+    min_exact_match: float = bounded(1.0, low=0, high=1)  # share of the compared requests whose generated text must be identical
 
 
 @dataclass
@@ -265,15 +238,15 @@ class GateConfig:
     max_ttft_ms: Dict[str, PercentileLimits] = field(default_factory=dict)  # arm -> {p50: ms, p99: ms}
     max_itl_ms: Dict[str, PercentileLimits] = field(default_factory=dict)  # arm -> {p50: ms, ...}
     # arm -> floor, or {all: floor, <category>: floor, ...} for prompts that carry categories
-    min_accept_length: Dict[str, Any] = field(default_factory=dict)
+    min_accept_length: Dict[str, Any] = bounded(factory=dict, low=0)
     max_accept_length: Dict[str, float] = bounded(factory=dict, low=1)  # arm -> ceiling (e.g. a draft that must not be accepted)
     # arm -> [floor at draft position 1, position 2, ...]: the share of drafts accepted there
-    min_acceptance_per_position: Dict[str, List[float]] = field(default_factory=dict)
+    min_acceptance_per_position: Dict[str, List[float]] = bounded(factory=dict, low=0, high=1)
     min_speedup: Dict[str, SpeedupGate] = field(default_factory=dict)  # arm -> {over, ratio}
     accept_length_at_least_break_even: List[str] = field(default_factory=list)  # arms
     lossless: Dict[str, LosslessGate] = field(default_factory=dict)  # arm -> {against, min_exact_match}; needs temperature 0
     min_capacity: Dict[str, CapacityGate] = field(default_factory=dict)  # arm -> {over, ratio, at_least}; specgate capacity only
-    max_failed_requests: int = 0  # per arm: any failed request fails the run
+    max_failed_requests: int = bounded(0, low=0, high=INT64_MAX)  # per arm: any failed request fails the run
     # per arm: the run measured the workload configured: no request generated more than its
     # max_tokens (exactly max_tokens with ignore_eos), prompts sized by a tokenizer had that length
     check_workload: bool = True
@@ -282,21 +255,21 @@ class GateConfig:
     check_serving_after_cancel: bool = True
     # the per-request and the server-counter accept length of one window may differ by this
     # fraction of the larger (null: not compared); only where both sources exist
-    max_accept_length_source_gap: Optional[float] = 0.02
-    repeats: int = bounded(1, low=1)  # run each arm's workload this many times on the same server; metrics become medians
+    max_accept_length_source_gap: Optional[float] = bounded(0.02, low=0, below=1, example="0.02: 2 %")
+    repeats: int = bounded(1, low=1, high=MAX_REPEATS)  # run each arm's workload this many times on the same server; metrics become medians
     max_cv: float = bounded(0.05, above=0)  # a gated metric whose coefficient of variation over the repeats exceeds this is unreliable
     baseline: Optional[str] = None  # the reference run: a run dir or results.json to compare with (regression gating)
     baseline_mismatch: str = "fail"  # a reference that measured another engine/model/workload: fail | warn
     tolerance: float = bounded(0.02, low=0, below=1, example="0.02: 2 %")  # allowed regression vs the reference run when a comparison gives none
     latency_noise_floor_ms: float = bounded(0.5, low=0)  # without samples to draw an interval from: smaller latency moves are jitter
     compare: Dict[str, str] = field(default_factory=dict)  # metric -> allowed regression, e.g. output_tok_s: "3%"
-    confidence: float = 0.95  # a regression fails only when it exceeds the allowed change with this confidence
+    confidence: float = bounded(0.95, above=0.5, below=1, example="0.95")  # a regression fails only when it exceeds the allowed change with this confidence
     # one run against one reference run, with no between-run noise known (no noise profile, no
     # history band): a regression whose interval's better end is within this fraction is
     # inconclusive, not failed, as two runs on one machine differ by that much (docs/verdicts.md
     # "One run against one run": on the default drift model, +drift=gpu_box, 40 comparisons of
     # identical runs failed 2 times at 6 %, once at 10 %, none at 12 %)
-    run_to_run_floor: float = 0.12
+    run_to_run_floor: float = bounded(0.12, low=0, below=1, example="0.05: 5 %")
     inconclusive: str = "warn"  # what an inconclusive comparison does: fail | warn | pass
     min_clock_ratio_under_load: Optional[float] = bounded(None, above=0, high=1)  # SM clock under load >= ratio x max SM clock, every GPU
     fail_on_throttle_reasons: List[str] = field(default_factory=lambda: [
@@ -308,8 +281,8 @@ class GateConfig:
     fail_client_bound: bool = False  # true: a client-bound arm fails the run (the client's health as a hard gate)
     # A throughput-type verdict (tok/s floors, speedups, rates against a reference run) needs a
     # load this long to be steady; a shorter one is inconclusive (docs/verdicts.md "Runs that cannot be trusted"):
-    min_load_requests: int = bounded(2, low=1)  # completed measured requests (over the repeats); one is a stream's speed, not a load's
-    min_load_s: float = bounded(1.0, low=0)  # measured window in s (over the repeats): the client's stamps at its two ends weigh ≤ 2 %
+    min_load_requests: int = bounded(2, low=1, high=MAX_REQUESTS)  # completed measured requests (over the repeats); one is a stream's speed, not a load's
+    min_load_s: float = bounded(1.0, low=0, high=MAX_LOAD_S)  # measured window in s (over the repeats): the client's stamps at its two ends weigh ≤ 2 %
 
 
 @dataclass
@@ -332,13 +305,13 @@ class CapacityConfig:
     until an SLO is missed or `max` is reached, then bisection."""
 
     dimension: str = "concurrency"  # concurrency (closed loop) | request_rate (open loop, requests/s)
-    start: float = bounded(1, above=0)  # the first probe's load
-    max: float = bounded(256, above=0)  # no probe above this; a capacity that reaches it is a lower bound
+    start: float = bounded(1, above=0, high=MAX_IN_FLIGHT)  # the first probe's load
+    max: float = bounded(256, above=0, high=MAX_IN_FLIGHT)  # no probe above this; a capacity that reaches it is a lower bound
     growth: float = bounded(2.0, above=1, example="2: double each probe")  # each probe up to the first miss is this many times the last
     tolerance: float = bounded(0.05, above=0, below=1)  # request_rate: bisect until the bracket is within this fraction of the load
-    rounds: int = bounded(2, low=1)  # concurrency: a probe sends rounds x concurrency requests (at least workload.num_prompts)
-    probe_s: float = bounded(20.0, above=0)  # request_rate: a probe sends rate x probe_s requests (at least workload.num_prompts)
-    max_in_flight: int = bounded(1024, low=1)  # request_rate: the client's cap on requests in flight (queueing belongs to the server)
+    rounds: int = bounded(2, low=1, high=MAX_REPEATS)  # concurrency: a probe sends rounds x concurrency requests (at least workload.num_prompts)
+    probe_s: float = bounded(20.0, above=0, high=MAX_LOAD_S)  # request_rate: a probe sends rate x probe_s requests (at least workload.num_prompts)
+    max_in_flight: int = bounded(1024, low=1, high=MAX_IN_FLIGHT)  # request_rate: the client's cap on requests in flight (queueing belongs to the server)
 
 
 @dataclass
@@ -347,7 +320,7 @@ class ABConfig:
     per arm and side, in ABBA order (the first side turns every round) or `alternate` (A
     first); a fresh server per side and round, or both kept up for every round."""
 
-    rounds: int = 3  # at least 2: the paired change's spread comes from the rounds
+    rounds: int = bounded(3, low=2, high=MAX_ROUNDS, example="3")  # at least 2: the paired change's spread comes from the rounds
     order: str = "abba"  # abba | alternate
     keep_up: bool = False  # true: both sides' servers stay up for every round (they must fit on the GPUs together)
 
@@ -359,13 +332,13 @@ class CalibrateConfig:
 
     # identical runs; at least 3. Five: the profile's interval is t(K-1, 0.95) * sqrt(1 + pi/2K) times
     # the spread: 3.60x at K=3, 2.44x at 5, 1.97x at 10, so five runs get most of ten's narrowing in half the time
-    runs: int = 5
+    runs: int = bounded(5, low=3, high=MAX_ROUNDS, example="5")  # low: harness/gates/profile.py MIN_RUNS
 
 
 @dataclass
 class SpeedupThrough:
-    concurrency: int = 1  # every swept point at or below this concurrency ...
-    ratio: float = 1.0  # ... must reach this output tok/s ratio over the plain arm
+    concurrency: int = bounded(1, low=1, high=MAX_IN_FLIGHT)  # every swept point at or below this concurrency ...
+    ratio: float = bounded(1.0, above=0)  # ... must reach this output tok/s ratio over the plain arm
 
 
 @dataclass
@@ -373,7 +346,7 @@ class SweepGateConfig:
     """Gates on a whole sweep over concurrency, judged when it finishes (harness/gates/sweep.py, through the gate registry)."""
 
     min_speedup_through: Dict[str, SpeedupThrough] = field(default_factory=dict)  # arm -> {concurrency, ratio}
-    crossover_at_least: Dict[str, float] = field(default_factory=dict)  # arm -> the lowest crossover concurrency
+    crossover_at_least: Dict[str, float] = bounded(factory=dict, low=1)  # arm -> the lowest crossover concurrency
 
 
 @dataclass
@@ -382,7 +355,7 @@ class RecordConfig:
     keep_requests: bool = True  # write the per-request files (arms/<arm>/requests.parquet, docs/record.md)
     # a steady window (harness/measure/steady.py) shorter than this share of the load is inconclusive
     steady_min_fraction: float = bounded(0.25, above=0, high=1, example="0.25: a quarter of the load")
-    timeslice_s: float = bounded(1.0, above=0)  # the width of each time slice of an arm's figures over time (harness/measure/timeslices.py)
+    timeslice_s: float = bounded(1.0, low=MIN_TIMESLICE_S, high=MAX_LOAD_S)  # the width of each time slice of an arm's figures over time (harness/measure/timeslices.py)
     # environment variables (glob patterns) whose values the record and the terminal may show, beside
     # the built-in NCCL_*, CUDA_*, engine tuning ones (harness/record/secrets.py READABLE_ENV); every
     # other variable of server.env / nccl.env is a secret

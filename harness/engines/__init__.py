@@ -1,6 +1,6 @@
 """Inference engines, one class each (see base.py for what a class provides).
 
-Only this package names an engine (tests/engines/test_engines.py). May import: load (request shapes), servers (the control-plane client), sim (the simulator's own flags)."""
+Only this package names an engine (tests/engines/test_engines.py). May import: load (request shapes), servers (the control-plane client), sim (the simulator's own flags), config.bounds (the Bounds its options' numbers carry; it imports nothing of the project)."""
 
 from __future__ import annotations
 

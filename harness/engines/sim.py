@@ -10,6 +10,7 @@ from typing import Dict, List, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
+from harness.config.bounds import INT64_MAX, bounded
 from harness.engines.base import EngineConfigError
 from harness.engines.sglang import SGLang
 from harness.load.crosscheck import CountTokens
@@ -18,42 +19,45 @@ from harness.sim.cli import parse_args
 from harness.sim.model import SimModel
 from harness.sim.tokens import count_output_tokens, count_tokens
 
+STEP_MS_MAX = 60_000.0  # a step, a cycle or a prefill of a minute: far past any GPU's, and a load still ends
+
 
 @dataclass
 class SimModelConfig:
     """The simulator's own options, `server.sim`: its timing model (see harness/sim/model.py)."""
 
-    decode_step_ms: float = 12.2
-    draft_step_ms: float = 3.0
-    verify_base_ms: float = 12.2
-    verify_per_token_ms: float = 3.9
-    accept_probs: List[float] = field(default_factory=lambda: [0.6, 0.667])
-    accept_by_text: Dict[str, List[float]] = field(default_factory=dict)  # marker in the prompt -> its accept_probs
-    prefill_base_ms: float = 5.0
-    prefill_ms_per_token: float = 0.05
-    batch_scaling: float = 0.01
+    decode_step_ms: float = bounded(12.2, above=0, high=STEP_MS_MAX)
+    draft_step_ms: float = bounded(3.0, low=0, high=STEP_MS_MAX)
+    verify_base_ms: float = bounded(12.2, above=0, high=STEP_MS_MAX)
+    verify_per_token_ms: float = bounded(3.9, low=0, high=STEP_MS_MAX)
+    # the probability that the draft token at position 1, 2, ... is accepted
+    accept_probs: List[float] = bounded(factory=lambda: [0.6, 0.667], low=0, high=1)
+    accept_by_text: Dict[str, List[float]] = bounded(factory=dict, low=0, high=1)  # marker in the prompt -> its accept_probs
+    prefill_base_ms: float = bounded(5.0, low=0, high=STEP_MS_MAX)
+    prefill_ms_per_token: float = bounded(0.05, low=0, high=STEP_MS_MAX)
+    batch_scaling: float = bounded(0.01, low=0)
     # tokens per target-model pass past which it is compute-bound (its time then grows in
     # proportion to them): a plain step passes batch tokens, a verify batch x num_draft_tokens; null: no knee
-    compute_knee_tokens: Optional[float] = None
-    max_running_requests: int = 256
-    startup_s: float = 1.0
-    seed: int = 0
+    compute_knee_tokens: Optional[float] = bounded(None, low=0, example="0 or null: no knee")
+    max_running_requests: int = bounded(256, low=1, high=1_000_000)
+    startup_s: float = bounded(1.0, low=0, high=3600)
+    seed: int = bounded(0, low=0, high=INT64_MAX)
     scrub_worker_env: bool = False
-    gpu_boost_mhz: float = 2600.0  # the simulated GPUs' boost clock under load (idle ~2330-2360 MHz)
-    gpu_ramp_s: float = 1.5  # time constant of the ramp from idle to boost
+    gpu_boost_mhz: float = bounded(2600.0, above=0, high=100_000)  # the simulated GPUs' boost clock under load (idle ~2330-2360 MHz)
+    gpu_ramp_s: float = bounded(1.5, above=0, high=3600)  # time constant of the ramp from idle to boost
     gpu_throttle: str = "none"  # none | thermal | power: a fault that caps clocks under load
-    lossy_rate: float = 0.0  # a fault: this share of accepted draft tokens comes out wrong (speculative arms only)
+    lossy_rate: float = bounded(0.0, low=0, high=1)  # a fault: this share of accepted draft tokens comes out wrong (speculative arms only)
     fail_after_abort: bool = False  # a fault: once a client disconnects mid-stream, every later request fails (500)
     # drift, the noise of a real GPU box (harness/sim/drift.py), all off by default: a speed factor
     # per server start, a slow wander during the run, per-step jitter (sds of log speed)
-    drift_speed_sd: float = 0.0
-    drift_wander_sd: float = 0.0
-    drift_wander_s: float = 30.0
-    drift_jitter_sd: float = 0.0
-    drift_seed: Optional[int] = None  # null: a fresh seed per server start, in its log
-    drift_machine_sd: float = 0.0  # the box's own slow drift, shared by every server on it (wall-clock time)
-    drift_machine_s: float = 120.0
-    drift_machine_seed: int = 0  # which box
+    drift_speed_sd: float = bounded(0.0, low=0, example="0: no drift")  # standard deviations of log speed
+    drift_wander_sd: float = bounded(0.0, low=0, example="0: no drift")
+    drift_wander_s: float = bounded(30.0, above=0)  # a time constant in s
+    drift_jitter_sd: float = bounded(0.0, low=0, example="0: no drift")
+    drift_seed: Optional[int] = bounded(None, low=0, high=INT64_MAX)  # null: a fresh seed per server start, in its log
+    drift_machine_sd: float = bounded(0.0, low=0, example="0: no drift")  # the box's own slow drift, shared by every server on it (wall-clock time)
+    drift_machine_s: float = bounded(120.0, above=0)
+    drift_machine_seed: int = bounded(0, low=0, high=INT64_MAX)  # which box
 
 
 
@@ -99,26 +103,7 @@ class Simulator(SGLang):
         if cfg.server.sim is None and cfg.backend.kind != "attach":
             raise EngineConfigError(f"server '{cfg.server.name}' has no `sim:` timing model, which the "
                                     f"simulator needs (e.g. server=sim)")
-        knee = None if cfg.server.sim is None else cfg.server.sim.compute_knee_tokens
-        if knee is not None and knee < 0:
-            raise EngineConfigError(f"server.sim.compute_knee_tokens is a number of tokens (0 or null: no knee), "
-                                    f"got {knee}")
-        if cfg.server.sim is not None and not 0.0 <= cfg.server.sim.lossy_rate <= 1.0:
-            raise EngineConfigError(f"server.sim.lossy_rate is the share of accepted draft tokens that come out "
-                                    f"wrong, between 0 and 1, got {cfg.server.sim.lossy_rate}")
-        if cfg.server.sim is not None:
-            check_drift(cfg.server.sim)
-
-
-def check_drift(sim: DictConfig) -> None:
-    """The drift's spreads are standard deviations (0: off) and its time constant a duration."""
-    for key in ("drift_speed_sd", "drift_wander_sd", "drift_jitter_sd", "drift_machine_sd"):
-        if sim[key] < 0:
-            raise EngineConfigError(f"server.sim.{key} is a standard deviation of log speed (0: no drift), "
-                                    f"got {sim[key]}")
-    for key in ("drift_wander_s", "drift_machine_s"):
-        if not sim[key] > 0:
-            raise EngineConfigError(f"server.sim.{key} is a time constant in seconds, above 0, got {sim[key]}")
+        # its numbers' bounds (shares in [0, 1], step times, drift) are its options' own (SimModelConfig)
 
 
 def truth_model(cfg: DictConfig) -> SimModel:

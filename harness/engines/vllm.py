@@ -9,6 +9,7 @@ from typing import Any, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
+from harness.config.bounds import INT64_MAX, bounded
 from harness.engines.base import (ITL_PER_STEP, METRICS_WINDOW, CounterWindow, EngineConfigError, PrometheusNames,
                                   PythonEngine)
 
@@ -23,8 +24,8 @@ class VLLMOptions:
     """vLLM's own options, `server.vllm` (null: vLLM's default)."""
 
     dtype: Optional[str] = None  # --dtype (e.g. float32 on CPU)
-    max_model_len: Optional[int] = None  # --max-model-len
-    max_num_seqs: Optional[int] = None  # --max-num-seqs
+    max_model_len: Optional[int] = bounded(None, low=1, high=INT64_MAX)  # --max-model-len
+    max_num_seqs: Optional[int] = bounded(None, low=1, high=INT64_MAX)  # --max-num-seqs
 
 
 # A drafter config names its algorithm as SGLang spells it (--speculative-algorithm), so one

@@ -30,8 +30,6 @@ def check_capacity_gate(gate: Any, arm_names: list[str], plain_arm: str | None) 
             raise GateConfigError(f"{where} needs `over` (another arm, with `ratio`) or `at_least` (a floor)")
         if spec.over is not None and (spec.over not in arm_names or spec.over == arm):
             raise GateConfigError(f"{where}.over must name another arm, got '{spec.over}'; arms: {arms}")
-        if spec.ratio <= 0 or (spec.at_least is not None and spec.at_least <= 0):
-            raise GateConfigError(f"{where}: ratio and at_least must be > 0")
 
 
 @register(NAME, None, ("min_capacity",), keyed_arms("min_capacity"), scope="capacity", validate=check_capacity_gate)

@@ -27,7 +27,6 @@ from typing import Any
 
 NEAR_TIE_NATS = 0.1  # a reference margin (top-1 minus top-2 logprob) below this makes a divergence a near-tie flip
 IMPLIED_TOP_LOGPROBS = 2  # asked for by a lossless gate when workload.logprobs is null: the margin needs two
-MAX_TOP_LOGPROBS = 20  # OpenAI's limit, and vLLM's default --max-logprobs
 LISTED_NOT_COMPARABLE = 3  # requests named when some could not be compared; the rest are counted
 
 

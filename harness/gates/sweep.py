@@ -27,9 +27,9 @@ CONCURRENCY_KEY = "workload.concurrency"
 
 # --- the config, checked at compose time, before any server starts ---------------------------
 
-def checked(key: str, check_threshold) -> Any:
+def checked(key: str) -> Any:
     """The validation of one sweep gate: every arm it names is an arm other than the plain
-    one, and every threshold is usable (check_threshold(where, threshold))."""
+    one (its thresholds' bounds are the schema's, SweepGateConfig)."""
     def validate(sweep_gate: Any, arms: list[str], plain_arm: str | None) -> None:
         for arm, threshold in (sweep_gate[key] or {}).items():
             where = f"sweep_gate.{key}.{arm}"
@@ -40,20 +40,7 @@ def checked(key: str, check_threshold) -> Any:
             if arm == plain_arm:
                 raise GateConfigError(f"{where} names the plain arm '{arm}', which has no speedup over itself; "
                                       f"name a speculative arm")
-            check_threshold(where, threshold)
     return validate
-
-
-def speedup_through_threshold(where: str, threshold: Any) -> None:
-    if threshold["concurrency"] < 1:
-        raise GateConfigError(f"{where}.concurrency must be at least 1, got {threshold['concurrency']}")
-    if threshold["ratio"] <= 0:
-        raise GateConfigError(f"{where}.ratio is a speedup (e.g. 1.1), greater than 0, got {threshold['ratio']}")
-
-
-def crossover_threshold(where: str, threshold: Any) -> None:
-    if threshold < 1:
-        raise GateConfigError(f"{where} is a concurrency, at least 1, got {threshold}")
 
 
 # --- verdicts on the finished sweep -----------------------------------------------------------
@@ -89,7 +76,7 @@ def point_concurrency(point: dict[str, Any], arm: str) -> int | None:
 # --- the gates --------------------------------------------------------------------------------
 
 @register("min_speedup_through", None, ("min_speedup_through",), keyed_arms("min_speedup_through"),
-          needs_plain_arm=True, scope="sweep", validate=checked("min_speedup_through", speedup_through_threshold))
+          needs_plain_arm=True, scope="sweep", validate=checked("min_speedup_through"))
 def min_speedup_through(ctx: SweepContext) -> list[Verdict]:
     """Each arm's speedup over the plain arm at least `ratio` at every swept point with
     concurrency <= `concurrency`, one verdict per curve."""
@@ -98,7 +85,7 @@ def min_speedup_through(ctx: SweepContext) -> list[Verdict]:
 
 
 @register("crossover_at_least", None, ("crossover_at_least",), keyed_arms("crossover_at_least"),
-          needs_plain_arm=True, scope="sweep", validate=checked("crossover_at_least", crossover_threshold))
+          needs_plain_arm=True, scope="sweep", validate=checked("crossover_at_least"))
 def crossover_at_least(ctx: SweepContext) -> list[Verdict]:
     """Each arm's crossover (where its speedup falls below 1, interpolated) at least the
     floor, one verdict per curve."""

@@ -36,6 +36,7 @@ from typing import Any, Iterator
 
 from harness import project_path
 from harness.load.conversation import Conversation, Message
+from harness.load.limits import MAX_OUTPUT_TOKENS
 
 PROMPT_FIELDS = ('"prompt" (a string), "turns" (a list of strings), "messages" (an OpenAI chat list) '
                  'or "conversations" (ShareGPT)')
@@ -243,4 +244,6 @@ def _max_tokens(obj: dict, where: str) -> int | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise DatasetError(f'{where}: "max_tokens" must be a positive integer, got {json.dumps(value)[:60]}')
+    if value > MAX_OUTPUT_TOKENS:
+        raise DatasetError(f'{where}: "max_tokens" {value} is more than one request may have ({MAX_OUTPUT_TOKENS})')
     return value

@@ -33,6 +33,7 @@ from typing import Any
 
 from harness import project_path
 from harness.load.datasets import file_digest, workload_file
+from harness.load.limits import MAX_LOAD_S, MAX_OUTPUT_TOKENS, MAX_PROMPT_TOKENS
 
 BURSTGPT_COLUMNS = ("Timestamp", "Request tokens", "Response tokens")  # the ones read; the rest are passed over
 MOONCAKE_FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
@@ -204,12 +205,38 @@ def select(requests: tuple[TraceRequest, ...], *, source: str, block_size: int, 
         raise TraceError(f"workload.trace {source}: the window [{start_s or 0:g}, "
                          f"{'end' if end_s is None else f'{end_s:g}'}) s holds no request (the trace spans {span})")
     for r in chosen:
+        check_lengths(r, source)
         if len(r.hash_ids) > math.ceil(r.input_length / block_size):
             raise TraceError(f"workload.trace {source}, line {r.line}: {len(r.hash_ids)} hash_ids of "
                              f"{block_size} tokens (workload.trace_block_size) need more than its input_length "
                              f"{r.input_length}")
     first_at = chosen[0].timestamp_s
-    return Replay(tuple(chosen), tuple((r.timestamp_s - first_at) / speedup for r in chosen), block_size, speedup)
+    replay = Replay(tuple(chosen), tuple((r.timestamp_s - first_at) / speedup for r in chosen), block_size, speedup)
+    check_span(replay, source)
+    return replay
+
+
+WINDOW = "leave them out of the window (workload.trace_start_s, workload.trace_end_s, workload.num_prompts)"
+
+
+def check_lengths(request: TraceRequest, source: str) -> None:
+    """A request longer than any load holds (its prompt is sized and built here) is refused before anything starts."""
+    for name, value, limit in (("input_length", request.input_length, MAX_PROMPT_TOKENS),
+                               ("output_length", request.output_length, MAX_OUTPUT_TOKENS)):
+        if value > limit:
+            raise TraceError(f"workload.trace {source}, line {request.line}: {name} {value} tokens is more than one "
+                             f"request may have ({limit}); {WINDOW}")
+
+
+def check_span(replay: Replay, source: str) -> None:
+    """A replay longer than a load may last (MAX_LOAD_S) would wait for ever: one sentence instead."""
+    span = replay.offsets_s[-1]
+    if span > MAX_LOAD_S:
+        first, last = replay.requests[0].line, replay.requests[-1].line
+        raise TraceError(f"workload.trace {source}: the replay (lines {first} to {last}) lasts {span:.3g} s at "
+                         f"workload.trace_speedup={replay.speedup:g}, longer than a load may last "
+                         f"({MAX_LOAD_S / 3600:g} h); replay a window (workload.trace_start_s, workload.trace_end_s), "
+                         f"fewer requests (workload.num_prompts) or faster (a larger workload.trace_speedup)")
 
 
 def replay_of(workload: Any) -> Replay:

@@ -16,6 +16,7 @@ from typing import Any, Iterable, Optional
 
 import numpy as np
 
+from harness.load.limits import MAX_TIMESLICES
 from harness.measure.steady import tokens_in
 
 
@@ -30,11 +31,24 @@ def percentiles(values: list[float]) -> dict[str, Any]:
     return {"p50": _r(p50), "p99": _r(p99), "n": len(values)}
 
 
-def slice_edges(lines: list[dict], slice_s: float) -> list[float]:
-    """Edges (ms) from the first measured send to the last end, slice_s apart (the last slice may be short)."""
+def span_ms(lines: list[dict]) -> tuple[float, float]:
+    """(first measured send, last end) of the lines, in ms."""
     start = min(line["send_ms"] for line in lines)
-    end = max(line["end_ms"] if line.get("end_ms") is not None else line["send_ms"] for line in lines)
-    width = slice_s * 1000.0
+    return start, max(line["end_ms"] if line.get("end_ms") is not None else line["send_ms"] for line in lines)
+
+
+def slice_width(lines: list[dict], slice_s: float) -> float:
+    """slice_s, or wider where the load is so long that slice_s would cut it into more than
+    MAX_TIMESLICES slices (a load's length is known only once it ran)."""
+    start, end = span_ms(lines)
+    return max(slice_s, (end - start) / 1000.0 / MAX_TIMESLICES)
+
+
+def slice_edges(lines: list[dict], slice_s: float) -> list[float]:
+    """Edges (ms) from the first measured send to the last end, slice_s apart (the last slice
+    may be short), at most MAX_TIMESLICES slices."""
+    start, end = span_ms(lines)
+    width = slice_width(lines, slice_s) * 1000.0
     count = max(1, int(np.ceil((end - start) / width - 1e-9)))
     # the last edge a hair past the last end, so that the last chunk (at the end) lies inside a slice
     return [start + k * width for k in range(count)] + [(end if end > start else start + width) + 1e-6]
@@ -95,8 +109,15 @@ def timeslices_block(lines: list[dict], slice_s: float, gpu_samples: list[Any] =
                      run_starts: Optional[list[float]] = None) -> dict[str, Any]:
     """The arm's `timeslices` block: per repeat (its own time axis), its slices."""
     repeats = sorted({int(line.get("repeat") or 0) for line in lines})
+    by_repeat = {k: [line for line in lines if int(line.get("repeat") or 0) == k] for k in repeats}
+    measured = [[line for line in part if not line.get("warmup") and line.get("send_ms") is not None]
+                for part in by_repeat.values()]
+    width = max([slice_s, *(slice_width(part, slice_s) for part in measured if part)])
     starts = run_starts or []
-    return {"slice_s": slice_s, "repeats": [
-        {"repeat": k, "slices": timeslices([line for line in lines if int(line.get("repeat") or 0) == k], slice_s,
-                                           gpu_samples, starts[k] if k < len(starts) else None)}
+    block: dict[str, Any] = {"slice_s": width, "repeats": [
+        {"repeat": k, "slices": timeslices(by_repeat[k], width, gpu_samples, starts[k] if k < len(starts) else None)}
         for k in repeats]}
+    if width > slice_s:
+        block["note"] = (f"record.timeslice_s={slice_s:g} would cut the load into more than {MAX_TIMESLICES} slices; "
+                         f"each slice is {width:.3g} s wide instead")
+    return block

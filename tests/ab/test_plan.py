@@ -29,7 +29,7 @@ def test_prefixed_overrides_are_a_sides_own_and_win_over_the_common_ones():
      "arm 'baseline' measures something else on side B than on side A (workload.max_tokens: 500 on A, 50 on B); "
      "an A/B compares how one workload is served"),
     (["+exp=sim_smoke", "b:server.sim.decode_step_ms=4.4", "ab.rounds=1"],
-     "ab.rounds is 1; a paired change needs at least 2 rounds"),
+     "ab.rounds must be a finite number >= 2 and <= 100 (e.g. 3), got 1"),
     (["+exp=sim_smoke", "b:server.sim.decode_step_ms=4.4", "ab.order=random"], "ab.order is 'random'; one of abba, alternate"),
     (["+exp=sim_smoke", "b:server.sim.decode_step_ms=4.4", "b:ab.rounds=5"], "ab.* differs between the sides"),
     (["+exp=sim_smoke", "b:server.sim.decode_stepms=4.4"], "side B: "),

@@ -62,7 +62,7 @@ def test_fewer_than_three_runs_is_one_sentence_before_anything_starts(tmp_path, 
     fake = FakeRuns()
     assert calibrate(tmp_path, monkeypatch, fake, "calibrate.runs=2") == 4
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "calibrate.runs=2: a noise profile needs at least 3 runs" in err
+    assert err.count("\n") == 1 and "calibrate.runs must be a finite number >= 3 and <= 100 (e.g. 5), got 2" in err
     assert fake.calls == 0 and not (tmp_path / "runs").exists()
 
 

@@ -185,7 +185,7 @@ def test_min_capacity_must_name_arms_of_the_experiment_at_compose_time():
                              "(did you mean 'p99'?)"),
     (["slo.tpot_ms.p99=null"], "specgate capacity needs at least one SLO, e.g. slo.tpot_ms.p99=50 (metrics: ttft_ms, "
                            "tpot_ms, itl_ms, e2e_ms; statistics: mean, p50, p90, p99)"),
-    (["slo.tpot_ms.p99=0"], "slo.tpot_ms.p99 is a limit in ms and must be > 0, got 0"),
+    (["slo.tpot_ms.p99=0"], "slo.tpot_ms.p99 must be a finite number > 0 (e.g. 50), got 0"),
     (["capacity.dimension=tokens"], "capacity.dimension 'tokens' is unknown; valid: concurrency, request_rate"),
     (["gate.min_capacity.eagle3.over=eagle4"], "gate.min_capacity.eagle3.over must name another arm, got 'eagle4'; "
                                                "arms: baseline, eagle3"),

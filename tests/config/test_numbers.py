@@ -54,7 +54,7 @@ def test_a_non_finite_number_on_the_command_line_is_one_sentence(override):
 @pytest.mark.parametrize("override, fragment", [
     ("gate.tolerance=-1", "gate.tolerance must be a finite number >= 0 and < 1 (e.g. 0.02: 2 %), got -1"),
     ("capacity.growth=1", "capacity.growth must be a finite number > 1"),
-    ("capacity.max=0", "capacity.max must be a finite number > 0, got 0"),
+    ("capacity.max=0", "capacity.max must be a finite number > 0 and <= 100000, got 0"),
     ("gate.min_gpu_util_under_load_pct=150", "gate.min_gpu_util_under_load_pct must be a finite number >= 0 and <= 100"),
     ("gate.min_output_tok_s.baseline=-3", "gate.min_output_tok_s.baseline must be a finite number >= 0, got -3"),
     ("gate.max_joules_per_token.eagle3=0", "gate.max_joules_per_token.eagle3 must be a finite number > 0"),
@@ -106,3 +106,72 @@ def test_an_engines_options_on_a_server_of_another_engine_is_one_sentence():
 def test_a_gate_set_to_no_arm_on_the_command_line_is_one_sentence(override):
     key = override.lstrip("+").split("=")[0]
     assert refusal(override).startswith(f"{key}={{}} configures the gate for no arm, so it would judge nothing")
+
+
+# --- every number at its edge: every bound in the schema, physical limits as bounds ---------------
+
+
+def test_every_number_field_of_the_schema_has_bounds():
+    from harness.config.numbers import number_fields
+    missing = [path for path, _, field in number_fields() if "bounds" not in field.metadata
+               and not field.metadata.get("free_form")]
+    assert missing == [], f"number fields without bounds (give each a bounded(...)): {missing}"
+
+
+def test_the_walk_finds_a_number_field_without_bounds_in_any_shape():
+    # what the test above guards against: a new field, plain, in a mapping, in a list or in a nested block
+    from dataclasses import field, make_dataclass
+    from typing import Dict, List, Optional
+
+    from harness.config.numbers import number_fields
+    inner = make_dataclass("Inner", [("limit", Optional[float], None)])
+    outer = make_dataclass("Outer", [("count", int, 0), ("per_arm", Dict[str, float], field(default_factory=dict)),
+                                     ("probs", List[float], field(default_factory=list)),
+                                     ("blocks", Dict[str, inner], field(default_factory=dict))])
+    found = [(path, "bounds" in f.metadata) for path, _, f in number_fields(outer)]
+    assert found == [("count", False), ("per_arm[*]", False), ("probs[*]", False), ("blocks[*].limit", False)]
+
+
+@pytest.mark.parametrize("override, expected", [
+    ("+gate.max_ttft_ms.baseline.p99=-5", "gate.max_ttft_ms.baseline.p99 must be a finite number > 0 (e.g. 50), got -5"),
+    ("+gate.max_itl_ms.eagle3={p50: 0}", "gate.max_itl_ms.eagle3.p50 must be a finite number > 0"),
+    ("server.sim.accept_probs=[1.5]", "server.sim.accept_probs[0] must be a finite number >= 0 and <= 1, got 1.5"),
+    ("server.sim.accept_probs=[0.5,-0.1]", "server.sim.accept_probs[1] must be a finite number >= 0 and <= 1, got -0.1"),
+    ("server.sim.decode_step_ms=-1", "server.sim.decode_step_ms must be a finite number > 0 and <= 60000, got -1"),
+    ("server.sim.draft_step_ms=-0.5", "server.sim.draft_step_ms must be a finite number >= 0 and <= 60000, got -0.5"),
+    ("server.sim.verify_per_token_ms=-3", "server.sim.verify_per_token_ms must be a finite number >= 0"),
+    ("server.sim.lossy_rate=2", "server.sim.lossy_rate must be a finite number >= 0 and <= 1, got 2"),
+    ("server.sim.drift_wander_s=0", "server.sim.drift_wander_s must be a finite number > 0, got 0"),
+    ("workload.concurrency=0", "workload.concurrency must be a finite number >= 1 and <= 100000, got 0"),
+    ("workload.concurrency=1000000000", "workload.concurrency must be a finite number >= 1 and <= 100000, got 1000000000"),
+    ("workload.max_tokens=99999999999999999999", "workload.max_tokens must be a finite number >= 1 and <= 1e+07, "
+                                                  "got 99999999999999999999"),
+    ("workload.input_len=1000000000", "workload.input_len must be a finite number >= 1 and <= 1.04858e+06"),
+    ("workload.seed=99999999999999999999", "workload.seed must be a finite number >= 0 and <= 9.22337e+18"),
+    ("ab.rounds=1000000000", "ab.rounds must be a finite number >= 2 and <= 100 (e.g. 3), got 1000000000"),
+    ("calibrate.runs=1000000000", "calibrate.runs must be a finite number >= 3 and <= 100 (e.g. 5), got 1000000000"),
+    ("record.timeslice_s=1e-9", "record.timeslice_s must be a finite number >= 0.001 and <= 86400, got 1e-09"),
+    ("gate.confidence=1.5", "gate.confidence must be a finite number > 0.5 and < 1 (e.g. 0.95), got 1.5"),
+    ("gate.run_to_run_floor=-0.1", "gate.run_to_run_floor must be a finite number >= 0 and < 1"),
+    ("slo.tpot_ms.p99=-1", "slo.tpot_ms.p99 must be a finite number > 0 (e.g. 50), got -1"),
+    ("+gate.min_acceptance_per_position.eagle3=[0.5,1.2]", "gate.min_acceptance_per_position.eagle3[1] must be a "
+                                                          "finite number >= 0 and <= 1, got 1.2"),
+    ("workload.duration_s=1e12", "workload.duration_s must be a finite number > 0 and <= 86400, got 1e+12"),
+    ("telemetry.interval_s=1e-9", "telemetry.interval_s must be a finite number >= 0.001"),
+    ("+backend.ulimits.memlock=-2", "backend.ulimits.memlock must be a finite number >= -1"),
+])
+def test_a_number_past_its_edge_is_refused_at_compose_time_naming_the_key_and_range(override, expected):
+    message = refusal(override)
+    assert expected in message and "\n" not in message, message
+
+
+def test_an_integer_past_int64_is_refused_even_where_the_bounds_allow_it():
+    with pytest.raises(NumberError, match=r"x must be an integer that fits in 64 bits .*got 99999999999999999999$"):
+        from harness.config.numbers import check_number
+        check_number("x", 99999999999999999999, Bounds(low=0))
+
+
+def test_a_load_of_known_length_cut_into_too_many_slices_is_refused_before_it_starts():
+    message = refusal("workload.num_prompts=null", "workload.duration_s=600", "record.timeslice_s=0.001")
+    assert message == ("record.timeslice_s=0.001 cuts a load of workload.duration_s=600 s into 6e+05 slices, more "
+                       "than 100000; set record.timeslice_s to at least 0.006"), message

@@ -175,7 +175,7 @@ def test_the_gate_skips_what_it_cannot_judge():
     (["gate.lossless.eagle3.against=eagle3"],
      "gate.lossless.eagle3.against names arm 'eagle3' itself; compare it with another arm (e.g. the plain-decoding one)"),
     (["gate.lossless.eagle3.min_exact_match=1.5"],
-     "gate.lossless.eagle3.min_exact_match is a share of requests between 0 and 1, got 1.5"),
+     "gate.lossless.eagle3.min_exact_match must be a finite number >= 0 and <= 1, got 1.5"),
     (["arms.eagle3=['drafter=eagle3_k25','workload.max_tokens=64']"],
      "gate.lossless compares arm 'eagle3' with 'baseline' request by request, but they send different requests: "
      "workload.max_tokens is 64 in 'eagle3' and 500 in 'baseline' (set it for the whole experiment, not in one "
@@ -183,9 +183,9 @@ def test_the_gate_skips_what_it_cannot_judge():
     (["arms.eagle3=['drafter=eagle3_k25','workload.temperature=0.5']"],
      "gate.lossless compares outputs under greedy decoding: workload.temperature must be 0, got 0.5 in arm 'eagle3'"),
     (["workload.logprobs=21"],
-     "workload.logprobs is how many top logprobs to keep per output token, 0 to 20 (0: token ids only), got 21"),
+     "workload.logprobs must be a finite number >= 0 and <= 20 (e.g. 0: token ids only), got 21"),
     (["arms.eagle3=['drafter=eagle3_k25','server.sim.lossy_rate=2']"],
-     "arm 'eagle3': server.sim.lossy_rate is the share of accepted draft tokens that come out wrong, between 0 and 1, got 2.0"),
+     "arm 'eagle3': server.sim.lossy_rate must be a finite number >= 0 and <= 1, got 2"),
 ])
 def test_config_mistakes_are_one_sentence(overrides, message):
     with pytest.raises(ConfigError) as caught:

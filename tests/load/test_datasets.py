@@ -129,6 +129,8 @@ BAD_FILES = {
     "empty category": (['{"prompt": "ok", "category": ""}'], r'line 1: "category" must be a non-empty string'),
     "bad max_tokens": (['{"prompt": "ok"}', '', '{"prompt": "ok", "max_tokens": 0}'],
                        r'line 3: "max_tokens" must be a positive integer, got 0'),
+    "max_tokens past int64": (['{"prompt": "ok", "max_tokens": 99999999999999999999}'],  # crashed writing Parquet
+                              r'line 1: "max_tokens" 99999999999999999999 is more than one request may have \(10000000\)'),
     "empty prompt": (['{"prompt": "  "}'], r'line 1: "prompt" must be a non-empty string'),
     "empty file": (['', ''], r"has no rows"),
 }

@@ -283,6 +283,30 @@ def test_a_bad_replay_setting_is_one_sentence_naming_its_key(tmp_path, override,
     assert expected in message, message
 
 
+@pytest.mark.parametrize("rows, overrides, expected", [
+    # a trace spanning 31 years (timestamps in ms): the run waited for ever without a word
+    ([row(0), row(1e12)], [], "the replay (lines 1 to 2) lasts 1e+09 s at workload.trace_speedup=1, longer than a "
+                              "load may last (24 h); replay a window"),
+    # a normal trace slowed down to nothing
+    ([row(0), row(1000)], ["workload.trace_speedup=1e-300"], "lasts 1e+300 s at workload.trace_speedup=1e-300"),
+    # a prompt of 1e9 tokens exhausted the memory while the load sized it
+    ([row(0, n=10**9)], [], "line 1: input_length 1000000000 tokens is more than one request may have (1048576); "
+                            "leave them out of the window"),
+    ([row(0, out=10**12)], [], "line 1: output_length 1000000000000 tokens is more than one request may have"),
+])
+def test_a_replay_past_a_loads_limits_is_one_sentence_before_any_server(tmp_path, rows, overrides, expected):
+    trace = mooncake(tmp_path / "long.jsonl", *rows)
+    message = refused(tmp_path, f"workload.trace={trace}", "workload.num_prompts=null", *overrides)
+    assert message.startswith(f"workload.trace {trace}") and expected in message, message
+
+
+def test_a_replay_cut_into_more_slices_than_a_load_holds_is_one_sentence(tmp_path):
+    trace = mooncake(tmp_path / "hour.jsonl", row(0), row(3_600_000))  # one hour
+    message = refused(tmp_path, f"workload.trace={trace}", "workload.num_prompts=null", "record.timeslice_s=0.01")
+    assert message == ("record.timeslice_s=0.01 cuts the trace replay's 3600 s into 3.6e+05 slices, more than 100000; "
+                       "set record.timeslice_s to at least 0.036"), message
+
+
 def test_a_missing_trace_file_is_one_sentence(tmp_path):
     assert refused(tmp_path, f"workload.trace={tmp_path}/none.jsonl") == (
         f"workload.trace={tmp_path}/none.jsonl: no such file ({tmp_path}/none.jsonl)")

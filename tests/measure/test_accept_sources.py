@@ -99,7 +99,7 @@ def test_null_switches_the_comparison_off_and_a_bad_gap_is_a_config_error():
     [v] = speculative.accept_length_sources_agree(context(HONEST, [sglang_window(400, 300)], max_accept_length_source_gap=None))
     assert v.status == "skipped" and "null" in v.detail
     assert compose(["+exp=sim_smoke"]).arms[0].cfg.gate.max_accept_length_source_gap == 0.02
-    with pytest.raises(ConfigError, match="max_accept_length_source_gap must be a fraction"):
+    with pytest.raises(ConfigError, match="max_accept_length_source_gap must be a finite number >= 0 and < 1"):
         compose(["+exp=sim_smoke", "gate.max_accept_length_source_gap=2"])
 
 

@@ -106,11 +106,11 @@ def test_the_machines_drift_is_shared_by_every_server_on_it_and_slow():
 
 
 @pytest.mark.parametrize("override, sentence", [
-    ("server.sim.drift_speed_sd=-0.1", "server.sim.drift_speed_sd is a standard deviation of log speed (0: no drift), "
+    ("server.sim.drift_speed_sd=-0.1", "server.sim.drift_speed_sd must be a finite number >= 0 (e.g. 0: no drift), "
                                        "got -0.1"),
-    ("server.sim.drift_wander_s=0", "server.sim.drift_wander_s is a time constant in seconds, above 0, got 0.0"),
-    ("server.sim.drift_machine_sd=-1", "server.sim.drift_machine_sd is a standard deviation of log speed"),
-    ("server.sim.drift_machine_s=-5", "server.sim.drift_machine_s is a time constant in seconds, above 0, got -5.0"),
+    ("server.sim.drift_wander_s=0", "server.sim.drift_wander_s must be a finite number > 0, got 0"),
+    ("server.sim.drift_machine_sd=-1", "server.sim.drift_machine_sd must be a finite number >= 0"),
+    ("server.sim.drift_machine_s=-5", "server.sim.drift_machine_s must be a finite number > 0, got -5"),
 ])
 def test_a_drift_that_cannot_be_is_one_sentence_before_any_server(override, sentence):
     from harness.config.compose import ConfigError, compose

@@ -63,7 +63,7 @@ def test_a_bad_value_in_one_point_exits_4_before_any_server(tmp_path, capsys):
     status = cli.main(["sweep", *SIM, "workload.concurrency=1,0", f"record.root={root}"])
     err = capsys.readouterr().err.strip()
     assert status == 4
-    assert err == "specgate: sweep point 1 (workload.concurrency=0): workload.concurrency must be at least 1, got 0"
+    assert err == "specgate: sweep point 1 (workload.concurrency=0): workload.concurrency must be a finite number >= 1 and <= 100000, got 0"
     assert not root.exists()  # no sweep folder, no point record: nothing started
 
 
