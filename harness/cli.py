@@ -51,7 +51,10 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_show(args: argparse.Namespace) -> int:
     """Each arm's composed config, through the record's redaction: the terminal shows no
     secret a record would not."""
+    from harness.run.preflight import check_experiment
+
     experiment = compose(args.overrides, args.conf_dir)
+    check_experiment(experiment)  # every check `run` makes before a server starts: show refuses what run refuses
     redactor = Redactor(readable=experiment.base.record.readable_env)
     redactor.learn(list(args.overrides))
     for arm in experiment.arms:

@@ -20,7 +20,7 @@ import pytest
 from harness.gates import verdict
 from harness.config.compose import DEFAULT_CONF_DIR, PYTEST_VALUE_OPTIONS, ConfigError, Experiment, compose, is_override
 from harness.gates.registry import GateContext, gates_of
-from harness.run.preflight import load_baseline, load_profile, preflight
+from harness.run.preflight import check_experiment
 from harness.run.replay import read_replayed, replay_experiment
 from harness.load import print_progress
 from harness.run.runner import ArmFailed, ArmRun, Runner
@@ -105,9 +105,8 @@ def pytest_configure(config: pytest.Config) -> None:
             notes += replay_notes
         else:
             experiment = compose(overrides, conf_dir(config))
-        baseline, baseline_notes = load_baseline(experiment)
-        profile = load_profile(experiment)
-        preflight(experiment)
+        checked = check_experiment(experiment)  # what `specgate show` checks too
+        baseline, baseline_notes, profile = checked.baseline, checked.notes, checked.profile
     except ConfigError as exc:
         raise pytest.UsageError(terminal_text(f"specgate: {exc}", list(config.invocation_params.args))) from None
     progress = None if config.getoption("no_progress") else terminal_progress(config)

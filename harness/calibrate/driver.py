@@ -29,7 +29,7 @@ from harness.gates.baseline_match import LOAD_SIZE_KEYS, identity
 from harness.gates.profile import NoiseProfile
 from harness.measure.registry import compared_by_default
 from harness.record.recorder import utc_now
-from harness.run.preflight import load_baseline, preflight
+from harness.run.preflight import check_experiment
 from harness.sweep.point import point_command, point_overrides, run_point
 
 INTERRUPTED_EXIT = INTERRUPTED  # pytest's status for a run stopped by Ctrl-C
@@ -49,9 +49,7 @@ def check_runs(run_overrides: list[list[str]], conf_dir: Path) -> None:
     """Every run composed and checked as its own pytest will check it, before the first starts."""
     for index, overrides in enumerate(run_overrides, start=1):
         try:
-            experiment = compose(overrides, conf_dir)
-            load_baseline(experiment)
-            preflight(experiment)
+            check_experiment(compose(overrides, conf_dir))
         except ConfigError as exc:
             raise ConfigError(f"calibration run {index}: {exc}") from None
 

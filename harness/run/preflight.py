@@ -3,6 +3,10 @@ sweep`, `specgate capacity`): the machine has what the experiment needs (a GPU w
 needed, the interpreter a build names), each drafter fits its target, and the reference run
 or noise profile (gate.baseline) is readable and measured the same thing.
 
+:func:`check_experiment` is every check a run makes once its experiment is composed, in one
+call: `pytest suites/` (`specgate run`) and `specgate show` both make it, so `show`, the
+"check my config" command, refuses exactly what `run` refuses, in the same sentence.
+
 Each problem is a :class:`ConfigError` with one sentence; the entry point decides how to say
 it (pytest's usage error, the CLI's exit status 4). No pytest here.
 """
@@ -11,6 +15,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.config.compose import ConfigError, Experiment, remote_engine
@@ -21,6 +26,29 @@ from harness.gates.reference import comparisons
 from harness.record.store import RecordError, RunData, is_history, read_reference_runs, safe_name
 from harness.run.drafter_fit import DrafterMismatch, check_drafter_fit
 from harness.telemetry.driver import nvidia_driver_status
+
+
+@dataclass
+class Checked:
+    """What the checks before a run read: the reference run(s) of gate.baseline, its noise profile, their notes."""
+
+    baseline: list[RunData] = field(default_factory=list)  # the reference last, older runs of a folder before it
+    notes: list[str] = field(default_factory=list)
+    profile: NoiseProfile | None = None
+
+
+def check_experiment(experiment: Experiment, here: bool = True) -> Checked:
+    """Every check a run makes before any server starts, once its experiment is composed (which
+    checked every key and number): gate.compare's comparisons, the reference run or noise
+    profile, then this machine (preflight; not when the run is to start elsewhere, ``here``
+    False: a cluster node checks itself). A ConfigError (one sentence) for the first that fails."""
+    if experiment.base.gate.compare:  # a malformed comparison is a mistake with or without a reference
+        check_comparisons(experiment)
+    baseline, notes = load_baseline(experiment)
+    profile = load_profile(experiment)
+    if here:
+        preflight(experiment)
+    return Checked(baseline, notes, profile)
 
 
 def preflight(experiment: Experiment) -> None:

@@ -19,7 +19,7 @@ from harness.sweep.launchers import is_launcher_override, launcher_of
 from harness.sweep.plan import SweepPlan
 from harness.sweep.point import label, point_overrides
 from harness.sweep.record import SweepRecord
-from harness.run.preflight import load_baseline, preflight
+from harness.run.preflight import check_experiment
 
 
 def check_points(points: list[SweepPoint], conf_dir: Path, here: bool = True) -> list[Experiment]:
@@ -34,9 +34,7 @@ def check_points(points: list[SweepPoint], conf_dir: Path, here: bool = True) ->
     for index, point in enumerate(points):
         try:
             experiment = compose(point.overrides, conf_dir)
-            load_baseline(experiment)
-            if here:
-                preflight(experiment)
+            check_experiment(experiment, here)  # what the point's pytest checks (the machine: only here)
         except ConfigError as exc:
             raise ConfigError(f"sweep point {index} ({' '.join(point.swept) or 'no sweep'}): {exc}") from None
         experiments.append(experiment)
