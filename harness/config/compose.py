@@ -656,7 +656,7 @@ def explain(exc: Exception, conf_dir: Path) -> str:
     missing_option = re.search(r"Could not find '([^']+)/([^']+)'", text)
     if missing_option:
         group, option = missing_option.groups()
-        return unknown_option(group, option, conf_dir)
+        return unknown_option(group, option, conf_dir, hydra_options(text))
     missing_group = re.search(r"Could not (?:load|find) '([^'/]+)'", text)
     if missing_group and not (conf_dir / missing_group.group(1)).is_dir():
         return unknown_key(missing_group.group(1), text)
@@ -708,8 +708,16 @@ def exception_chain(exc: BaseException | None) -> list[BaseException]:
     return chain
 
 
-def unknown_option(group: str, option: str, conf_dir: Path) -> str:
-    choices = sorted(p.stem for p in (conf_dir / group).glob("*.yaml"))
+def hydra_options(text: str) -> list[str]:
+    """The options Hydra lists after a missing one (`Available options in 'hydra/launcher':`),
+    which include those of its plugins (hydra/launcher=basic, submitit_slurm, ray, ...)."""
+    listed = re.search(r"Available options in '[^']+':\n((?:\t.*\n?)+)", text)
+    return listed.group(1).split() if listed else []
+
+
+def unknown_option(group: str, option: str, conf_dir: Path, listed: list[str] = ()) -> str:
+    """`group=option` names no option: every option there is, the conf tree's and Hydra's own."""
+    choices = sorted({p.stem for p in (conf_dir / group).glob("*.yaml")} | set(listed))
     hint = close_match(option, choices)
     return f"{group}={option}: no such option in '{group}'; valid choices: {', '.join(choices)}{hint}"
 
@@ -736,8 +744,12 @@ def unknown_key(full_key: str, text: str) -> str:
 
 
 def schema_keys(path: list[str], node: type = SpecgateConfig) -> list[str] | None:
-    """The keys of the schema dataclass at `path` (Optional blocks unwrapped), or None."""
+    """The keys of the schema dataclass at `path` (Optional blocks unwrapped; an entry of a
+    mapping, `gate.min_speedup.eagle3`, is its value type), or None."""
     for part in path:
+        if typing.get_origin(node) in (dict, typing.Dict) and len(typing.get_args(node)) == 2:
+            node = unwrapped(typing.get_args(node)[1])  # any key: the mapping's value type
+            continue
         kind = typing.get_type_hints(node).get(part) if dataclasses.is_dataclass(node) else None
         if kind is None:
             return None

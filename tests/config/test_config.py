@@ -256,3 +256,29 @@ def test_a_bad_value_in_a_block_null_by_default_is_one_sentence(override, fragme
     with pytest.raises(ConfigError) as caught:
         compose(["+exp=sim_smoke", "workload.prompt=null", override])
     assert fragment in str(caught.value) and "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("override, sentence", [
+    ("gate.min_speedup.eagle3.rato=2", "gate.min_speedup.eagle3.rato: no such key in 'gate.min_speedup.eagle3'; valid "
+                                       "keys: over, ratio (did you mean 'ratio'?)"),
+    ("+gate.min_speedup.eagle3.rato=2", "gate.min_speedup.eagle3.rato: no such key in 'gate.min_speedup.eagle3'; valid "
+                                        "keys: over, ratio (did you mean 'ratio'?)"),
+    ("gate.lossless.eagle3.agaist=baseline", "valid keys: against, min_exact_match (did you mean 'against'?)"),
+    ("+gate.max_ttft_ms.baseline.p95=30", "gate.max_ttft_ms.baseline.p95: no such key in 'gate.max_ttft_ms.baseline'; "
+                                          "valid keys: mean, p50, p90, p99"),
+])
+def test_a_mistyped_key_inside_a_gates_arm_block_names_the_valid_keys(override, sentence):
+    # it got Hydra's words ("no such key (Could not override ...)") and no valid keys
+    with pytest.raises(ConfigError) as caught:
+        compose(["+exp=sim_smoke", override])
+    assert sentence in str(caught.value) and "\n" not in str(caught.value), str(caught.value)
+
+
+def test_an_unknown_launcher_lists_every_launcher_there_is():
+    # it listed conf/hydra/launcher/ only (slurm); the plugins' launchers are options too
+    with pytest.raises(ConfigError) as caught:
+        compose(["+exp=sim_smoke", "hydra/launcher=nope"])
+    message = str(caught.value)
+    assert message.startswith("hydra/launcher=nope: no such option in 'hydra/launcher'; valid choices: "), message
+    listed = message.split("valid choices: ", 1)[1].split(" (", 1)[0].split(", ")
+    assert {"basic", "submitit_slurm", "submitit_local", "slurm", "ray"} <= set(listed), message
