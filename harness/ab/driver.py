@@ -18,17 +18,14 @@ harness/gates/ab.py (through the registry); docs/ab.md.
 from __future__ import annotations
 
 import dataclasses
-import signal
 import sys
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from harness.exit_status import FAILED, INTERRUPTED, PASSED
 from harness.ab.plan import SIDES, ABPlan
 from harness.ab.record import ABRecord, measurement_name
-from harness.capacity.driver import sigint_ignored
 from harness.gates.client_bound import judge as judge_client
 from harness.gates.reference import comparisons
 from harness.gates.registry import ABContext, judge
@@ -37,36 +34,11 @@ from harness.load import print_progress
 from harness.measure.metrics import ArmResult
 from harness.measure.registry import metric_value, number
 from harness.run.arm import ArmFailed, ArmSession
+from harness.run.interrupts import Interrupts, sigint_ignored
 from harness.run.outcome import ArmOutcome
 from harness.servers import Session, remove_dead_sessions_containers
 
 INTERRUPTED_EXIT = INTERRUPTED
-
-
-class Interrupts:
-    """Ctrl-C and SIGTERM as KeyboardInterrupt, remembered: a signal that lands while the
-    interpreter swallows exceptions (a fork's handlers, as a server process starts) is not
-    lost, but raised again at the next step (`check`)."""
-
-    def __init__(self):
-        self.seen: int | None = None
-
-    def handle(self, signum, frame):
-        self.seen = signum
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    def check(self) -> None:
-        if self.seen is not None:
-            raise KeyboardInterrupt(f"signal {self.seen}")
-
-    @contextmanager
-    def installed(self) -> Iterator["Interrupts"]:
-        previous = {sig: signal.signal(sig, self.handle) for sig in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            yield self
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
 
 
 class RoundFailed(Exception):

@@ -16,7 +16,6 @@ Record layout: harness/calibrate/record.py.
 from __future__ import annotations
 
 import platform
-import signal
 import sys
 from pathlib import Path
 
@@ -29,6 +28,7 @@ from harness.gates.baseline_match import LOAD_SIZE_KEYS, identity
 from harness.gates.profile import NoiseProfile
 from harness.measure.registry import compared_by_default
 from harness.record.recorder import utc_now
+from harness.run.interrupts import Interrupts
 from harness.run.preflight import check_experiment
 from harness.sweep.point import point_command, point_overrides, run_point
 
@@ -45,13 +45,38 @@ def check_calibration(overrides: list[str], conf_dir: Path) -> Experiment:
     return compose(overrides, conf_dir)  # calibrate.runs's bounds are the schema's (at least gates/profile.py's MIN_RUNS)
 
 
+def selected_arms(pytest_options: list[str], experiment: Experiment) -> list[str]:
+    """The arms the runs measure, as each run's pytest selects them (harness/plugin.py): those
+    `--arm` names (repeatable, or `--arm a,b`), or the arm `-k` names exactly; every arm
+    otherwise. A deselected arm is not profiled (nor counted as missing). An arm that is not
+    one is a ConfigError before anything starts."""
+    wanted, keyword = [], None
+    for previous, option in zip([None, *pytest_options], pytest_options):
+        if previous == "--arm":
+            wanted += option.split(",")
+        elif option.startswith("--arm="):
+            wanted += option.split("=", 1)[1].split(",")
+        elif previous == "-k":
+            keyword = option.strip()
+    wanted = [name for name in wanted if name]
+    if not wanted and keyword in experiment.arm_names:
+        wanted = [keyword]
+    for name in wanted:
+        if name not in experiment.arm_names:
+            raise ConfigError(f"--arm {name}: no such arm in experiment '{experiment.name}'; "
+                              f"arms: {', '.join(experiment.arm_names)}")
+    return [name for name in experiment.arm_names if name in wanted] if wanted else list(experiment.arm_names)
+
+
 def check_runs(run_overrides: list[list[str]], conf_dir: Path) -> None:
-    """Every run composed and checked as its own pytest will check it, before the first starts."""
-    for index, overrides in enumerate(run_overrides, start=1):
-        try:
-            check_experiment(compose(overrides, conf_dir))
-        except ConfigError as exc:
-            raise ConfigError(f"calibration run {index}: {exc}") from None
+    """The runs composed and checked as their own pytest will check them, before the first
+    starts. They differ only in their record folder (siblings in a calibration folder not made
+    yet, so one check of it holds for all): the first stands for every one (composing K
+    identical configs took K seconds before anything started)."""
+    try:
+        check_experiment(compose(run_overrides[0], conf_dir))
+    except ConfigError as exc:
+        raise ConfigError(f"calibration run 1: {exc}") from None
 
 
 def compared_metrics(experiment: Experiment) -> list[str]:
@@ -74,6 +99,7 @@ def run_calibration(overrides: list[str], pytest_options: list[str], conf_dir: P
     """Check, run the K runs, write the profile. Exit status: 0 when every arm has a profile,
     1 when an arm has none, 2 when interrupted (no profile written)."""
     experiment = check_calibration(overrides, conf_dir)
+    arms = selected_arms(pytest_options, experiment)
     runs = experiment.base.calibrate.runs
     labels = [f"run_{i}" for i in range(1, runs + 1)]
     # checked as they will run, each in a folder of its own (where is all that differs), before any folder is made
@@ -85,27 +111,27 @@ def run_calibration(overrides: list[str], pytest_options: list[str], conf_dir: P
     entries = [record.add_run(label, o) for label, o in zip(labels, run_overrides)]
     record.save()
     print(f"specgate calibrate: {runs} identical run(s) of {experiment.name}; record {record.path}", flush=True)
-    previous_sigterm = signal.signal(signal.SIGTERM, raise_interrupt)
     try:
-        for entry, overrides_of_run in zip(entries, run_overrides):
-            print(f"specgate calibrate: {entry['label']} of {runs}", flush=True)
-            status, interrupted = run_point(point_command(overrides_of_run, conf_dir, pytest_options))
-            record.run_ended(entry, status)
-            if interrupted:
-                raise KeyboardInterrupt
+        with Interrupts().installed():  # Ctrl-C (also when inherited ignored, as from a script) and SIGTERM
+            for entry, overrides_of_run in zip(entries, run_overrides):
+                print(f"specgate calibrate: {entry['label']} of {runs}", flush=True)
+                status, interrupted = run_point(point_command(overrides_of_run, conf_dir, pytest_options))
+                record.run_ended(entry, status)
+                if interrupted:
+                    raise KeyboardInterrupt
     except KeyboardInterrupt:
         record.finish(INTERRUPTED_EXIT, interrupted=True, profile=None)
         done = len(record.data.get("runs_finished") or [])
         print(f"specgate calibrate: interrupted after {done} of {runs} finished run(s); no noise profile written; "
               f"record {record.path}", file=sys.stderr)
         return INTERRUPTED_EXIT
-    finally:
-        signal.signal(signal.SIGTERM, previous_sigterm)
-    return finish(record, experiment)
+    return finish(record, experiment, arms)
 
 
-def finish(record: CalibrationRecord, experiment: Experiment) -> int:
-    """The profile from the runs that finished, written when it covers any arm; 0 when it covers every arm."""
+def finish(record: CalibrationRecord, experiment: Experiment, arms: list[str] | None = None) -> int:
+    """The profile from the runs that finished, written when it covers any arm; 0 when it covers
+    every arm the runs measured (`arms`: those selected, every arm when None)."""
+    arms = list(experiment.arm_names) if arms is None else arms
     identities, sizes = what_was_measured(experiment)
     about = {"experiment": experiment.name, "host": platform.node(), "started_utc": record.data["started_utc"],
              "finished_utc": utc_now(), "runs_asked": len(record.data["runs"]), "load_size": sizes,
@@ -115,22 +141,23 @@ def finish(record: CalibrationRecord, experiment: Experiment) -> int:
     results = [record.results.get(label) or {"experiment": experiment.name, "arms": {}} for label in labels]
     offered = NoiseProfile.from_results(results, label=str(record.path), metrics=compared_metrics(experiment),
                                         run_labels=labels, identities=identities, about=about)
-    missing = {arm: f"measured in none of the {len(labels)} runs" for arm in experiment.arm_names
+    missing = {arm: f"measured in none of the {len(labels)} runs" for arm in arms
                if arm not in offered.arms and arm not in offered.uncovered}
-    profile = NoiseProfile(offered.label, experiment.name, offered.runs, offered.arms,
-                           {**offered.uncovered, **missing}, offered.about)
+    uncovered = {arm: why for arm, why in {**offered.uncovered, **missing}.items() if arm in arms}
+    profile = NoiseProfile(offered.label, experiment.name, offered.runs,
+                           {arm: noise for arm, noise in offered.arms.items() if arm in arms}, uncovered, offered.about)
     if profile.arms:
         record.write_profile(profile)
     status = 0 if not profile.uncovered else 1
     record.finish(status, interrupted=False, profile=profile)
     for arm, why in profile.uncovered.items():
         print(f"specgate calibrate: arm '{arm}' has no noise profile: {why}", file=sys.stderr)
+    deselected = [arm for arm in experiment.arm_names if arm not in arms]
+    if deselected:
+        print(f"specgate calibrate: {', '.join(deselected)} deselected (--arm): not measured, not profiled", flush=True)
     if profile.arms:
         print(f"specgate calibrate: noise profile of {', '.join(profile.arms)} over {len(record.results)} finished run(s): "
               f"{record.path / 'noise_profile.json'}; judge a run against it with gate.baseline={record.path}",
               flush=True)
     return status
 
-
-def raise_interrupt(signum, frame):
-    raise KeyboardInterrupt(f"signal {signum}")

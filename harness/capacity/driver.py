@@ -10,17 +10,16 @@ Record: harness/capacity/record.py; gate: harness/gates/capacity.py (judged thro
 from __future__ import annotations
 
 import math
-import signal
 import sys
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from harness.exit_status import FAILED, INTERRUPTED, PASSED
 from harness.run.arm import ArmFailed, ArmSession
+from harness.run.interrupts import Interrupts, sigint_ignored
 from harness.capacity.search import CapacityConfigError, SearchSettings, search
 from harness.capacity.record import CapacityRecord
 from harness.config.compose import Arm, ConfigError, Experiment, compose
@@ -189,32 +188,6 @@ def say(line: str) -> None:
     print(f"specgate capacity: {line}", flush=True)
 
 
-@contextmanager
-def sigint_ignored() -> Iterator[None]:
-    try:
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    except ValueError:  # not the main thread: nothing to guard
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
-@contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM (a CI timeout, `kill`) unwinds like Ctrl-C: servers stopped, record closed."""
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def run_capacity(overrides: list[str], conf_dir: Path, command: list[str]) -> int:
     """Check everything, then search each arm in turn (the plain arm first). Exit status: 0
     every gate passed and every probe measured; 1 otherwise; 2 interrupted (4 is the caller's,
@@ -227,7 +200,7 @@ def run_capacity(overrides: list[str], conf_dir: Path, command: list[str]) -> in
     say(f"{experiment.name}, arms {', '.join(found)}, SLOs {', '.join(f'{s.name} ≤ {s.limit_ms:g} ms' for s in slos)}")
     session, cleaned = Session(), set()
     try:
-        with sigterm_as_interrupt():
+        with Interrupts().installed():  # Ctrl-C (also when inherited ignored) and SIGTERM unwind
             for arm in ordered(experiment):
                 engine = (arm.cfg.backend.kind, arm.cfg.backend.docker_host)
                 if engine not in cleaned:  # what dead sessions left on this engine goes first, as in a run

@@ -11,7 +11,6 @@ Record layout: harness/sweep/record.py and README "Sweeps".
 
 from __future__ import annotations
 
-import signal
 from pathlib import Path
 
 from harness.config.compose import ConfigError, Experiment, SweepPoint, compose, is_sweep, override_key, sweep_points
@@ -19,6 +18,7 @@ from harness.sweep.launchers import is_launcher_override, launcher_of
 from harness.sweep.plan import SweepPlan
 from harness.sweep.point import label, point_overrides
 from harness.sweep.record import SweepRecord
+from harness.run.interrupts import Interrupts
 from harness.run.preflight import check_experiment
 
 
@@ -62,12 +62,5 @@ def run_sweep(overrides: list[str], pytest_options: list[str], conf_dir: Path, c
     record.save()
     print(f"specgate sweep: {len(points)} point(s) of {first.name} on {launcher.name}; record {record.path}", flush=True)
     sweep = SweepPlan(record, entries, runs, overrides, launcher_overrides, conf_dir, pytest_options, first.base.sweep_gate)
-    previous_sigterm = signal.signal(signal.SIGTERM, raise_interrupt)
-    try:
+    with Interrupts().installed():  # Ctrl-C (also when inherited ignored) and SIGTERM unwind
         return launcher.run(sweep)
-    finally:
-        signal.signal(signal.SIGTERM, previous_sigterm)
-
-
-def raise_interrupt(signum, frame):
-    raise KeyboardInterrupt(f"signal {signum}")

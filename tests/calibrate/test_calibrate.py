@@ -11,6 +11,10 @@ from pathlib import Path
 
 import pytest
 
+import os
+import signal
+import time
+
 from harness import cli
 from harness.calibrate import driver
 from harness.config.compose import compose
@@ -111,6 +115,42 @@ def test_a_run_that_died_counts_for_no_arm_and_the_others_still_make_a_profile(t
     assert profile.runs == ("run_1", "run_2", "run_3", "run_4")
     assert profile.arm("eagle3").runs == ("run_1", "run_2", "run_4")
     assert profile.arm("eagle3").metrics["output_tok_s"].values == (310.0, 320.0, 315.0)
+
+
+def test_a_deselected_arm_is_neither_profiled_nor_missing(tmp_path, monkeypatch, capsys):
+    # `--arm baseline`: each run measures baseline only; eagle3's missing profile exited 1
+    fake = FakeRuns(unmeasured={i: {"eagle3"} for i in range(3)})
+    assert calibrate(tmp_path, monkeypatch, fake, "calibrate.runs=3", "--arm", "baseline") == 0
+    out, err = capsys.readouterr()
+    assert "has no noise profile" not in err and "eagle3 deselected (--arm): not measured, not profiled" in out
+    profile = NoiseProfile.read(calibration(tmp_path))
+    assert list(profile.arms) == ["baseline"] and profile.uncovered == {}
+    assert calibrate(tmp_path / "other", monkeypatch, FakeRuns(), "calibrate.runs=3", "--arm", "nope") == 4
+    assert "--arm nope: no such arm in experiment 'sim_smoke'; arms: baseline, eagle3" in capsys.readouterr().err
+
+
+class SignalsItself(FakeRuns):
+    """A run during which Ctrl-C reaches the calibration (as a user's, or a script's kill -INT)."""
+
+    def __call__(self, command: list[str]) -> tuple[int, bool]:
+        if self.calls == 1:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.5)  # the handler runs here, if there is one
+        return super().__call__(command)
+
+
+def test_a_calibration_started_with_ctrl_c_ignored_still_stops_on_it(tmp_path, monkeypatch, capsys):
+    # started from a script or a shell's background job, the process inherits SIGINT ignored:
+    # `specgate ab` installed its own handler and stopped, calibrate ran on through every run
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        fake = SignalsItself()
+        assert calibrate(tmp_path, monkeypatch, fake, "calibrate.runs=3") == 2
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN  # put back as it was
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert fake.calls == 1  # the second run was stopped as it began, the third never started
+    assert "interrupted after 1 of 3 finished run(s)" in capsys.readouterr().err
 
 
 def test_an_interrupted_calibration_writes_no_profile_and_says_which_runs_finished(tmp_path, monkeypatch, capsys):
