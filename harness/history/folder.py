@@ -13,13 +13,16 @@ is one sentence (RecordError, exit 4 from `specgate history`): a path that is no
 than two usable runs, runs of more than one experiment (pick one with `--experiment`).
 
 The runs are ordered by their start time (`started_utc`, else the timestamp the folder's name
-starts with). Per arm, the headline metrics are the registry's `compared_by_default()` (the
+starts with). Runs of one experiment may still have measured different configs (a sweep's
+points copied into one folder: concurrency 1 and 2); each arm's series then says so in one
+note naming the keys that differ (`mixed_configs`, from each arm's recorded identity). Per arm, the headline metrics are the registry's `compared_by_default()` (the
 figures a reference-run gate compares unasked) plus any path asked for; each metric's change
 points come from harness/history/changepoints.py over the runs that measured it.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -98,6 +101,27 @@ class History:
                                   seed=self.seed)
             self._found[key] = [(points[c.index][0], c) for c in found]
         return self._found[key]
+
+    def mixed_configs(self, arm: str) -> Optional[str]:
+        """One note when the runs measured the arm in different configs (their recorded
+        identities differ: workload.concurrency 1 in some, 2 in others), naming the keys that
+        differ and how many runs had each value; None when they measured one config."""
+        identities = [block["identity"] for run in self.runs
+                      if isinstance(block := run.arms.get(arm), dict) and isinstance(block.get("identity"), dict)]
+        differing = []
+        for key in dict.fromkeys(k for identity in identities for k in identity):
+            counts: dict[str, int] = {}
+            for identity in identities:
+                shown = json.dumps(identity.get(key), sort_keys=True, default=str)
+                counts[shown] = counts.get(shown, 0) + 1
+            if len(counts) > 1:
+                differing.append(f"{key} " + ", ".join(f"{value} in {n} run{'s' if n > 1 else ''}"
+                                                       for value, n in counts.items()))
+        if not differing:
+            return None
+        return (f"note: these runs measured {arm} in different configs ({'; '.join(differing)}), read here as one "
+                f"series, so a change point may be a change of config; give a folder of one config's runs (e.g. "
+                f"one sweep point's)")
 
     def since_last_change(self, arm: str, metric: str) -> list[Run]:
         """The runs that measured the arm's metric from its last change point on (the segment

@@ -62,6 +62,7 @@ def arm_table(history: History, arm: str) -> tuple[list[str], list[list[str]], l
     """(header, rows, footnotes) of one arm: a run per row, a `[n]` where change point n starts."""
     marks: dict[tuple[str, str], str] = {}  # (run label, metric) -> its footnote mark
     notes: list[str] = []
+    mixed = history.mixed_configs(arm)
     for path in history.metrics:
         for run, point in history.change_points(arm, path):
             mark = f"[{len(notes) + 1}]"
@@ -73,7 +74,7 @@ def arm_table(history: History, arm: str) -> tuple[list[str], list[list[str]], l
         cells = [metric_value_text(p, run.value(arm, p)) + (" " + marks[(run.label, p)] if (run.label, p) in marks else "")
                  for p in history.metrics]
         rows.append([run_time(run), run.label, *cells])
-    return header, rows, notes
+    return header, rows, ([mixed] if mixed else []) + notes
 
 
 def history_text(history: History) -> str:
@@ -84,7 +85,8 @@ def history_text(history: History) -> str:
     for arm in history.arms:
         header, rows, notes = arm_table(history, arm)
         lines += [f"## {arm}", "", *markdown_table(header, rows), ""]
-        lines += [*notes, ""] if notes else ["no change point in any metric.", ""]
+        changes = [note for note in notes if not note.startswith("note: ")]
+        lines += [*notes, ""] if changes else [*notes, "no change point in any metric.", ""]
     if history.skipped:
         lines += [f"## skipped ({len(history.skipped)})", "", *(f"- {note}" for note in history.skipped), ""]
     return "\n".join(lines)

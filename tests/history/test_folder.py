@@ -125,3 +125,25 @@ def test_a_run_where_an_arm_was_not_measured_is_left_out_of_that_arms_series(tmp
     history = read_history(tmp_path)
     assert [v for _, v in history.series("eagle3", "output_tok_s")] == [1800.0, 1790.0]
     assert len(history.series("baseline", "output_tok_s")) == 3
+
+
+def test_a_folder_of_runs_of_different_configs_says_so_naming_the_keys(tmp_path, capsys):
+    # a sweep's points copied into one folder: concurrency 1 and 2 were read as one series, no word said
+    from harness.cli import main
+
+    def arms(concurrency: int) -> dict:
+        identity = {"server.engine": "sim", "workload.name": "count_to_100", "workload.concurrency": concurrency}
+        return {arm: {**block, "identity": identity} for arm, block in two_arms().items()}
+    for i, concurrency in enumerate([1, 2, 1, 2]):
+        write_run(tmp_path / "mixed", START + timedelta(hours=i), arms(concurrency))
+        write_run(tmp_path / "one", START + timedelta(hours=i), arms(4))
+    history = read_history(tmp_path / "mixed")
+    assert history.mixed_configs("eagle3") == (
+        "note: these runs measured eagle3 in different configs (workload.concurrency 1 in 2 runs, 2 in 2 runs), read "
+        "here as one series, so a change point may be a change of config; give a folder of one config's runs (e.g. "
+        "one sweep point's)")
+    assert main(["history", str(tmp_path / "mixed")]) == 0
+    out = capsys.readouterr().out
+    assert out.count("note: these runs measured") == 2 and "no change point in any metric." in out  # one per arm
+    assert read_history(tmp_path / "one").mixed_configs("eagle3") is None
+    assert main(["history", str(tmp_path / "one")]) == 0 and "note: these runs" not in capsys.readouterr().out
