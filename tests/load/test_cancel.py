@@ -73,8 +73,8 @@ def test_fraction_zero_is_off_and_warmups_are_never_cut():
     ("workload.cancel.fraction=0.2", "workload.cancel needs exactly one of after_tokens and after_ms (where the client "
                                      "closes a cancelled request's stream), got neither"),
     ("workload.cancel={fraction:0.2,after_tokens:4,after_ms:10}", "got both"),
-    ("workload.cancel={fraction:0.2,after_tokens:0}", "workload.cancel.after_tokens must be a finite number >= 1, got 0"),
-    ("workload.cancel={fraction:0.2,after_ms:0}", "workload.cancel.after_ms must be a finite number > 0, got 0"),
+    ("workload.cancel={fraction:0.2,after_tokens:0}", "workload.cancel.after_tokens must be a finite number >= 1 and <= 1e+07, got 0"),
+    ("workload.cancel={fraction:0.2,after_ms:0}", "workload.cancel.after_ms must be a finite number > 0 and <= 8.64e+07, got 0"),
     ("workload.cancel={fraction:0.2,after_tokens:500}", "workload.cancel.after_tokens=500 is not below "
                                                         "workload.max_tokens=500: every request would end before its cut"),
 ])
