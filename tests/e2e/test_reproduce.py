@@ -225,7 +225,9 @@ def test_a_reference_run_that_died_stops_the_run_in_one_sentence(tmp_path):
 
 def test_a_history_baseline_leaves_out_runs_that_did_not_finish_and_says_so(tmp_path):
     history = tmp_path / "main"
-    write_results(history / "20261201T000000Z_sim_smoke", status="finished")
+    # the finished member measured the arms (a reference with none is refused on its own: exit 4)
+    write_results(history / "20261201T000000Z_sim_smoke", status="finished",
+                  arms={"baseline": {"status": "measured"}, "eagle3": {"status": "measured"}})
     write_results(history / "20261201T000001Z_sim_smoke", status="running")
     proc = run_suites("+exp=sim_smoke", f"gate.baseline={history}", f"record.root={tmp_path / 'new'}", "--collect-only")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
