@@ -30,7 +30,7 @@ from omegaconf import OmegaConf
 from harness.exit_status import MISTAKE
 from harness import SUITES_DIR, __version__
 from harness.report.compare import CompareError
-from harness.record.secrets import Redactor, terminal_text
+from harness.record.secrets import terminal_text
 from harness.config.compose import (DEFAULT_CONF_DIR, PYTEST_VALUE_OPTIONS, ConfigError, compose, is_override,
                                     list_experiments)
 from harness.record.store import RecordError
@@ -49,21 +49,16 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    """Each arm's composed config, through the record's redaction: the terminal shows no
-    secret a record would not."""
+    """Each arm's composed config as the record will hold it: written from the typed config,
+    each secret as its fingerprint."""
     from harness.run.preflight import check_experiment
 
     experiment = compose(args.overrides, args.conf_dir)
     check_experiment(experiment)  # every check `run` makes before a server starts: show refuses what run refuses
-    redactor = Redactor(readable=experiment.base.record.readable_env)
-    redactor.learn(list(args.overrides))
-    for arm in experiment.arms:
-        redactor.learn(OmegaConf.to_container(arm.cfg, resolve=True))
     print(f"# experiment: {experiment.name} — {experiment.description}")
     for arm in experiment.arms:
-        print(f"\n# ---- arm: {arm.name}  (overrides: {' '.join(redactor.data(list(arm.overrides))) or 'none'})")
-        shown = redactor.data(OmegaConf.to_container(arm.cfg, resolve=True))
-        print(yaml.safe_dump(shown, sort_keys=False), end="")
+        print(f"\n# ---- arm: {arm.name}  (overrides: {' '.join(arm.shown_overrides) or 'none'})")
+        print(yaml.safe_dump(OmegaConf.to_container(arm.cfg, resolve=True), sort_keys=False), end="")
     return 0
 
 

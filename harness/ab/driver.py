@@ -36,6 +36,7 @@ from harness.measure.registry import metric_value, number
 from harness.run.arm import ArmFailed, ArmSession
 from harness.run.interrupts import Interrupts, sigint_ignored
 from harness.run.outcome import ArmOutcome
+from harness.record.secrets import Redactor
 from harness.servers import Session, remove_dead_sessions_containers
 
 INTERRUPTED_EXIT = INTERRUPTED
@@ -220,7 +221,8 @@ class ABRun:
 
 
 def say(line: str) -> None:
-    print(f"specgate ab: {line}", flush=True)
+    """The terminal is a sink like the record: what a server answered may quote a secret."""
+    print(f"specgate ab: {Redactor().text(line)}", flush=True)
 
 
 def run_ab(tokens: list[str], conf_dir: Path, command: list[str]) -> int:
@@ -245,11 +247,11 @@ def run_ab(tokens: list[str], conf_dir: Path, command: list[str]) -> int:
         counted = [str(p.round) for p in next(iter(ab.pairs.values()), []) if len(p.lines) == 2]
         record.stopped = (f"{exc}; the A/B stopped there; rounds that counted: "
                           f"{', '.join(counted) or 'none'}")
-        print(f"specgate ab: {record.stopped}", file=sys.stderr, flush=True)
+        print(f"specgate ab: {Redactor().text(record.stopped)}", file=sys.stderr, flush=True)
     verdicts = ab.verdicts()
     status = FAILED if record.stopped or failed(verdicts) else PASSED
     record.finish(verdicts, status, interrupted=False)
     for verdict in verdicts:
-        print(f"specgate ab gate: {verdict.line()}", flush=True)
+        print(f"specgate ab gate: {Redactor().text(verdict.line())}", flush=True)
     say(f"exit status {status}; summary {record.path / 'summary.md'}")
     return status

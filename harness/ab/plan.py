@@ -15,7 +15,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from harness.config.compose import Arm, ConfigError, Experiment, compose, override_key
+from harness.config.compose import Arm, ConfigError, Experiment, compose, override_key, shown_overrides
 from harness.gates.baseline_match import differences
 from harness.run.preflight import preflight
 
@@ -55,7 +55,10 @@ class ABPlan:
         return "A", "B"
 
     def describe(self, side: str) -> str:
-        return " ".join(self.own[side]) or "the common config"
+        """The side's own overrides as they may be shown: secrets as fingerprints."""
+        experiment = self.sides[side]
+        shown = shown_overrides(self.own[side], experiment.base, [arm.cfg for arm in experiment.arms])
+        return " ".join(shown) or "the common config"
 
     @classmethod
     def of(cls, tokens: list[str], conf_dir: Path) -> "ABPlan":

@@ -72,7 +72,7 @@ class ABRecord:
             "experiment": plan.base.name,
             "description": plan.base.description,
             "harness_version": __version__,
-            "command": self.command,
+            "command": self.plan.base.shown_command(self.command),
             **self.recorder.status_fields(status),
             "exit_status": self.exit_status,
             "rounds": plan.rounds, "order": plan.order, "keep_up": plan.keep_up,

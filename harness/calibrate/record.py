@@ -30,7 +30,7 @@ class CalibrationRecord:
         self.recorder = Recorder(experiment, kind="calibration")
         self.results: dict[str, dict[str, Any]] = {}  # run label -> its results.json, for the profile
         self.data: dict[str, Any] = {"experiment": experiment.name, **self.recorder.status_fields(RUNNING),
-                                     "command": command, "runs_asked": runs, "exit_status": None, "runs": [],
+                                     "command": experiment.shown_command(command), "runs_asked": runs, "exit_status": None, "runs": [],
                                      "profile": None}
 
     @property

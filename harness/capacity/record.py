@@ -50,7 +50,7 @@ class CapacityRecord:
             "experiment": self.experiment.name,
             "description": self.experiment.description,
             "harness_version": __version__,
-            "command": self.command,
+            "command": self.experiment.shown_command(self.command),
             **self.recorder.status_fields(status),  # running, finished or interrupted, as a run record's
             "exit_status": self.exit_status,
             "dimension": self.dimension,

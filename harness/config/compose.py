@@ -39,6 +39,7 @@ from harness.load.ray_clients import PLACEMENTS, RayAddressError, check_address
 from harness.load.limits import MAX_TIMESLICES
 from harness.config import schema
 from harness.config.numbers import NumberError, check_numbers
+from harness.config.secrets import BOOK, FINGERPRINT, Policy, leaves, masked_override
 from harness.config.schema import BUILD_KINDS, SpecgateConfig
 from harness.servers import BACKENDS
 from harness.servers.docker import LOOPBACK, remote_engine_host, unreachable_publish
@@ -73,9 +74,14 @@ class ConfigError(Exception):
 @dataclass
 class Arm:
     name: str
-    cfg: DictConfig  # the fully composed config of this arm (read-only)
-    overrides: list[str]  # the arm's own overrides on top of the experiment
+    cfg: DictConfig  # the fully composed config of this arm (read-only; secrets as fingerprints)
+    overrides: list[str]  # the arm's own overrides on top of the experiment, as typed
     choices: dict[str, str]  # group -> option picked, e.g. {"drafter": "eagle3_k25"}
+
+    @property
+    def shown_overrides(self) -> list[str]:
+        """The arm's overrides as they may be written or printed: secrets as fingerprints."""
+        return shown_overrides(self.overrides, self.cfg)
 
 
 @dataclass
@@ -84,7 +90,18 @@ class Experiment:
     description: str
     base: DictConfig  # the composed config before arm overrides
     arms: list[Arm]
-    overrides: list[str] = field(default_factory=list)  # from the command line
+    overrides: list[str] = field(default_factory=list)  # from the command line, as typed (secrets in clear)
+
+    @property
+    def shown_overrides(self) -> list[str]:
+        """The command line as it may be written or printed: secrets as fingerprints."""
+        return shown_overrides(self.overrides, self.base, [arm.cfg for arm in self.arms])
+
+    def shown_command(self, tokens: list[str]) -> list[str]:
+        """A command line (`specgate sweep ... +server.env.X=V -k ...`) as a record may hold it:
+        each override's secrets as fingerprints, options as they are."""
+        return [shown_overrides([t], self.base, [arm.cfg for arm in self.arms])[0]
+                if "=" in t and not t.startswith("-") else t for t in tokens]
 
     def arm(self, name: str) -> Arm:
         for arm in self.arms:
@@ -310,13 +327,67 @@ def compose(overrides: list[str], conf_dir: Path = DEFAULT_CONF_DIR) -> Experime
             cfg, choices = compose_config(merged, conf_dir)
         except ConfigError as exc:
             raise ConfigError(f"arm '{name}': {exc}") from None
-        arms.append(Arm(name=name, cfg=resolve_auto_telemetry(cfg), overrides=list(arm_overrides), choices=choices))
+        arms.append(Arm(name=name, cfg=masked(resolve_auto_telemetry(cfg)), overrides=list(arm_overrides),
+                        choices=choices))
     experiment = Experiment(
-        name=base.name, description=base.description, base=resolve_auto_telemetry(base), arms=arms,
+        name=base.name, description=base.description, base=masked(resolve_auto_telemetry(base)), arms=arms,
         overrides=list(overrides),
     )
+    publish(experiment)
     validate(experiment)
     return experiment
+
+
+def policy_of(cfg: DictConfig) -> Policy:
+    """Where this config's secrets sit: its engine's readable flags, the readable variables."""
+    every_engines_env = tuple(p for engine in ENGINES.values() for p in engine.readable_env)  # as the scrubber reads them
+    return Policy.for_engine(ENGINES.get(cfg.server.engine), (*every_engines_env, *cfg.record.readable_env))
+
+
+def masked(cfg: DictConfig) -> DictConfig:
+    """`cfg` with every secret, by where it sits, as its fingerprint (harness/config/secrets.py);
+    the values stay in the process's BOOK for the launch. Only the changed leaves are set, so
+    the config keeps its interpolations and types."""
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    changes = changed_leaves(plain, policy_of(cfg).mask(plain))
+    if not changes:
+        return cfg
+    OmegaConf.set_readonly(cfg, False)
+    with open_dict(cfg):
+        for path, value in changes:
+            OmegaConf.update(cfg, path, value, merge=False)
+    OmegaConf.set_readonly(cfg, True)
+    return cfg
+
+
+def changed_leaves(before: Any, after: Any, path: str = "") -> list[tuple[str, Any]]:
+    """(dotted path, new value) for each leaf that changed; a list changes whole."""
+    if isinstance(before, dict) and isinstance(after, dict):
+        return [change for key in before
+                for change in changed_leaves(before[key], after[key], f"{path}.{key}" if path else str(key))]
+    return [] if before == after else [(path, after)]
+
+
+def shown_overrides(overrides: list[str], *cfgs: Any) -> list[str]:
+    """Overrides with their secrets as fingerprints: a flag's value is readable only where every
+    config's engine reads it (the command line applies to every arm)."""
+    configs = [c for group in cfgs for c in (group if isinstance(group, list) else [group])]
+    policies = [policy_of(cfg) for cfg in configs]
+    policy = policies[0]
+    common = [f for f in policy.readable_flags if all(f in p.readable_flags for p in policies)]
+    shared = Policy(readable_env=policy.readable_env, readable_flags=tuple(common),
+                    readable_json_keys=policy.readable_json_keys)
+    return [masked_override(o, shared) for o in overrides]
+
+
+def publish(experiment: Experiment) -> None:
+    """The values the record shows anyway (arm names, the model path, every readable config
+    value): free text never loses them to a secret that happens to equal one."""
+    BOOK.add_public([experiment.name, *experiment.arm_names])
+    for cfg in [experiment.base, *(arm.cfg for arm in experiment.arms)]:
+        BOOK.add_public(v for v in leaves(OmegaConf.to_container(cfg, resolve=True)) if not FINGERPRINT.search(v))
+    for arm in experiment.arms:
+        BOOK.add_public(arm.choices.values())
 
 
 def check_empty_gates(overrides: list[str]) -> None:

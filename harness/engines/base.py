@@ -139,6 +139,13 @@ class Engine:
     # the engine's own tuning variables (glob patterns): values the record and terminal may show
     # (harness/record/secrets.py; every other server.env value is a secret)
     readable_env: ClassVar[tuple[str, ...]] = ()
+    # its command-line flags (glob patterns) whose values the record and terminal may show; the
+    # value of any other flag in server.extra_args is a secret (harness/config/secrets.py), so
+    # a flag this engine does not know, `--api-key`, `--tokens`, never shows
+    readable_flags: ClassVar[tuple[str, ...]] = ()
+    # inside a JSON-valued argument of a readable flag: the keys whose string values may show
+    # (numbers, booleans show; any other string is a secret)
+    readable_json_keys: ClassVar[tuple[str, ...]] = ()
     version_routes: ClassVar[tuple[str, ...]] = ()  # GET routes whose JSON has "version"
     served_model_fallback: ClassVar[str | None] = None  # a GET route with "model_path", if /v1/models lists none
     drafter_keys: ClassVar[tuple[str, ...]] = ("num_steps",)  # drafter fields a speculative arm must set

@@ -33,6 +33,19 @@ class SGLang(PythonEngine):
     # new tokens, TokenizerMetricsCollector.observe_inter_token_latency(interval, n) adds
     # the interval to the sum and n to the count (srt/metrics/collector.py, 0.5.x).
     readable_env = ("SGLANG_*",)  # its tuning knobs may show (a secret-named one, an API key, never does)
+    # srt/server_args.py: the launch flags specgate writes and the tuning flags users add
+    readable_flags = ("--model-path", "--tokenizer-path", "--tokenizer-mode", "--host", "--port", "--served-model-name",
+                      "--tp-size", "--dp-size", "--pp-size", "--ep-size", "--nnodes", "--node-rank", "--dist-init-addr",
+                      "--nccl-port", "--speculative-*", "--mem-fraction-static", "--trust-remote-code",
+                      "--context-length", "--chunked-prefill-size", "--max-running-requests", "--max-total-tokens",
+                      "--max-prefill-tokens", "--cuda-graph-*", "--disable-*", "--enable-*", "--attention-backend",
+                      "--sampling-backend", "--page-size", "--schedule-policy", "--schedule-conservativeness",
+                      "--dtype", "--kv-cache-dtype", "--quantization", "--load-format", "--log-level", "--random-seed",
+                      "--stream-interval", "--moe-*", "--decode-log-interval", "--watchdog-timeout",
+                      "--torch-compile-max-bs", "--grammar-backend", "--reasoning-parser", "--tool-call-parser",
+                      "--chat-template", "--revision", "--device", "--base-gpu-id", "--skip-server-warmup",
+                      "--show-time-cost", "--json-model-override-args", "--radix-eviction-policy")
+    readable_json_keys = ("architectures", "model_type", "rope_scaling", "type", "rope_type")
     prometheus = PrometheusNames(ttft_histogram="sglang:time_to_first_token_seconds",
                                  itl_histogram="sglang:inter_token_latency_seconds",
                                  itl_observed_per=ITL_PER_TOKEN,

@@ -83,6 +83,7 @@ class Simulator(SGLang):
     options = SimModelConfig
     checks_drafter_fit = False  # its model and drafter paths are only names
     simulates_gpus = True
+    readable_flags = SGLang.readable_flags + ("--sim-*",)  # SGLang's flags, and its timing model's
 
     def args(self, cfg: DictConfig, port: int, host: str) -> list[str]:
         return super().args(cfg, port, host) + (sim_args(cfg.server.sim) if cfg.server.sim is not None else [])

@@ -64,6 +64,20 @@ class VLLM(PythonEngine):
     # then one inter-token latency per engine step of a request, the whole step however
     # many tokens it yielded.
     readable_env = ("VLLM_*",)  # its tuning knobs may show (a secret-named one, an API key, never does)
+    # vllm/engine/arg_utils.py: the launch flags specgate writes and the tuning flags users add
+    readable_flags = ("--model", "--tokenizer", "--tokenizer-mode", "--host", "--port", "--served-model-name",
+                      "--tensor-parallel-size", "-tp", "--pipeline-parallel-size", "-pp", "--data-parallel-size",
+                      "-dp", "--dtype", "--max-model-len", "--max-num-seqs", "--max-num-batched-tokens",
+                      "--gpu-memory-utilization", "--speculative-config", "--enforce-eager", "--enable-*",
+                      "--disable-*", "--no-enable-*", "--trust-remote-code", "--kv-cache-dtype", "--block-size",
+                      "--swap-space", "--quantization", "--load-format", "--seed", "--compilation-config", "-O*",
+                      "--attention-backend", "--kv-transfer-config", "--hf-overrides", "--generation-config",
+                      "--revision", "--chat-template", "--max-logprobs", "--uvicorn-log-level", "--api-server-count",
+                      "--per-request-spec-decode-metrics", "--distributed-executor-backend")
+    # speculative, compilation and KV-transfer configs' keys, and the model shape of --hf-overrides
+    readable_json_keys = ("method", "model", "rejection_sample_method", "quantization", "revision",
+                          "draft_tensor_parallel_size", "level", "mode", "cudagraph_mode", "backend", "kv_connector",
+                          "kv_role", "kv_buffer_device", "architectures", "model_type")
     prometheus = PrometheusNames(ttft_histogram="vllm:time_to_first_token_seconds",
                                  itl_histogram="vllm:inter_token_latency_seconds",
                                  itl_observed_per=ITL_PER_STEP,

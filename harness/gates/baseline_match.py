@@ -25,6 +25,7 @@ from typing import Any, Mapping
 import yaml
 from omegaconf import OmegaConf
 
+from harness.config.secrets import FINGERPRINT, key_id
 from harness.config.compose import ConfigError, Experiment
 from harness.gates.profile import NoiseProfile
 from harness.load.datasets import dataset_digest
@@ -113,6 +114,9 @@ def run_differences(experiment: Experiment, run: RunData) -> dict[str, list[str]
         if recorded is None:
             continue
         diff = identity_differences(arm_identity(arm.cfg), recorded)
+        if diff and run.data.get("fingerprint_key") not in (None, key_id()) and any(FINGERPRINT.search(d) for d in diff):
+            diff.append("the reference's secrets were fingerprinted with another key (another machine's): set "
+                        "SPECGATE_FINGERPRINT_KEY to that key to compare them")
         if diff:
             found[arm.name] = diff
     return found

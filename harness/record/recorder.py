@@ -72,8 +72,9 @@ class Recorder:
         record = RunRecord(Path(experiment.base.record.root), experiment.name, self.redactor, kind=self.kind)
         if self.kind.writes_configs:
             record.write_yaml("config.yaml", base)
-            record.write_yaml("overrides.yaml", {"command_line": experiment.overrides,
-                                                 "arms": {a.name: a.overrides for a in experiment.arms}})
+            # written from the typed experiment: each secret as its fingerprint
+            record.write_yaml("overrides.yaml", {"command_line": experiment.shown_overrides,
+                                                 "arms": {a.name: a.shown_overrides for a in experiment.arms}})
             for name, data in configs.items():
                 record.write_yaml(f"arms/{name}/config.yaml", data)
         return record

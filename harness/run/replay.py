@@ -11,15 +11,17 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from harness.config.compose import Arm, ConfigError, Experiment, compose, explain, override_key, validate
+from harness.config.compose import (Arm, ConfigError, Experiment, compose, explain, masked, override_key, publish,
+                                    validate)
 from harness.gates.reference import allowed_change, noise_band
 from harness.measure.registry import metric_value, noise_metrics
 from harness.engines.legacy import upgrade_config
 from harness.load.datasets import dataset_digest
 from harness.load.trace import trace_digest
+from harness.config.secrets import BOOK, FINGERPRINT
 from harness.record.store import REDACTED, RecordError, RunData, read_run
 from harness.config.schema import SpecgateConfig
 
@@ -67,10 +69,12 @@ def replay_experiment(run_dir: Path, overrides: list[str], conf_dir: Path) -> tu
     for name in (base_data.get("arms") or {"default": []}):
         cfg = apply_overrides(typed(read_yaml(run_dir / "arms" / name / "config.yaml"), f"arm '{name}'"), overrides)
         OmegaConf.set_readonly(cfg, True)
+        check_secrets_given(masked(cfg), f"arm '{name}'")
         arms.append(Arm(name=name, cfg=cfg, overrides=list(arm_overrides.get(name, [])), choices={}))
     OmegaConf.set_readonly(base, True)
-    experiment = Experiment(name=base.name, description=base.description, base=base, arms=arms,
+    experiment = Experiment(name=base.name, description=base.description, base=masked(base), arms=arms,
                             overrides=list(recorded_overrides.get("command_line") or []) + list(overrides))
+    publish(experiment)
     validate(experiment)
     check_datasets_unchanged(experiment, run_dir)
     notes = [f"replaying {run_dir.name}: the recorded config, not today's conf/"]
@@ -109,8 +113,20 @@ def read_replayed(run_dir: Path) -> tuple[RunData, list[str]]:
     return replayed, [f"the replayed record is {replayed.incompleteness}: the drift covers only what it measured"]
 
 
+def check_secrets_given(cfg: DictConfig, where: str) -> None:
+    """A recorded config holds its secrets as fingerprints: each must be given again (an
+    override with its value) before a server starts, or the server would get the fingerprint."""
+    plain = flatten(OmegaConf.to_container(cfg, resolve=True))
+    missing = [path for path, value in plain.items() if isinstance(value, str)
+               and any(mark not in BOOK.by_fingerprint for mark in FINGERPRINT.findall(value))]
+    if missing:
+        raise ConfigError(f"--replay: {where}: the record holds secrets only as fingerprints at {', '.join(missing)}; "
+                          f"give each value again as an override (e.g. {missing[0]}=VALUE)")
+
+
 def redacted_notes(data: dict) -> list[str]:
-    hidden = [path for path, value in flatten(data).items() if value == REDACTED]
+    hidden = [path for path, value in flatten(data).items()
+              if value == REDACTED or (isinstance(value, str) and FINGERPRINT.search(value))]
     return [f"the record hides secrets at {', '.join(hidden)}: supply them with overrides"] if hidden else []
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from harness import PROJECT_ROOT, __version__
+from harness.config.secrets import key_id
 from harness.gates.baseline_match import arm_identity
 from harness.run.arm import ArmFailed, ArmRun, ArmSession
 from harness.config.compose import Arm, Experiment
@@ -196,10 +197,11 @@ class Runner:
             "description": self.experiment.description,
             "harness_version": __version__,
             "host": socket.gethostname(),
-            "command": self.command,
+            "command": self.experiment.shown_command(self.command),
             **self.recorder.status_fields(status),  # running, finished or interrupted (README "Reading a run record")
             "interrupted": status == INTERRUPTED,  # as records before `status` said it
             "harness": harness_version(),
+            "fingerprint_key": key_id(),  # which key made this record's secret fingerprints (the key is not here)
             "replay_of": str(self.replayed.path.parent) if self.replayed else None,
             "baseline": self.experiment.base.gate.baseline,
             "notes": self.notes,

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from harness.config.secrets import BOOK
 from harness.servers.client import ClientError, ServerClient, ServerRefused
 from harness.engines import engine_of
 from harness.servers.base import Server
@@ -27,7 +28,7 @@ class AttachedServer(Server):
     def __init__(self, name: str, cfg: DictConfig, log_path: Path, scrub=None):
         super().__init__(name, log_path, scrub)
         self.cfg = cfg
-        self.base_url = cfg.backend.url.rstrip("/")
+        self.base_url = BOOK.reveal(cfg.backend.url).rstrip("/")  # a URL's user and password: the client needs them
         self.timeout_s = cfg.backend.startup_timeout_s
         self.health_timeout_s = float(cfg.backend.get("health_timeout_s") or 30.0)
         self.readiness = engine_of(cfg).readiness().with_startup_timeout(self.timeout_s)

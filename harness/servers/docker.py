@@ -19,6 +19,7 @@ import docker.errors
 from docker.types import DeviceRequest, Ulimit
 from omegaconf import DictConfig
 
+from harness.config.secrets import BOOK
 from harness.engines import engine_of
 from harness.engines.base import DEFAULT_IMAGE_PYTHON, Launch
 from harness.servers.images import ImageError, ImageInfo, docker_client, ensure_image
@@ -155,7 +156,10 @@ class DockerServer(Server):
         except ImageError as exc:
             raise ServerError(f"arm '{self.name}': {exc}") from None
         try:
-            self.container = self.client.containers.run(**self.run_kwargs())
+            # the secrets' values, behind fingerprints everywhere else, go to the container only
+            kwargs = self.run_kwargs()
+            kwargs.update({key: BOOK.reveal(kwargs[key]) for key in ("entrypoint", "command", "environment")})
+            self.container = self.client.containers.run(**kwargs)
         except docker.errors.APIError as exc:
             raise ServerError(f"arm '{self.name}': the engine refused to start the container: "
                               f"{exc.explanation or exc}") from None

@@ -46,6 +46,7 @@ import docker
 import docker.errors
 
 from harness import PROJECT_ROOT
+from harness.config.secrets import BOOK
 from harness.config.schema import BUILD_KINDS
 
 REPO = PROJECT_ROOT
@@ -115,7 +116,7 @@ def docker_client(docker_host: str | None = None) -> docker.DockerClient:
         # ssh:// through the system's ssh, as the docker CLI does: it honours ~/.ssh/config,
         # the agent and known_hosts (the SDK's own paramiko transport is not installed)
         ssh = (docker_host or os.environ.get("DOCKER_HOST") or "").startswith("ssh://")
-        client = (docker.DockerClient(base_url=docker_host, use_ssh_client=ssh) if docker_host
+        client = (docker.DockerClient(base_url=BOOK.reveal(docker_host), use_ssh_client=ssh) if docker_host
                   else docker.from_env(use_ssh_client=ssh))
         client.ping()
     except docker.errors.DockerException as exc:
@@ -399,7 +400,7 @@ def build_image(context: BuildContext, repository: str, kind: str, client: docke
     try:
         # The low-level build streams the engine's log as it goes (live progress).
         for chunk in client.api.build(
-            fileobj=context.tarball(), custom_context=True, tag=tag, buildargs=context.build_args,
+            fileobj=context.tarball(), custom_context=True, tag=tag, buildargs=BOOK.reveal(context.build_args),
             labels={**LABELS, KIND_LABEL: kind, HASH_LABEL: content_hash}, rm=True, forcerm=True,
             pull=False, decode=True, timeout=BUILD_TIMEOUT_S,
         ):

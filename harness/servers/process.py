@@ -14,6 +14,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from harness.config.secrets import BOOK
 from harness.engines import engine_of
 from harness.servers.base import Server, ServerError
 from harness.servers.log import ServerLog
@@ -52,8 +53,9 @@ class ProcessServer(Server):
         log = ServerLog(self.log_path, self.scrub)  # the output goes through the redaction policy
         try:
             self.proc = subprocess.Popen(
-                self.command(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=self.environment(), start_new_session=True, preexec_fn=die_with_parent,
+                # the secrets' values, behind fingerprints everywhere else, go to the server only
+                BOOK.reveal(self.command()), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=BOOK.reveal(self.environment()), start_new_session=True, preexec_fn=die_with_parent,
             )
         except OSError as exc:
             log.close()

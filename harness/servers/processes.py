@@ -12,6 +12,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.config.secrets import BOOK, FINGERPRINT, fingerprint
+
 # Run inside the container with `sh -c` (POSIX sh, cat, od and tr: no interpreter of the
 # engine's needed, so any server image can be inspected): one block per process, its
 # command line and environment hex-encoded, since both hold NUL bytes and may hold newlines.
@@ -42,7 +44,8 @@ class ServerProcess:
 
     @property
     def command(self) -> str:
-        return " ".join(self.cmdline)
+        """The command line as the config holds it: each secret given to the server as its fingerprint."""
+        return " ".join(BOOK.conceal(self.cmdline))
 
     def describe(self) -> str:
         return f"pid {self.pid} {self.name} ({self.command[:160]})".replace("  ", " ")
@@ -104,13 +107,18 @@ def local_group(pgid: int) -> list[ServerProcess]:
     return sorted(found, key=lambda p: p.pid)
 
 
+def as_configured(actual: str, expected: str) -> str:
+    """A process's value in the form the config holds it: a secret's fingerprint, or as is."""
+    return fingerprint(actual) if FINGERPRINT.fullmatch(expected) else actual
+
+
 def environment_mismatches(processes: list[ServerProcess], expected: dict[str, str]) -> list[str]:
     """One line per process lacking a variable or holding another value."""
     problems = []
     for process in processes:
         missing = sorted(k for k in expected if k not in process.environ)
-        different = sorted(f"{k}={process.environ[k]!r} (expected {v!r})" for k, v in expected.items()
-                           if k in process.environ and process.environ[k] != v)
+        different = sorted(f"{k}={as_configured(process.environ[k], v)!r} (expected {v!r})" for k, v in expected.items()
+                           if k in process.environ and as_configured(process.environ[k], v) != v)
         if missing or different:
             parts = ([f"missing {', '.join(missing)}"] if missing else []) + (
                 [f"different {', '.join(different)}"] if different else [])

@@ -85,7 +85,7 @@ class SweepRecord:
         self.recorder = Recorder(experiment, kind="sweep")
         self.plain_arm = experiment.plain_arm  # what the sweep gates' speedups are against
         self.data: dict[str, Any] = {"experiment": experiment.name, **self.recorder.status_fields(RUNNING),
-                                     "command": command, "pytest_options": pytest_options, "exit_status": None,
+                                     "command": experiment.shown_command(command), "pytest_options": pytest_options, "exit_status": None,
                                      "points": []}
 
     @property

@@ -35,6 +35,15 @@ def test_only_what_shapes_a_request_counts():
     assert differences(cfg(), other_engine) == ["server.engine: 'vllm' there, 'sim' here"]
 
 
+def test_secrets_in_an_identity_compare_by_fingerprint():
+    """A prompt or model path holding a secret (a URL's token) is a fingerprint in both
+    configs: equal values compare equal, different ones differ, none is skipped."""
+    from harness.config.secrets import fingerprint
+    mine, same, other = (cfg(prompt=f"http://{fingerprint(v)}@host/p") for v in ("tok1", "tok1", "tok2"))
+    assert differences(mine, same) == []
+    assert len(differences(mine, other)) == 1
+
+
 def test_a_local_model_matches_by_its_folder_name():
     assert model_name("/a/checkout/.cache/tiny-models/qwen") == model_name("/b/.cache/tiny-models/qwen") == "qwen"
     assert model_name("Qwen/Qwen2-0.5B") == "Qwen/Qwen2-0.5B"

@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from harness.config.secrets import fingerprint
 from harness.config.compose import compose
 from harness.record.requests import read_lines
 from harness.record.store import (RecordError, Redactor, RunRecord, atomic_write, load_results, read_reference_runs,
@@ -118,9 +119,10 @@ def test_secrets_are_redacted_in_data_args_and_text(monkeypatch):
                          "extra_args": ["--api-key", "sk-abcdef123", "--tp", "8"]}}
     redactor.learn(config)
     clean = redactor.data(config)
-    assert clean["server"]["env"] == {"HF_TOKEN": "***", "NCCL_ALGO": "Ring"}
-    assert clean["server"]["extra_args"] == ["--api-key", "***", "--tp", "8"]
-    assert redactor.text("loaded with token hf_supersecretvalue ok") == "loaded with token *** ok"
+    assert clean["server"]["env"] == {"HF_TOKEN": fingerprint("hf_supersecretvalue"), "NCCL_ALGO": "Ring"}
+    assert clean["server"]["extra_args"] == ["--api-key", fingerprint("sk-abcdef123"), "--tp", "8"]
+    assert redactor.text("loaded with token hf_supersecretvalue ok") == \
+        f"loaded with token {fingerprint('hf_supersecretvalue')} ok"
 
 
 def test_ordinary_token_counts_are_not_secrets():
@@ -139,8 +141,9 @@ def test_request_files_and_log_scrubbing(tmp_path):
     record.add_requests("a", [{"index": 0}])
     record.add_requests("b", [{"index": 0, "error": "bad key sk-abcdef123", "text": "echo sk-abcdef123"}])
     lines = read_lines(record.path)
-    assert [l["arm"] for l in lines] == ["a", "b"] and lines[1]["error"] == "bad key ***"
-    assert lines[1]["text"] == "echo ***" and lines[0]["text"] is None
+    hidden = fingerprint("sk-abcdef123")
+    assert [l["arm"] for l in lines] == ["a", "b"] and lines[1]["error"] == f"bad key {hidden}"
+    assert lines[1]["text"] == f"echo {hidden}" and lines[0]["text"] is None
     log = record.arm_dir("a") / "server.log"
     log.write_text("args: --api-key sk-abcdef123\n")
     record.scrub_file("arms/a/server.log")

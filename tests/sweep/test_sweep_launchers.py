@@ -192,14 +192,18 @@ def test_what_a_machine_must_have_is_checked_on_the_jobs_node(slurm, tmp_path):
 def test_two_points_through_submitits_local_executor(tmp_path):
     runs = tmp_path / "runs"
     secret = "hf_sweepsecret0123456789"
-    planted = ("k2-multi-bbbbbb", "horse battery staple")  # a second --api-key value, an env value with spaces
+    # a second --api-keys value, an env value with spaces (Hydra escapes it in the launcher's log), a JSON
+    # argument's credential, a build arg
+    planted = ("k2-multi-bbbbbb", "horse battery staple", "K9esc sp", "jsonLAUNCH7", "ghpLAUNCH8")
     # a sweep gate judges the points' speedups: a load of 2 requests x 16 tokens (~60 ms) read 0.43x at
     # concurrency 2 once on a busy CI box (one stall halves a 50 ms window), so this sweep's loads are longer
     status, output = finished(sweep(runs, "workload.concurrency=1,2", "hydra/launcher=submitit_local",
                                     "workload.num_prompts=8", "workload.max_tokens=64",
                                     f"+server.env.HF_TOKEN={secret}", "+sweep_gate.crossover_at_least.eagle3=2",
-                                    "server.extra_args=[--api-key,k1-multi-aaaaaa,k2-multi-bbbbbb]",
-                                    '+server.env.DB_PASSWORD="correct horse battery staple"'))
+                                    "server.extra_args=[--api-keys,k1-multi-aaaaaa,k2-multi-bbbbbb,"
+                                    "--model-loader-extra-config,'{\"token\": \"jsonLAUNCH7\"}']",
+                                    '+server.env.DB_PASSWORD="correct horse battery staple"',
+                                    '+server.env.FOO_CFG="K9esc sp"', "+build.build_args.GH_PAT=ghpLAUNCH8"))
     assert status == 0, output[-4000:]
     sweep_dir, data = sweep_record(runs)
     assert (data["status"], data["exit_status"], data["launcher"]["engine"]) == ("finished", 0, "local")

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from harness import cli
+from harness.config.secrets import fingerprint
 from harness.servers.ports import free_port
 from tests.support.ray_cluster import two_node_cluster
 from tests.sweep.test_sweep_launchers import (SIM, assert_point_passed, finished, leftover, sweep, sweep_record,
@@ -57,7 +58,7 @@ def test_two_points_as_ray_tasks_with_nothing_secret_in_what_ray_writes(tmp_path
         assert point["job_log"] == f"points/.jobs/{data['points'].index(point)}/point.log"
     # Ray's own logs (GCS, raylet, the workers) are in the record, redacted like everything else
     assert (sweep_dir / "ray_logs" / "raylet.out").is_file() and list((sweep_dir / "ray_logs").glob("worker-*.out"))
-    assert "HF_TOKEN=***" in (sweep_dir / "launcher.log").read_text()
+    assert f"HF_TOKEN={fingerprint(secret)}" in (sweep_dir / "launcher.log").read_text()
     holding = [str(f.relative_to(sweep_dir)) for f in sweep_dir.rglob("*") if f.is_file()
                and any(value.encode() in f.read_bytes() for value in (secret, "k1-ray-aaaaaa"))]
     assert holding == []
