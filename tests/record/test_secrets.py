@@ -305,6 +305,28 @@ def test_secrets_of_every_class_reach_no_byte_of_a_run_and_harmless_values_stay_
 
 
 @pytest.mark.slow
+def test_a_url_user_or_password_of_an_attached_server_reaches_no_byte(tmp_path):
+    from harness.servers.process import ProcessServer
+
+    cfg = compose([*QUICK]).arm("baseline").cfg
+    server = ProcessServer("baseline", cfg, tmp_path / "sim.log")
+    server.start()
+    try:
+        port = server.base_url.rsplit(":", 1)[1]
+        junit = tmp_path / "junit.xml"
+        runs = []
+        for userinfo in ("ghpUSERONLY77", "admin:pw_s3cret_77"):
+            runs.append(run_suites(*QUICK, "backend=attach", f"backend.url=http://{userinfo}@127.0.0.1:{port}",
+                                   f"record.root={tmp_path / 'runs'}", "-k", "baseline and requests_succeed",
+                                   f"--junitxml={junit}"))
+            assert runs[-1].returncode == 0, runs[-1].stdout[-3000:]  # the client got the real URL: it connected
+            assert_nowhere(["ghpUSERONLY77", "pw_s3cret_77"], tmp_path / "runs", junit,
+                           text=runs[-1].stdout + runs[-1].stderr)
+    finally:
+        server.stop()
+
+
+@pytest.mark.slow
 def test_secrets_reach_no_byte_of_show_a_hydra_error_a_sweep_and_a_capacity_search(tmp_path):
     shown = specgate("show", *QUICK, *PLANTED)
     assert shown.returncode == 0 and "NCCL_ALGO: Ring" in shown.stdout, shown.stderr

@@ -48,8 +48,9 @@ def test_two_points_as_ray_tasks_with_nothing_secret_in_what_ray_writes(tmp_path
     runs, before = tmp_path / "runs", ray_temp_dirs()
     secret = "hf_raysecret0123456789"
     status, output = finished(sweep(runs, "workload.concurrency=1,2", "hydra/launcher=ray",
-                                    f"+server.env.HF_TOKEN={secret}",
-                                    "server.extra_args=[--api-key,k1-ray-aaaaaa]"))
+                                    f"+server.env.HF_TOKEN={secret}", '+server.env.FOO_CFG="K9ray sp"',
+                                    "+build.build_args.GH_PAT=ghpRAY88",
+                                    "server.extra_args=[--api-keys,k1-ray-aaaaaa,k2-ray-bbbbbb]"))
     assert status == 0, output[-4000:]
     sweep_dir, data = sweep_record(runs)
     assert (data["status"], data["exit_status"], data["launcher"]["engine"]) == ("finished", 0, "ray")
@@ -60,7 +61,8 @@ def test_two_points_as_ray_tasks_with_nothing_secret_in_what_ray_writes(tmp_path
     assert (sweep_dir / "ray_logs" / "raylet.out").is_file() and list((sweep_dir / "ray_logs").glob("worker-*.out"))
     assert f"HF_TOKEN={fingerprint(secret)}" in (sweep_dir / "launcher.log").read_text()
     holding = [str(f.relative_to(sweep_dir)) for f in sweep_dir.rglob("*") if f.is_file()
-               and any(value.encode() in f.read_bytes() for value in (secret, "k1-ray-aaaaaa"))]
+               and any(value.encode() in f.read_bytes()
+                       for value in (secret, "k1-ray-aaaaaa", "k2-ray-bbbbbb", "K9ray sp", "K9ray\\ sp", "ghpRAY88"))]
     assert holding == []
     # the sweep's Ray instance and its folder are gone with it
     assert ray_temp_dirs() - before == set() and leftover(sweep_dir) is None
