@@ -298,9 +298,9 @@ class Policy:
         readable = False
         for token in tokens:
             if is_flag(token):
-                name, eq, value = token.partition("=")
+                name, sep, value = flag_parts(token)
                 readable = self.flag_readable(name)
-                out.append(f"{name}={self.mask_arg(value, readable, f'{where} {name}')}" if eq else token)
+                out.append(f"{name}{sep}{self.mask_arg(value, readable, f'{where} {name}')}" if sep else token)
             else:
                 out.append(self.mask_arg(token, readable, f"{where} value"))
         return out
@@ -337,6 +337,12 @@ class Policy:
 
 URL_USERINFO = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://)([^/\s@?#]+)@")
 QUERY_PARAM = re.compile(r"([?&;]([^=&;\s#]+)=)([^&;\s#\"'<>]+)")
+
+
+def flag_parts(token: str) -> tuple[str, str, str]:
+    """`--flag=V` and `--flag V` written as one token (a list item with a space): name, separator, value."""
+    match = re.match(r"^(-[^=\s]*)([=\s]+)(.*)$", token, re.DOTALL)
+    return (match.group(1), match.group(2), match.group(3)) if match else (token, "", "")
 
 
 def is_flag(token: str) -> bool:

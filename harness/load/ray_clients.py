@@ -42,6 +42,7 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from harness.config.secrets import BOOK
 from harness.load.loop import EventLoopLoad, LoadInterrupted, RequestBudget, run_loop
 from harness.load.plan import LoadPlan
 from harness.load.processes import DealtBudget, merge_results, process_plan, split_concurrency
@@ -358,7 +359,7 @@ class RayLoad:
                      log_to_driver=False, _temp_dir=temp_dir)
             atexit.register(end_local_ray, temp_dir)  # after ray.init's own hook: runs before it
         else:
-            ray.init(address=address, log_to_driver=False)
+            ray.init(address=BOOK.reveal(address), log_to_driver=False)  # a URL's user: the cluster needs it
 
     def wait_for(self, coordinator, refs: list, runs: list, clocks: list[ClockOffset]) -> None:
         """Until every one of `refs` is ready, relaying progress; an actor that ended before

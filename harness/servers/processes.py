@@ -38,8 +38,8 @@ done
 class ServerProcess:
     pid: int
     ppid: int
-    cmdline: list[str]
-    environ: dict[str, str] = field(default_factory=dict)
+    cmdline: list[str] = field(repr=False)  # as the server got it, secrets and all: shown through .command
+    environ: dict[str, str] = field(default_factory=dict, repr=False)  # never in a repr (a traceback's locals)
     name: str = ""  # /proc/<pid>/comm: what ps shows (engines name their workers, e.g. <engine>::scheduler_TP0)
 
     @property

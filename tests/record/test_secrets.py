@@ -78,6 +78,7 @@ def test_an_unknown_flag_of_any_engine_hides_its_value_and_a_readable_one_shows(
         assert policy.mask_args(["--port", "8000"], "x") == ["--port", "8000"] or engine.name not in ("sglang", "vllm", "sim")
         assert policy.mask_args(["positional"], "x") == [fingerprint("positional")]  # before any flag: deny
         assert policy.mask_args(["--api-key=k"], "x") == [f"--api-key={fingerprint('k')}"]
+        assert policy.mask_args(["--api-key k9 k8"], "x") == [f"--api-key {fingerprint('k9 k8')}"]  # one token, a space
 
 
 def test_every_flag_an_engine_writes_itself_is_readable():
