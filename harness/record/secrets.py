@@ -65,11 +65,17 @@ def already(value: str) -> bool:
     return bool(FINGERPRINT.fullmatch(value.strip("\"'")))
 
 
+NOT_A_CREDENTIAL = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?|none|null|true|false|\*+", re.IGNORECASE)
+
+
 def mark(value: str) -> str:
-    """A value found in free text, as its fingerprint (entered in the book, so its other
-    occurrences go too)."""
-    value = value.strip("\"'")
-    return value if already(value) else BOOK.hide(value, "found in text")
+    """A value found in free text by a secret's shape, as its fingerprint (entered in the
+    book, so its other occurrences go too); a number or null after a secret-like name is a
+    count (`compute_knee_tokens=None`, `max_tokens: 16`), not a credential."""
+    bare = value.strip("\"'")
+    if already(bare) or NOT_A_CREDENTIAL.fullmatch(bare.rstrip(",;)")):
+        return value
+    return value.replace(bare, BOOK.hide(bare, "found in text"))
 
 
 class Redactor:

@@ -177,6 +177,8 @@ def test_shapes_of_a_secret_in_foreign_text():
         assert kept in out, out
     prose = "no generation-token and verify-call counters; pre-token count=3"
     assert r.text(prose) == prose
+    counts = "SimModel(compute_knee_tokens=None, prompt_tokens=12, api_key_count=3) {'num_tokens': 4.5e3}"
+    assert r.text(counts) == counts  # a number or null after a secret-like name is a count
 
 
 def test_data_read_back_is_hidden_by_location_without_hunting_its_values():
