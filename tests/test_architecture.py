@@ -107,3 +107,23 @@ def test_every_package_says_what_lives_there_and_what_it_may_import():
         assert doc, f"{init.relative_to(HARNESS.parent)} has no docstring"
         if init.parent.name not in {"sim"}:  # the simulator is a program of its own (python -m harness.sim)
             assert "May import" in doc or "may import" in doc, f"{init.relative_to(HARNESS.parent)} does not say what it may import"
+
+
+def test_the_architecture_page_names_every_record_kind_and_command_the_code_has():
+    """The page's lists are checked against the code: a new record kind or command that the
+    map does not name fails here (it once said four kinds and ten commands for five and 13)."""
+    import re
+
+    from harness.record.kinds import KINDS
+
+    page = (HARNESS.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    kinds_line = next(line for line in page.splitlines() if line.startswith("harness/record/recorder.py"))
+    listed_kinds = set(re.search(r"kinds ([\w |]+) \(", kinds_line).group(1).replace(" ", "").split("|"))
+    assert listed_kinds == set(KINDS), listed_kinds ^ set(KINDS)
+    assert f"the {['', 'one', 'two', 'three', 'four', 'five', 'six', 'seven'][len(KINDS)]} kinds" in page
+    cli = ast.parse((HARNESS / "cli.py").read_text(encoding="utf-8"))
+    commands = {node.args[0].value for node in ast.walk(cli) if isinstance(node, ast.Call)
+                and getattr(node.func, "attr", "") == "add_parser" and node.args and isinstance(node.args[0], ast.Constant)}
+    cli_line = next(line for line in page.splitlines() if line.startswith("harness/cli.py"))
+    listed = set(re.search(r"`specgate ([\w |]+)`", cli_line).group(1).replace(" ", "").split("|"))
+    assert commands and listed == commands, listed ^ commands
