@@ -27,18 +27,15 @@ from typing import Optional
 
 import numpy as np
 
+# the bootstrap lives with the figures it draws intervals for; re-exported for its readers here
+from harness.measure.estimate import (BOOTSTRAP_RESAMPLES, CONFIDENCE, WeightedPercentile, around,  # noqa: F401
+                                      gathered, resampled)
 from harness.measure.registry import resolve
-from harness.measure.samples import PERCENTILES, Evidence, measured
+from harness.measure.samples import Evidence, measured
 from harness.record.requests import RequestColumns
 
-BOOTSTRAP_RESAMPLES = 1000
-CONFIDENCE = 0.95  # one-sided, at each end of the interval
 MIN_SAMPLES = 5  # fewer in either run: inconclusive
 MIN_BEYOND_TAIL = 5  # a percentile p is judged only with n * (1 - p) samples at least this many
-DIRECT_LIMIT = 20_000  # up to this many values a percentile's resample gathers them all, else
-# the values within this many standard deviations of a resample's rank (at least
-# MIN_HALF_WINDOW values) either side of the pooled percentile are weighed
-WINDOW_SIGMAS, MIN_HALF_WINDOW = 10.0, 2_000
 
 
 @dataclass
@@ -77,105 +74,6 @@ def evidence(metric: str, requests: RequestColumns | list[dict]) -> Optional[Evi
 
 # --- the bootstrap and the decision ------------------------------------------------------------
 
-def resampled(ev: Evidence, rng: np.random.Generator, times: int) -> np.ndarray:
-    """The statistic over `times` resamples of the groups, with replacement (NaN where a
-    resample gives none). Each resample draws its groups with one `rng.integers(0, n, n)`
-    and computes the statistic without laying 100,000 small arrays end to end: a mean or a
-    ratio from per-group sums, a percentile by gathering the drawn rows, or, over many
-    values, from the values near the pooled percentile weighed by how often their group
-    was drawn (WeightedPercentile: the same number to the last bit)."""
-    n, values = ev.groups_count, np.empty(times)
-    if ev.stat in PERCENTILES and not ev.single and ev.count > DIRECT_LIMIT:
-        return WeightedPercentile(ev).resampled(rng, times)
-    lengths = np.diff(ev.offsets)
-    sums = np.add.reduceat(ev.rows, ev.offsets[:-1], axis=0) if n and ev.stat in ("mean", "ratio") else None
-    for i in range(times):
-        picks = rng.integers(0, n, size=n)
-        if sums is not None:
-            values[i] = summed(sums[picks].sum(axis=0), int(lengths[picks].sum()), ev.stat)
-        else:
-            value = ev.statistic(ev.rows[picks] if ev.single else ev.rows[gathered(ev.offsets, picks)])
-            values[i] = math.nan if value is None else value
-    return values
-
-
-def summed(sums: np.ndarray, count: int, stat: str) -> float:
-    """A mean (sum ÷ count) or a ratio of sums, from the drawn groups' sums."""
-    if stat == "ratio":
-        return float(sums[0] / sums[1]) if sums[1] else math.nan
-    return float(sums / count) if count else math.nan
-
-
-def gathered(offsets: np.ndarray, picks: np.ndarray) -> np.ndarray:
-    """The row indices of groups `picks`, end to end."""
-    picked = np.diff(offsets)[picks]
-    ends = np.cumsum(picked)
-    return np.repeat(offsets[:-1][picks] - (ends - picked), picked) + np.arange(ends[-1] if ends.size else 0)
-
-
-class WeightedPercentile:
-    """A percentile's resamples over many values. A resample's sorted values are the pooled
-    ones, each as often as its group was drawn, so its percentile is found among the pooled
-    values by ranks weighted with the draw counts; only the values near the pooled
-    percentile are kept sorted. A resample whose percentile falls outside them is gathered
-    whole (exact either way)."""
-
-    def __init__(self, ev: Evidence):
-        self.ev, self.q = ev, PERCENTILES[ev.stat]
-        ids = np.repeat(np.arange(ev.groups_count, dtype=np.int32), np.diff(ev.offsets))
-        total = ev.count
-        self.lengths = np.diff(ev.offsets)
-        center = int(self.q / 100.0 * (total - 1))
-        # partitions, not a sort: only the window's values need their order (equal values
-        # give the same percentile in any order)
-        order = np.argpartition(ev.rows, center)
-        half = self.half_window(np.bincount(ids[order[:center]], minlength=ev.groups_count))
-        self.low, high = max(0, center - half), min(total, center + half + 2)
-        del order  # one partition of millions of indices at a time
-        order = np.argpartition(ev.rows, [self.low, high - 1])
-        self.below = np.bincount(ids[order[:self.low]], minlength=ev.groups_count)  # per group, under the window
-        window = order[self.low:high]
-        window = window[np.argsort(ev.rows[window])]
-        self.values, self.ids = ev.rows[window], ids[window]
-
-    def half_window(self, under_center: np.ndarray) -> int:
-        """How far a resample's percentile rank strays from the pooled one: each group adds
-        its values under the pooled percentile less its share q of its values; a resample
-        sums n draws of that, so its spread is sqrt(n) times theirs."""
-        stray = under_center - self.q / 100.0 * self.lengths
-        return max(MIN_HALF_WINDOW, int(WINDOW_SIGMAS * math.sqrt(self.ev.groups_count * float(stray.var()))))
-
-    def resampled(self, rng: np.random.Generator, times: int) -> np.ndarray:
-        n, out = self.ev.groups_count, np.empty(times)
-        for i in range(times):
-            picks = rng.integers(0, n, size=n)
-            found = self.one(np.bincount(picks, minlength=n))
-            if found is None:
-                found = self.ev.statistic(self.ev.rows[gathered(self.ev.offsets, picks)])
-            out[i] = math.nan if found is None else found
-        return out
-
-    def one(self, drawn: np.ndarray) -> Optional[float]:
-        """The percentile of one resample (its groups drawn `drawn` times each), or None
-        when it lies outside the kept values."""
-        total, below = int(self.lengths @ drawn), int(self.below @ drawn)
-        if total == 0:
-            return math.nan
-        index = (total - 1) * (self.q / 100.0)  # numpy's linear method
-        first = math.floor(index)
-        ranks = np.cumsum(drawn[self.ids])
-        wanted = np.asarray([first, min(first + 1, total - 1)]) - below
-        if wanted[0] < 0 or wanted[1] >= (ranks[-1] if ranks.size else 0):
-            return None
-        a, b = self.values[np.searchsorted(ranks, wanted, side="right")]
-        return lerp(float(a), float(b), index - first)
-
-
-def lerp(a: float, b: float, t: float) -> float:
-    """numpy.percentile's interpolation, to the last bit."""
-    return float(b - (b - a) * (1 - t)) if t >= 0.5 else float(a + (b - a) * t)
-
-
 def tail_shortfall(metric: str, *runs: Evidence) -> Optional[str]:
     """Why a tail percentile cannot be judged from this many samples, or None."""
     q = runs[0].percentile
@@ -212,13 +110,13 @@ def judge(metric: str, old: Evidence, new: Evidence, allowed: float, lower_is_be
         return change
     rng = np.random.default_rng(seed)
     old_b, new_b = resampled(old, rng, BOOTSTRAP_RESAMPLES), resampled(new, rng, BOOTSTRAP_RESAMPLES)
-    worse_b = sign * (new_b / old_b - 1.0)
-    worse_b = worse_b[np.isfinite(worse_b)]
-    if worse_b.size < BOOTSTRAP_RESAMPLES // 2:
+    # the change's point is the two evidences' own statistics, its interval their resamples',
+    # stretched to reach the point (harness/measure/estimate.py): never a change outside its interval
+    ends = around(sign * (new_b / old_b - 1.0), change.worse, confidence)
+    if ends is None:
         change.why = "the metric could not be recomputed from most resamples"
         return change
-    tail = (1.0 - confidence) * 100.0
-    change.low, change.high = (float(x) for x in np.percentile(worse_b, [tail, 100.0 - tail]))
+    change.low, change.high = ends
     return decide(change, "the interval straddles the allowed change", lambda: more_data(change, few, old.unit))
 
 

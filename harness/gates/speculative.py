@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from harness.gates.change import evidence, judge
@@ -178,7 +179,8 @@ def speed_interval(verdict: Verdict, ctx: GateContext, over: str, floor: float, 
         verdict.detail += f"; inconclusive: {change.why} (gate.inconclusive={ctx.gate.inconclusive})"
         return
     low, high = 1.0 - change.high, 1.0 - change.low  # the ratio's interval
-    verdict.interval = [round(low, 4), round(high, 4)]
+    # rounded outwards: rounding must not leave the point outside its own interval
+    verdict.interval = [math.floor(low * 1e4) / 1e4, math.ceil(high * 1e4) / 1e4]
     verdict.detail += f"; {ctx.gate.confidence:.0%} interval {low:.2f}x to {high:.2f}x"
     if change.outcome == "inconclusive":
         verdict.inconclusive, verdict.passed = True, inconclusive_passes(ctx.gate)

@@ -7,7 +7,10 @@ was cut short), so no figure holds them, and not failed; the ``cancel`` block co
 
 Definitions (all over this run's ok measured requests):
 
-* ``output_tok_s``   = sum(completion_tokens) / measured window (first send -> last end).
+* ``output_tok_s``   = sum(completion_tokens) / the completed requests' span (first send -> last
+  end), as the mean of its time windows' rates (harness/measure/samples.py WindowRate), so
+  the figure is the point of its own interval; a failed request before or after them does
+  not stretch it. ``request_per_s`` likewise.
 * ``ttft_ms``        = first token chunk - send, per request.
 * ``itl_ms``         = gaps between consecutive token chunks (per chunk; under
   speculative decoding one chunk usually carries several tokens).
@@ -53,7 +56,6 @@ from harness.load import LoadResult, RequestRecord
 from harness.load.cancel import cancel_figures, combine_cancel_figures
 from harness.load.client_health import combine_client_blocks
 from harness.measure.registry import Metric, computed_figures, metric_value, noise_metrics, resolve
-from harness.measure.samples import RecordLine
 
 
 def _r(x: Optional[float], nd: int = 4) -> Optional[float]:
@@ -211,11 +213,15 @@ def summarize(arm: str, load: LoadResult, server_accept_length: Optional[float] 
         cancel=cancel_figures(load.cancel, measured),
         other_models=other_models(measured, load.model),
     )
-    if ok and window > 0:
-        res.output_tok_s = total_ct / window
-        res.request_per_s = len(ok) / window
+    # one time axis for every line (a record the runner did not stamp takes the load's t0)
+    lines = [r.to_json(load.run_start if r.run_start is None else None) for r in ok]
+    # the rates are their registry samples' statistic (window rates over the completed
+    # requests' span), so the figure is the point its interval resamples (measure/estimate.py)
+    res.output_tok_s, res.request_per_s = (resolve(path).value_from(lines) for path in ("output_tok_s", "request_per_s"))
 
-    views = [RecordLine(r) for r in ok]
+    # every figure from the lines as the record keeps them (to the microsecond), so a reader of
+    # the record's rows recomputes the same figures (harness/gates/reproduce.py checks that)
+    views = lines
     for name in DISTRIBUTIONS:
         setattr(res, name, distribution_of(name, views))
 
@@ -238,9 +244,10 @@ def summarize(arm: str, load: LoadResult, server_accept_length: Optional[float] 
     res.client = dict(load.client or {})
     res.trace = trace_replay.judge(measured) or {}
     if measured:
-        res.steady = steady.steady_figures([r.to_json() for r in measured], load.concurrency, load.request_rate,
+        res.steady = steady.steady_figures([r.to_json(load.run_start if r.run_start is None else None) for r in measured],
+                                           load.concurrency, load.request_rate,
                                            steady_min_fraction)
-    fill_figures(res, ok)
+    fill_figures(res, lines)
     return res
 
 
@@ -255,25 +262,24 @@ def registry_figures() -> list[Metric]:
     return computed_figures({f.name for f in fields(ArmResult)} | {"requests"})
 
 
-def distribution_of(family: str, views: list[RecordLine]) -> Stat:
+def distribution_of(family: str, views: list[dict]) -> Stat:
     """A latency distribution from each request's own values, as its registry entry takes
     them (ttft_ms: a request's TTFT; itl_ms: its inter-chunk gaps; ...)."""
     values_of = resolve(f"{family}.p50").samples.values_of
     return Stat.of(value for view in views for value in values_of(view))
 
 
-def ratio_of(path: str, views: list[RecordLine]) -> Optional[float]:
+def ratio_of(path: str, views: list[dict]) -> Optional[float]:
     """A ratio-of-sums metric (accept length, verify cycle, decode step) by its registry entry."""
     return resolve(path).samples.evidence(views).value()
 
 
-def fill_figures(result: ArmResult, ok: list[RequestRecord]) -> None:
+def fill_figures(result: ArmResult, lines: list[dict]) -> None:
     """The registry's computed metrics from the successful measured requests, as request
     lines (the shape requests.jsonl and a columnar reader give them in)."""
     entries = registry_figures()
     if not entries:
-        return  # no line is built when nothing needs one
-    lines = [r.to_json() for r in ok]
+        return
     result.figures.update({m.path: m.value_from(lines) for m in entries})
     if any(m.combine == "pooled" for m in entries):
         result.pooled_lines = lines

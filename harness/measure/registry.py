@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Literal, Optional, Union
 
 from harness.measure import samples as s
+from harness.measure.estimate import CONFIDENCE, Estimate, estimate
 from harness.measure.samples import PerRequest, RatioOfSums, WindowRate
 
 Better = Literal["higher", "lower", "neither"]
@@ -179,6 +180,14 @@ class Metric:
         if self.compute is not None:
             return self.compute(lines)
         return self.samples.evidence(lines).value() if self.samples is not None else None
+
+    def estimate(self, lines: Any, confidence: float = CONFIDENCE) -> Estimate:
+        """Its value from one arm's measured, successful requests with the interval around it:
+        one estimator for both (harness/measure/estimate.py), so the value is value_from's and
+        lies inside the interval. No samples: the value alone (a registered computation's)."""
+        if self.samples is None:
+            return Estimate(self.value_from(lines))
+        return estimate(self.samples.evidence(lines), confidence)
 
     def in_scope(self, scope: str) -> bool:
         return {"summary": self.column is not None, "compare": self.in_compare, "report": self.in_report,

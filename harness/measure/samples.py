@@ -305,8 +305,10 @@ class WindowRate:
 
 
 def window_rates(lines: list[Line], what: str) -> np.ndarray:
-    """Tokens (or completed requests) per second in equal windows of each repeat's span,
-    repeats in the order they first appear."""
+    """Tokens (or completed requests) per second in equal windows of each repeat's span
+    (its first send to its last end), repeats in the order they first appear. The windows'
+    mean is then Σ tokens ÷ span: the arm's output tok/s itself (harness/measure/metrics.py
+    takes it from here), so the figure is the statistic its interval resamples."""
     by_repeat: dict[Any, list[Line]] = {}
     for line in lines:
         by_repeat.setdefault(line.get("repeat", 0), []).append(line)
@@ -315,13 +317,30 @@ def window_rates(lines: list[Line], what: str) -> np.ndarray:
         start = min(line["send_ms"] for line in repeat_lines)
         end = max(line["end_ms"] for line in repeat_lines)
         if what == "tokens":
-            times = np.concatenate([np.asarray(line.get("chunk_ms") or [], dtype=float) for line in repeat_lines])
-            weights = np.concatenate([np.asarray(line.get("chunk_tokens") or [], dtype=float) for line in repeat_lines])
+            arrivals = [token_arrivals(line) for line in repeat_lines]
+            times = np.concatenate([a for a, _ in arrivals] or [np.empty(0)])
+            weights = np.concatenate([w for _, w in arrivals] or [np.empty(0)])
         else:
             times = np.asarray([line["end_ms"] for line in repeat_lines], dtype=float)
             weights = np.ones(times.size)
         rates += windowed(start, end, times, weights)
     return np.asarray(rates, dtype=float)
+
+
+def token_arrivals(line: Line) -> tuple[np.ndarray, np.ndarray]:
+    """(times, tokens) of a request's output: its chunks' arrivals, their tokens scaled so they
+    add up to its usage count (a server's usage can count a token no chunk carried), or,
+    without chunk times, its whole count at its end. Σ tokens is then its completion_tokens,
+    what output tok/s counts."""
+    times = np.asarray(line.get("chunk_ms") or [], dtype=float)
+    counts = np.asarray(line.get("chunk_tokens") or [], dtype=float)
+    total = line.get("completion_tokens")
+    if times.size and counts.size == times.size and counts.sum() > 0:
+        return times, counts * (total / counts.sum() if total is not None else 1.0)
+    end = line.get("end_ms")
+    if not total or end is None:
+        return np.empty(0), np.empty(0)
+    return np.asarray([end], dtype=float), np.asarray([float(total)])
 
 
 def column_window_rates(columns: Any, what: str) -> np.ndarray:
@@ -331,20 +350,37 @@ def column_window_rates(columns: Any, what: str) -> np.ndarray:
     send, end = columns.get("send_ms"), columns.get("end_ms")
     if what == "tokens":
         chunks, tokens = columns.ragged("chunk_ms"), columns.ragged("chunk_tokens")
-        if not np.array_equal(chunks.offsets, tokens.offsets):  # a line with a hole in one list: read as lines
-            return window_rates(columns.rows(), what)
+        if not np.array_equal(chunks.offsets, tokens.offsets) or not scalable(columns, tokens):
+            return window_rates(columns.rows(), what)  # a line with a hole in a list, or no chunk tokens: as lines
         chunk_repeat = np.repeat(repeat, np.diff(chunks.offsets))
+        scaled = tokens.values * np.repeat(usage_scale(columns, tokens), np.diff(tokens.offsets))
     rates: list[float] = []
     for value in kinds[np.argsort(first)]:
         mine = repeat == value
         if what == "tokens":
             in_repeat = chunk_repeat == value
-            times, weights = chunks.values[in_repeat], tokens.values[in_repeat]
+            times, weights = chunks.values[in_repeat], scaled[in_repeat]
         else:
             times = end[mine]
             weights = np.ones(times.size)
         rates += windowed(float(np.min(send[mine])), float(np.max(end[mine])), times, weights)
     return np.asarray(rates, dtype=float)
+
+
+def scalable(columns: Any, tokens: Any) -> bool:
+    """Every row carries chunk tokens that add up to more than 0 (else token_arrivals' other
+    branch, read line by line)."""
+    lengths = np.diff(tokens.offsets)
+    if not len(columns) or not (lengths > 0).all():  # reduceat needs every row non-empty
+        return False
+    return bool((np.add.reduceat(tokens.values, tokens.offsets[:-1]) > 0).all())
+
+
+def usage_scale(columns: Any, tokens: Any) -> np.ndarray:
+    """Per row: its usage count over its chunks' tokens (1 without a usage count), as token_arrivals."""
+    sums = np.add.reduceat(tokens.values, tokens.offsets[:-1]).astype(float)
+    usage = columns.get("completion_tokens")
+    return np.where(np.isfinite(usage), usage / sums, 1.0)
 
 
 def windowed(start: float, end: float, times: np.ndarray, weights: np.ndarray) -> list[float]:

@@ -32,7 +32,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from harness.measure.samples import Evidence, windowed
+from harness.measure.samples import WINDOWS_PER_REPEAT, Evidence
 
 CLOSED, OPEN = "closed_loop", "open_loop"
 
@@ -207,7 +207,9 @@ def steady_figures(lines: list[dict], concurrency: int, request_rate: Optional[f
     """The `steady` block of an arm: its window and, when conclusive, output tok/s, decode
     step and verify cycle over it. `lines`: the load's measured request lines."""
     window = steady_window(lines, concurrency, request_rate, min_fraction)
-    block: dict[str, Any] = {"rule": window.rule, "start_ms": _r(window.start_ms), "end_ms": _r(window.end_ms),
+    # the concurrency lets a reader cut the figure's own stretches again (rate_evidence)
+    block: dict[str, Any] = {"rule": window.rule, "concurrency": concurrency,
+                             "start_ms": _r(window.start_ms), "end_ms": _r(window.end_ms),
                              "window_s": _r(window.seconds), "share_of_load": _r(window.share),
                              "inconclusive": window.inconclusive,
                              "output_tok_s": None, "decode_step_ms": None, "verify_cycle_ms": None}
@@ -245,7 +247,8 @@ def combine(blocks: list[dict[str, Any]]) -> dict[str, Any]:
     conclusive = [b for b in blocks if b and not b.get("inconclusive")]
     if not conclusive:
         return dict(blocks[0]) if blocks else {}
-    combined = {"rule": conclusive[0]["rule"], "repeats_conclusive": len(conclusive), "inconclusive": None,
+    combined = {"rule": conclusive[0]["rule"], "concurrency": conclusive[0].get("concurrency"),
+                "repeats_conclusive": len(conclusive), "inconclusive": None,
                 "windows_ms": [windows_of(b)[0] if windows_of(b) else None for b in blocks]}
     for key in ("window_s", "share_of_load", "output_tok_s", "decode_step_ms", "verify_cycle_ms"):
         values = [b[key] for b in conclusive if b.get(key) is not None]
@@ -262,21 +265,51 @@ def windows_of(block: dict[str, Any]) -> list[Optional[list[float]]]:
     return [[block["start_ms"], block["end_ms"]]]
 
 
-def rate_evidence(lines: list[dict], block: dict[str, Any]) -> Optional[Evidence]:
-    """Output tokens per second in equal time windows of each repeat's steady window, to
-    resample for the steady speedup's interval (as the whole load's windows are, harness/measure/samples.py)."""
+def rate_evidence(lines: list[dict], block: dict[str, Any], concurrency: Optional[int] = None) -> Optional[Evidence]:
+    """Output tokens per second in equal pieces of the stretches each repeat's steady figure
+    was measured over (measured_spans: the window's stretches with every slot decoding, or
+    the whole window), tokens counted as the figure counts them (tokens_over), to resample
+    for the steady figure's interval. A repeat's pieces' mean is its figure, so the figure is
+    the point of this interval (harness/measure/estimate.py). `concurrency`: the load's (the
+    block says it since it was recorded; a block written before is cut over its whole window)."""
     windows = windows_of(block)
-    if not windows:
-        return None
+    concurrency = concurrency or block.get("concurrency")
     rates: list[float] = []
     for repeat, window in enumerate(windows):
-        mine = [line for line in lines if int(line.get("repeat") or 0) == repeat and line.get("ok")]
+        mine = [line for line in lines if int(line.get("repeat") or 0) == repeat and not line.get("warmup")
+                and line.get("ok") and line.get("completion_tokens") is not None]
         if window is None or not mine:
             continue
-        times = np.concatenate([np.asarray(line.get("chunk_ms") or [], dtype=float) for line in mine])
-        weights = np.concatenate([np.asarray(line.get("chunk_tokens") or [], dtype=float) for line in mine])
-        rates += windowed(window[0], window[1], times, weights)
+        steady = SteadyWindow(block.get("rule", CLOSED), window[0], window[1], window[0], window[1])
+        spans = measured_spans(mine, steady, concurrency) if concurrency else [(window[0], window[1])]
+        rates += piece_rates(mine, spans)
     return Evidence.singles(np.asarray(rates, dtype=float), "mean", "windows") if rates else None
+
+
+def piece_rates(ok: list[dict], spans: list[tuple[float, float]]) -> list[float]:
+    """Tokens per second in WINDOWS_PER_REPEAT pieces of equal measured time laid over the spans."""
+    total = sum(b - a for a, b in spans)
+    if total <= 0:
+        return []
+    width = total / WINDOWS_PER_REPEAT
+    return [sum(tokens_over(line, piece) for line in ok) * 1000.0 / width
+            for piece in pieces(spans, WINDOWS_PER_REPEAT)]
+
+
+def pieces(spans: list[tuple[float, float]], count: int) -> list[list[tuple[float, float]]]:
+    """The spans cut into `count` pieces of equal total length, each piece its own spans."""
+    width = sum(b - a for a, b in spans) / count
+    out: list[list[tuple[float, float]]] = [[] for _ in range(count)]
+    done = 0.0  # measured time before the current span
+    for a, b in spans:
+        for k in range(int(done // width), count):
+            lo, hi = max(a, a + k * width - done), min(b, a + (k + 1) * width - done)
+            if hi > lo:
+                out[k].append((lo, hi))
+            if a + (k + 1) * width - done >= b:
+                break
+        done += b - a
+    return out
 
 
 def _r(x: Optional[float], nd: int = 4) -> Optional[float]:

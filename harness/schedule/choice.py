@@ -2,10 +2,12 @@
 
 Every candidate is a speedup over the plain arm of its own point (plain decoding is k=0, 1.0x
 by definition): dividing by the plain arm that ran beside it takes out what the machine did
-between points. The point figure is the sweep's (sweep.json's `speedup`, on the steady basis
-where both arms had a steady window); its interval comes from the two arms' per-window token
-rates on that same basis, bootstrapped as the min_speedup gate does
-(harness/gates/change.py: the same evidence, resamples and seed, so the same interval). The
+between points. The point is the ratio of the two arms' per-window token rates' means, on
+the basis of sweep.json's `speedup` (the steady windows where both arms had one), and its
+interval the same ratio over their bootstrap resamples, drawn as the min_speedup gate draws
+them (harness/gates/change.py, harness/measure/estimate.py: the same evidence, resamples and
+seed): one estimator, so the point lies inside its interval. It is sweep.json's figure up to
+that figure's rounding (a record without rates keeps sweep.json's, with no interval). The
 fastest candidate is **decided** when, against every other candidate, the interval of the
 ratio of their speedups lies above 1; else the candidates whose ratio interval reaches 1 are
 **within noise** of it, and any of them is as good a choice as the data can tell.
@@ -13,12 +15,14 @@ ratio of their speedups lies above 1; else the candidates whose ratio interval r
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
 
 from harness.gates.change import BOOTSTRAP_RESAMPLES, CONFIDENCE, MIN_SAMPLES, evidence, resampled
+from harness.measure.estimate import around
 from harness.measure.registry import STEADY
 from harness.measure.samples import COLUMNS
 from harness.measure.steady import rate_evidence as steady_rates
@@ -82,7 +86,9 @@ def candidate(cell: Cell, grid: Grid, confidence: float, seed: int) -> Candidate
     if few < MIN_SAMPLES:
         found.why = f"only {few} time windows of token rates in an arm, fewer than the {MIN_SAMPLES} an interval needs"
         return found
-    found.interval = interval(replicas(theirs, mine, 0), confidence)
+    if theirs.value():  # the point is the statistic of exactly the rates resampled
+        found.speedup = mine.value() / theirs.value()
+    found.interval = interval(replicas(theirs, mine, 0), found.speedup, confidence)
     found.replicas = replicas(theirs, mine, seed + 1)
     return found
 
@@ -95,7 +101,7 @@ def rate_samples(cell: Cell, grid: Grid):
     if (blocks.get(grid.arm) or {}).get(f"basis_vs_{grid.plain_arm}") == STEADY:
         lines = read_lines(cell.run.path.parent)
         by_arm = {arm: [line for line in lines if line.get("arm") == arm] for arm in (grid.arm, grid.plain_arm)}
-        return tuple(steady_rates(by_arm[arm], (blocks.get(arm) or {}).get("steady") or {})
+        return tuple(steady_rates(by_arm[arm], (blocks.get(arm) or {}).get("steady") or {}, cell.concurrency)
                      for arm in (grid.arm, grid.plain_arm))
     return (evidence(METRIC, cell.run.request_columns(grid.arm, COLUMNS)),
             evidence(METRIC, cell.run.request_columns(grid.plain_arm, COLUMNS)))
@@ -108,13 +114,13 @@ def replicas(plain, spec, seed: int) -> np.ndarray:
     return new / old
 
 
-def interval(values: np.ndarray, confidence: float) -> Optional[list[float]]:
-    values = values[np.isfinite(values)]
-    if values.size < BOOTSTRAP_RESAMPLES // 2:
+def interval(values: np.ndarray, point: float, confidence: float) -> Optional[list[float]]:
+    """The replicas' interval around `point` (estimate.around), rounded outwards to 4
+    decimals so rounding never leaves the point outside it."""
+    ends = around(values, point, confidence)
+    if ends is None:
         return None
-    tail = (1.0 - confidence) * 100.0
-    low, high = np.percentile(values, [tail, 100.0 - tail])
-    return [round(float(low), 4), round(float(high), 4)]
+    return [math.floor(ends[0] * 1e4) / 1e4, math.ceil(ends[1] * 1e4) / 1e4]
 
 
 def compared(best: Candidate, other: Candidate, confidence: float) -> dict:
@@ -124,6 +130,6 @@ def compared(best: Candidate, other: Candidate, confidence: float) -> dict:
     if best.replicas is None or other.replicas is None:
         why = best.why or other.why
         return {"ratio": round(ratio, 4), "interval": None, "beaten": False, "why": why}
-    found = interval(best.replicas / other.replicas, confidence)
+    found = interval(best.replicas / other.replicas, ratio, confidence)
     beaten = found is not None and found[0] > 1.0
     return {"ratio": round(ratio, 4), "interval": found, "beaten": beaten}

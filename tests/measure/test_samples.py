@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from harness.gates import change
+from harness.measure import estimate
 from harness.measure.registry import all_metrics
 from harness.measure.samples import COLUMNS, WINDOWS_PER_REPEAT
 from harness.record.requests import RequestColumns
@@ -56,9 +57,9 @@ def gathered_resamples(ev, seed: int, times: int) -> np.ndarray:
 @pytest.mark.parametrize("metric", ["itl_ms.p50", "itl_ms.p90", "itl_ms.p99"])
 def test_a_weighted_percentile_resample_is_the_gathered_one(metric, monkeypatch):
     ev = change.evidence(metric, lines(400, 1, concurrency=8, tokens=40))
-    monkeypatch.setattr(change, "MIN_HALF_WINDOW", 20)  # a narrow window: some resamples fall outside it
-    monkeypatch.setattr(change, "WINDOW_SIGMAS", 1.0)
-    monkeypatch.setattr(change, "DIRECT_LIMIT", 10)
+    monkeypatch.setattr(estimate, "MIN_HALF_WINDOW", 20)  # a narrow window: some resamples fall outside it
+    monkeypatch.setattr(estimate, "WINDOW_SIGMAS", 1.0)
+    monkeypatch.setattr(estimate, "DIRECT_LIMIT", 10)
     weighted = change.resampled(ev, np.random.default_rng(3), 300)
     n = ev.groups_count
     misses = sum(change.WeightedPercentile(ev).one(np.bincount(np.random.default_rng(i).integers(0, n, n),

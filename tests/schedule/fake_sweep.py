@@ -1,6 +1,6 @@
 """A sweep's folder written by hand, as `specgate sweep` writes one: sweep.json, and per point a
 run record with results.json, each arm's config.yaml and the requests (requests.jsonl), whose
-token rates give each arm the tok/s asked for, with Poisson noise."""
+token rates give each arm the tok/s asked for, with Poisson noise between time windows."""
 
 from __future__ import annotations
 
@@ -14,9 +14,10 @@ SPAN_MS = 4000.0  # each arm's measured load
 
 
 def arm_lines(arm: str, tok_s: float, rng: np.random.Generator, per_request: int = 20) -> list[dict]:
-    """Tokens at `tok_s` on average (exponential gaps) over SPAN_MS, cut into requests."""
-    times = np.cumsum(rng.exponential(1000.0 / tok_s, int(tok_s * SPAN_MS / 1000.0 * 1.2)))
-    times = times[times < SPAN_MS]
+    """Tokens at `tok_s` over SPAN_MS, at Poisson arrival times (given their count, uniform),
+    cut into requests: the rows' own rate is `tok_s`, as a real record's rows reproduce its
+    figures (harness/gates/reproduce.py), and its time windows' rates scatter around it."""
+    times = np.sort(rng.uniform(0.0, SPAN_MS, int(round(tok_s * SPAN_MS / 1000.0))))
     lines = []
     for i, start in enumerate(range(0, times.size, per_request)):
         chunk = [round(float(t), 3) for t in times[start:start + per_request]]
