@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from harness.gates.client_bound import bound_figures, guard_client_bound, labels
 from harness.gates.change import evidence, judge
+from harness.gates.reproduce import disagreement
 from harness.measure.registry import Metric, all_metrics, compared_by_default, metric_value, resolve
 from harness.measure.metrics import spread
 from harness.gates.verdict import inconclusive_passes, Verdict, skipped
@@ -140,6 +141,8 @@ def compare_metric(ctx: GateContext, c: Comparison) -> Verdict:
         floor = f", {gate.latency_noise_floor_ms:g} ms floor" if entry_of(c.metric).unit == "ms" else ""
         verdict = point_verdict(arm, c, old, new, limit, f"allowed {limit:.1%} = max({bands}{floor})", label, without)
         return verdict if lookback is not None else point_within_floor(verdict, c, old, new, gate)
+    if (doctored := disagreement(c.metric, reference, ctx.reference_requests)) is not None:
+        return not_reproduced(arm, c, old, new, doctored, label, gate)
     # with samples, jitter is inside the interval: no floor
     limit = max(c.allowed, band, lookback or 0.0)
     why_limit = f"allowed {limit:.1%} = max({bands})"
@@ -228,6 +231,19 @@ def why_no_interval(path: str, old_ev, new_ev, ctx: GateContext) -> str | None:
         return "no per-request data to draw an interval from"
     empty = [run for run, ev in (("the reference run", old_ev), ("this run", new_ev)) if ev is None or not ev.groups_count]
     return f"no request of {' or '.join(empty)} carries {path}'s samples" if empty else None
+
+
+def not_reproduced(arm: str, c: Comparison, old: float, new: float, why: str, label: str, gate) -> Verdict:
+    """A reference whose rows do not reproduce its figure (harness/gates/reproduce.py): its
+    figure and its samples are two different measurements, and a change judged from one and
+    shown beside the other contradicts itself, so neither is judged: inconclusive, saying why
+    and what would decide it (gate.inconclusive still decides whether the run goes on)."""
+    verdict = Verdict(f"baseline.{c.metric}", arm, inconclusive_passes(gate), new, c.allowed, "", baseline=old)
+    verdict.inconclusive = True
+    verdict.detail = (f"{arm}: {c.metric} inconclusive vs the reference run {label} ({why}; a reference record "
+                      f"whose rows are the run's own would decide it; gate.inconclusive={gate.inconclusive}): "
+                      f"{c.metric} {old:.2f} (reference results.json) -> {new:.2f}")
+    return verdict
 
 
 def point_verdict(arm: str, c: Comparison, old: float, new: float, limit: float, why_limit: str, label: str,
