@@ -27,5 +27,8 @@ def test_calibrate_then_a_run_is_judged_against_the_noise_profile(tmp_path):
     results = json.loads((tmp_path / "after" / "latest" / "results.json").read_text())
     verdicts = [g for g in results["gates"] if g["name"].startswith("baseline.")]
     assert {v["arm"] for v in verdicts} == {"baseline", "eagle3"} and len(verdicts) == 6
-    assert all(f"vs the noise profile of 3 runs of sim_smoke ({folder}), between-run sd " in v["detail"]
-               for v in verdicts), verdicts[0]["detail"]
+    # every verdict was judged against the profile, unless the run itself could not be trusted for it
+    # (a busy machine: client-bound, its cause said), which is judged against nothing
+    unjudged = [v for v in verdicts if f"vs the noise profile of 3 runs of sim_smoke ({folder}), between-run sd "
+                not in v["detail"] and not v.get("cause")]
+    assert not unjudged, unjudged
