@@ -100,8 +100,10 @@ class Experiment:
     def shown_command(self, tokens: list[str]) -> list[str]:
         """A command line (`specgate sweep ... +server.env.X=V -k ...`) as a record may hold it:
         each override's secrets as fingerprints, options as they are."""
-        return [shown_overrides([t], self.base, [arm.cfg for arm in self.arms])[0]
-                if "=" in t and not t.startswith("-") else t for t in tokens]
+        is_override = [("=" in t and not t.startswith("-")) for t in tokens]
+        shown = iter(shown_overrides([t for t, o in zip(tokens, is_override) if o], self.base,
+                                     [arm.cfg for arm in self.arms]))
+        return [next(shown) if o else t for t, o in zip(tokens, is_override)]
 
     def arm(self, name: str) -> Arm:
         for arm in self.arms:

@@ -34,7 +34,6 @@ import secrets as random_bytes
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable
-from urllib.parse import urlsplit
 
 FINGERPRINT = re.compile(r"secret:[0-9a-f]{16}")
 
@@ -423,15 +422,6 @@ def encodings(value: str) -> list[str]:
     forms = {value, hydra_escaped(value), shell_quote(value), json.dumps(value)[1:-1], quote(value, safe=""),
              quote_plus(value), repr(value)[1:-1], value.replace(" ", "\\ ")}
     return sorted((f for f in forms if f), key=len, reverse=True)
-
-
-def url_user(url: str) -> str | None:
-    """The userinfo of a URL (the user alone too), or None."""
-    try:
-        netloc = urlsplit(url).netloc
-    except ValueError:
-        return None
-    return netloc.rpartition("@")[0] or None
 
 
 def leaves(data: Any) -> list[str]:
