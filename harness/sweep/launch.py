@@ -125,7 +125,9 @@ def collect(record: SweepRecord, entries: list[dict]) -> None:
         if entry["exit_status"] is None and entry["status"] == "not_run" and done.is_file():
             status = int(done.read_text().strip())
             record.point_ended(entry, status)
-            print(f"specgate sweep: point {entry['label']} exited {status}", flush=True)
+            failed = "; ".join(entry.get("failed_gates") or [])
+            print(f"specgate sweep: point {entry['label']} exited {status}"
+                  + (f", failing {failed}" if failed else ""), flush=True)
 
 
 def explain_the_rest(record: SweepRecord, entries: list[dict], jobs, app_status: int | None,

@@ -46,6 +46,14 @@ def headline(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return arms
 
 
+def failed_gates(results: dict[str, Any]) -> list[str]:
+    """Each failed gate of a point's run, as `arm: gate (its detail)`: what a point that
+    exited 1 failed on, said where the sweep says that it did."""
+    failed = [g for g in results.get("gates") or [] if g.get("status") == "failed"]
+    return [f"{g.get('arm') or 'run'}: {g.get('name')}" + (f" ({g['detail']})" if g.get("detail") else "")
+            for g in failed]
+
+
 def arm_config(record: Path, arm: str) -> dict[str, Any]:
     """The arm's composed config as its record wrote it ({} when it cannot be read)."""
     try:
@@ -117,6 +125,8 @@ class SweepRecord:
             try:
                 run = read_run(record)
                 entry["status"], entry["arms"] = run.status, headline(run.data)
+                if failed_gates(run.data):
+                    entry["failed_gates"] = failed_gates(run.data)
                 for arm, figures in entry["arms"].items():
                     figures["concurrency"] = arm_concurrency(record, arm)
                     figures["gpus"] = arm_gpus(record, arm)

@@ -105,6 +105,7 @@ def verdict(data: dict[str, Any], points: list[dict[str, Any]], gates: list[dict
     if data.get("status") != FINISHED:
         return {"status": "failed", "text": "INCOMPLETE: the sweep has not finished"}
     parts = [f"{n} point(s) exited non-zero"] if (n := sum(p.get("exit_status") != 0 for p in points)) else []
+    parts += [f"point {p.get('label')} failed {'; '.join(p['failed_gates'])}" for p in points if p.get("failed_gates")]
     parts += [f"{n} sweep gate(s) failed"] if (n := sum(v.get("status") == FAILED for v in gates)) else []
     if parts:
         return {"status": "failed", "text": "FAILED: " + "; ".join(parts)}

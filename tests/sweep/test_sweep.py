@@ -18,7 +18,8 @@ from harness.config.secrets import fingerprint
 from harness.record.secrets import Redactor
 from harness.sweep import point as sweep
 from harness.config.compose import ConfigError, compose, sweep_points
-from harness.sweep.record import headline
+from harness.sweep.record import failed_gates, headline
+from harness.sweep.report import verdict
 from tests.support.runs import run_suites, specgate
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -88,6 +89,19 @@ def test_headline_reads_each_arms_figures_and_gate_counts():
     assert (arms["eagle3"]["gates_passed"], arms["eagle3"]["gates_failed"]) == (1, 1)
     assert arms["baseline"]["ttft_ms.p99"] == 9.0 and arms["baseline"]["speedup"] is None
     assert (arms["baseline"]["gates_passed"], arms["baseline"]["gates_failed"]) == (1, 0)
+
+
+def test_a_point_that_failed_a_gate_says_which_in_the_sweeps_verdict():
+    # a point that exited 1 on a busy CI box once said only "exited 1": its gates are named now
+    results = {"gates": [{"arm": "eagle3", "name": "max_itl_ms.p50", "status": "failed",
+                          "detail": "ITL p50 11.2 ms > 10 ms"},
+                         {"arm": "eagle3", "name": "lossless", "status": "passed", "detail": "identical"}]}
+    assert failed_gates(results) == ["eagle3: max_itl_ms.p50 (ITL p50 11.2 ms > 10 ms)"]
+    points = [{"label": "0_c-1", "exit_status": 0},
+              {"label": "1_c-2", "exit_status": 1, "failed_gates": failed_gates(results)}]
+    said = verdict({"status": "finished"}, points, [])
+    assert said == {"status": "failed", "text": "FAILED: 1 point(s) exited non-zero; "
+                                                "point 1_c-2 failed eagle3: max_itl_ms.p50 (ITL p50 11.2 ms > 10 ms)"}
 
 
 def test_a_sweep_json_written_before_reads_under_its_old_spellings():
