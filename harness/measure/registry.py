@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterator, Literal, Optional, Union
 from harness.measure import samples as s
 from harness.measure.estimate import CONFIDENCE, Estimate, estimate
 from harness.measure.samples import PerRequest, RatioOfSums, WindowRate
+from harness.measure.window import WHOLE as WHOLE_LOAD, Window
 
 Better = Literal["higher", "lower", "neither"]
 Resampling = Union[PerRequest, RatioOfSums, WindowRate]
@@ -36,7 +37,8 @@ Combine = Literal["median", "sum", "pooled"]
 SCOPES = ("summary", "compare", "report", "sweep", "capacity")
 
 
-STEADY, WHOLE = "steady", "whole"  # the basis of a cross-arm figure: the steady window, or the whole load
+# the basis of a cross-arm figure: the steady window, or the whole load (the windows' names)
+STEADY, WHOLE = "steady", WHOLE_LOAD.name
 
 
 def steady_figure(result: Any, name: str) -> Optional[float]:
@@ -174,20 +176,21 @@ class Metric:
         """The distribution a statistic belongs to (``ttft_ms`` of ``ttft_ms.p99``), else the path."""
         return self.path.split(".")[0]
 
-    def value_from(self, lines: list[dict]) -> Optional[float]:
-        """Its value from one arm's measured, successful request lines (a registered
-        computation, else its samples' statistic)."""
-        if self.compute is not None:
-            return self.compute(lines)
-        return self.samples.evidence(lines).value() if self.samples is not None else None
+    def value_from(self, lines: list[dict], window: Window = WHOLE_LOAD) -> Optional[float]:
+        """Its value from one arm's measured, successful request lines over a window (the
+        whole load, a steady window, a timeslice: harness/measure/window.py): its samples'
+        statistic, else a registered computation, which knows the whole load only."""
+        if self.samples is not None and (self.compute is None or not window.whole):
+            return self.samples.evidence(lines, window).value()
+        return self.compute(lines) if self.compute is not None and window.whole else None
 
-    def estimate(self, lines: Any, confidence: float = CONFIDENCE) -> Estimate:
-        """Its value from one arm's measured, successful requests with the interval around it:
-        one estimator for both (harness/measure/estimate.py), so the value is value_from's and
-        lies inside the interval. No samples: the value alone (a registered computation's)."""
+    def estimate(self, lines: Any, confidence: float = CONFIDENCE, window: Window = WHOLE_LOAD) -> Estimate:
+        """Its value over a window of one arm's measured, successful requests with the interval
+        around it: one estimator for both (harness/measure/estimate.py), so the value is
+        value_from's and lies inside the interval. No samples: the value alone."""
         if self.samples is None:
-            return Estimate(self.value_from(lines))
-        return estimate(self.samples.evidence(lines), confidence)
+            return Estimate(self.value_from(lines, window))
+        return estimate(self.samples.evidence(lines, window), confidence)
 
     def in_scope(self, scope: str) -> bool:
         return {"summary": self.column is not None, "compare": self.in_compare, "report": self.in_report,
@@ -231,7 +234,8 @@ def registered(*entries: Metric) -> Iterator[tuple[Metric, ...]]:
             unregister(entry.path)
 
 
-TTFT, E2E = s.field_value("ttft_ms"), s.field_value("e2e_ms")
+# a window holds a TTFT where its first token arrived, an E2E where its request ended
+TTFT, E2E = s.field_value("ttft_ms", at="first_chunk"), s.field_value("e2e_ms")
 for _entry in (
     Metric("output_tok_s", "output tok/s", "tok/s", "{:.1f}", "higher", noise=True, compared=True, column="tok/s",
            in_sweep=True, in_capacity=True, samples=WindowRate("tokens"), client="throughput", one_sided=True),

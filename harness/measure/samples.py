@@ -27,6 +27,8 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
+from harness.measure.window import WHOLE, Window, chunked, decode_in, pieces, repeat_of, tokens_in_life
+
 WINDOWS_PER_REPEAT = 10  # time windows a repeat's measured span is cut into for rates
 PERCENTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0}
 
@@ -130,13 +132,23 @@ def statistic_named(stat: str) -> tuple[Callable[[np.ndarray], Optional[float]],
 
 @dataclass(frozen=True)
 class FieldValue:
-    """A request's one value of a field (its TTFT, its E2E), none when missing."""
+    """A request's one value of a field (its TTFT, its E2E), none when missing. A window holds
+    it when it was seen: at the first chunk (``at="first_chunk"``: a TTFT) or at the request's end."""
 
     name: str
+    at: str = "end"
 
     def __call__(self, line: Line) -> list[float]:
         value = line.get(self.name)
         return [] if value is None else [float(value)]
+
+    def within(self, line: Line, window: Window) -> list[float]:
+        if self.at == "first_chunk":
+            chunks = line.get("chunk_ms")
+            seen = chunks[0] if chunks else None
+        else:
+            seen = line.get("end_ms")
+        return self(line) if window.holds(repeat_of(line), seen) else []
 
     def from_columns(self, columns: Any) -> tuple[np.ndarray, np.ndarray]:
         values = columns.get(self.name)
@@ -144,8 +156,8 @@ class FieldValue:
         return values, np.arange(values.size + 1, dtype=np.int64)
 
 
-def field_value(name: str) -> FieldValue:
-    return FieldValue(name)
+def field_value(name: str, at: str = "end") -> FieldValue:
+    return FieldValue(name, at)
 
 
 class ItlValues:
@@ -154,6 +166,11 @@ class ItlValues:
     def __call__(self, line: Line) -> list[float]:
         chunks = line.get("chunk_ms") or []
         return list(np.diff(np.asarray(chunks, dtype=float))) if len(chunks) > 1 else []
+
+    def within(self, line: Line, window: Window) -> list[float]:
+        """The gaps whose later chunk arrived in the window."""
+        chunks, repeat = line.get("chunk_ms") or [], repeat_of(line)
+        return [now - before for before, now in zip(chunks, chunks[1:]) if window.holds(repeat, now)]
 
     def from_columns(self, columns: Any) -> tuple[np.ndarray, np.ndarray]:
         chunks = columns.ragged("chunk_ms")
@@ -171,6 +188,10 @@ class TpotValues:
     def __call__(self, line: Line) -> list[float]:
         tokens, decode = line.get("completion_tokens"), line.get("decode_ms")
         return [decode / (tokens - 1)] if tokens and tokens > 1 and decode is not None else []
+
+    def within(self, line: Line, window: Window) -> list[float]:
+        """A request's TPOT, seen at its end."""
+        return self(line) if window.holds(repeat_of(line), line.get("end_ms")) else []
 
     def from_columns(self, columns: Any) -> tuple[np.ndarray, np.ndarray]:
         tokens, decode = columns.get("completion_tokens"), columns.get("decode_ms")
@@ -194,6 +215,14 @@ class AcceptLengthRow:
         verify = line.get("spec_verify_ct")
         return (line.get("completion_tokens") or 0, verify) if verify else None
 
+    def within(self, line: Line, window: Window) -> Optional[tuple[float, float]]:
+        """Its tokens in the window, and its cycles pro-rated by them."""
+        total, verify = line.get("completion_tokens") or 0, line.get("spec_verify_ct") or 0
+        if not (total and verify):
+            return None
+        tokens = window.tokens(line)
+        return tokens, tokens * verify / total
+
     def from_columns(self, columns: Any) -> np.ndarray:
         tokens, verify = columns.get("completion_tokens"), columns.get("spec_verify_ct")
         keep = given(verify)
@@ -207,6 +236,13 @@ class VerifyCycleRow:
         verify = line.get("spec_verify_ct")
         return (line.get("decode_ms") or 0.0, verify) if verify else None
 
+    def within(self, line: Line, window: Window) -> Optional[tuple[float, float]]:
+        """The gaps between its chunks inside one of the window's stretches, and its cycles there."""
+        if not line.get("spec_verify_ct"):
+            return None
+        ms, _, cycles = decode_in(line, window.spans_of(line))
+        return ms, cycles
+
     def from_columns(self, columns: Any) -> np.ndarray:
         decode, verify = columns.get("decode_ms"), columns.get("spec_verify_ct")
         keep = given(verify)
@@ -219,6 +255,13 @@ class DecodeStepRow:
     def __call__(self, line: Line) -> Optional[tuple[float, float]]:
         tokens, decode = line.get("completion_tokens"), line.get("decode_ms")
         return (decode, tokens - 1) if tokens and tokens > 1 and decode is not None else None
+
+    def within(self, line: Line, window: Window) -> Optional[tuple[float, float]]:
+        """The gaps between its chunks inside one of the window's stretches, and the tokens they made."""
+        if len(line.get("chunk_ms") or []) < 2 or (line.get("completion_tokens") or 0) < 2:
+            return None
+        ms, tokens, _ = decode_in(line, window.spans_of(line))
+        return ms, tokens
 
     def from_columns(self, columns: Any) -> np.ndarray:
         tokens, decode = columns.get("completion_tokens"), columns.get("decode_ms")
@@ -243,6 +286,11 @@ def lines_of(requests: Any) -> list:
     return requests.rows() if hasattr(requests, "rows") else requests
 
 
+def in_window(requests: Any, window: Window) -> list:
+    """The request lines of the window's repeats."""
+    return [line for lines in window.lines(lines_of(requests)).values() for line in lines]
+
+
 # --- the three kinds --------------------------------------------------------------------------
 #
 # Each takes one arm's measured, successful requests: request lines (dicts, RecordLine
@@ -261,11 +309,12 @@ class PerRequest:
         statistic_named(stat)  # a KeyError for an unknown one
         return PerRequest(self.values_of, stat)
 
-    def evidence(self, requests: Any) -> Evidence:
-        if columnar(requests, self.values_of):
+    def evidence(self, requests: Any, window: Window = WHOLE) -> Evidence:
+        if window.whole and columnar(requests, self.values_of):
             values, offsets = self.values_of.from_columns(requests)
         else:
-            per_line = [self.values_of(line) for line in lines_of(requests)]
+            per_line = ([self.values_of(line) for line in lines_of(requests)] if window.whole else
+                        [self.values_of.within(line, window) for line in in_window(requests, window)])
             lengths = np.fromiter((len(v) for v in per_line), dtype=np.int64, count=len(per_line))
             values = np.asarray([x for v in per_line for x in v], dtype=float)
             offsets = np.concatenate([[0], np.cumsum(lengths[lengths > 0])]).astype(np.int64)
@@ -279,11 +328,13 @@ class RatioOfSums:
     row_of: Callable[[Line], Optional[tuple[float, float]]]
     kind: str = "ratio of sums over requests"
 
-    def evidence(self, requests: Any) -> Evidence:
-        if columnar(requests, self.row_of):
+    def evidence(self, requests: Any, window: Window = WHOLE) -> Evidence:
+        if window.whole and columnar(requests, self.row_of):
             rows = self.row_of.from_columns(requests)
         else:
-            found = [row for row in (self.row_of(line) for line in lines_of(requests)) if row is not None]
+            read = ((self.row_of(line) for line in lines_of(requests)) if window.whole else
+                    (self.row_of.within(line, window) for line in in_window(requests, window)))
+            found = [row for row in read if row is not None]
             rows = np.asarray(found, dtype=float).reshape(-1, 2)
         return Evidence.singles(rows, "ratio", "requests")
 
@@ -295,7 +346,12 @@ class WindowRate:
     what: str
     kind: str = "rate in time windows"
 
-    def evidence(self, requests: Any) -> Evidence:
+    def evidence(self, requests: Any, window: Window = WHOLE) -> Evidence:
+        if not window.whole:
+            by_repeat = window.lines(lines_of(requests))
+            rates = [rate for repeat, lines in by_repeat.items()
+                     for rate in span_rates(lines, window.spans[repeat], window, self.what)]
+            return Evidence.singles(np.asarray(rates, dtype=float), "mean", "windows")
         if hasattr(requests, "ragged"):
             rates = column_window_rates(requests, self.what) if len(requests) else np.empty(0)
         else:
@@ -381,6 +437,35 @@ def usage_scale(columns: Any, tokens: Any) -> np.ndarray:
     sums = np.add.reduceat(tokens.values, tokens.offsets[:-1]).astype(float)
     usage = columns.get("completion_tokens")
     return np.where(np.isfinite(usage), usage / sums, 1.0)
+
+
+def span_rates(lines: list[Line], spans: tuple, window: Window, what: str) -> list[float]:
+    """Tokens (or completed requests) per second in WINDOWS_PER_REPEAT pieces of equal time
+    laid over one repeat's stretches of a window: the pieces' mean is Σ over the stretches ÷
+    their length, the figure over the window, so it is the point of the interval they give."""
+    total = sum(b - a for a, b in spans)
+    if total <= 0 or not lines:
+        return []
+    width = total / WINDOWS_PER_REPEAT
+    count = piece_counter(lines, window, what)
+    return [count(piece) * 1000.0 / width for piece in pieces(spans, WINDOWS_PER_REPEAT)]
+
+
+def piece_counter(lines: list[Line], window: Window, what: str) -> Callable[[list], float]:
+    """How much of `what` a piece (its stretches) holds: completed requests by their end; tokens
+    by the window's rule, the chunks' arrivals gathered once (a slice of a long load asks 10 times)."""
+    if what == "requests":
+        ends = np.asarray([line["end_ms"] for line in lines], dtype=float)
+        return lambda piece: float(sum(((ends >= a) & (ends < b)).sum() for a, b in piece))
+    if window.shared_edges:
+        return lambda piece: sum(window.tokens(line, piece) for line in lines)
+    streamed = [line for line in lines if chunked(line)]
+    rest = [line for line in lines if not chunked(line)]  # pro-rated over their lives
+    arrivals = [token_arrivals(line) for line in streamed]
+    times = np.concatenate([t for t, _ in arrivals] or [np.empty(0)])
+    weights = np.concatenate([w for _, w in arrivals] or [np.empty(0)])
+    return lambda piece: (float(sum(weights[(times >= a) & (times < b)].sum() for a, b in piece))
+                          + sum(tokens_in_life(line, a, b) for line in rest for a, b in piece))
 
 
 def windowed(start: float, end: float, times: np.ndarray, weights: np.ndarray) -> list[float]:
