@@ -43,7 +43,7 @@ from omegaconf import OmegaConf
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from harness.config.compose import compose  # noqa: E402
+from harness.run.compose import compose  # noqa: E402
 from harness.load.records import LoadResult, RequestRecord  # noqa: E402
 from harness.measure.metrics import summarize  # noqa: E402
 from harness.record.recorder import Recorder  # noqa: E402

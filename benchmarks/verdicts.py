@@ -54,7 +54,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from harness.ab.driver import RoundPair  # noqa: E402
-from harness.config.compose import compose  # noqa: E402
+from harness.run.compose import compose  # noqa: E402
 from harness.engines import engine_of  # noqa: E402
 from harness.gates.ab import no_regression_between_sides  # noqa: E402
 from harness.gates.profile import NoiseProfile  # noqa: E402

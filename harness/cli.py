@@ -31,8 +31,9 @@ from harness.exit_status import MISTAKE
 from harness import SUITES_DIR, __version__
 from harness.report.compare import CompareError
 from harness.record.secrets import terminal_text
-from harness.config.compose import (DEFAULT_CONF_DIR, PYTEST_VALUE_OPTIONS, ConfigError, compose, is_override,
+from harness.config.compose import (DEFAULT_CONF_DIR, PYTEST_VALUE_OPTIONS, ConfigError, is_override,
                                     list_experiments)
+from harness.run.compose import compose
 from harness.record.store import RecordError
 from harness.report.html import ReportError
 from harness.schedule.grid import ScheduleError

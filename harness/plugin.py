@@ -18,7 +18,8 @@ from typing import Callable
 import pytest
 
 from harness.gates import verdict
-from harness.config.compose import DEFAULT_CONF_DIR, PYTEST_VALUE_OPTIONS, ConfigError, Experiment, compose, is_override
+from harness.config.compose import DEFAULT_CONF_DIR, PYTEST_VALUE_OPTIONS, ConfigError, Experiment, is_override
+from harness.run.compose import compose
 from harness.gates.registry import GateContext, gates_of
 from harness.run.preflight import check_experiment
 from harness.run.replay import read_replayed, replay_experiment

@@ -4,7 +4,8 @@ an option's value for one."""
 import pytest
 
 from harness.plugin import is_override, ordered_arms
-from harness.config.compose import PYTEST_VALUE_OPTIONS as VALUE_OPTIONS, compose
+from harness.config.compose import PYTEST_VALUE_OPTIONS as VALUE_OPTIONS
+from harness.run.compose import compose
 from tests.support.runs import run_suites
 
 

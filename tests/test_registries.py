@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.config.compose import ConfigError, compose
+from harness.config.compose import ConfigError
+from harness.run.compose import compose
 from harness.config.schema import BackendConfig, ServerConfig
 from harness.engines import ENGINE_OPTIONS, ENGINES
 from harness.servers import BACKENDS, make_server

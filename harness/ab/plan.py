@@ -15,7 +15,8 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from harness.config.compose import Arm, ConfigError, Experiment, compose, override_key, shown_overrides
+from harness.config.compose import Arm, ConfigError, Experiment, override_key, shown_overrides
+from harness.run.compose import compose
 from harness.gates.baseline_match import differences
 from harness.run.preflight import preflight
 

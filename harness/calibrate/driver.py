@@ -23,7 +23,8 @@ from omegaconf import OmegaConf
 
 from harness.exit_status import INTERRUPTED
 from harness.calibrate.record import CalibrationRecord
-from harness.config.compose import ConfigError, Experiment, compose, is_sweep
+from harness.config.compose import ConfigError, Experiment, is_sweep
+from harness.run.compose import compose
 from harness.gates.baseline_match import LOAD_SIZE_KEYS, identity
 from harness.gates.profile import NoiseProfile
 from harness.measure.registry import compared_by_default

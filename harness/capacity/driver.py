@@ -22,7 +22,8 @@ from harness.run.arm import ArmFailed, ArmSession
 from harness.run.interrupts import Interrupts, sigint_ignored
 from harness.capacity.search import CapacityConfigError, SearchSettings, search
 from harness.capacity.record import CapacityRecord
-from harness.config.compose import Arm, ConfigError, Experiment, compose
+from harness.config.compose import Arm, ConfigError, Experiment
+from harness.run.compose import compose
 from harness.gates.registry import CapacityContext, judge
 from harness.gates.verdict import Verdict, failed
 from harness.load import print_progress

@@ -1,8 +1,11 @@
 """Compose an experiment from the Hydra config tree: the only module that knows Hydra.
 
-`compose(overrides)` turns command-line overrides (`+exp=sim_smoke workload.max_tokens=64`)
-into an `Experiment`: one typed, validated config per arm. Everything a user can get wrong
-here raises `ConfigError` with one sentence that names the key and the valid choices.
+`compose_typed(overrides)` turns command-line overrides (`+exp=sim_smoke workload.max_tokens=64`)
+into an `Experiment`: one config per arm, typed and checked against the schema. Everything a
+user can get wrong here raises `ConfigError` with one sentence that names the key and the
+valid choices. What a config's names refer to (gates, engines, backends, datasets ...) is
+checked above the registries that own them: `harness.run.compose.compose` is both, the
+composition every caller uses.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 from pathlib import Path
+from urllib.parse import urlparse
 
 from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
@@ -27,33 +31,17 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from harness import PROJECT_ROOT
-from harness.engines import ENGINE_OPTIONS, ENGINES, EngineConfigError
+from harness.engines import ENGINE_OPTIONS, ENGINES
 from harness.engines.legacy import upgrade_config
-from harness.gates.registry import GateConfigError, check_gate_config
-from harness.gates.reference import INCONCLUSIVE
-from harness.load.datasets import DatasetError, load_dataset
-from harness.load.trace import TraceError, replay_of
-from harness.load.sizing import SizingError, local_tokenizer
-from harness.load.requests import REQUEST_FUNCS
-from harness.load.ray_clients import PLACEMENTS, RayAddressError, check_address
-from harness.load.limits import MAX_TIMESLICES
 from harness.config import schema
 from harness.config.numbers import NumberError, check_numbers
 from harness.config.secrets import BOOK, FINGERPRINT, Policy, leaves, masked_override
-from harness.config.schema import BUILD_KINDS, SpecgateConfig
-from harness.servers import BACKENDS
-from harness.servers.docker import LOOPBACK, remote_engine_host, unreachable_publish
-from harness.telemetry.base import NOT_SAMPLING, SOURCES
+from harness.config.schema import SpecgateConfig
 
 DEFAULT_CONF_DIR = PROJECT_ROOT / "conf"
 DEFAULT_ARM = "default"
 BASELINE_MISMATCH = ("fail", "warn")  # gate.baseline_mismatch: what a reference that measured something else does
 
-KNOWN_KINDS = {
-    "backend": set(BACKENDS),
-    "build": set(BUILD_KINDS),
-    "telemetry": {*SOURCES, *NOT_SAMPLING},
-}
 
 ConfigStore.instance().store(name="specgate_schema", node=SpecgateConfig)
 # `${project_root:}` in a config: this checkout's folder, for paths to things the set-up
@@ -309,8 +297,11 @@ def typed_entry_at(path: list[str], node: type = SpecgateConfig) -> int | None:
     return None
 
 
-def compose(overrides: list[str], conf_dir: Path = DEFAULT_CONF_DIR) -> Experiment:
-    """Compose the experiment the overrides name, and each of its arms."""
+def compose_typed(overrides: list[str], conf_dir: Path = DEFAULT_CONF_DIR) -> Experiment:
+    """Compose the experiment the overrides name, and each of its arms, checked against the
+    schema (keys, types, bounds, references between arms). The names a config gives of things
+    that registries own (gates, engines, backends, datasets ...) are checked above those
+    registries, by harness/run/compose.py's `compose`, the one every caller uses."""
     swept = [o for o in overrides if is_sweep(o)]
     if swept:
         raise ConfigError(f"{swept[0]} gives several values (a sweep); run it with `specgate sweep` (or pytest --multirun), "
@@ -468,9 +459,18 @@ def remote_engine(cfg: DictConfig) -> str | None:
     return remote_engine_host(cfg.backend.docker_host) if cfg.backend.kind == "docker" else None
 
 
+def remote_engine_host(docker_host: str | None) -> str | None:
+    """The host name of a Docker engine reached over the network (ssh://user@gpu-box,
+    tcp://gpu-box:2376), or None for the local socket (including DOCKER_HOST=unix://...)."""
+    if docker_host and not docker_host.startswith(("unix://", "npipe://")):
+        return urlparse(docker_host).hostname or None
+    return None
+
+
 def validate(experiment: Experiment) -> None:
     """Every number against the schema first (a NaN passes every later `<=`), then the checks
-    the schema cannot express: references between arms, required values, kinds."""
+    the schema cannot express: references between arms, required values. What a name refers
+    to (a gate, an engine, a backend, a dataset ...) is checked by harness/run/compose.py."""
     for where, cfg in [("", experiment.base)] + [(f"arm '{arm.name}': ", arm.cfg) for arm in experiment.arms]:
         try:
             check_numbers(cfg)
@@ -480,12 +480,6 @@ def validate(experiment: Experiment) -> None:
     gate = experiment.base.gate
     if experiment.plain_arm is not None and experiment.plain_arm not in names:
         raise ConfigError(f"plain_arm '{experiment.plain_arm}' is not an arm; arms: {', '.join(sorted(names))}")
-    try:  # every registered gate, whatever its scope: a sweep or capacity gate's wrong arm is wrong in any run
-        check_gate_config(experiment.base, experiment.arm_names, experiment.plain_arm)
-    except GateConfigError as exc:
-        raise ConfigError(str(exc)) from None
-    if gate.inconclusive not in INCONCLUSIVE:
-        raise ConfigError(f"gate.inconclusive '{gate.inconclusive}' is unknown; valid: {', '.join(INCONCLUSIVE)}")
     check_per_category_floors("min_accept_length", gate.min_accept_length)
     if gate.baseline_mismatch not in BASELINE_MISMATCH:
         raise ConfigError(f"gate.baseline_mismatch '{gate.baseline_mismatch}' is unknown; "
@@ -493,6 +487,36 @@ def validate(experiment: Experiment) -> None:
     check_lossless(experiment)
     for arm in experiment.arms:
         validate_arm(arm)
+
+
+def validate_arm(arm: Arm) -> None:
+    cfg = arm.cfg
+    attached = cfg.backend.kind == "attach"  # a server someone else started: no build of ours
+    if attached and not cfg.backend.url:
+        raise ConfigError("backend=attach needs backend.url=http://HOST:PORT (the running server)")
+    if attached and not re.match(r"^https?://[^/]+", cfg.backend.url):
+        raise ConfigError(f"backend.url '{cfg.backend.url}' is not an http(s) URL, e.g. http://127.0.0.1:30000")
+    if attached and re.match(r"^https?://[^/]+/.*v1/?$", cfg.backend.url):
+        raise ConfigError(f"backend.url '{cfg.backend.url}' ends in /v1: give the server's root, e.g. "
+                          f"{cfg.backend.url.rstrip('/')[:-3].rstrip('/')} (specgate adds /v1/chat/completions, /health ... itself)")
+    workload = cfg.workload
+    if workload.trace is not None:
+        if workload.shared_prefix is not None:
+            raise ConfigError("workload.trace and workload.shared_prefix are two prompt sources: set one "
+                              "(a trace rebuilds its own shared prefixes from hash_ids)")
+        # a trace (which wins over the rest) is checked by harness/run/compose.py, once the numbers it reads are
+    elif workload.shared_prefix is not None:
+        check_shared_prefix(workload)
+    elif workload.dataset is None and workload.prompt is None and workload.input_len is None:
+        raise ConfigError(f"workload '{workload.name}' needs a trace, a dataset, a prompt, an input_len or a shared_prefix")
+    if workload.num_prompts is None and workload.duration_s is None and workload.trace is None:
+        raise ConfigError(f"workload '{workload.name}' needs num_prompts or duration_s")
+    if workload.client_processes > workload.concurrency:
+        raise ConfigError(f"workload.client_processes={workload.client_processes} is more than workload.concurrency="
+                          f"{workload.concurrency}: each load process needs at least one request in flight")
+    check_record_root(cfg.record.root)
+    own_lengths = workload.dataset is not None or workload.trace is not None  # per row, per request
+    check_cancel(workload.cancel, None if own_lengths else workload.max_tokens)
 
 
 def check_per_category_floors(key: str, thresholds) -> None:
@@ -532,80 +556,6 @@ def check_lossless(experiment: Experiment) -> None:
                                   f"whole experiment, not in one arm's overrides)")
 
 
-def check_remote_engine(arm: Arm) -> None:
-    """A remote engine's server must be reachable from here, and its GPUs are not this
-    machine's: NVML or nvidia-smi here would sample the wrong GPUs (or none)."""
-    cfg, remote = arm.cfg, remote_engine(arm.cfg)
-    if remote is None:
-        return
-    why = unreachable_publish(cfg.backend.docker_host, cfg.backend.publish_host)
-    if why:
-        raise ConfigError(f"arm '{arm.name}': {why}")
-    if cfg.telemetry.source in ("nvml", "smi") and remote not in LOOPBACK:
-        raise ConfigError(f"arm '{arm.name}': telemetry={cfg.telemetry.source} samples this machine's GPUs, but the "
-                          f"server runs on {remote}; run specgate on {remote} itself to sample its GPUs, "
-                          f"or set telemetry=off")
-
-
-def validate_arm(arm: Arm) -> None:
-    cfg = arm.cfg
-    for group, kind in (("backend", cfg.backend.kind), ("build", cfg.build.kind), ("telemetry", cfg.telemetry.source)):
-        if kind not in KNOWN_KINDS[group]:
-            valid = ", ".join(sorted(KNOWN_KINDS[group]))
-            raise ConfigError(f"arm '{arm.name}': {group} '{kind}' is not available; valid: {valid}")
-    attached = cfg.backend.kind == "attach"  # a server someone else started: no build of ours
-    if attached and not cfg.backend.url:
-        raise ConfigError("backend=attach needs backend.url=http://HOST:PORT (the running server)")
-    if attached and not re.match(r"^https?://[^/]+", cfg.backend.url):
-        raise ConfigError(f"backend.url '{cfg.backend.url}' is not an http(s) URL, e.g. http://127.0.0.1:30000")
-    if attached and re.match(r"^https?://[^/]+/.*v1/?$", cfg.backend.url):
-        raise ConfigError(f"backend.url '{cfg.backend.url}' ends in /v1: give the server's root, e.g. "
-                          f"{cfg.backend.url.rstrip('/')[:-3].rstrip('/')} (specgate adds /v1/chat/completions, /health ... itself)")
-    if cfg.server.engine not in ENGINES:
-        raise ConfigError(f"arm '{arm.name}': server.engine '{cfg.server.engine}' is unknown; "
-                          f"valid: {', '.join(sorted(ENGINES))}")
-    engine = ENGINES[cfg.server.engine]
-    if not attached and cfg.build.engine and cfg.build.engine != engine.name:
-        raise ConfigError(f"arm '{arm.name}': the build carries engine '{cfg.build.engine}' but server "
-                          f"'{cfg.server.name}' is for engine '{engine.name}'; pick a build and a server of one engine")
-    check_remote_engine(arm)
-    if cfg.telemetry.source == "sim" and not engine.simulates_gpus and not attached:
-        raise ConfigError(f"arm '{arm.name}': telemetry=sim reads the simulator's GPU model, and engine "
-                          f"'{engine.name}' has none")
-    workload = cfg.workload
-    if workload.api not in REQUEST_FUNCS:
-        raise ConfigError(f"workload.api '{workload.api}' is unknown; valid: {', '.join(REQUEST_FUNCS)}")
-    try:
-        engine.check(cfg)
-    except EngineConfigError as exc:
-        raise ConfigError(f"arm '{arm.name}': {exc}") from None
-    if workload.trace is not None:
-        if workload.shared_prefix is not None:
-            raise ConfigError("workload.trace and workload.shared_prefix are two prompt sources: set one "
-                              "(a trace rebuilds its own shared prefixes from hash_ids)")
-        # a trace (which wins over the rest) is checked below, once the numbers it reads are
-    elif workload.shared_prefix is not None:
-        check_shared_prefix(workload)
-    elif workload.dataset is not None:
-        check_dataset(workload.dataset)
-    elif workload.prompt is None and workload.input_len is None:
-        raise ConfigError(f"workload '{workload.name}' needs a trace, a dataset, a prompt, an input_len or a shared_prefix")
-    if workload.num_prompts is None and workload.duration_s is None and workload.trace is None:
-        raise ConfigError(f"workload '{workload.name}' needs num_prompts or duration_s")
-    if workload.tokenizer is not None:
-        check_tokenizer(workload.tokenizer)
-    check_client_placement(workload)
-    if workload.client_processes > workload.concurrency:
-        raise ConfigError(f"workload.client_processes={workload.client_processes} is more than workload.concurrency="
-                          f"{workload.concurrency}: each load process needs at least one request in flight")
-    if workload.trace is not None:
-        check_trace(workload)
-    check_timeslices(cfg)
-    check_record_root(cfg.record.root)
-    own_lengths = workload.dataset is not None or workload.trace is not None  # per row, per request
-    check_cancel(workload.cancel, None if own_lengths else workload.max_tokens)
-
-
 def check_cancel(cancel: typing.Any, max_tokens: int | None = None) -> None:
     """workload.cancel cuts each chosen request at one point: after so many tokens or so many ms;
     ``max_tokens``: what every request asks for (None when a dataset or trace says per request)."""
@@ -629,58 +579,6 @@ def check_shared_prefix(workload: DictConfig) -> None:
     if others:
         raise ConfigError(f"workload.shared_prefix is a prompt source of its own, but workload.{others[0]} is set too: "
                           f"set workload.{others[0]}=null (or drop workload.shared_prefix)")
-
-
-def check_dataset(dataset: str) -> None:
-    """workload.dataset must be a readable file of well-formed rows: a bad one is found
-    here, before any server starts, not mid-load."""
-    try:
-        load_dataset(dataset)
-    except DatasetError as exc:
-        raise ConfigError(str(exc)) from None
-
-
-def check_trace(workload) -> None:
-    """workload.trace must be a readable, sorted trace whose window holds requests, replayed
-    at its own times from one load process: found here, before any server starts."""
-    for key, why in (("request_rate", "its arrivals are the trace's timestamps"),
-                     ("duration_s", "its requests are the trace's (bound them with workload.trace_end_s or "
-                                    "workload.num_prompts)")):
-        if workload[key] is not None:
-            raise ConfigError(f"workload.{key} cannot be set with workload.trace: {why}; set workload.{key}=null")
-    if workload.client_processes > 1:
-        raise ConfigError(f"workload.client_processes={workload.client_processes}: a trace replay runs in one load "
-                          f"process; set workload.client_processes=1")
-    try:
-        replay_of(workload)
-    except TraceError as exc:
-        raise ConfigError(str(exc)) from None
-
-
-def check_timeslices(cfg: DictConfig) -> None:
-    """record.timeslice_s cuts each load into slices (harness/measure/timeslices.py): where the
-    load's length is known before it starts (workload.duration_s, a trace replay's schedule),
-    more than MAX_TIMESLICES of them is refused here; any other load's slices are widened to fit."""
-    workload, width = cfg.workload, cfg.record.timeslice_s
-    if workload.trace is not None:
-        span = replay_of(workload).offsets_s[-1]
-        what = f"the trace replay's {span:g} s"
-    elif workload.duration_s is not None:
-        span = workload.duration_s
-        what = f"a load of workload.duration_s={span:g} s"
-    else:
-        return
-    if span / width > MAX_TIMESLICES:
-        raise ConfigError(f"record.timeslice_s={width:g} cuts {what} into {span / width:.3g} slices, "
-                          f"more than {MAX_TIMESLICES}; set record.timeslice_s to at least {span / MAX_TIMESLICES:.3g}")
-
-
-def check_tokenizer(folder: str) -> None:
-    """workload.tokenizer must be a tokenizer this machine can read, found before any server starts."""
-    try:
-        local_tokenizer(folder)
-    except SizingError as exc:
-        raise ConfigError(str(exc)) from None
 
 
 def check_record_root(root: str) -> None:
@@ -837,20 +735,6 @@ def close_match(word: str, choices: list[str]) -> str:
 
 def first_line(text: str) -> str:
     return next((line.strip() for line in text.splitlines() if line.strip()), text)
-
-
-def check_client_placement(workload) -> None:
-    """workload.client_placement: local or ray; a Ray cluster named must answer now."""
-    if workload.client_placement not in PLACEMENTS:
-        raise ConfigError(f"workload.client_placement={workload.client_placement}: one of {', '.join(PLACEMENTS)}")
-    if workload.client_placement != "ray":
-        if workload.ray_address is not None:
-            raise ConfigError(f"workload.ray_address={workload.ray_address}: only with workload.client_placement=ray")
-        return
-    try:
-        check_address(workload.ray_address, "workload.ray_address")
-    except RayAddressError as exc:
-        raise ConfigError(str(exc)) from None
 
 
 def launcher_config(launcher_overrides: list[str], conf_dir: Path):

@@ -14,8 +14,8 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from harness.config.compose import (Arm, ConfigError, Experiment, compose, explain, masked, override_key, publish,
-                                    validate)
+from harness.config.compose import Arm, ConfigError, Experiment, explain, masked, override_key, publish
+from harness.run.compose import compose, validate
 from harness.gates.reference import allowed_change, noise_band
 from harness.measure.registry import metric_value, noise_metrics
 from harness.engines.legacy import upgrade_config

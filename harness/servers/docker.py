@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from urllib.parse import urlparse
 
 import docker
 import docker.errors
 from docker.types import DeviceRequest, Ulimit
 from omegaconf import DictConfig
 
+from harness.config.compose import remote_engine_host
 from harness.config.secrets import BOOK
 from harness.engines import engine_of
 from harness.engines.base import DEFAULT_IMAGE_PYTHON, Launch
@@ -32,14 +32,6 @@ CONTAINER_PORT = 30000  # inside the container; docker picks the host side
 
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
-
-
-def remote_engine_host(docker_host: str | None) -> str | None:
-    """The host name of a Docker engine reached over the network (ssh://user@gpu-box,
-    tcp://gpu-box:2376), or None for the local socket (including DOCKER_HOST=unix://...)."""
-    if docker_host and not docker_host.startswith(("unix://", "npipe://")):
-        return urlparse(docker_host).hostname or None
-    return None
 
 
 def client_host(docker_host: str | None, publish_host: str) -> str:

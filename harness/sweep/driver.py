@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.config.compose import ConfigError, Experiment, SweepPoint, compose, is_sweep, override_key, sweep_points
+from harness.config.compose import ConfigError, Experiment, SweepPoint, is_sweep, override_key, sweep_points
+from harness.run.compose import compose
 from harness.sweep.launchers import is_launcher_override, launcher_of
 from harness.sweep.plan import SweepPlan
 from harness.sweep.point import label, point_overrides

@@ -17,7 +17,7 @@ import time
 
 from harness import cli
 from harness.calibrate import driver
-from harness.config.compose import compose
+from harness.run.compose import compose
 from harness.gates.profile import NoiseProfile
 from harness.record.store import record_kind
 from harness.run.preflight import load_baseline, load_profile

@@ -17,7 +17,8 @@ from harness import cli
 from harness.capacity.search import CapacityConfigError, SearchSettings, search
 from harness.gates.registry import CapacityContext, judge
 from harness.capacity.driver import probe_workload
-from harness.config.compose import ConfigError, compose
+from harness.config.compose import ConfigError
+from harness.run.compose import compose
 from harness.engines import engine_of
 from harness.load import LoadResult, RequestRecord
 from harness.measure.metrics import ArmResult, Stat

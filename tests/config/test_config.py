@@ -7,7 +7,8 @@ import re
 
 import pytest
 
-from harness.config.compose import ConfigError, compose, list_experiments, merge_overrides, override_key
+from harness.config.compose import ConfigError, list_experiments, merge_overrides, override_key
+from harness.run.compose import compose
 from tests.support.runs import specgate
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
@@ -191,7 +192,8 @@ def test_an_attach_url_ending_in_v1_is_said_at_once():
 
 
 def test_a_per_category_threshold_must_be_numbers():
-    from harness.config.compose import ConfigError, compose
+    from harness.config.compose import ConfigError
+    from harness.run.compose import compose
 
     ok = compose(["+exp=sim_smoke", "gate.min_accept_length={eagle3:{all:2.0,code:2.5}}"])
     assert ok.base.gate.min_accept_length["eagle3"]["code"] == 2.5

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from harness.config.compose import compose
+from harness.run.compose import compose
 from harness.config.schema import GateConfig
 
 GATE_DIR = Path(__file__).resolve().parents[2] / "conf" / "gate"

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.config.compose import compose, list_experiments
+from harness.config.compose import list_experiments
+from harness.run.compose import compose
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 

@@ -8,7 +8,8 @@ import math
 import pytest
 from omegaconf import OmegaConf
 
-from harness.config.compose import ConfigError, compose, sweep_points
+from harness.config.compose import ConfigError, sweep_points
+from harness.run.compose import compose
 from harness.config.numbers import NumberError, check_numbers, numeric_paths
 from harness.config.schema import Bounds
 

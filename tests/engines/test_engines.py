@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from harness.config.compose import ConfigError, compose
+from harness.config.compose import ConfigError
+from harness.run.compose import compose
 from harness.engines import ENGINES, engine_of
 from harness.engines.base import Engine, Launch
 from harness.engines.legacy import upgrade_config

@@ -7,7 +7,8 @@ import pytest
 import yaml
 
 from harness.gates.baseline_match import check_baseline, differences, model_name
-from harness.config.compose import ConfigError, compose
+from harness.config.compose import ConfigError
+from harness.run.compose import compose
 from harness.record.store import read_run
 
 

@@ -16,7 +16,8 @@ from harness.gates import registry
 from harness.gates import speculative
 from harness.gates import throughput
 from harness.gates import verdict
-from harness.config.compose import ConfigError, compose
+from harness.config.compose import ConfigError
+from harness.run.compose import compose
 from harness.config.schema import GateConfig, SweepGateConfig
 from tests.support.arm_results import result
 

@@ -4,7 +4,7 @@ main moved to is the reference, not the average of before and after it."""
 
 from __future__ import annotations
 
-from harness.config.compose import compose
+from harness.run.compose import compose
 from harness.gates import registry
 from harness.gates.reference import no_regression_against_reference
 from harness.run.preflight import load_baseline, load_profile

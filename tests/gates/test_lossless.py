@@ -13,7 +13,8 @@ from omegaconf import OmegaConf
 
 from harness.gates import registry
 from harness.gates import speculative
-from harness.config.compose import ConfigError, compose
+from harness.config.compose import ConfigError
+from harness.run.compose import compose
 from harness.engines import ENGINES
 from harness.load import LoadPlan, run_load
 from harness.load.details import keep_generate, keep_openai

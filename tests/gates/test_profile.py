@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from harness.config.compose import ConfigError, compose
+from harness.config.compose import ConfigError
+from harness.run.compose import compose
 from harness.config.schema import CalibrateConfig, GateConfig
 from harness.gates import reference, registry
 from harness.gates.baseline_match import check_profile, identity

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 from omegaconf import OmegaConf
 
-from harness.config.compose import compose
+from harness.run.compose import compose
 from harness.config.schema import GateConfig
 from harness.gates import gpu, registry, speculative, throughput
 from harness.gates.verdict import Verdict

@@ -13,7 +13,8 @@ import requests
 from omegaconf import OmegaConf
 from prometheus_client.parser import text_string_to_metric_families
 
-from harness.config.compose import ConfigError, compose
+from harness.config.compose import ConfigError
+from harness.run.compose import compose
 from harness.config.schema import CancelConfig, GateConfig, WorkloadConfig
 from harness.gates import registry, throughput
 from harness.gates.lossless import compare

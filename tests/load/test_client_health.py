@@ -29,7 +29,8 @@ from harness.load.arrivals import ClosedLoop, PoissonArrivals
 from harness.load.client_health import (CpuMark, LoopLagTicker, client_block, combine_client_blocks, cpu_block,
                                         send_gaps_s, spread_ms)
 from harness.measure.metrics import ArmResult, Stat, summarize
-from harness.config.compose import ConfigError, compose
+from harness.config.compose import ConfigError
+from harness.run.compose import compose
 from harness.config.schema import ClientBoundConfig, GateConfig, WorkloadConfig
 from harness.report.summary import format_summary
 

@@ -458,7 +458,7 @@ def test_records_import_nothing_from_the_harness():
 def test_burstiness_from_config_picks_gamma_arrivals():
     from pathlib import Path
 
-    from harness.config.compose import compose
+    from harness.run.compose import compose
 
     conf = Path(__file__).resolve().parents[2] / "conf"
     workload = compose(["workload.request_rate=5", "workload.burstiness=0.5"], conf).arms[0].cfg.workload

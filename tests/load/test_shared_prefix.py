@@ -75,14 +75,15 @@ def test_the_load_plan_picks_it_from_the_workload_config():
     (["workload=shared_prefix", "workload.shared_prefix.prefix_len=-3"], "workload.shared_prefix.prefix_len must be"),
 ])
 def test_bad_shared_prefix_configs_are_one_sentence(override, message):
-    from harness.config.compose import ConfigError, compose
+    from harness.config.compose import ConfigError
+    from harness.run.compose import compose
 
     with pytest.raises(ConfigError, match=message):
         compose(override)
 
 
 def test_the_bundled_workload_composes():
-    from harness.config.compose import compose
+    from harness.run.compose import compose
 
     experiment = compose(["workload=shared_prefix"])
     workload = experiment.arms[0].cfg.workload

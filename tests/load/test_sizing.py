@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.config.compose import ConfigError, compose
+from harness.config.compose import ConfigError
+from harness.run.compose import compose
 from harness.engines import ENGINES
 from harness.load import LoadPlan, RequestRecord, run_load
 from harness.load.prompts import RandomWords

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.config.compose import ConfigError, compose
+from harness.config.compose import ConfigError
+from harness.run.compose import compose
 from harness.config.schema import WorkloadConfig
 from harness.gates.baseline_match import arm_identity
 from harness.load import LoadPlan, run_load

@@ -11,7 +11,8 @@ from omegaconf import OmegaConf
 
 from harness.gates import registry
 from harness.gates import speculative
-from harness.config.compose import ConfigError, compose
+from harness.config.compose import ConfigError
+from harness.run.compose import compose
 from harness.engines.sglang import TOKENS_PER_VERIFY, SGLang
 from harness.engines.vllm import ONE_PLUS_ACCEPTED, VLLM
 from harness.load import LoadResult, RequestRecord

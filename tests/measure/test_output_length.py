@@ -7,7 +7,7 @@ from omegaconf import OmegaConf
 from harness.config.schema import GateConfig
 from harness.gates import registry, throughput
 from harness.load import RequestRecord
-from harness.config.compose import compose
+from harness.run.compose import compose
 from harness.measure import output_length
 from tests.support.arm_results import result
 

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness.config.compose import compose
+from harness.run.compose import compose
 from harness.engines import ENGINES
 from harness.engines.sglang import SGLang
 from harness.engines.vllm import VLLM

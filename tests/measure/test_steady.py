@@ -150,7 +150,8 @@ def test_repeats_combine_their_conclusive_windows():
 
 
 def test_the_minimum_share_is_a_fraction_checked_before_anything_starts():
-    from harness.config.compose import ConfigError, compose
+    from harness.config.compose import ConfigError
+    from harness.run.compose import compose
 
     assert compose(["+exp=sim_smoke"]).base.record.steady_min_fraction == 0.25
     with pytest.raises(ConfigError, match=r"record.steady_min_fraction must be a finite number > 0 and <= 1 "

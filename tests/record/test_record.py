@@ -7,7 +7,7 @@ import os
 import pytest
 
 from harness.config.secrets import fingerprint
-from harness.config.compose import compose
+from harness.run.compose import compose
 from harness.record.requests import read_lines
 from harness.record.store import (RecordError, Redactor, RunRecord, atomic_write, load_results, read_reference_runs,
                             read_run, read_runs)

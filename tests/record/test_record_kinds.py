@@ -11,7 +11,7 @@ import pytest
 
 from harness import cli
 from harness.capacity.record import summary as capacity_summary
-from harness.config.compose import compose
+from harness.run.compose import compose
 from harness.record.kinds import AB, CALIBRATION, CAPACITY, KINDS, RUN, SWEEP
 from harness.record.recorder import Recorder
 from harness.record.store import RunRecord, record_kind

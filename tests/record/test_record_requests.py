@@ -14,7 +14,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from harness import cli
-from harness.config.compose import compose
+from harness.run.compose import compose
 from harness.gates.registry import GateContext
 from harness.gates.reference import no_regression_against_reference
 from harness.gates.change import evidence

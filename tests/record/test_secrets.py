@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.config.compose import compose
+from harness.run.compose import compose
 from harness.config.secrets import BOOK, FINGERPRINT, Policy, fingerprint, masked_override, secret_name
 from harness.engines import ENGINES
 from harness.record.secrets import Redactor, readable_env, terminal_text

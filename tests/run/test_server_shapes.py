@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from harness.config.compose import compose
+from harness.run.compose import compose
 from harness.run.runner import Runner
 from tests.support.fake_openai import FakeOpenAI
 

@@ -144,7 +144,7 @@ def test_the_default_confidence_is_the_gates_and_a_bad_one_is_refused(tmp_path, 
 def test_the_vllm_forms_overrides_serve_the_table_back(tmp_path):
     """The overrides the vLLM form gives, on vllm_cpu_schedule: the server's own
     --speculative-config carries the table, as JSON vLLM parses."""
-    from harness.config.compose import compose
+    from harness.run.compose import compose
     from harness.engines import ENGINES
 
     sweep = write_sweep(tmp_path, CLEAR, engine="vllm")
@@ -165,7 +165,7 @@ def test_vllms_own_code_reads_the_written_table_as_the_schedule(tmp_path):
     import subprocess
     from pathlib import Path
 
-    from harness.config.compose import compose
+    from harness.run.compose import compose
 
     python = Path(compose(["+exp=vllm_cpu_schedule"]).arm("ngram").cfg.build.python)
     if not python.exists():

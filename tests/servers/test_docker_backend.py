@@ -13,7 +13,7 @@ import docker
 import pytest
 from omegaconf import OmegaConf
 
-from harness.config.compose import compose
+from harness.run.compose import compose
 from harness.servers import ServerError
 from harness.servers.images import ImageInfo
 from harness.servers.docker import DockerServer, host_venv_mounts, venv_site_packages

@@ -8,7 +8,7 @@ import socket
 
 import pytest
 
-from harness.config.compose import compose
+from harness.run.compose import compose
 from harness.servers.base import ServerError
 from harness.servers.ports import describe_pid, free_port, listener_pids, port_taken
 from harness.servers.process import ProcessServer

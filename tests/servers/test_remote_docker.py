@@ -24,7 +24,8 @@ import docker
 import pytest
 
 from harness.config.secrets import Policy
-from harness.config.compose import ConfigError, compose
+from harness.config.compose import ConfigError
+from harness.run.compose import compose
 from harness.servers.docker import client_host, unreachable_publish
 from tests.support.runs import run_suites
 

@@ -113,7 +113,8 @@ def test_the_machines_drift_is_shared_by_every_server_on_it_and_slow():
     ("server.sim.drift_machine_s=-5", "server.sim.drift_machine_s must be a finite number > 0, got -5"),
 ])
 def test_a_drift_that_cannot_be_is_one_sentence_before_any_server(override, sentence):
-    from harness.config.compose import ConfigError, compose
+    from harness.config.compose import ConfigError
+    from harness.run.compose import compose
 
     with pytest.raises(ConfigError) as caught:
         compose(["+exp=sim_smoke", override])
@@ -125,7 +126,7 @@ def test_the_gpu_box_preset_drifts_every_arm_as_documented():
     and the A/B tests use; docs/simulator.md states its values."""
     from pathlib import Path
 
-    from harness.config.compose import compose
+    from harness.run.compose import compose
     from harness.engines.sim import truth_model
 
     experiment = compose(["+exp=sim_smoke", "+drift=gpu_box"])

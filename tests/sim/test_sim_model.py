@@ -169,7 +169,7 @@ def test_the_knee_flag_reaches_the_model_and_zero_means_none():
 
 
 def test_the_experiments_knee_reaches_the_server_flags():
-    from harness.config.compose import compose
+    from harness.run.compose import compose
     from harness.engines.sim import sim_args, truth_model
 
     crossover = compose(["+exp=sim_crossover"]).arm("eagle3").cfg

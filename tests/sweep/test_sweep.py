@@ -17,7 +17,8 @@ from harness import cli
 from harness.config.secrets import fingerprint
 from harness.record.secrets import Redactor
 from harness.sweep import point as sweep
-from harness.config.compose import ConfigError, compose, sweep_points
+from harness.config.compose import ConfigError, sweep_points
+from harness.run.compose import compose
 from harness.sweep.record import failed_gates, headline
 from harness.sweep.report import verdict
 from tests.support.runs import run_suites, specgate

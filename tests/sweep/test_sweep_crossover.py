@@ -13,7 +13,7 @@ import time
 import pytest
 
 from harness import cli
-from harness.config.compose import compose
+from harness.run.compose import compose
 from harness.engines.sim import truth_model
 from harness.sweep.record import crossing
 from tests.support.runs import specgate

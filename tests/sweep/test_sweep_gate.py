@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from harness import cli
-from harness.config.compose import ConfigError, compose
+from harness.config.compose import ConfigError
+from harness.run.compose import compose
 from harness.gates.verdict import Verdict
 from harness.gates.registry import SweepContext, judge
 from harness.sweep.record import crossovers, summary

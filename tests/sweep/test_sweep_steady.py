@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from harness.config.compose import compose
+from harness.run.compose import compose
 from harness.engines.sim import truth_model
 from tests.support.runs import specgate
 

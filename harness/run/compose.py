@@ -1,0 +1,182 @@
+"""compose(overrides) -> Experiment: the experiment composed and typed by harness/config/compose.py,
+then every name it gives checked against the registry that owns it, before any server starts.
+
+The config package knows the schema; the names in a config refer to things owned above it:
+gates (their registry), engines (their own checks), backends, build kinds, telemetry sources,
+request APIs, and the files a workload reads (datasets, traces, tokenizers) or the Ray cluster
+it names. Each mistake raises `ConfigError` with one sentence, as the schema's own do. Every
+driver, the CLI and the plugin compose through here; a replay checks a recorded experiment
+with `validate`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from harness.config.compose import DEFAULT_CONF_DIR, Arm, ConfigError, Experiment, compose_typed, remote_engine
+from harness.config import compose as typed
+from harness.config.schema import BUILD_KINDS
+from harness.engines import ENGINES, EngineConfigError
+from harness.gates.reference import INCONCLUSIVE
+from harness.gates.registry import GateConfigError, check_gate_config
+from harness.load.datasets import DatasetError, load_dataset
+from harness.load.limits import MAX_TIMESLICES
+from harness.load.ray_clients import PLACEMENTS, RayAddressError, check_address
+from harness.load.requests import REQUEST_FUNCS
+from harness.load.sizing import SizingError, local_tokenizer
+from harness.load.trace import TraceError, replay_of
+from harness.servers import BACKENDS
+from harness.servers.docker import LOOPBACK, unreachable_publish
+from harness.telemetry.base import NOT_SAMPLING, SOURCES
+
+KNOWN_KINDS = {
+    "backend": set(BACKENDS),
+    "build": set(BUILD_KINDS),
+    "telemetry": {*SOURCES, *NOT_SAMPLING},
+}
+
+
+def compose(overrides: list[str], conf_dir: Path = DEFAULT_CONF_DIR) -> Experiment:
+    """Compose the experiment the overrides name, and each of its arms: typed against the
+    schema, and every name checked against what owns it."""
+    experiment = compose_typed(overrides, conf_dir)
+    check_names(experiment)
+    return experiment
+
+
+def validate(experiment: Experiment) -> None:
+    """An experiment made elsewhere (a replay's recorded configs): the schema's checks, then the names."""
+    typed.validate(experiment)
+    check_names(experiment)
+
+
+def check_names(experiment: Experiment) -> None:
+    """Every registered gate, whatever its scope (a sweep or capacity gate's wrong arm is wrong
+    in any run), what an inconclusive verdict does, then each arm's names."""
+    try:
+        check_gate_config(experiment.base, experiment.arm_names, experiment.plain_arm)
+    except GateConfigError as exc:
+        raise ConfigError(str(exc)) from None
+    gate = experiment.base.gate
+    if gate.inconclusive not in INCONCLUSIVE:
+        raise ConfigError(f"gate.inconclusive '{gate.inconclusive}' is unknown; valid: {', '.join(INCONCLUSIVE)}")
+    for arm in experiment.arms:
+        check_arm_names(arm)
+
+
+def check_arm_names(arm: Arm) -> None:
+    cfg = arm.cfg
+    for group, kind in (("backend", cfg.backend.kind), ("build", cfg.build.kind), ("telemetry", cfg.telemetry.source)):
+        if kind not in KNOWN_KINDS[group]:
+            valid = ", ".join(sorted(KNOWN_KINDS[group]))
+            raise ConfigError(f"arm '{arm.name}': {group} '{kind}' is not available; valid: {valid}")
+    attached = cfg.backend.kind == "attach"  # a server someone else started: no build of ours
+    if cfg.server.engine not in ENGINES:
+        raise ConfigError(f"arm '{arm.name}': server.engine '{cfg.server.engine}' is unknown; "
+                          f"valid: {', '.join(sorted(ENGINES))}")
+    engine = ENGINES[cfg.server.engine]
+    if not attached and cfg.build.engine and cfg.build.engine != engine.name:
+        raise ConfigError(f"arm '{arm.name}': the build carries engine '{cfg.build.engine}' but server "
+                          f"'{cfg.server.name}' is for engine '{engine.name}'; pick a build and a server of one engine")
+    check_remote_engine(arm)
+    if cfg.telemetry.source == "sim" and not engine.simulates_gpus and not attached:
+        raise ConfigError(f"arm '{arm.name}': telemetry=sim reads the simulator's GPU model, and engine "
+                          f"'{engine.name}' has none")
+    workload = cfg.workload
+    if workload.api not in REQUEST_FUNCS:
+        raise ConfigError(f"workload.api '{workload.api}' is unknown; valid: {', '.join(REQUEST_FUNCS)}")
+    try:
+        engine.check(cfg)
+    except EngineConfigError as exc:
+        raise ConfigError(f"arm '{arm.name}': {exc}") from None
+    if workload.trace is None and workload.shared_prefix is None and workload.dataset is not None:
+        check_dataset(workload.dataset)
+    if workload.tokenizer is not None:
+        check_tokenizer(workload.tokenizer)
+    check_client_placement(workload)
+    if workload.trace is not None:
+        check_trace(workload)
+    check_timeslices(cfg)
+
+
+def check_remote_engine(arm: Arm) -> None:
+    """A remote engine's server must be reachable from here, and its GPUs are not this
+    machine's: NVML or nvidia-smi here would sample the wrong GPUs (or none)."""
+    cfg, remote = arm.cfg, remote_engine(arm.cfg)
+    if remote is None:
+        return
+    why = unreachable_publish(cfg.backend.docker_host, cfg.backend.publish_host)
+    if why:
+        raise ConfigError(f"arm '{arm.name}': {why}")
+    if cfg.telemetry.source in ("nvml", "smi") and remote not in LOOPBACK:
+        raise ConfigError(f"arm '{arm.name}': telemetry={cfg.telemetry.source} samples this machine's GPUs, but the "
+                          f"server runs on {remote}; run specgate on {remote} itself to sample its GPUs, "
+                          f"or set telemetry=off")
+
+
+def check_dataset(dataset: str) -> None:
+    """workload.dataset must be a readable file of well-formed rows: a bad one is found
+    here, before any server starts, not mid-load."""
+    try:
+        load_dataset(dataset)
+    except DatasetError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def check_trace(workload) -> None:
+    """workload.trace must be a readable, sorted trace whose window holds requests, replayed
+    at its own times from one load process: found here, before any server starts."""
+    for key, why in (("request_rate", "its arrivals are the trace's timestamps"),
+                     ("duration_s", "its requests are the trace's (bound them with workload.trace_end_s or "
+                                    "workload.num_prompts)")):
+        if workload[key] is not None:
+            raise ConfigError(f"workload.{key} cannot be set with workload.trace: {why}; set workload.{key}=null")
+    if workload.client_processes > 1:
+        raise ConfigError(f"workload.client_processes={workload.client_processes}: a trace replay runs in one load "
+                          f"process; set workload.client_processes=1")
+    try:
+        replay_of(workload)
+    except TraceError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def check_timeslices(cfg: DictConfig) -> None:
+    """record.timeslice_s cuts each load into slices (harness/measure/timeslices.py): where the
+    load's length is known before it starts (workload.duration_s, a trace replay's schedule),
+    more than MAX_TIMESLICES of them is refused here; any other load's slices are widened to fit."""
+    workload, width = cfg.workload, cfg.record.timeslice_s
+    if workload.trace is not None:
+        span = replay_of(workload).offsets_s[-1]
+        what = f"the trace replay's {span:g} s"
+    elif workload.duration_s is not None:
+        span = workload.duration_s
+        what = f"a load of workload.duration_s={span:g} s"
+    else:
+        return
+    if span / width > MAX_TIMESLICES:
+        raise ConfigError(f"record.timeslice_s={width:g} cuts {what} into {span / width:.3g} slices, "
+                          f"more than {MAX_TIMESLICES}; set record.timeslice_s to at least {span / MAX_TIMESLICES:.3g}")
+
+
+def check_tokenizer(folder: str) -> None:
+    """workload.tokenizer must be a tokenizer this machine can read, found before any server starts."""
+    try:
+        local_tokenizer(folder)
+    except SizingError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def check_client_placement(workload) -> None:
+    """workload.client_placement: local or ray; a Ray cluster named must answer now."""
+    if workload.client_placement not in PLACEMENTS:
+        raise ConfigError(f"workload.client_placement={workload.client_placement}: one of {', '.join(PLACEMENTS)}")
+    if workload.client_placement != "ray":
+        if workload.ray_address is not None:
+            raise ConfigError(f"workload.ray_address={workload.ray_address}: only with workload.client_placement=ray")
+        return
+    try:
+        check_address(workload.ray_address, "workload.ray_address")
+    except RayAddressError as exc:
+        raise ConfigError(str(exc)) from None
