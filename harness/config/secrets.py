@@ -45,7 +45,11 @@ SECRET_NAME = re.compile(rf"(^|_)({SECRET_WORDS})$")
 # ... but not a count of tokens or keys: max_tokens, num_draft_tokens, prompt_tokens, top_k
 NOT_SECRET_NAME = re.compile(r"(^|_)(num|max|min|n|total|count|prompt|completion|output|input|draft|new|cached|"
                              r"generation|generated|reasoning|eos|bos|pad|special|stop|top)_(\w+_)?(tokens?|keys?)$"
-                             r"|(^|_)per_token$")
+                             r"|(^|_)per_token$"
+                             # a plural `tokens` after any other word is a count (`compute_knee_tokens`,
+                             # `chunked_prefill_tokens`); after an auth word it is credentials (`api_tokens`)
+                             r"|(^|_)(?!(api|access|auth|bearer|refresh|session|id|hf|gh|github|oauth|secret|user|"
+                             r"service|bot|app|personal|cloud)_tokens$)[a-z0-9]+_tokens$")
 
 # Environment variables users need to read (glob patterns): the tool's story is reading NCCL
 # values, CUDA and engine tuning knobs. Any other variable's value is a secret.

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import re
+import weakref
 from typing import Any, Iterable
 
 from harness.config.secrets import (BOOK, ENV_KEYS, FINGERPRINT, READABLE_ENV, Policy, SecretBook, encodings,
@@ -141,8 +142,25 @@ class Redactor:
 
     # --- free text -----------------------------------------------------------------------
     def text(self, text: str) -> str:
+        """`text` with every secret of the book, and every secret's shape, as a fingerprint.
+        Remembered per book while the book stays as it is: a run writes its results.json
+        after every test, the same strings each time."""
         if not isinstance(text, str) or not text:
             return text
+        if len(text) > SCRUBBED_LONGEST:
+            return self.scrub(text)  # a log or a page: read once
+        state = (len(self.book.by_fingerprint), len(self.book.public), len(self.book.env_names))
+        state_then, scrubbed = _SCRUBBED.get(self.book, (None, {}))
+        if state_then != state:
+            scrubbed = {}
+            _SCRUBBED[self.book] = (state, scrubbed)
+        if text not in scrubbed:
+            if len(scrubbed) >= SCRUBBED_KEPT:
+                scrubbed.clear()
+            scrubbed[text] = self.scrub(text)
+        return scrubbed[text]
+
+    def scrub(self, text: str) -> str:
         text = self.scrub_values(text)
         if not PATTERN_CHARS.intersection(text):
             return text
@@ -168,11 +186,11 @@ class Redactor:
         book grows (kept per book: every Redactor of the process shares it); for each value,
         the public values it stands inside; and which value each form is."""
         state = (len(self.book.by_fingerprint), len(self.book.public))
-        cached = _COMPILED.get(id(self.book))
+        cached = _COMPILED.get(self.book)
         if cached is not None and cached[0] == state:
             return cached[1]
         form_value: dict[str, str] = {}
-        own_words = vocabulary()
+        own_words = vocabulary() if self.book.values() else set()  # read only when there is a secret to hunt
         for value in self.book.values():
             if len(value) < MIN_FREE_TEXT or value in own_words:
                 continue
@@ -184,7 +202,7 @@ class Redactor:
             parts.append(escaped if len(form) >= WORD_BOUNDED_BELOW else rf"(?<![\w]){escaped}(?![\w])")
         pattern = re.compile("|".join(parts)) if parts else None
         shields = {value: [p for p in self.book.public if value in p] for value in set(form_value.values())}
-        _COMPILED[id(self.book)] = (state, (pattern, shields, form_value))
+        _COMPILED[self.book] = (state, (pattern, shields, form_value))
         return pattern, shields, form_value
 
     def scrub_shapes(self, text: str) -> str:
@@ -206,7 +224,11 @@ class Redactor:
         return masked_override(override, self.policy)
 
 
-_COMPILED: dict[int, tuple[tuple[int, int], Any]] = {}  # book -> (its size, its pattern)
+# per book, gone with it (a test's own book must not leave its pattern to the next)
+_COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # book -> (its size, its pattern)
+_SCRUBBED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # book -> (its size, text -> scrubbed)
+SCRUBBED_KEPT = 50_000  # texts remembered per book, at most
+SCRUBBED_LONGEST = 4096  # a longer text is not remembered
 _VOCABULARY: set[str] = set()
 
 

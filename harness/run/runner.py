@@ -72,6 +72,11 @@ class Runner:
     def __post_init__(self) -> None:
         self.recorder = Recorder(self.experiment)
 
+    @functools.cached_property
+    def shown_command(self) -> list[str]:
+        """The command line as results.json holds it (masked once: the record is saved after every test)."""
+        return self.experiment.shown_command(self.command)
+
     # --- one arm -----------------------------------------------------------------------
     def open_arm(self, name: str) -> ArmRun:
         """Start the arm's server and measure its workload; the server stays up until close_arm."""
@@ -197,7 +202,7 @@ class Runner:
             "description": self.experiment.description,
             "harness_version": __version__,
             "host": socket.gethostname(),
-            "command": self.experiment.shown_command(self.command),
+            "command": self.shown_command,
             **self.recorder.status_fields(status),  # running, finished or interrupted (README "Reading a run record")
             "interrupted": status == INTERRUPTED,  # as records before `status` said it
             "harness": harness_version(),

@@ -7,6 +7,7 @@ sentence (and the log's last lines) when a server fails to start or dies.
 
 from __future__ import annotations
 
+import threading
 from abc import ABC, abstractmethod
 from collections import deque
 from pathlib import Path
@@ -30,6 +31,7 @@ class Server(ABC):
         self.log_path = Path(log_path)
         self.scrub = scrub  # the record's redaction of text: the log is written through it
         self.base_url: str = ""
+        self.log_thread: "threading.Thread | None" = None  # what copies the server's output into log_path
 
     @abstractmethod
     def start(self) -> None:
@@ -60,6 +62,12 @@ class Server(ABC):
         """How the server ended, in words (backends that own a process say more)."""
         return "the server stopped answering"
 
+    def settle_log(self, timeout_s: float = 5.0) -> None:
+        """A server that has ended: its output read to the end first, so that the tail shows
+        what it died of (a crash at start is seen before its last lines are copied)."""
+        if self.log_thread is not None and not self.is_alive():
+            self.log_thread.join(timeout=timeout_s)
+
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
         if not self.log_path.is_file():
             return "(no server log)"
@@ -72,4 +80,5 @@ class Server(ABC):
         readiness.wait_until_ready(self, watch_exit=watch_exit)
 
     def failure(self, sentence: str) -> ServerError:
+        self.settle_log()
         return ServerError(f"{sentence}\n--- last {LOG_TAIL_LINES} lines of {self.log_path} ---\n{self.log_tail()}")

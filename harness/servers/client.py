@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 
 JSON_HEADERS = {"Content-Type": "application/json"}
 _MSG_LIMIT = 500
+FIRST_POLL_S = 0.05  # a health poll's first wait; each next one doubles up to the caller's poll_s
 
 
 # --------------------------------------------------------------------------- errors
@@ -286,7 +287,7 @@ class ServerClient:
         """
         start = time.monotonic()
         end = start + deadline_s
-        last = "no answer yet"
+        last, polls = "no answer yet", 0
         while True:
             if is_alive is not None and not is_alive():
                 raise ServerUnhealthy(
@@ -302,7 +303,11 @@ class ServerClient:
                     break
             else:
                 return time.monotonic() - start
-            time.sleep(max(0.0, min(poll_s, end - time.monotonic())))
+            # the first polls come quickly (a small server is up in a fraction of a second),
+            # then every poll_s: a model loading for minutes is not asked 20 times a second
+            wait = min(poll_s, FIRST_POLL_S * 2 ** polls)
+            polls += 1
+            time.sleep(max(0.0, min(wait, end - time.monotonic())))
         raise ServerUnhealthy(
             f"{self.base_url} was not healthy within {deadline_s:g}s (last check: {last})."
         )

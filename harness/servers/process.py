@@ -19,7 +19,7 @@ from harness.engines import engine_of
 from harness.servers.base import Server, ServerError
 from harness.servers.log import ServerLog
 from harness.servers.ports import describe_pid, free_port, listener_pids, port_taken
-from harness.servers.processes import ServerProcess, local_group
+from harness.servers.processes import ServerProcess, group_alive, local_group
 
 PR_SET_PDEATHSIG = 1
 
@@ -36,7 +36,6 @@ def die_with_parent() -> None:
 class ProcessServer(Server):
     def __init__(self, name: str, cfg: DictConfig, log_path: Path, scrub=None):
         super().__init__(name, log_path, scrub)
-        self.log_thread = None
         self.cfg = cfg
         self.port = cfg.server.port or free_port(cfg.server.host)
         self.base_url = f"http://{cfg.server.host}:{self.port}"
@@ -137,8 +136,6 @@ class ProcessServer(Server):
     def wait_group_gone(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            try:
-                os.killpg(self.proc.pid, 0)
-            except ProcessLookupError:
+            if not group_alive(self.proc.pid):
                 return
             time.sleep(0.05)

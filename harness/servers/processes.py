@@ -107,6 +107,39 @@ def local_group(pgid: int) -> list[ServerProcess]:
     return sorted(found, key=lambda p: p.pid)
 
 
+def live_processes() -> list[tuple[int, list[str]]]:
+    """(pid, the fields of /proc/PID/stat after the command's name) of every process but
+    zombies; field 1 is the parent, 2 the process group, 3 the session."""
+    found = []
+    for pid_dir in Path("/proc").glob("[0-9]*"):
+        fields = stat_fields(int(pid_dir.name))
+        if fields is not None and fields[0] != "Z":
+            found.append((int(pid_dir.name), fields))
+    return found
+
+
+def stat_fields(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command's name (which may hold spaces), or None
+    once the process is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether a process of group `pgid` still runs. Zombies do not count: a server's workers
+    orphaned by its exit wait for PID 1 to reap them, which in a container may take a second
+    (kill(-pgid, 0) answers for zombies too, so a stopped server looked alive that long)."""
+    if not Path("/proc/self/stat").is_file():  # no /proc: the signal's answer, zombies and all
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+    return any(int(fields[2]) == pgid for _, fields in live_processes())
+
+
 def as_configured(actual: str, expected: str) -> str:
     """A process's value in the form the config holds it: a secret's fingerprint, or as is."""
     return fingerprint(actual) if FINGERPRINT.fullmatch(expected) else actual

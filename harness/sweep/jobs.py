@@ -165,26 +165,6 @@ def group_members(group: int) -> list[int]:
     return [pid for pid, fields in live_processes() if int(fields[2]) == group]
 
 
-def live_processes() -> list[tuple[int, list[str]]]:
-    """(pid, the fields of /proc/PID/stat after the command's name) of every process but
-    zombies; field 1 is the parent, 2 the process group, 3 the session."""
-    found = []
-    for pid_dir in Path("/proc").glob("[0-9]*"):
-        fields = stat_fields(int(pid_dir.name))
-        if fields is not None and fields[0] != "Z":
-            found.append((int(pid_dir.name), fields))
-    return found
-
-
-def stat_fields(pid: int) -> list[str] | None:
-    """The fields of /proc/PID/stat after the command's name (which may hold spaces), or None
-    once the process is gone."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-
-
 def wait_until_none(jobs, timeout_s: float, poll_s: float = 1.0) -> bool:
     deadline = time.monotonic() + timeout_s
     while jobs.outstanding():

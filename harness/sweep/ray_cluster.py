@@ -22,7 +22,7 @@ from pathlib import Path
 
 from harness.config.compose import ConfigError
 from harness.load import ray_clients
-from harness.sweep.jobs import live_processes, stat_fields
+from harness.servers.processes import live_processes, stat_fields
 
 # what the Hydra app (harness/sweep/app.py, which imports Hydra) writes: kept here as text
 RAY_POINT_LOG = "point.log"  # the point's pytest output, in its job's folder points/.jobs/<n>/

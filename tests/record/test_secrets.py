@@ -29,6 +29,9 @@ QUICK = ["+exp=sim_smoke", "backend=process", "telemetry=off", "workload.num_pro
     ("max_tokens", False), ("--sim-prefill-ms-per-token", False), ("verify_per_token_ms", False),
     ("completion_tokens", False), ("num_draft_tokens", False), ("--speculative-num-draft-tokens", False), ("--tokenizer", False), ("PWD", False),
     ("SSH_AUTH_SOCK", False),
+    # a plural after any other word counts tokens (the simulator's usage line once lost its metavar)
+    ("--sim-compute-knee-tokens", False), ("chunked_prefill_tokens", False),
+    ("API_TOKENS", True), ("GITHUB_TOKENS", True), ("refresh_tokens", True),
 ])
 def test_what_counts_as_a_secret_name(name, secret):
     assert secret_name(name) is secret
