@@ -4,7 +4,7 @@ way, redacted by the one policy and written atomically. Created on first use (a 
 measures nothing writes nothing).
 
 The recorder knows where things go (config, overrides, each arm's config and server log,
-the per-request columns, telemetry CSV/PNG, the kind's JSON, summary.md, the CI step summary); the
+the per-request columns, the folder for telemetry's CSV/PNG, the kind's JSON, summary.md, the CI step summary); the
 driver tells it what to write. Layout: see harness/record/store.py and README "Reading a run record".
 """
 
@@ -21,8 +21,6 @@ from omegaconf import OmegaConf
 from harness.config.compose import Experiment
 from harness.record.kinds import KINDS
 from harness.record.store import RUN_STATUSES, RUNNING, Redactor, RunRecord
-from harness.telemetry.sampler import Telemetry
-from harness.telemetry.summary import plot_png, write_csv
 
 
 def utc_now() -> str:
@@ -111,13 +109,10 @@ class Recorder:
     def add_requests(self, arm: str, lines: list[dict[str, Any]]) -> None:
         self.guarded(f"requests of arm {arm}", lambda: self.record.add_requests(arm, lines))
 
-    def write_telemetry(self, arm: str, telemetry: Telemetry) -> None:
-        def write() -> None:
-            folder = self.record.arm_dir(arm)
-            write_csv(folder / "telemetry.csv", telemetry)
-            if telemetry.samples:
-                plot_png(folder / "telemetry.png", telemetry)
-        self.guarded(f"telemetry of arm {arm}", write)
+    def write_arm_files(self, arm: str, what: str, write: Callable[[Path], None]) -> None:
+        """Files another package writes into an arm's folder (the telemetry's CSV and plot:
+        harness/telemetry/summary.py write_files), guarded as every write of the record."""
+        self.guarded(f"{what} of arm {arm}", lambda: write(self.record.arm_dir(arm)))
 
     def status_fields(self, status: str) -> dict[str, Any]:
         """What every kind's JSON says of itself: its kind (`record_kind`: run, sweep, ...; what

@@ -30,7 +30,7 @@ from harness.servers import Server, ServerError, Session, make_server
 from harness.telemetry.base import TelemetryUnavailable, make_source, resolve_uuids
 from harness.telemetry.energy import chunk_arrivals, energy_summary, joules_per_token
 from harness.telemetry.sampler import Sampler
-from harness.telemetry.summary import summarize as summarize_telemetry
+from harness.telemetry.summary import summarize as summarize_telemetry, write_files
 
 
 class ArmFailed(Exception):
@@ -256,7 +256,7 @@ class ArmSession:
         self.gpu_samples = list(telemetry.samples)
         self.outcome.gpu = {**summarize_telemetry(telemetry), "ramp_in_s": telemetry.ramp_in_s,
                             "energy": energy_summary(telemetry, self.streamed)}
-        self.recorder.write_telemetry(self.arm.name, telemetry)
+        self.recorder.write_arm_files(self.arm.name, "telemetry", lambda folder: write_files(folder, telemetry))
 
     # --- the server's own view ---------------------------------------------------------
     def start_window(self, repeat: int, **flags: Any) -> Snapshot | None:

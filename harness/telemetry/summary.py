@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import os
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -130,6 +131,13 @@ def write_csv(path: str | os.PathLike, tel: Telemetry) -> None:
             row += ["" if getattr(s, f) is None else getattr(s, f) for f in SAMPLE_FIELDS]
             row.append("|".join(s.throttle_reasons))
             w.writerow(row)
+
+
+def write_files(folder: Path, tel: Telemetry) -> None:
+    """An arm's telemetry.csv, and its telemetry.png when anything was sampled, in its record folder."""
+    write_csv(folder / "telemetry.csv", tel)
+    if tel.samples:
+        plot_png(folder / "telemetry.png", tel)
 
 
 def plot_png(path: str | os.PathLike, tel: Telemetry) -> None:
