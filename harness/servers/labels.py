@@ -7,9 +7,10 @@ import os
 import socket
 import uuid
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import docker
-import docker.errors
+if TYPE_CHECKING:  # the docker SDK (and paramiko under it) is imported only where a container is touched
+    import docker
 
 LABEL = "specgate"  # on every container and image specgate creates
 SESSION, RUN, ARM, PID, HOST = "specgate.session", "specgate.run", "specgate.arm", "specgate.pid", "specgate.host"
@@ -64,6 +65,8 @@ def remove_container(container) -> bool:
     """Force-remove a container; False when it is gone already or another session is
     removing it (two runs starting at once both clear a dead session's leftovers: Docker
     answers the second with 409 "removal ... is already in progress")."""
+    import docker.errors
+
     try:
         container.remove(force=True)
         return True
