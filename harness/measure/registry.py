@@ -37,6 +37,9 @@ Combine = Literal["median", "sum", "pooled"]
 SCOPES = ("summary", "compare", "report", "sweep", "capacity")
 
 
+OUTPUT_RATE = "output_tok_s"  # the output rate's path: other modules name it through this
+TIMESLICE = "timeslice"  # the window of one slice of a load (harness/measure/timeslices.py)
+
 # the basis of a cross-arm figure: the steady window, or the whole load (the windows' names)
 STEADY, WHOLE = "steady", WHOLE_LOAD.name
 
@@ -157,6 +160,10 @@ class Metric:
     client: Optional[str] = None
     one_sided: bool = False  # client lag can only make it worse, so a pass despite the lag stands
     aliases: tuple[str, ...] = ()  # keys records written before wrote it under (read, never written)
+    # the windows besides the whole load whose blocks carry it, by name: "steady" (an arm's
+    # steady block, harness/measure/steady.py), "timeslice" (each slice, harness/measure/timeslices.py)
+    over: tuple[str, ...] = ()
+    digits: int = 4  # decimals a window's block keeps of it
 
     def key(self, plain_arm: Optional[str] = None) -> str:
         """Its key in results.json: cross-arm metrics carry the plain arm's name."""
@@ -238,18 +245,19 @@ def registered(*entries: Metric) -> Iterator[tuple[Metric, ...]]:
 TTFT, E2E = s.field_value("ttft_ms", at="first_chunk"), s.field_value("e2e_ms")
 for _entry in (
     Metric("output_tok_s", "output tok/s", "tok/s", "{:.1f}", "higher", noise=True, compared=True, column="tok/s",
-           in_sweep=True, in_capacity=True, samples=WindowRate("tokens"), client="throughput", one_sided=True),
+           in_sweep=True, in_capacity=True, samples=WindowRate("tokens"), client="throughput", one_sided=True,
+           over=(STEADY, TIMESLICE), digits=3),
     Metric("request_per_s", "requests/s", "req/s", "{:.3f}", "higher", noise=True, column="req/s",
            column_pattern="{:.2f}", in_capacity=True, samples=WindowRate("requests"), client="throughput",
            one_sided=True),
     distribution("ttft_ms.p50", "TTFT p50 ms", "{:.1f}", TTFT, noise=True, column="TTFT p50", in_sweep=True,
-                 in_capacity=True, aliases=("ttft_ms_p50",)),
+                 in_capacity=True, aliases=("ttft_ms_p50",), over=(TIMESLICE,)),
     distribution("ttft_ms.p99", "TTFT p99 ms", "{:.1f}", TTFT, noise=True, column="TTFT p99", in_sweep=True,
-                 in_capacity=True, aliases=("ttft_ms_p99",)),
+                 in_capacity=True, aliases=("ttft_ms_p99",), over=(TIMESLICE,)),
     distribution("itl_ms.p50", "ITL p50 ms", "{:.2f}", s.itl_values, one_sided=False, noise=True, compared=True,
-                 column="ITL p50"),
+                 column="ITL p50", over=(TIMESLICE,)),
     distribution("itl_ms.p99", "ITL p99 ms", "{:.2f}", s.itl_values, one_sided=False, noise=True, column="ITL p99",
-                 in_capacity=True),
+                 in_capacity=True, over=(TIMESLICE,)),
     distribution("tpot_ms.p50", "TPOT p50 ms", "{:.2f}", s.tpot_values, client="decode", one_sided=False, noise=True,
                  compared=True, column="TPOT p50", in_sweep=True, in_capacity=True, aliases=("tpot_ms_p50",)),
     distribution("tpot_ms.p99", "TPOT p99 ms", "{:.2f}", s.tpot_values, client="decode", one_sided=False,
@@ -257,11 +265,13 @@ for _entry in (
     distribution("e2e_ms.p50", "E2E p50 ms", "{:.0f}", E2E, noise=True, column="E2E p50"),
     distribution("e2e_ms.p99", "E2E p99 ms", "{:.0f}", E2E, in_compare=False, in_report=False, in_capacity=True),
     Metric("accept_length", "accept length", "tokens/cycle", "{:.2f}", "higher", noise=True, column="accept len",
-           in_sweep=True, in_capacity=True, samples=RatioOfSums(s.accept_length_row)),
+           in_sweep=True, in_capacity=True, samples=RatioOfSums(s.accept_length_row), over=(TIMESLICE,)),
     Metric("verify_cycle_ms", "verify cycle ms", "ms", "{:.2f}", "lower", noise=True, column="cycle ms",
-           column_pattern="{:.1f}", in_sweep=True, samples=RatioOfSums(s.verify_cycle_row), client="decode"),
+           column_pattern="{:.1f}", in_sweep=True, samples=RatioOfSums(s.verify_cycle_row), client="decode",
+           over=(STEADY,)),
     Metric("decode_step_ms", "decode step ms", "ms", "{:.2f}", "lower", noise=True,
-           in_compare=False, in_report=False, in_sweep=True, samples=RatioOfSums(s.decode_step_row), client="decode"),
+           in_compare=False, in_report=False, in_sweep=True, samples=RatioOfSums(s.decode_step_row), client="decode",
+           over=(STEADY,)),
     # Cross-arm metrics: one run's plain arm is the reference, so runs with different
     # plain arms would not line up in `specgate compare`.
     # Their basis is each arm's steady window where both arms have one (basis_vs_<plain>: steady),
@@ -318,6 +328,38 @@ def resolve(path: str) -> Metric:
     return dataclasses.replace(kin, path=path, label=f"{kin.label.split(' ')[0]} {stat} {kin.unit}",
                                samples=kin.samples.at(stat), column=None, compared=False, in_sweep=False,
                                in_capacity=False, aliases=())
+
+
+def over_window(name: str) -> list[Metric]:
+    """The metrics a window's block carries (``steady``, ``timeslice``): those whose entry names it."""
+    return [m for m in _REGISTRY.values() if name in m.over]
+
+
+def figures_over(lines: list[dict], window: Window, name: str) -> dict[str, Any]:
+    """Every figure a window's block carries, computed over that window of the measured,
+    successful lines, at its dotted path (``ttft_ms.p50`` nests as in results.json) and kept to
+    its entry's decimals; a distribution's block also says how many values it rests on (n)."""
+    block: dict[str, Any] = {}
+    found: dict[int, s.Evidence] = {}  # one distribution's samples, read once for all its statistics
+    for m in over_window(name):
+        if isinstance(m.samples, PerRequest):
+            key = id(m.samples.values_of)
+            ev = found[key] = found[key] if key in found else m.samples.evidence(lines, window)
+            value = s.statistic_of(m.samples.stat, ev.rows) if ev.groups_count else None
+        else:
+            value = m.value_from(lines, window)
+        put(block, m.path, None if value is None else round(float(value), m.digits))
+        if isinstance(m.samples, PerRequest) and "." in m.path:
+            block[m.family].setdefault("n", ev.samples)
+    return block
+
+
+def put(block: dict[str, Any], path: str, value: Any) -> None:
+    """Set a dotted path in nested dicts."""
+    *parents, last = path.split(".")
+    for part in parents:
+        block = block.setdefault(part, {})
+    block[last] = value
 
 
 def in_scope(scope: str) -> list[Metric]:

@@ -169,8 +169,10 @@ class ItlValues:
 
     def within(self, line: Line, window: Window) -> list[float]:
         """The gaps whose later chunk arrived in the window."""
-        chunks, repeat = line.get("chunk_ms") or [], repeat_of(line)
-        return [now - before for before, now in zip(chunks, chunks[1:]) if window.holds(repeat, now)]
+        chunks = np.asarray(line.get("chunk_ms") or [], dtype=float)
+        if chunks.size < 2:
+            return []
+        return list(np.diff(chunks)[window.mask(repeat_of(line), chunks[1:])])
 
     def from_columns(self, columns: Any) -> tuple[np.ndarray, np.ndarray]:
         chunks = columns.ragged("chunk_ms")
@@ -444,28 +446,39 @@ def span_rates(lines: list[Line], spans: tuple, window: Window, what: str) -> li
     laid over one repeat's stretches of a window: the pieces' mean is Σ over the stretches ÷
     their length, the figure over the window, so it is the point of the interval they give."""
     total = sum(b - a for a, b in spans)
-    if total <= 0 or not lines:
-        return []
+    if total <= 0:
+        return []  # no time to divide by; a stretch with no request in it is a rate of 0
     width = total / WINDOWS_PER_REPEAT
-    count = piece_counter(lines, window, what)
-    return [count(piece) * 1000.0 / width for piece in pieces(spans, WINDOWS_PER_REPEAT)]
+    return [count * 1000.0 / width for count in piece_counts(lines, spans, window, what)]
 
 
-def piece_counter(lines: list[Line], window: Window, what: str) -> Callable[[list], float]:
-    """How much of `what` a piece (its stretches) holds: completed requests by their end; tokens
-    by the window's rule, the chunks' arrivals gathered once (a slice of a long load asks 10 times)."""
+def piece_counts(lines: list[Line], spans: tuple, window: Window, what: str) -> list[float]:
+    """How much of `what` each of the pieces of the stretches holds: completed requests by
+    their end; tokens by the window's rule. Arrivals are binned once for all pieces (a load of
+    many slices asks for every slice's pieces)."""
+    if what == "tokens" and window.shared_edges:
+        return [sum(window.tokens(line, piece) for line in lines) for piece in pieces(spans, WINDOWS_PER_REPEAT)]
     if what == "requests":
-        ends = np.asarray([line["end_ms"] for line in lines], dtype=float)
-        return lambda piece: float(sum(((ends >= a) & (ends < b)).sum() for a, b in piece))
-    if window.shared_edges:
-        return lambda piece: sum(window.tokens(line, piece) for line in lines)
-    streamed = [line for line in lines if chunked(line)]
-    rest = [line for line in lines if not chunked(line)]  # pro-rated over their lives
-    arrivals = [token_arrivals(line) for line in streamed]
-    times = np.concatenate([t for t, _ in arrivals] or [np.empty(0)])
-    weights = np.concatenate([w for _, w in arrivals] or [np.empty(0)])
-    return lambda piece: (float(sum(weights[(times >= a) & (times < b)].sum() for a, b in piece))
-                          + sum(tokens_in_life(line, a, b) for line in rest for a, b in piece))
+        times, weights, rest = np.asarray([line["end_ms"] for line in lines], dtype=float), None, []
+    else:
+        streamed = [token_arrivals(line) for line in lines if chunked(line)]
+        rest = [line for line in lines if not chunked(line)]  # nothing says when their tokens came: pro-rated
+        times = np.concatenate([t for t, _ in streamed] or [np.empty(0)])
+        weights = np.concatenate([w for _, w in streamed] or [np.empty(0)])
+    if len(spans) == 1 and not rest:  # one stretch (a slice): its pieces are bins, counted in one pass
+        edges = spans[0][0] + (spans[0][1] - spans[0][0]) * np.arange(WINDOWS_PER_REPEAT + 1) / WINDOWS_PER_REPEAT
+        bins = np.searchsorted(edges, times, side="right") - 1
+        keep = (bins >= 0) & (bins < WINDOWS_PER_REPEAT) & (times < spans[0][1])
+        return list(np.bincount(bins[keep], weights=None if weights is None else weights[keep],
+                                minlength=WINDOWS_PER_REPEAT).astype(float))
+    counts = []
+    for piece in pieces(spans, WINDOWS_PER_REPEAT):
+        inside = np.zeros(times.shape, dtype=bool)
+        for a, b in piece:
+            inside |= (times >= a) & (times < b)
+        counts.append(float(inside.sum() if weights is None else weights[inside].sum())
+                      + sum(tokens_in_life(line, a, b) for line in rest for a, b in piece))
+    return counts
 
 
 def windowed(start: float, end: float, times: np.ndarray, weights: np.ndarray) -> list[float]:

@@ -13,11 +13,12 @@ speedup and break-even are measured over the steady window (docs/measurement.md,
   send, when the arrivals have ramped in, to the last send, after which the load drains.
 
 A window shorter than ``min_fraction`` of the load (first send to last end) is
-inconclusive with the reason, never a number. Inside the window, tokens are counted by
-their chunks' arrival times (each chunk's tokens scaled so a request's chunks add up to its
-usage count); a request without chunk times is pro-rated by how much of its life lies in
-the window. Decode step and verify cycle come from the gaps between consecutive chunks that
-both arrived inside the window.
+inconclusive with the reason, never a number. This module only chooses the window (and,
+for a closed loop, its stretches with every slot decoding, ``measured_spans``); the figures
+over it are the metric registry's (harness/measure/registry.py, the metrics whose entry
+names the steady window), counted as harness/measure/window.py says: a request's tokens grow
+linearly between its chunks, so an edge between two chunks takes its share; decode step and
+verify cycle come from the gaps between consecutive chunks that both arrived inside a stretch.
 
 Everything reads request lines (requests.jsonl's shape: ``send_ms``, ``end_ms``,
 ``chunk_ms``, ``chunk_tokens``, ``completion_tokens``, ``spec_verify_ct``, ``ok``), so a
@@ -26,13 +27,14 @@ recorded run can be re-read the same way.
 
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass
 from typing import Any, Optional
 
 import numpy as np
 
-from harness.measure.samples import WINDOWS_PER_REPEAT, Evidence
+from harness.measure.registry import OUTPUT_RATE, STEADY, figures_over, metric, over_window
+from harness.measure.samples import Evidence
+from harness.measure.window import Window, repeat_of
 
 CLOSED, OPEN = "closed_loop", "open_loop"
 
@@ -120,21 +122,6 @@ def steady_window(lines: list[dict], concurrency: int, request_rate: Optional[fl
     return window
 
 
-def tokens_in(line: dict, start_ms: float, end_ms: float) -> float:
-    """A request's output tokens that arrived inside [start, end]: its chunks', scaled to its
-    usage count; without chunk times, its count pro-rated by its life's overlap."""
-    total = line.get("completion_tokens") or 0
-    times, counts = line.get("chunk_ms") or [], line.get("chunk_tokens") or []
-    if times and len(counts) == len(times) and sum(counts) > 0:
-        scale = total / sum(counts)
-        return scale * sum(n for t, n in zip(times, counts) if start_ms <= t <= end_ms)
-    begin, finish = line.get("send_ms"), line.get("end_ms")
-    if begin is None or finish is None or finish <= begin:
-        return float(total) if begin is not None and start_ms <= begin <= end_ms else 0.0
-    overlap = max(0.0, min(finish, end_ms) - max(begin, start_ms))
-    return total * overlap / (finish - begin)
-
-
 def decoding_spans(ok: list[dict], concurrency: int, start_ms: float, end_ms: float) -> list[tuple[float, float]]:
     """The stretches of [start, end] in which `concurrency` requests are decoding at once
     (each between its first and its last chunk): the server's running batch is the
@@ -155,38 +142,6 @@ def decoding_spans(ok: list[dict], concurrency: int, start_ms: float, end_ms: fl
     return spans
 
 
-def tokens_over(line: dict, spans: list[tuple[float, float]]) -> float:
-    """A request's output tokens made inside the spans: its token count grows linearly between
-    consecutive chunks (scaled to its usage count), so a span's edge falling between two
-    chunks takes its share of the tokens between them, not all or none."""
-    times, counts = line.get("chunk_ms") or [], line.get("chunk_tokens") or []
-    total = line.get("completion_tokens") or 0
-    if len(times) < 2 or len(counts) != len(times) or sum(counts) <= 0:
-        return sum(tokens_in(line, a, b) for a, b in spans)
-    made = np.cumsum(np.asarray(counts, dtype=float)) * total / sum(counts)
-    edges = np.asarray(spans, dtype=float)
-    at = np.interp(edges, np.asarray(times, dtype=float), made, left=0.0)
-    return float((at[:, 1] - at[:, 0]).sum())
-
-
-def decode_in(line: dict, spans: list[tuple[float, float]]) -> tuple[float, float, float]:
-    """(ms, tokens, verify cycles) of a request's decoding inside the spans: the gaps between
-    consecutive chunks that both arrived in one span, the later chunk's tokens, and its share
-    of the request's verify cycles (cycles per decoded token, as the whole-load figures count them)."""
-    times, counts = line.get("chunk_ms") or [], line.get("chunk_tokens") or []
-    total, verify = line.get("completion_tokens") or 0, line.get("spec_verify_ct") or 0
-    if len(times) < 2 or len(counts) != len(times) or total < 2:
-        return 0.0, 0.0, 0.0
-    scale = (total - 1) / max(1, sum(counts[1:]))  # decoded tokens: all but the prefill's first
-    starts = [a for a, _ in spans]
-    ms = tokens = 0.0
-    for before, now, n in zip(times, times[1:], counts[1:]):
-        k = bisect.bisect_right(starts, before) - 1
-        if k >= 0 and now <= spans[k][1]:
-            ms, tokens = ms + now - before, tokens + n * scale
-    return ms, tokens, tokens * verify / (total - 1)
-
-
 DECODING_SHARE_MIN = 0.5  # fewer decoding-at-full-batch stretches than this share of the window: use the window
 
 
@@ -204,18 +159,18 @@ def measured_spans(ok: list[dict], window: SteadyWindow, concurrency: int) -> li
 
 def steady_figures(lines: list[dict], concurrency: int, request_rate: Optional[float],
                    min_fraction: float) -> dict[str, Any]:
-    """The `steady` block of an arm: its window and, when conclusive, output tok/s, decode
-    step and verify cycle over it. `lines`: the load's measured request lines."""
+    """The `steady` block of an arm: its window and, when conclusive, the registry's figures
+    over the stretches it measures (output tok/s, decode step, verify cycle: the metrics whose
+    entry names the steady window). `lines`: the load's measured request lines."""
     window = steady_window(lines, concurrency, request_rate, min_fraction)
     # the concurrency lets a reader cut the figure's own stretches again (rate_evidence)
     block: dict[str, Any] = {"rule": window.rule, "concurrency": concurrency,
                              "start_ms": _r(window.start_ms), "end_ms": _r(window.end_ms),
                              "window_s": _r(window.seconds), "share_of_load": _r(window.share),
-                             "inconclusive": window.inconclusive,
-                             "output_tok_s": None, "decode_step_ms": None, "verify_cycle_ms": None}
+                             "inconclusive": window.inconclusive, **dict.fromkeys(figure_keys())}
     if window.inconclusive:
         return block
-    ok = [line for line in lines if line.get("ok") and line.get("completion_tokens") is not None]
+    ok = completed(lines)
     spans = measured_spans(ok, window, concurrency)
     seconds = sum(b - a for a, b in spans) / 1000.0
     # no completed request (all cancelled or failed), or no time to divide by: a throughput
@@ -223,13 +178,21 @@ def steady_figures(lines: list[dict], concurrency: int, request_rate: Optional[f
     if not ok or seconds <= 0:
         block["inconclusive"] = no_rate_reason(lines, ok)
         return block
-    tokens = sum(tokens_over(line, spans) for line in ok)
-    ms, decoded, cycles = (sum(parts) for parts in zip(*[decode_in(line, spans) for line in ok])) if ok else (0.0, 0.0, 0.0)
-    block.update(output_tok_s=_r(tokens / seconds, 3), completion_tokens=_r(tokens, 1),
-                 measured_share=_r(seconds / window.seconds) if window.seconds else None,
-                 decode_step_ms=_r(ms / decoded) if decoded else None,
-                 verify_cycle_ms=_r(ms / cycles) if cycles else None)
+    measured = Window(STEADY, {k: tuple(spans) for k in {repeat_of(line) for line in ok}}, shared_edges=True)
+    block.update(figures_over(ok, measured, STEADY), completion_tokens=_r(sum(measured.tokens(line) for line in ok), 1),
+                 measured_share=_r(seconds / window.seconds) if window.seconds else None)
     return block
+
+
+def figure_keys() -> list[str]:
+    """The steady block's figures: the registry's metrics measured over the steady window."""
+    return [m.path for m in over_window(STEADY)]
+
+
+def completed(lines: list[dict]) -> list[dict]:
+    """The lines the steady figures count: measured, successful, with a token count."""
+    return [line for line in lines if line.get("ok") and line.get("completion_tokens") is not None
+            and not line.get("warmup")]
 
 
 def no_rate_reason(lines: list[dict], ok: list[dict]) -> str:
@@ -250,7 +213,7 @@ def combine(blocks: list[dict[str, Any]]) -> dict[str, Any]:
     combined = {"rule": conclusive[0]["rule"], "concurrency": conclusive[0].get("concurrency"),
                 "repeats_conclusive": len(conclusive), "inconclusive": None,
                 "windows_ms": [windows_of(b)[0] if windows_of(b) else None for b in blocks]}
-    for key in ("window_s", "share_of_load", "output_tok_s", "decode_step_ms", "verify_cycle_ms"):
+    for key in ("window_s", "share_of_load", *figure_keys()):
         values = [b[key] for b in conclusive if b.get(key) is not None]
         combined[key] = _r(float(np.median(values))) if values else None
     return combined
@@ -266,50 +229,31 @@ def windows_of(block: dict[str, Any]) -> list[Optional[list[float]]]:
 
 
 def rate_evidence(lines: list[dict], block: dict[str, Any], concurrency: Optional[int] = None) -> Optional[Evidence]:
-    """Output tokens per second in equal pieces of the stretches each repeat's steady figure
-    was measured over (measured_spans: the window's stretches with every slot decoding, or
-    the whole window), tokens counted as the figure counts them (tokens_over), to resample
-    for the steady figure's interval. A repeat's pieces' mean is its figure, so the figure is
-    the point of this interval (harness/measure/estimate.py). `concurrency`: the load's (the
-    block says it since it was recorded; a block written before is cut over its whole window)."""
-    windows = windows_of(block)
+    """The steady figure's samples, to resample for its interval: the registry's output rate
+    over the stretches each repeat's steady figure was measured over (measured_spans: the
+    window's stretches with every slot decoding, or the whole window), in equal pieces. A
+    repeat's pieces' mean is its figure, so the figure is the point of this interval
+    (harness/measure/estimate.py). `concurrency`: the load's (the block says it since it was
+    recorded; a block written before is cut over its whole window)."""
+    window = measured_window(lines, block, concurrency)
+    if window is None:
+        return None
+    found = metric(OUTPUT_RATE).samples.evidence(completed(lines), window)
+    return found if found.groups_count else None
+
+
+def measured_window(lines: list[dict], block: dict[str, Any], concurrency: Optional[int] = None) -> Optional[Window]:
+    """The window every repeat's steady figures were measured over, cut again from its lines
+    and its block (None when no repeat had one)."""
     concurrency = concurrency or block.get("concurrency")
-    rates: list[float] = []
-    for repeat, window in enumerate(windows):
-        mine = [line for line in lines if int(line.get("repeat") or 0) == repeat and not line.get("warmup")
-                and line.get("ok") and line.get("completion_tokens") is not None]
+    spans: dict[int, tuple] = {}
+    for repeat, window in enumerate(windows_of(block)):
+        mine = [line for line in completed(lines) if repeat_of(line) == repeat]
         if window is None or not mine:
             continue
         steady = SteadyWindow(block.get("rule", CLOSED), window[0], window[1], window[0], window[1])
-        spans = measured_spans(mine, steady, concurrency) if concurrency else [(window[0], window[1])]
-        rates += piece_rates(mine, spans)
-    return Evidence.singles(np.asarray(rates, dtype=float), "mean", "windows") if rates else None
-
-
-def piece_rates(ok: list[dict], spans: list[tuple[float, float]]) -> list[float]:
-    """Tokens per second in WINDOWS_PER_REPEAT pieces of equal measured time laid over the spans."""
-    total = sum(b - a for a, b in spans)
-    if total <= 0:
-        return []
-    width = total / WINDOWS_PER_REPEAT
-    return [sum(tokens_over(line, piece) for line in ok) * 1000.0 / width
-            for piece in pieces(spans, WINDOWS_PER_REPEAT)]
-
-
-def pieces(spans: list[tuple[float, float]], count: int) -> list[list[tuple[float, float]]]:
-    """The spans cut into `count` pieces of equal total length, each piece its own spans."""
-    width = sum(b - a for a, b in spans) / count
-    out: list[list[tuple[float, float]]] = [[] for _ in range(count)]
-    done = 0.0  # measured time before the current span
-    for a, b in spans:
-        for k in range(int(done // width), count):
-            lo, hi = max(a, a + k * width - done), min(b, a + (k + 1) * width - done)
-            if hi > lo:
-                out[k].append((lo, hi))
-            if a + (k + 1) * width - done >= b:
-                break
-        done += b - a
-    return out
+        spans[repeat] = tuple(measured_spans(mine, steady, concurrency) if concurrency else [(window[0], window[1])])
+    return Window(STEADY, spans, shared_edges=True) if spans else None
 
 
 def _r(x: Optional[float], nd: int = 4) -> Optional[float]:

@@ -1,13 +1,16 @@
 """An arm's figures over time: one load cut into slices of ``record.timeslice_s`` seconds, each
-with its output tok/s, TTFT and ITL percentiles, accept length and, from the telemetry samples
-on the same time axis, GPU clock and power. One number per arm hides warm-up, throttling or a
-server that slows down mid-run; the slices show them (results.json ``timeslices``, the report's
+with the registry's figures over it (the metrics whose entry names the timeslice window:
+output tok/s, TTFT and ITL percentiles, accept length) and, from the telemetry samples on the
+same time axis, GPU clock and power. One number per arm hides warm-up, throttling or a server
+that slows down mid-run; the slices show them (results.json ``timeslices``, the report's
 timeline, harness/report/timeline.py).
 
-Request lines give times in ms from the load's run start (requests.jsonl's shape); a GPU sample
-is placed on that axis by the load's run start (both are ``time.perf_counter`` readings). A
-slice holds what happened in it: the tokens whose chunks arrived in it, the TTFT of requests
-whose first token arrived in it, the gaps between chunks that ended in it, the samples read in it.
+This module only chooses the windows (the slices' edges); what a slice holds is the
+registry's business, counted as harness/measure/window.py says: the tokens whose chunks
+arrived in it, the TTFT of requests whose first token arrived in it, the gaps between chunks
+that ended in it. Request lines give times in ms from the load's run start (requests.jsonl's
+shape); a GPU sample is placed on that axis by the load's run start (both are
+``time.perf_counter`` readings) and a slice holds the samples read in it.
 """
 
 from __future__ import annotations
@@ -17,18 +20,12 @@ from typing import Any, Iterable, Optional
 import numpy as np
 
 from harness.load.limits import MAX_TIMESLICES
-from harness.measure.steady import tokens_in
+from harness.measure.registry import TIMESLICE, figures_over
+from harness.measure.window import Window, repeat_of
 
 
 def _r(x: Optional[float], nd: int = 3) -> Optional[float]:
     return None if x is None else round(float(x), nd)
-
-
-def percentiles(values: list[float]) -> dict[str, Any]:
-    if not values:
-        return {"p50": None, "p99": None, "n": 0}
-    p50, p99 = np.percentile(np.asarray(values, dtype=float), [50, 99])
-    return {"p50": _r(p50), "p99": _r(p99), "n": len(values)}
 
 
 def span_ms(lines: list[dict]) -> tuple[float, float]:
@@ -54,17 +51,6 @@ def slice_edges(lines: list[dict], slice_s: float) -> list[float]:
     return [start + k * width for k in range(count)] + [(end if end > start else start + width) + 1e-6]
 
 
-def accept_length_in(lines: list[dict], start: float, end: float) -> Optional[float]:
-    """Σ tokens ÷ Σ verify cycles over the slice: each speculative request's cycles pro-rated by its tokens there."""
-    tokens = cycles = 0.0
-    for line in lines:
-        total, verify = line.get("completion_tokens") or 0, line.get("spec_verify_ct") or 0
-        if total and verify:
-            n = tokens_in(line, start, end)
-            tokens, cycles = tokens + n, cycles + n * verify / total
-    return _r(tokens / cycles, 4) if cycles else None
-
-
 def gpu_in(samples: Iterable[tuple[float, Any]], start: float, end: float) -> dict[str, Optional[float]]:
     """Mean SM clock over the GPUs' samples in [start, end) and their power summed (each GPU's mean)."""
     inside = [s for t, s in samples if start <= t < end]
@@ -79,17 +65,12 @@ def gpu_in(samples: Iterable[tuple[float, Any]], start: float, end: float) -> di
 
 
 def one_slice(lines: list[dict], ok: list[dict], start: float, end: float, gpu: list[tuple[float, Any]]) -> dict:
-    seconds = (end - start) / 1000.0
-    first_tokens = [line["ttft_ms"] for line in ok if line.get("ttft_ms") is not None and line.get("chunk_ms")
-                    and start <= line["chunk_ms"][0] < end]
-    gaps = [now - before for line in ok for before, now in zip(line.get("chunk_ms") or [], (line.get("chunk_ms") or [])[1:])
-            if start <= now < end]
-    tokens = sum(tokens_in(line, start, end - 1e-9) for line in ok)
-    return {"start_ms": _r(start), "end_ms": _r(end),
-            "output_tok_s": _r(tokens / seconds) if seconds > 0 else None,
+    """A slice [start, end): the registry's figures over it, the requests sent in it, its GPU samples."""
+    window = Window(TIMESLICE, {repeat_of(lines[0]): ((start, end),)})  # one load: one repeat's axis
+    # a request that ended before the slice or was sent after it holds nothing of it
+    inside = [line for line in ok if line["send_ms"] < end and (line.get("end_ms") or line["send_ms"]) >= start]
+    return {"start_ms": _r(start), "end_ms": _r(end), **figures_over(inside, window, TIMESLICE),
             "requests_sent": sum(1 for line in lines if start <= line["send_ms"] < end),
-            "ttft_ms": percentiles(first_tokens), "itl_ms": percentiles(gaps),
-            "accept_length": accept_length_in(ok, start, end - 1e-9),
             **(gpu_in(gpu, start, end) if gpu else {})}
 
 

@@ -60,6 +60,15 @@ class Window:
             return t is not None
         return t is not None and any(a <= t < b for a, b in self.spans.get(repeat, ()))
 
+    def mask(self, repeat: int, times: np.ndarray) -> np.ndarray:
+        """Which of a repeat's instants lie in the window, at once (a request's chunks)."""
+        if self.spans is None:
+            return np.ones(times.shape, dtype=bool)
+        inside = np.zeros(times.shape, dtype=bool)
+        for a, b in self.spans.get(repeat, ()):
+            inside |= (times >= a) & (times < b)
+        return inside
+
     def spans_of(self, line: Any) -> tuple[Span, ...]:
         """The stretches of the line's repeat (none where the window leaves that repeat out)."""
         return () if self.spans is None else self.spans.get(repeat_of(line), ())

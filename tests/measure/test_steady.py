@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.measure.steady import combine, steady_figures, steady_window, tokens_in
+from harness.measure.steady import combine, steady_figures, steady_window
+from harness.measure.window import tokens_arrived as tokens_in
 
 
 def line(send: float, end: float, tokens: int = 10, chunks: bool = True, verify: int | None = None) -> dict:
@@ -125,7 +126,7 @@ def test_tokens_without_chunk_times_are_pro_rated_by_overlap():
     assert tokens_in(line(0.0, 1000.0, 10, chunks=False), 500.0, 2000.0) == pytest.approx(5.0)
     # chunks scaled to the usage count: 10 chunks of 1 token for a request the server says made 20
     twice = {**line(0.0, 1000.0, 10), "completion_tokens": 20}
-    assert tokens_in(twice, 0.0, 1000.0) == pytest.approx(20.0)
+    assert tokens_in(twice, 0.0, 1000.5) == pytest.approx(20.0)  # [start, end): the last chunk is at 1000
 
 
 def test_decode_step_and_verify_cycle_come_from_chunk_gaps_inside_the_window():
