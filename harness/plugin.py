@@ -9,7 +9,6 @@ config mistake stops the run before any server starts (pytest exit status 4).
 
 from __future__ import annotations
 
-import signal
 import sys
 import warnings
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Callable
 import pytest
 
 from harness.gates import verdict
+from harness.interrupts import interruptible_run
 from harness.config.compose import DEFAULT_CONF_DIR, PYTEST_VALUE_OPTIONS, ConfigError, Experiment, is_override
 from harness.run.compose import compose
 from harness.gates.registry import GateContext, gates_of
@@ -118,7 +118,7 @@ def pytest_configure(config: pytest.Config) -> None:
     arms = selected_arms(config, experiment)
     if arms is not None:
         config.stash[ARMS] = arms
-    install_sigterm_as_interrupt()
+    interruptible_run()  # Ctrl-C (also when inherited ignored) and SIGTERM unwind: servers stopped, record closed
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -129,18 +129,6 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     if ARMS in config.stash:
         lines.append(f"specgate: selected arm(s) {', '.join(config.stash[ARMS])} by id; the others' tests are deselected")
     return lines + [f"specgate: {note}" for note in runner.notes]
-
-
-def install_sigterm_as_interrupt() -> None:
-    """SIGTERM (a CI timeout, `kill`) unwinds like Ctrl-C, so servers are stopped and the
-    record is closed."""
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    try:
-        signal.signal(signal.SIGTERM, interrupt)
-    except ValueError:  # not the main thread (e.g. embedded): keep the default
-        pass
 
 
 def terminal_progress(config: pytest.Config):

@@ -1,7 +1,7 @@
 """The package's shape, enforced as tests/test_engines.py enforces the engine rule: the import
 graph of harness/ (every import, also those inside functions) has no cycle, only the pytest
-entry points import pytest, and only the config package (plus the Hydra app a launcher runs)
-imports Hydra."""
+entry points import pytest, only the config package (plus the Hydra app a launcher runs)
+imports Hydra, and only harness/interrupts.py says what a signal does."""
 
 from __future__ import annotations
 
@@ -11,6 +11,12 @@ from pathlib import Path
 HARNESS = Path(__file__).resolve().parents[1] / "harness"
 PYTEST_ENTRY_POINTS = {"harness.plugin", "harness.cli"}  # the plugin, and the CLI that calls pytest.main
 HYDRA_MODULES = ("harness.config.", "harness.sweep.app")  # compose; the Hydra app a launcher runs (@hydra.main)
+SIGNALS_MODULE = "harness.interrupts"  # the one module that sets what a signal does
+# what sets (or reads, to put back) a signal's handler or mask: the signal module's functions,
+# and an event loop's
+SIGNAL_SETTERS = {"signal", "getsignal", "pthread_sigmask", "sigwait", "sigwaitinfo", "sigtimedwait",
+                  "siginterrupt", "set_wakeup_fd"}
+LOOP_SIGNAL_SETTERS = {"add_signal_handler", "remove_signal_handler"}
 
 
 def module_name(path: Path) -> str:
@@ -99,6 +105,67 @@ def test_no_private_hydra_api():
     private = {name for name, tree in modules().items()
                if any(m.startswith("hydra._internal") for m in imported_names(tree))}
     assert not private, f"Hydra's private modules used by {sorted(private)}"
+
+
+def signal_settings(tree: ast.Module) -> list[str]:
+    """Where a module sets what a signal does: a call of the signal module's handler and mask
+    functions (`signal.signal`, `signal.getsignal`, ... however the module or the function
+    was imported) or of an event loop's `add_signal_handler` / `remove_signal_handler`."""
+    module_aliases, function_aliases = set(), {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            module_aliases.update(alias.asname or alias.name for alias in node.names if alias.name == "signal")
+        elif isinstance(node, ast.ImportFrom) and node.module == "signal" and node.level == 0:
+            function_aliases.update({alias.asname or alias.name: alias.name for alias in node.names
+                                     if alias.name in SIGNAL_SETTERS})
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Attribute) and func.attr in LOOP_SIGNAL_SETTERS:
+            found.append(f"line {node.lineno}: {func.attr}")
+        elif isinstance(func, ast.Attribute) and func.attr in SIGNAL_SETTERS \
+                and isinstance(func.value, ast.Name) and func.value.id in module_aliases:
+            found.append(f"line {node.lineno}: signal.{func.attr}")
+        elif isinstance(func, ast.Name) and func.id in function_aliases:
+            found.append(f"line {node.lineno}: signal.{function_aliases[func.id]}")
+    return sorted(found, key=lambda where: int(where.split()[1].rstrip(":")))
+
+
+def test_only_the_interrupts_module_sets_what_a_signal_does():
+    """Ctrl-C and SIGTERM for every driver, whatever the parent left them set to, are decided in
+    one module (issue 32); the others call its functions. Sending a signal is anyone's."""
+    setters = {name: found for name, tree in modules().items() if (found := signal_settings(tree))}
+    assert SIGNALS_MODULE in setters, "the interrupts module sets no signal: has it moved?"
+    stray = {name: found for name, found in setters.items() if name != SIGNALS_MODULE}
+    assert not stray, f"signal handlers set outside {SIGNALS_MODULE} (use its functions): {stray}"
+
+
+def test_the_signal_finder_finds_every_way_of_setting_a_handler():
+    tree = ast.parse("""
+import signal
+import signal as sig
+from signal import getsignal as read, SIGINT
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+previous = read(SIGINT)
+sig.pthread_sigmask(sig.SIG_UNBLOCK, {SIGINT})
+loop.add_signal_handler(SIGINT, stop)
+child.send_signal(SIGINT)       # sending is not setting
+os.kill(pid, signal.SIGTERM)
+server.signal(SIGINT)            # not the signal module
+""")
+    assert signal_settings(tree) == ["line 5: signal.signal", "line 6: signal.getsignal", "line 7: signal.pthread_sigmask",
+                                     "line 8: add_signal_handler"]
+
+
+def test_the_modules_any_package_may_import_import_nothing_of_the_project():
+    """harness/interrupts.py and harness/exit_status.py (docs/architecture.md): so that every
+    package (the load, the sweep's jobs, the simulator, whose image holds the first) may use
+    them without an import cycle or a layer above its own."""
+    trees = modules()
+    for name in (SIGNALS_MODULE, "harness.exit_status"):
+        assert not {m for m in imported_names(trees[name]) if m == "harness" or m.startswith("harness.")}, name
 
 
 def test_every_package_says_what_lives_there_and_what_it_may_import():

@@ -34,7 +34,7 @@ from harness.load import print_progress
 from harness.measure.metrics import ArmResult
 from harness.measure.registry import metric_value, number
 from harness.run.arm import ArmFailed, ArmSession
-from harness.run.interrupts import Interrupts, sigint_ignored
+from harness.interrupts import Interrupts, sigint_ignored
 from harness.run.outcome import ArmOutcome
 from harness.record.secrets import Redactor
 from harness.servers import Session, remove_dead_sessions_containers

@@ -29,7 +29,7 @@ from harness.gates.baseline_match import LOAD_SIZE_KEYS, identity
 from harness.gates.profile import NoiseProfile
 from harness.measure.registry import compared_by_default
 from harness.record.recorder import utc_now
-from harness.run.interrupts import Interrupts
+from harness.interrupts import Interrupts
 from harness.run.preflight import check_experiment
 from harness.sweep.point import point_command, point_overrides, run_point
 

@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from harness.exit_status import FAILED, INTERRUPTED, PASSED
 from harness.run.arm import ArmFailed, ArmSession
-from harness.run.interrupts import Interrupts, sigint_ignored
+from harness.interrupts import Interrupts, sigint_ignored
 from harness.capacity.search import CapacityConfigError, SearchSettings, search
 from harness.capacity.record import CapacityRecord
 from harness.config.compose import Arm, ConfigError, Experiment

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import signal
-import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -19,6 +17,7 @@ try:  # the load's event loop in C: fewer CPU seconds per streamed token (docs/m
 except ImportError:  # pragma: no cover - a dependency, but the stdlib loop measures the same way
     uvloop = None
 
+from harness.interrupts import signals_between_callbacks
 from harness.load.arrivals import ArrivalProcess, arrival_process
 from harness.load.client_health import CpuMark, LoopLagTicker, client_block
 from harness.load.conversation import Conversation
@@ -36,7 +35,7 @@ def run_loop(main: Coroutine[Any, Any, T]) -> T:
     """Run a load's coroutine on a fresh event loop, as ``asyncio.run`` does (Ctrl-C cancels
     it): uvloop's where it is installed, since the client's own CPU per streamed chunk is
     mostly the loop's (a wake-up, a socket read, a task step), else the stdlib's. Signal
-    handlers run between the loop's callbacks (:func:`signals_between_callbacks`), and the
+    handlers run between the loop's callbacks (harness.interrupts' :func:`signals_between_callbacks`), and the
     cyclic collector leaves the heap the load started with alone (:func:`old_heap_frozen`)."""
     with old_heap_frozen(), asyncio.Runner(loop_factory=uvloop.new_event_loop if uvloop is not None else None) as runner:
         with signals_between_callbacks(runner.get_loop()):
@@ -57,34 +56,6 @@ def old_heap_frozen() -> Iterator[None]:
         yield
     finally:
         gc.unfreeze()
-
-
-@contextmanager
-def signals_between_callbacks(loop: asyncio.AbstractEventLoop) -> Iterator[None]:
-    """While the load runs, every Python signal handler (the plugin's SIGTERM, which raises
-    KeyboardInterrupt) is called by the loop between two callbacks, not in whatever bytecode
-    the signal lands on. Landing inside a transport's callback, uvloop takes the
-    KeyboardInterrupt for the transport's own fatal error: it closes that connection, logs,
-    and goes on, so the interrupt is lost and a request fails for nothing (seen in 1 of 6
-    interrupted loads). Raised from a loop callback, it stops the loop at once, as asyncio's
-    does. SIGINT's default handler is left to ``asyncio.Runner``, which cancels the load."""
-    moved: dict[int, Any] = {}
-    if threading.current_thread() is threading.main_thread():
-        for sig in signal.valid_signals():
-            handler = signal.getsignal(sig)
-            if callable(handler) and handler is not signal.default_int_handler:
-                try:
-                    loop.add_signal_handler(sig, handler, sig, None)
-                except (ValueError, RuntimeError, OSError):  # a signal the loop cannot watch keeps its way
-                    continue
-                moved[sig] = handler
-    try:
-        yield
-    finally:
-        for sig, handler in moved.items():
-            if not loop.is_closed():
-                loop.remove_signal_handler(sig)
-            signal.signal(sig, handler)
 
 
 class LoadInterrupted(KeyboardInterrupt):

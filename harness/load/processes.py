@@ -39,6 +39,7 @@ import traceback
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
+from harness.interrupts import leave_ctrl_c_to_parent
 from harness.load.arrivals import ArrivalProcess, ClosedLoop, DealtArrivals, OpenLoop, arrival_process
 from harness.load.client_health import merge_process_blocks
 from harness.load.loop import EventLoopLoad, LoadInterrupted, RequestBudget, run_loop
@@ -113,8 +114,7 @@ def process_plan(plan: LoadPlan, slot: int, of: int, counter: Any) -> tuple[Load
 # ------------------------------------------------------------------ one load process
 def _process_main(slot: int, of: int, plan: LoadPlan, counter: Any, messages: Any, ready: Any, go: Any) -> None:
     """One load process: its share of the load, its result (or its finished requests) to the parent."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C reaches the parent; it stops us
-    signal.signal(signal.SIGTERM, _interrupt)
+    leave_ctrl_c_to_parent()  # a terminal's Ctrl-C reaches the parent; it stops us (SIGTERM: KeyboardInterrupt)
     load = None
     try:
         share, budget, arrivals = process_plan(plan, slot, of, counter)
@@ -133,10 +133,6 @@ def _process_main(slot: int, of: int, plan: LoadPlan, counter: Any, messages: An
         messages.put(("error", slot, traceback.format_exc()))
     finally:
         ready.set()  # a process that failed early never holds the others at the barrier
-
-
-def _interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
 
 
 # ------------------------------------------------------------------ the parent

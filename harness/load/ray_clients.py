@@ -33,7 +33,6 @@ import _thread
 import asyncio
 import atexit
 import shutil
-import signal
 import socket
 import tempfile
 import threading
@@ -43,6 +42,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from harness.config.secrets import BOOK
+from harness.interrupts import sigint_raises
 from harness.load.loop import EventLoopLoad, LoadInterrupted, RequestBudget, run_loop
 from harness.load.plan import LoadPlan
 from harness.load.processes import DealtBudget, merge_results, process_plan, split_concurrency
@@ -241,17 +241,16 @@ def actor_classes():
                                  lambda t: coordinator.tokens.remote(slot, t), at_barrier, budget, arrivals)
             # the driver's stop arrives as the KeyboardInterrupt a Ctrl-C would raise here (a Ray
             # worker ignores SIGINT: handled while the load runs, in the actor's main thread)
-            previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-            done = threading.Event()
-            threading.Thread(target=interrupt_when_stopped, args=(coordinator, done), daemon=True).start()
-            try:
-                return "result", run_loop(load.run())
-            except KeyboardInterrupt:
-                partial = load.interrupted()
-                return "interrupted", (partial.partial, partial.in_flight)
-            finally:
-                done.set()
-                signal.signal(signal.SIGINT, previous)
+            with sigint_raises():
+                done = threading.Event()
+                threading.Thread(target=interrupt_when_stopped, args=(coordinator, done), daemon=True).start()
+                try:
+                    return "result", run_loop(load.run())
+                except KeyboardInterrupt:
+                    partial = load.interrupted()
+                    return "interrupted", (partial.partial, partial.in_flight)
+                finally:
+                    done.set()
 
     return Coordinator, LoadActor
 

@@ -293,8 +293,13 @@ def _import_rootfs(tar: Path, tag: str, kind: str, client: docker.DockerClient):
         raise ImageError(f"importing {tag} into the engine failed ({_few_words(exc)})") from None
 
 
+# What the simulator's image holds of harness/ besides harness/sim: the package and the one
+# module every program of the project sets its signals through (both import nothing else).
+SIM_SHARED_FILES = ("harness/__init__.py", "harness/interrupts.py")
+
+
 def sim_context(base_tag: str, build_args: Mapping[str, str] | None = None) -> "BuildContext":
-    files = {"Dockerfile": CONTAINERS / "sim" / "Dockerfile", "harness/__init__.py": REPO / "harness" / "__init__.py"}
+    files = {"Dockerfile": CONTAINERS / "sim" / "Dockerfile", **{name: REPO / name for name in SIM_SHARED_FILES}}
     for path in sorted((REPO / "harness" / "sim").rglob("*.py")):
         files[path.relative_to(REPO).as_posix()] = path
     return BuildContext(files, {"BASE_IMAGE": base_tag, **(build_args or {})})

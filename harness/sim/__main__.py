@@ -11,11 +11,11 @@ import asyncio
 import logging
 import os
 import shlex
-import signal
 import sys
 
 from aiohttp import web
 
+from harness.interrupts import stop_on_signals
 from harness.sim.app import SimServer, UvicornStyleAccessLogger, build_app
 from harness.sim.cli import parse_args
 from harness.sim.manager import EngineClient
@@ -28,8 +28,7 @@ logger = logging.getLogger("harness.sim")
 async def _serve(server: SimServer) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    stop_on_signals(loop, stop.set)
     server.engine.start_reader(loop)
     app = build_app(server)
     access = logging.getLogger("uvicorn.access")

@@ -12,6 +12,8 @@ import threading
 import time
 from typing import Any, Callable, Iterator
 
+from harness.interrupts import leave_ctrl_c_to_parent
+
 # Variables a worker keeps when --sim-scrub-worker-env is on: enough to run Python.
 KEPT_ENV_VARS = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV")
 
@@ -53,8 +55,7 @@ def child_setup(name: str, parent_pid: int) -> None:
     die_with_parent(parent_pid)
     # The main process owns shutdown; a Ctrl-C sent to the whole process group
     # must not make workers print tracebacks before the parent tells them to stop.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    leave_ctrl_c_to_parent(exit_on_sigterm=True)
 
 
 @contextlib.contextmanager

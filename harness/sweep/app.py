@@ -22,6 +22,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 import harness.config.compose  # noqa: F401  (registers the schema the config tree's defaults name)
+from harness.interrupts import ignore_time_limit_signal, sigint_default_and_unblocked, sigint_ignored, sigint_raises
 from harness.record.atomic import atomic_write
 from harness.record.secrets import Redactor
 from harness.sweep.ray_cluster import CANCEL_GRACE_S as CANCELLED_TASKS_S, RAY_POINT_LOG, RAY_TASK_FAILED
@@ -74,9 +75,8 @@ def run_as_ray_task(command: list[str], log: Path) -> int:
                                  stdout=out, stderr=subprocess.STDOUT)
     # Ray cancels by raising the interrupt Python would raise for SIGINT, which its workers
     # ignore: handled here while the point runs (a task runs in the worker's main thread)
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     told = False
-    try:
+    with sigint_raises():
         while True:
             try:
                 return interrupted_as_2(child.wait(timeout=0.5))  # back in Python often, where Ray's cancellation raises
@@ -86,8 +86,6 @@ def run_as_ray_task(command: list[str], log: Path) -> int:
                 if not told:
                     child.send_signal(signal.SIGINT)
                     told = True
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 def interrupted_as_2(status: int) -> int:
@@ -118,16 +116,9 @@ def stopped_with_this_worker() -> None:
     import ctypes
 
     ignore_time_limit_signal()
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    sigint_default_and_unblocked()
     os.setpgid(0, 0)
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGINT)  # PR_SET_PDEATHSIG (Linux)
-
-
-def ignore_time_limit_signal() -> None:
-    """SLURM sends the time-limit signal (SIGUSR2) to every process of the job, and its default
-    action ends a process at once: the point's pytest ignores it and is stopped by this job."""
-    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
 
 
 def every_ray_task_returns() -> None:
@@ -175,13 +166,10 @@ def cancel_and_wait(refs: list) -> None:
     for them before it goes (Ray would end a gone driver's tasks without that teardown)."""
     import ray
 
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
+    with sigint_ignored():
         for ref in refs:
             ray.cancel(ref)
         ray.wait(refs, num_returns=len(refs), timeout=CANCELLED_TASKS_S)
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 @hydra.main(config_path=None, config_name="config", version_base=None)

@@ -19,7 +19,7 @@ from harness.sweep.launchers import is_launcher_override, launcher_of
 from harness.sweep.plan import SweepPlan
 from harness.sweep.point import label, point_overrides
 from harness.sweep.record import SweepRecord
-from harness.run.interrupts import Interrupts
+from harness.interrupts import Interrupts
 from harness.run.preflight import check_experiment
 
 

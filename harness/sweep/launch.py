@@ -12,7 +12,6 @@ task raised) is a failed point with the engine's reason and the path of its log.
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import yaml
 
+from harness.interrupts import sigint_ignored
 from harness.record.atomic import atomic_write
 from harness.record.secrets import Redactor
 from harness.servers.log import ServerLog
@@ -165,8 +165,7 @@ def drop_pickles(submitit_dir: Path) -> None:
 def interrupted(record: SweepRecord, entries: list[dict], app: subprocess.Popen, jobs) -> int:
     """Cancel every job of the sweep, wait until the engine has none left, mark the sweep
     interrupted (exit 2). A second Ctrl-C meanwhile is ignored: the points' teardown runs."""
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
+    with sigint_ignored():
         print("specgate sweep: interrupted; cancelling the sweep's jobs", file=sys.stderr, flush=True)
         jobs.cancel(app)
         stop_app(app)
@@ -176,6 +175,4 @@ def interrupted(record: SweepRecord, entries: list[dict], app: subprocess.Popen,
         collect(record, entries)
         explain_the_rest(record, entries, jobs, app.returncode, otherwise="cancelled: the sweep was interrupted")
         drop_pickles(record.path / "points" / ".submitit")
-    finally:
-        signal.signal(signal.SIGINT, previous)
     return finish_interrupted(record)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from harness import PROJECT_ROOT, SUITES_DIR
 from harness.config.compose import SweepPoint, override_key
+from harness.interrupts import sigint_ignored
 from harness.record.secrets import Redactor
 from harness.sweep.junit import point_options
 
@@ -74,11 +75,8 @@ def run_point(command: list[str]) -> tuple[int, bool]:
 def stop(child: subprocess.Popen) -> int:
     """SIGINT, then SIGTERM, then SIGKILL, each after a grace period. A second Ctrl-C while
     the point stops its servers is ignored, so it cannot cut that short and leave one behind."""
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
+    with sigint_ignored():
         return signal_until_gone(child)
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 def signal_until_gone(child: subprocess.Popen) -> int:

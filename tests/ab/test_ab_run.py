@@ -17,7 +17,7 @@ import pytest
 from harness import cli
 from harness.record.requests import read_lines
 from harness.servers.labels import RECORD
-from tests.support.runs import require_whole_run_marker, start_specgate
+from tests.support.runs import as_a_background_job, require_whole_run_marker, start_specgate
 
 pytestmark = pytest.mark.slow
 
@@ -101,7 +101,7 @@ def test_ctrl_c_stops_the_round_and_closes_the_record(tmp_path):
     runs = tmp_path / "runs"
     child = start_specgate("ab", *LOAD, "backend=process", "b:server.sim.decode_step_ms=4.4", "ab.rounds=4",
                            f"record.root={runs}", stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                           start_new_session=True)
+                           start_new_session=True, preexec_fn=as_a_background_job)  # Ctrl-C inherited ignored
     try:
         for line in child.stdout:  # round 1 ended: round 2 is under way
             if "round 2, arm 'default', side B: starting" in line:

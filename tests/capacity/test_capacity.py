@@ -27,7 +27,7 @@ from harness.sim.cli import parse_args as sim_parse_args
 from harness.sim.model import SimModel
 from harness.capacity.slo import Slo, goodput, misses, slos_of
 from harness.record.requests import read_lines
-from tests.support.runs import require_whole_run_marker, specgate, start_specgate
+from tests.support.runs import as_a_background_job, require_whole_run_marker, specgate, start_specgate
 
 ROOT = Path(__file__).resolve().parents[2]
 EXP = "+exp=sim_capacity"
@@ -271,7 +271,7 @@ def containers_of(record: Path) -> list:
 def test_ctrl_c_stops_the_probe_and_the_server_and_closes_the_record(tmp_path):
     runs = tmp_path / "runs"
     child = start_specgate("capacity", EXP, f"record.root={runs}", stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           text=True, start_new_session=True)
+                           text=True, start_new_session=True, preexec_fn=as_a_background_job)  # Ctrl-C inherited ignored
     try:
         for line in child.stdout:  # the first probe has met the SLOs: the second is under way
             if "concurrency 1: met" in line:

@@ -16,7 +16,7 @@ import pytest
 
 from harness.record.requests import read_lines
 from harness.servers.labels import remove_container
-from tests.support.runs import run_suites, specgate, start_suites
+from tests.support.runs import as_a_background_job, run_suites, specgate, start_suites
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
@@ -172,16 +172,10 @@ def test_a_server_that_never_gets_healthy_fails_with_its_log(tmp_path, marker):
     assert wait_gone(marker) == []
 
 
-def restore_sigint() -> None:
-    """A child of a shell's background job inherits SIGINT ignored, and Python keeps it so:
-    put the default back, so that Python turns SIGINT into KeyboardInterrupt as for a user."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def start_in_background(tmp_path: Path, marker: str, *extra: str, new_session: bool = False) -> subprocess.Popen:
     return start_suites("+exp=sim_smoke", f"record.root={tmp_path}", f"server.model_path={marker}",
                         "server.sim.decode_step_ms=20", "workload.num_prompts=200", *extra,
-                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=restore_sigint,
+                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=as_a_background_job,
                         start_new_session=new_session)
 
 

@@ -74,8 +74,8 @@ def test_content_hash_is_stable_and_follows_the_context(tmp_path: Path) -> None:
 def test_sim_context_holds_only_the_simulator() -> None:
     context = images.sim_context("specgate/sim-base:x")
     names = set(context.files)
-    assert {"Dockerfile", "harness/__init__.py", "harness/sim/__main__.py"} <= names
-    assert all(n in ("Dockerfile", "harness/__init__.py") or n.startswith("harness/sim/") for n in names)
+    assert {"Dockerfile", "harness/__init__.py", "harness/interrupts.py", "harness/sim/__main__.py"} <= names
+    assert all(n in ("Dockerfile", *images.SIM_SHARED_FILES) or n.startswith("harness/sim/") for n in names)
     assert context.build_args == {"BASE_IMAGE": "specgate/sim-base:x"}
     with tarfile.open(fileobj=context.tarball()) as tar:
         assert sorted(tar.getnames()) == sorted(names)
@@ -94,8 +94,11 @@ def test_debootstrapped_bases_are_named_by_suite_and_packages(tmp_path: Path) ->
 
 
 def test_simulator_imports_only_what_its_image_has() -> None:
-    """harness/sim may import the standard library, aiohttp, prometheus_client and itself."""
+    """harness/sim may import the standard library, aiohttp, prometheus_client, itself and the
+    modules of harness/ its image also holds (harness.interrupts, which imports only the
+    standard library)."""
     allowed = set(sys.stdlib_module_names) | {"aiohttp", "prometheus_client", "harness"}
+    shared = {name.removesuffix(".py").replace("/", ".") for name in images.SIM_SHARED_FILES} - {"harness.__init__"}
     for path in sorted((REPO / "harness" / "sim").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Import):
@@ -108,8 +111,14 @@ def test_simulator_imports_only_what_its_image_has() -> None:
                 top = module.split(".")[0]
                 assert top in allowed, f"{path.relative_to(REPO)} imports {module}, which the sim image lacks"
                 if top == "harness":
-                    assert module == "harness" or module.startswith("harness.sim"), (
-                        f"{path.relative_to(REPO)} imports {module}: the sim image has only harness/sim")
+                    assert module == "harness" or module.startswith("harness.sim") or module in shared, (
+                        f"{path.relative_to(REPO)} imports {module}: the sim image has only harness/sim "
+                        f"and {', '.join(sorted(shared))}")
+    for name in images.SIM_SHARED_FILES:  # and what it holds besides imports nothing but the standard library
+        for node in ast.walk(ast.parse((REPO / name).read_text(), name)):
+            if isinstance(node, (ast.Import, ast.ImportFrom)) and getattr(node, "level", 0) == 0:
+                for module in ([a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]):
+                    assert module.split(".")[0] in set(sys.stdlib_module_names) | {"__future__"}, (name, module)
 
 
 def test_patched_context_follows_patches_and_base(tmp_path: Path) -> None:

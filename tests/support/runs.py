@@ -91,6 +91,15 @@ def start_specgate(*args: str, prefix: tuple[str, ...] | list[str] = (), cwd: Pa
     return subprocess.Popen([*prefix, *specgate_argv(*args)], cwd=cwd, **popen)
 
 
+def as_a_background_job() -> None:
+    """A ``preexec_fn``: started as a non-interactive shell's background job, or by a script, a
+    process inherits SIGINT ignored, and Python keeps it so unless a handler is installed. Every
+    driver must still stop on Ctrl-C then (harness/interrupts.py): the Ctrl-C tests start it so."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _environment(extra: dict[str, str] | None) -> dict[str, str] | None:
     return None if extra is None else {**os.environ, **extra}
 

@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -147,6 +148,30 @@ def test_an_interrupted_point_ends_the_sweep_as_interrupted(tmp_path, monkeypatc
     assert (data["status"], data["exit_status"]) == ("interrupted", 2)
     assert [p["exit_status"] for p in data["points"]] == [2, None]
     assert "status **interrupted**" in (sweep_dir / "summary.md").read_text()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_sweep_started_with_ctrl_c_ignored_still_stops_on_it_and_on_sigterm(tmp_path, monkeypatch, signum):
+    # a shell's background job or a script's child inherits SIGINT ignored (harness/interrupts.py)
+    ran = []
+
+    def signalled_point(command):
+        ran.append(command)
+        os.kill(os.getpid(), signum)
+        time.sleep(1)  # the handler raises here, if there is one
+        return 0, False
+    monkeypatch.setattr(sweep, "run_point", signalled_point)
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        status = cli.main(["sweep", *SIM, "workload.concurrency=1,2", f"record.root={tmp_path}"])
+        assert signal.getsignal(signal.SIGINT) == signal.getsignal(signal.SIGTERM) == signal.SIG_IGN  # put back
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    (sweep_dir,) = tmp_path.iterdir()
+    data = json.loads((sweep_dir / "sweep.json").read_text())
+    assert status == 2 and len(ran) == 1, data  # the second point never started
+    assert (data["status"], data["exit_status"]) == ("interrupted", 2)
 
 
 @pytest.mark.slow
