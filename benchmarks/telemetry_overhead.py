@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness.servers.client import ServerClient  # noqa: E402
+from harness.http_client import ServerClient  # noqa: E402
 from harness.load import LoadPlan, run_load  # noqa: E402
 from harness.measure.metrics import summarize  # noqa: E402
 from harness.config.schema import WorkloadConfig  # noqa: E402

@@ -10,7 +10,8 @@ from pathlib import Path
 
 HARNESS = Path(__file__).resolve().parents[1] / "harness"
 PYTEST_ENTRY_POINTS = {"harness.plugin", "harness.cli"}  # the plugin, and the CLI that calls pytest.main
-HYDRA_MODULES = ("harness.config.", "harness.sweep.app")  # compose; the Hydra app a launcher runs (@hydra.main)
+# compose; the Hydra app a launcher runs (@hydra.main); secrets, whose override parser masks an override's value
+HYDRA_MODULES = ("harness.config.", "harness.sweep.app", "harness.secrets")
 SIGNALS_MODULE = "harness.interrupts"  # the one module that sets what a signal does
 # what sets (or reads, to put back) a signal's handler or mask: the signal module's functions,
 # and an event loop's

@@ -35,7 +35,7 @@ from harness.engines import ENGINE_OPTIONS, ENGINES
 from harness.engines.legacy import upgrade_config
 from harness.config import schema
 from harness.config.numbers import NumberError, check_numbers
-from harness.config.secrets import BOOK, FINGERPRINT, Policy, leaves, masked_override
+from harness.secrets import BOOK, FINGERPRINT, Policy, leaves, masked_override
 from harness.config.schema import SpecgateConfig
 
 DEFAULT_CONF_DIR = PROJECT_ROOT / "conf"
@@ -126,7 +126,6 @@ def is_override(token: str, previous: str | None, value_options: set[str] = PYTE
     if not OVERRIDE_TOKEN.match(token) or ("=" not in token and not token.startswith("~")):
         return False
     return not os.path.exists(token.split("::")[0])
-
 
 
 def override_key(override: str) -> str:
@@ -338,7 +337,7 @@ def policy_of(cfg: DictConfig) -> Policy:
 
 
 def masked(cfg: DictConfig) -> DictConfig:
-    """`cfg` with every secret, by where it sits, as its fingerprint (harness/config/secrets.py);
+    """`cfg` with every secret, by where it sits, as its fingerprint (harness/secrets.py);
     the values stay in the process's BOOK for the launch. Only the changed leaves are set, so
     the config keeps its interpolations and types."""
     plain = OmegaConf.to_container(cfg, resolve=True)
@@ -469,22 +468,17 @@ def remote_engine_host(docker_host: str | None) -> str | None:
 
 def validate(experiment: Experiment) -> None:
     """Every number against the schema first (a NaN passes every later `<=`), then the checks
-    the schema cannot express: references between arms, required values. What a name refers
-    to (a gate, an engine, a backend, a dataset ...) is checked by harness/run/compose.py."""
+    the schema cannot express: the plain arm, required values, values that exclude each other.
+    The gate section (its arms, after the registry's checks) and what a name refers to (an
+    engine, a backend, a dataset ...) are checked by harness/run/compose.py."""
     for where, cfg in [("", experiment.base)] + [(f"arm '{arm.name}': ", arm.cfg) for arm in experiment.arms]:
         try:
             check_numbers(cfg)
         except NumberError as exc:
             raise ConfigError(f"{where}{exc}") from None
     names = set(experiment.arm_names)
-    gate = experiment.base.gate
     if experiment.plain_arm is not None and experiment.plain_arm not in names:
         raise ConfigError(f"plain_arm '{experiment.plain_arm}' is not an arm; arms: {', '.join(sorted(names))}")
-    check_per_category_floors("min_accept_length", gate.min_accept_length)
-    if gate.baseline_mismatch not in BASELINE_MISMATCH:
-        raise ConfigError(f"gate.baseline_mismatch '{gate.baseline_mismatch}' is unknown; "
-                          f"valid: {', '.join(BASELINE_MISMATCH)}")
-    check_lossless(experiment)
     for arm in experiment.arms:
         validate_arm(arm)
 
@@ -517,43 +511,6 @@ def validate_arm(arm: Arm) -> None:
     check_record_root(cfg.record.root)
     own_lengths = workload.dataset is not None or workload.trace is not None  # per row, per request
     check_cancel(workload.cancel, None if own_lengths else workload.max_tokens)
-
-
-def check_per_category_floors(key: str, thresholds) -> None:
-    """`gate.<key>: {arm: 2.0}` or `{arm: {all: 2.0, code: 2.5}}`: numbers, nothing else."""
-    for arm, value in thresholds.items():
-        entries = value.items() if isinstance(value, DictConfig) else [(None, value)]
-        for category, floor in entries:
-            if isinstance(floor, bool) or not isinstance(floor, (int, float)):
-                where = f"gate.{key}.{arm}" + (f".{category}" if category is not None else "")
-                raise ConfigError(f"{where} must be a number (or, per category, {{all: 2.0, code: 2.5}}), "
-                                  f"got {floor!r}")
-
-# Workload keys that decide what a request generates: arms compared by gate.lossless must share them.
-OUTPUT_SHAPING_KEYS = ("api", "prompt", "input_len", "dataset", "trace", "trace_block_size", "max_turns", "tokenizer",
-                       "max_tokens", "ignore_eos", "temperature", "seed", "shared_prefix")
-
-
-def check_lossless(experiment: Experiment) -> None:
-    """gate.lossless compares outputs request by request under greedy decoding: both arms
-    at temperature 0, sending the same requests."""
-    for name, spec in experiment.base.gate.lossless.items():
-        if spec.against == name:
-            raise ConfigError(f"gate.lossless.{name}.against names arm '{name}' itself; compare it with another "
-                              f"arm (e.g. the plain-decoding one)")
-        arm, against = experiment.arm(name), experiment.arm(spec.against)
-        for compared in (arm, against):
-            temperature = compared.cfg.workload.temperature
-            if temperature != 0:
-                where = "" if temperature == experiment.base.workload.temperature else f" in arm '{compared.name}'"
-                raise ConfigError(f"gate.lossless compares outputs under greedy decoding: workload.temperature "
-                                  f"must be 0, got {temperature}{where}")
-        for key in OUTPUT_SHAPING_KEYS:
-            if arm.cfg.workload[key] != against.cfg.workload[key]:
-                raise ConfigError(f"gate.lossless compares arm '{name}' with '{spec.against}' request by request, "
-                                  f"but they send different requests: workload.{key} is {arm.cfg.workload[key]!r} in "
-                                  f"'{name}' and {against.cfg.workload[key]!r} in '{spec.against}' (set it for the "
-                                  f"whole experiment, not in one arm's overrides)")
 
 
 def check_cancel(cancel: typing.Any, max_tokens: int | None = None) -> None:

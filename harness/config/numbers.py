@@ -20,7 +20,7 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from harness.config.bounds import INT64_MAX
+from harness.bounds import INT64_MAX
 from harness.config.schema import Bounds, SpecgateConfig
 
 

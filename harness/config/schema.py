@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, make_dataclass
 from typing import Any, Dict, List, Optional
 
-from harness.config.bounds import INT64_MAX, Bounds, bounded, free_form  # noqa: F401  (Bounds: the schema's type of a bound)
+from harness.bounds import INT64_MAX, Bounds, bounded, free_form  # noqa: F401  (Bounds: the schema's type of a bound)
 from harness.engines import ENGINE_OPTIONS
 from harness.load.limits import (MAX_CLIENT_PROCESSES, MAX_IN_FLIGHT, MAX_LOAD_S, MAX_OUTPUT_TOKENS, MAX_PROMPT_TOKENS,
                                  MAX_REPEATS, MAX_REQUESTS, MAX_ROUNDS, MAX_TOP_LOGPROBS, MIN_TIMESLICE_S)

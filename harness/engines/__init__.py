@@ -1,6 +1,6 @@
 """Inference engines, one class each (see base.py for what a class provides).
 
-Only this package names an engine (tests/engines/test_engines.py). May import: load (request shapes), servers (the control-plane client), sim (the simulator's own flags), config.bounds (the Bounds its options' numbers carry; it imports nothing of the project)."""
+Only this package names an engine (tests/engines/test_engines.py). May import: load (request shapes), sim (the simulator's own flags), and the leaves harness/http_client.py (the control-plane client) and harness/bounds.py (the Bounds its options' numbers carry)."""
 
 from __future__ import annotations
 

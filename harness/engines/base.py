@@ -52,7 +52,7 @@ from omegaconf import DictConfig
 from harness.engines.readiness import HttpWaitStrategy
 
 if TYPE_CHECKING:
-    from harness.servers.client import ServerClient
+    from harness.http_client import ServerClient
     from harness.load.crosscheck import CountTokens
     from harness.load.sizing import PromptTokenizer
 
@@ -140,7 +140,7 @@ class Engine:
     # (harness/record/secrets.py; every other server.env value is a secret)
     readable_env: ClassVar[tuple[str, ...]] = ()
     # its command-line flags (glob patterns) whose values the record and terminal may show; the
-    # value of any other flag in server.extra_args is a secret (harness/config/secrets.py), so
+    # value of any other flag in server.extra_args is a secret (harness/secrets.py), so
     # a flag this engine does not know, `--api-key`, `--tokens`, never shows
     readable_flags: ClassVar[tuple[str, ...]] = ()
     # inside a JSON-valued argument of a readable flag: the keys whose string values may show
@@ -235,7 +235,7 @@ class Engine:
     def reset_prefix_cache(self, client: "ServerClient", cfg: DictConfig) -> CacheReset:
         """Empty the server's prefix cache (with nothing in flight): POST its route and read
         the answer (``prefix_cache_reset_done``)."""
-        from harness.servers.client import ClientError
+        from harness.http_client import ClientError
 
         missing = self.prefix_cache_reset_unavailable(cfg)
         if missing is not None:
@@ -261,7 +261,7 @@ class Engine:
 
     # --- info routes -------------------------------------------------------------------
     def server_version(self, client: "ServerClient") -> str | None:
-        from harness.servers.client import ClientError
+        from harness.http_client import ClientError
 
         for path in self.version_routes:
             try:

@@ -2,7 +2,7 @@
 (`Engine.readiness()`) and every backend waits on, as testcontainers' wait strategies do
 (`HttpWaitStrategy("/health").with_startup_timeout(120)`).
 
-A strategy polls until the server is ready (harness/servers/client.py does the HTTP),
+A strategy polls until the server is ready (harness/http_client.py does the HTTP),
 watches the server meanwhile so that one that exits early fails at once with how it ended,
 and on timeout fails with the server's log tail attached (the server's own `failure`,
 harness/servers/base.py).
@@ -48,7 +48,7 @@ class HttpWaitStrategy:
         """Seconds waited. Raises the server's failure (its log tail attached) when it exited
         first or the deadline passed. `watch_exit`: the backend owns a process that can
         exit (an attached server's liveness is only these same routes)."""
-        from harness.servers.client import ClientError, ServerClient
+        from harness.http_client import ClientError, ServerClient
 
         is_alive = server.is_alive if watch_exit else None
         try:

@@ -10,7 +10,7 @@ from omegaconf import DictConfig
 from harness.engines.base import ITL_PER_TOKEN, PER_REQUEST, CounterWindow, PrometheusNames, PythonEngine
 
 if TYPE_CHECKING:
-    from harness.servers.client import ServerClient
+    from harness.http_client import ServerClient
 
 TOKENS_PER_VERIFY = ("the server's counters: Δ generation tokens ÷ Δ verify calls over the /metrics window "
                      "(every finished request's completion tokens, its first, prefill-produced token included, "
@@ -133,7 +133,7 @@ class SGLang(PythonEngine):
     def server_accept_length(self, client: "ServerClient") -> float | None:
         """/get_server_info's internal_states[0].avg_spec_accept_length: cumulative over the
         server's life (warm-up and earlier runs included), so only a labelled fallback."""
-        from harness.servers.client import ClientError
+        from harness.http_client import ClientError
 
         try:
             info = client.get_json("/get_server_info")

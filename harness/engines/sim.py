@@ -10,7 +10,7 @@ from typing import Dict, List, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
-from harness.config.bounds import INT64_MAX, bounded
+from harness.bounds import INT64_MAX, bounded
 from harness.engines.base import EngineConfigError
 from harness.engines.sglang import SGLang
 from harness.load.crosscheck import CountTokens

@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
-from harness.config.bounds import INT64_MAX, bounded
+from harness.bounds import INT64_MAX, bounded
 from harness.engines.base import (ITL_PER_STEP, METRICS_WINDOW, CounterWindow, EngineConfigError, PrometheusNames,
                                   PythonEngine)
 

@@ -25,7 +25,7 @@ from typing import Any, Mapping
 import yaml
 from omegaconf import OmegaConf
 
-from harness.config.secrets import FINGERPRINT, key_id
+from harness.secrets import FINGERPRINT, key_id
 from harness.config.compose import ConfigError, Experiment
 from harness.gates.profile import NoiseProfile
 from harness.load.datasets import dataset_digest

@@ -41,7 +41,7 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from harness.config.secrets import BOOK
+from harness.secrets import BOOK
 from harness.interrupts import sigint_raises
 from harness.load.loop import EventLoopLoad, LoadInterrupted, RequestBudget, run_loop
 from harness.load.plan import LoadPlan

@@ -75,7 +75,7 @@ from typing import Any, Awaitable, Callable, ClassVar, Sequence
 import aiohttp
 import orjson
 
-from harness.servers.client import JSON_HEADERS, _error_of, _StreamFailure, _loads, _sse_payload, server_error_message
+from harness.http_client import JSON_HEADERS, _error_of, _StreamFailure, _loads, _sse_payload, server_error_message
 from harness.load.conversation import as_text
 from harness.load.crosscheck import CountTokens, StreamTally, usage_problem
 from harness.load.details import keep_generate, keep_openai

@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from harness.servers.client import ClientError, ServerClient
+from harness.http_client import ClientError, ServerClient
 from harness import project_path
 
 CountPromptTokens = Callable[[str], int]

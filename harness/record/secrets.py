@@ -1,14 +1,14 @@
 """What specgate writes carries secrets only as fingerprints; text it did not write is scrubbed.
 
 Secrets are a type decided by location when the config is composed
-(harness/config/secrets.py): compose() puts each one's fingerprint (``secret:<16 hex>``) in the
+(harness/secrets.py): compose() puts each one's fingerprint (``secret:<16 hex>``) in the
 config, so records, summaries, the terminal and launchers' command lines written from it
 never hold the value, and nothing that is not a secret is changed.
 
 What specgate does not write itself -- a server's log, a server's error body, a process's
 command line or environment read back, a tool's traceback, Hydra's and the launchers' own
 files and logs -- goes through the :class:`Redactor` on its way out:
-- every secret this process knows (the :data:`~harness.config.secrets.BOOK`, and this
+- every secret this process knows (the :data:`~harness.secrets.BOOK`, and this
   process's secret-named environment variables) in every form text gives it (as typed,
   shell- and Hydra-escaped, JSON-quoted, URL-encoded), and `NAME=value` of a secret
   variable, become its fingerprint; a value shorter than :data:`WORD_BOUNDED_BELOW` only
@@ -28,7 +28,7 @@ import re
 import weakref
 from typing import Any, Iterable
 
-from harness.config.secrets import (BOOK, ENV_KEYS, FINGERPRINT, READABLE_ENV, Policy, SecretBook, encodings,
+from harness.secrets import (BOOK, ENV_KEYS, FINGERPRINT, READABLE_ENV, Policy, SecretBook, encodings,
                                     fingerprint, is_flag, masked_override, override_secrets, secret_name)
 
 REDACTED = "***"  # how records made before fingerprints hid a secret: unknown, never compared

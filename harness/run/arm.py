@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from harness.measure.agreement import disagreements
 from harness.gates.client_bound import judge as judge_client
-from harness.servers.client import ClientError, ModelChoiceError, ServerClient
+from harness.http_client import ClientError, ModelChoiceError, ServerClient
 from harness.config.compose import Arm
 from harness.engines import Engine, engine_of
 from harness.engines.base import METRICS_WINDOW, CacheReset

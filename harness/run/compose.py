@@ -2,9 +2,10 @@
 then every name it gives checked against the registry that owns it, before any server starts.
 
 The config package knows the schema; the names in a config refer to things owned above it:
-gates (their registry), engines (their own checks), backends, build kinds, telemetry sources,
-request APIs, and the files a workload reads (datasets, traces, tokenizers) or the Ray cluster
-it names. Each mistake raises `ConfigError` with one sentence, as the schema's own do. Every
+gates (their registry, then the gate settings that read its arms: per-category floors, a
+mismatched reference, the lossless comparison), engines (their own checks), backends, build
+kinds, telemetry sources, request APIs, and the files a workload reads (datasets, traces,
+tokenizers) or the Ray cluster it names. Each mistake raises `ConfigError` with one sentence, as the schema's own do. Every
 driver, the CLI and the plugin compose through here; a replay checks a recorded experiment
 with `validate`.
 """
@@ -15,7 +16,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from harness.config.compose import DEFAULT_CONF_DIR, Arm, ConfigError, Experiment, compose_typed, remote_engine
+from harness.config.compose import (BASELINE_MISMATCH, DEFAULT_CONF_DIR, Arm, ConfigError, Experiment, compose_typed,
+                                    remote_engine)
 from harness.config import compose as typed
 from harness.config.schema import BUILD_KINDS
 from harness.engines import ENGINES, EngineConfigError
@@ -53,8 +55,8 @@ def validate(experiment: Experiment) -> None:
 
 
 def check_names(experiment: Experiment) -> None:
-    """Every registered gate, whatever its scope (a sweep or capacity gate's wrong arm is wrong
-    in any run), what an inconclusive verdict does, then each arm's names."""
+    """The gate section: every registered gate, whatever its scope (a sweep or capacity gate's
+    wrong arm is wrong in any run), then the settings that read its arms; then each arm's names."""
     try:
         check_gate_config(experiment.base, experiment.arm_names, experiment.plain_arm)
     except GateConfigError as exc:
@@ -62,6 +64,11 @@ def check_names(experiment: Experiment) -> None:
     gate = experiment.base.gate
     if gate.inconclusive not in INCONCLUSIVE:
         raise ConfigError(f"gate.inconclusive '{gate.inconclusive}' is unknown; valid: {', '.join(INCONCLUSIVE)}")
+    check_per_category_floors("min_accept_length", gate.min_accept_length)
+    if gate.baseline_mismatch not in BASELINE_MISMATCH:
+        raise ConfigError(f"gate.baseline_mismatch '{gate.baseline_mismatch}' is unknown; "
+                          f"valid: {', '.join(BASELINE_MISMATCH)}")
+    check_lossless(experiment)
     for arm in experiment.arms:
         check_arm_names(arm)
 
@@ -99,6 +106,44 @@ def check_arm_names(arm: Arm) -> None:
     if workload.trace is not None:
         check_trace(workload)
     check_timeslices(cfg)
+
+
+def check_per_category_floors(key: str, thresholds) -> None:
+    """`gate.<key>: {arm: 2.0}` or `{arm: {all: 2.0, code: 2.5}}`: numbers, nothing else."""
+    for arm, value in thresholds.items():
+        entries = value.items() if isinstance(value, DictConfig) else [(None, value)]
+        for category, floor in entries:
+            if isinstance(floor, bool) or not isinstance(floor, (int, float)):
+                where = f"gate.{key}.{arm}" + (f".{category}" if category is not None else "")
+                raise ConfigError(f"{where} must be a number (or, per category, {{all: 2.0, code: 2.5}}), "
+                                  f"got {floor!r}")
+
+
+# Workload keys that decide what a request generates: arms compared by gate.lossless must share them.
+OUTPUT_SHAPING_KEYS = ("api", "prompt", "input_len", "dataset", "trace", "trace_block_size", "max_turns", "tokenizer",
+                       "max_tokens", "ignore_eos", "temperature", "seed", "shared_prefix")
+
+
+def check_lossless(experiment: Experiment) -> None:
+    """gate.lossless compares outputs request by request under greedy decoding: both arms
+    at temperature 0, sending the same requests."""
+    for name, spec in experiment.base.gate.lossless.items():
+        if spec.against == name:
+            raise ConfigError(f"gate.lossless.{name}.against names arm '{name}' itself; compare it with another "
+                              f"arm (e.g. the plain-decoding one)")
+        arm, against = experiment.arm(name), experiment.arm(spec.against)
+        for compared in (arm, against):
+            temperature = compared.cfg.workload.temperature
+            if temperature != 0:
+                where = "" if temperature == experiment.base.workload.temperature else f" in arm '{compared.name}'"
+                raise ConfigError(f"gate.lossless compares outputs under greedy decoding: workload.temperature "
+                                  f"must be 0, got {temperature}{where}")
+        for key in OUTPUT_SHAPING_KEYS:
+            if arm.cfg.workload[key] != against.cfg.workload[key]:
+                raise ConfigError(f"gate.lossless compares arm '{name}' with '{spec.against}' request by request, "
+                                  f"but they send different requests: workload.{key} is {arm.cfg.workload[key]!r} in "
+                                  f"'{name}' and {against.cfg.workload[key]!r} in '{spec.against}' (set it for the "
+                                  f"whole experiment, not in one arm's overrides)")
 
 
 def check_remote_engine(arm: Arm) -> None:

@@ -21,7 +21,7 @@ from harness.measure.registry import metric_value, noise_metrics
 from harness.engines.legacy import upgrade_config
 from harness.load.datasets import dataset_digest
 from harness.load.trace import trace_digest
-from harness.config.secrets import BOOK, FINGERPRINT
+from harness.secrets import BOOK, FINGERPRINT
 from harness.record.store import REDACTED, RecordError, RunData, read_run
 from harness.config.schema import SpecgateConfig
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from harness import PROJECT_ROOT, __version__
-from harness.config.secrets import key_id
+from harness.secrets import key_id
 from harness.gates.baseline_match import arm_identity
 from harness.run.arm import ArmFailed, ArmRun, ArmSession
 from harness.config.compose import Arm, Experiment

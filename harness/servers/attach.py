@@ -14,8 +14,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from harness.config.secrets import BOOK
-from harness.servers.client import ClientError, ServerClient, ServerRefused
+from harness.secrets import BOOK
+from harness.http_client import ClientError, ServerClient, ServerRefused
 from harness.engines import engine_of
 from harness.servers.base import Server
 from harness.servers.log import ServerLog

@@ -19,7 +19,7 @@ from docker.types import DeviceRequest, Ulimit
 from omegaconf import DictConfig
 
 from harness.config.compose import remote_engine_host
-from harness.config.secrets import BOOK
+from harness.secrets import BOOK
 from harness.engines import engine_of
 from harness.engines.base import DEFAULT_IMAGE_PYTHON, Launch
 from harness.servers.images import ImageError, ImageInfo, docker_client, ensure_image

@@ -46,7 +46,7 @@ import docker
 import docker.errors
 
 from harness import PROJECT_ROOT
-from harness.config.secrets import BOOK
+from harness.secrets import BOOK
 from harness.config.schema import BUILD_KINDS
 
 REPO = PROJECT_ROOT

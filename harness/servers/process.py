@@ -14,7 +14,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from harness.config.secrets import BOOK
+from harness.secrets import BOOK
 from harness.engines import engine_of
 from harness.servers.base import Server, ServerError
 from harness.servers.log import ServerLog

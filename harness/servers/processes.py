@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.config.secrets import BOOK, FINGERPRINT, fingerprint
+from harness.secrets import BOOK, FINGERPRINT, fingerprint
 
 # Run inside the container with `sh -c` (POSIX sh, cat, od and tr: no interpreter of the
 # engine's needed, so any server image can be inspected): one block per process, its

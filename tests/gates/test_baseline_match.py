@@ -39,7 +39,7 @@ def test_only_what_shapes_a_request_counts():
 def test_secrets_in_an_identity_compare_by_fingerprint():
     """A prompt or model path holding a secret (a URL's token) is a fingerprint in both
     configs: equal values compare equal, different ones differ, none is skipped."""
-    from harness.config.secrets import fingerprint
+    from harness.secrets import fingerprint
     mine, same, other = (cfg(prompt=f"http://{fingerprint(v)}@host/p") for v in ("tok1", "tok1", "tok2"))
     assert differences(mine, same) == []
     assert len(differences(mine, other)) == 1

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from harness.servers.client import ServerClient
+from harness.http_client import ServerClient
 from harness.gates.client_bound import guard_client_bound, judge
 from harness.gates.registry import GateContext
 from harness.gates.throughput import client_kept_up, max_itl_ms, max_ttft_ms, min_output_tok_s

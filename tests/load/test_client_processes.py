@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.servers.client import ServerClient
+from harness.http_client import ServerClient
 from harness.load import LoadPlan, LoadResult, RequestRecord, run_load
 from harness.load.arrivals import DealtArrivals, PoissonArrivals
 from harness.load.client_health import merge_process_blocks

@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 from openai import OpenAI
 from openai.types import Completion
 
-from harness.servers.client import ServerClient
+from harness.http_client import ServerClient
 from harness.engines import ENGINES
 from harness.load import LoadPlan, RequestRecord, run_load
 from harness.load.crosscheck import SLACK_TOKENS, StreamTally, usage_problem

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from harness.config.secrets import fingerprint
+from harness.secrets import fingerprint
 from harness.run.compose import compose
 from harness.record.requests import read_lines
 from harness.record.store import (RecordError, Redactor, RunRecord, atomic_write, load_results, read_reference_runs,

@@ -1,4 +1,4 @@
-"""Secrets as a type (harness/config/secrets.py): decided by where a value sits when the config
+"""Secrets as a type (harness/secrets.py): decided by where a value sits when the config
 is composed, written everywhere as a keyed fingerprint, revealed only to the server; what
 specgate did not write itself (a server's log, a launcher's, a traceback) scrubbed of every
 secret in every encoding (harness/record/secrets.py). Nothing that is not a secret changes."""
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness.run.compose import compose
-from harness.config.secrets import BOOK, FINGERPRINT, Policy, fingerprint, masked_override, secret_name
+from harness.secrets import BOOK, FINGERPRINT, Policy, fingerprint, masked_override, secret_name
 from harness.engines import ENGINES
 from harness.record.secrets import Redactor, readable_env, terminal_text
 from harness.servers.processes import ServerProcess, environment_mismatches
@@ -105,7 +105,7 @@ def test_the_values_go_back_only_to_the_server():
 
 
 def test_a_fingerprint_is_keyed_stable_and_kept_apart_from_the_key(tmp_path, monkeypatch):
-    from harness.config import secrets
+    from harness import secrets
     assert fingerprint("same value") == fingerprint("same value") != fingerprint("other value")
     assert "same value" not in fingerprint("same value")
     monkeypatch.setattr(secrets, "_KEY", [])

@@ -1,4 +1,4 @@
-"""harness.servers.client and the load's request functions (harness.load.requests) against a fake
+"""harness.http_client and the load's request functions (harness.load.requests) against a fake
 SGLang over real loopback HTTP (no mocks of aiohttp).
 
 The fake server (FakeSGLang) reproduces the SSE shapes of SGLang 0.5.x:
@@ -18,8 +18,8 @@ import time
 
 import pytest
 
-from harness.servers import client
-from harness.servers.client import (
+from harness import http_client as client
+from harness.http_client import (
     ClientError,
     ServerBadResponse,
     ServerClient,

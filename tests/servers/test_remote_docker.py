@@ -23,7 +23,7 @@ from pathlib import Path
 import docker
 import pytest
 
-from harness.config.secrets import Policy
+from harness.secrets import Policy
 from harness.config.compose import ConfigError
 from harness.run.compose import compose
 from harness.servers.docker import client_host, unreachable_publish

@@ -15,7 +15,7 @@ import pytest
 
 from harness import cli
 
-from harness.config.secrets import fingerprint
+from harness.secrets import fingerprint
 from harness.record.secrets import Redactor
 from harness.sweep import point as sweep
 from harness.config.compose import ConfigError, sweep_points

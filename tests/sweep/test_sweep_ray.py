@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from harness import cli
-from harness.config.secrets import fingerprint
+from harness.secrets import fingerprint
 from harness.servers.ports import free_port
 from tests.support.ray_cluster import two_node_cluster
 from tests.sweep.test_sweep_launchers import (SIM, assert_point_passed, finished, leftover, sweep, sweep_record,

@@ -1,4 +1,4 @@
-"""specgate's HTTP client: this module and :mod:`harness.load.requests` are the only
+"""specgate's HTTP client, a leaf (it imports nothing of the project): this module and :mod:`harness.load.requests` are the only
 code in the harness that speaks HTTP.
 
 * Control plane (``requests``, synchronous): :class:`ServerClient` -- health checks,
