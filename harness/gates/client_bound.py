@@ -66,7 +66,7 @@ def decode_figures() -> list[str]:
 
 
 def throughput() -> list[str]:
-    """Rates that late sends lower (output_tok_s, request_per_s)."""
+    """Rates that late sends lower (the output and request rates)."""
     return [m.path for m in all_metrics() if m.client == "throughput"]
 
 

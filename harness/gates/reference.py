@@ -24,7 +24,7 @@ INCONCLUSIVE = ("fail", "warn", "pass")
 
 @dataclass(frozen=True)
 class Comparison:
-    """A typed reference-run gate parsed from config: `output_tok_s: "3%"` may get 3 % worse.
+    """A typed reference-run gate parsed from config: `<metric path>: "3%"` may get 3 % worse.
     Which way is worse comes from the metric registry (tok/s down, latencies up), never from
     a sign: "-3%" and "+3%" allow the same 3 % regression."""
 

@@ -4,7 +4,7 @@ A reference-run verdict shows the reference's figure from results.json and judge
 change and its interval from the reference's rows (requests.parquet). The two must be one
 measurement: a record whose rows were doctored, repeated or cut (100,000 rows made by
 repeating a real record's, timings and all, doubled its tokens in the same span) turned an
-identical run into `output_tok_s 249.33 -> 249.42 (+99.9% worse, 95% interval +99.9% to
+identical run into `<output rate> 249.33 -> 249.42 (+99.9% worse, 95% interval +99.9% to
 +99.9% worse)` (issue 32). So each compared figure is recomputed from the rows with the
 estimator that made it (each repeat's rows through the metric's samples, then combined over
 repeats as results.json combines them: harness/measure/metrics.py combine_repeats) and

@@ -10,7 +10,7 @@ from harness.gates.lossless import compare as compare_outputs, summary as descri
 from harness.measure.metrics import acceptance_per_position
 from harness.measure.steady import rate_evidence as steady_rates
 from harness.measure.server_metrics import missing_note
-from harness.measure.registry import STEADY, break_even_accept_length, cycle_and_step, speedup, speedup_missing, throughputs
+from harness.measure.registry import OUTPUT_RATE, STEADY, break_even_accept_length, cycle_and_step, speedup, speedup_missing, throughputs
 from harness.gates.verdict import inconclusive_passes, Verdict, skipped, not_configured, fmt, at_least, at_most, guard_noise
 from harness.gates.client_bound import guard_client_bound
 from harness.gates.reference import gpu_trouble
@@ -138,7 +138,7 @@ def min_speedup(ctx: GateContext) -> list[Verdict]:
     )
     verdict = Verdict(name, arm, ratio >= spec.ratio, ratio, spec.ratio, detail)
     speed_interval(verdict, ctx, spec.over, spec.ratio, on)
-    return untrusted_ratio([verdict], ctx, spec.over, "output_tok_s", "output_tok_s", sized=True)
+    return untrusted_ratio([verdict], ctx, spec.over, OUTPUT_RATE, OUTPUT_RATE, sized=True)
 
 
 def untrusted_ratio(verdicts: list[Verdict], ctx: GateContext, other: str, mine: str, theirs: str,
@@ -169,11 +169,11 @@ def speed_interval(verdict: Verdict, ctx: GateContext, over: str, floor: float, 
         mine = steady_rates(ctx.requests, ctx.result.steady)
         theirs = steady_rates(ctx.arm_requests.get(over, []), ctx.results[over].steady)
     else:
-        mine, theirs = evidence("output_tok_s", ctx.requests), evidence("output_tok_s", ctx.arm_requests.get(over, []))
+        mine, theirs = evidence(OUTPUT_RATE, ctx.requests), evidence(OUTPUT_RATE, ctx.arm_requests.get(over, []))
     if mine is None or theirs is None or not mine.groups_count or not theirs.groups_count:
         return  # no request lines (e.g. a test's bare result): the point ratio decides
     # judge() measures how much worse `mine` is than `theirs`; the floor is 1 - ratio worse
-    change = judge("output_tok_s", theirs, mine, 1.0 - floor, lower_is_better=False, confidence=ctx.gate.confidence)
+    change = judge(OUTPUT_RATE, theirs, mine, 1.0 - floor, lower_is_better=False, confidence=ctx.gate.confidence)
     if change.low is None:
         verdict.inconclusive, verdict.passed = True, inconclusive_passes(ctx.gate)
         verdict.detail += f"; inconclusive: {change.why} (gate.inconclusive={ctx.gate.inconclusive})"

@@ -11,7 +11,7 @@ from harness.gates.client_bound import cause, guard_client_bound
 from harness.gates.reference import gpu_trouble
 from harness.gates.trust import guard_gpu, guard_short_load
 from harness.measure import output_length, prompt_length
-from harness.measure.registry import resolve
+from harness.measure.registry import OUTPUT_RATE, metric_value, resolve
 from harness.gates.verdict import (inconclusive_passes, Verdict, skipped, not_configured, at_least, at_most, guard_noise,
                                    untrusted)
 from harness.gates.registry import GateConfigError, GateContext, register, keyed_arms, unmeasured
@@ -134,9 +134,10 @@ def min_output_tok_s(ctx: GateContext) -> list[Verdict]:
         return [not_configured(name, arm)]
     if (missing := unmeasured(name, ctx)) is not None:
         return missing
-    verdicts = [at_least(name, arm, ctx.result.output_tok_s, gate.min_output_tok_s[arm], "output throughput", " tok/s")]
-    verdicts = guard_client_bound(verdicts, ctx.result, ["output_tok_s"], inconclusive_passes(gate))
-    verdicts = guard_noise(verdicts, ctx.result, ["output_tok_s"], gate)
+    rate = metric_value(ctx.result, OUTPUT_RATE)  # the gate's name is its config key; the metric is the registry's
+    verdicts = [at_least(name, arm, rate, gate.min_output_tok_s[arm], "output throughput", " tok/s")]
+    verdicts = guard_client_bound(verdicts, ctx.result, [OUTPUT_RATE], inconclusive_passes(gate))
+    verdicts = guard_noise(verdicts, ctx.result, [OUTPUT_RATE], gate)
     verdicts = guard_short_load(verdicts, {arm: ctx.result}, gate)
     return guard_gpu(verdicts, gate, slowed_gpus(ctx))
 

@@ -49,7 +49,7 @@ def speed_verdict(verdict: Verdict) -> bool:
 
 
 def window_figure(path: str) -> bool:
-    """A rate over the measured window (output_tok_s, request_per_s): what a short load blurs."""
+    """A rate over the measured window (the output and request rates): what a short load blurs."""
     try:
         return resolve(path).client == "throughput"
     except KeyError:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from harness.history.changepoints import DEFAULT_ALPHA, DEFAULT_PERMUTATIONS, ChangePoint, change_points
-from harness.measure.registry import Metric, compared_by_default, metric_value, number, read, resolve
+from harness.measure.registry import OUTPUT_RATE, Metric, compared_by_default, metric_value, number, read, resolve
 from harness.record.kinds import KINDS
 from harness.record.store import RecordError, RunData, read_run
 
@@ -170,7 +170,7 @@ def check_asked_metrics(history: History, asked: Sequence[str]) -> None:
     for path in asked:
         if not any(run.value(arm, path) is not None for run in history.runs for arm in run.arms):
             raise RecordError(f"--metric {path}: no run in {history.folder} has a number at arms.<arm>.{path} "
-                              f"(give a path of results.json's arm block, e.g. output_tok_s, ttft_ms.p99, "
+                              f"(give a path of results.json's arm block, e.g. {OUTPUT_RATE}, ttft_ms.p99, "
                               f"requests.failed).")
 
 

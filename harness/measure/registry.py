@@ -164,6 +164,7 @@ class Metric:
     # steady block, harness/measure/steady.py), "timeslice" (each slice, harness/measure/timeslices.py)
     over: tuple[str, ...] = ()
     digits: int = 4  # decimals a window's block keeps of it
+    in_timeline: bool = False  # a panel of the report's timeline (its timeslices, harness/report/timeline.py)
 
     def key(self, plain_arm: Optional[str] = None) -> str:
         """Its key in results.json: cross-arm metrics carry the plain arm's name."""
@@ -174,6 +175,11 @@ class Metric:
 
     def format(self, value: Any) -> str:
         return "-" if value is None else self.pattern.format(int(value) if self.count else value)
+
+    @property
+    def short_label(self) -> str:
+        """Its label without its unit, for where the unit is shown beside it (a timeline's panel)."""
+        return self.label.removesuffix(f" {self.unit}")
 
     def format_column(self, value: Any) -> str:
         return "-" if value is None else (self.column_pattern or self.pattern).format(value)
@@ -246,16 +252,16 @@ TTFT, E2E = s.field_value("ttft_ms", at="first_chunk"), s.field_value("e2e_ms")
 for _entry in (
     Metric("output_tok_s", "output tok/s", "tok/s", "{:.1f}", "higher", noise=True, compared=True, column="tok/s",
            in_sweep=True, in_capacity=True, samples=WindowRate("tokens"), client="throughput", one_sided=True,
-           over=(STEADY, TIMESLICE), digits=3),
+           over=(STEADY, TIMESLICE), digits=3, in_timeline=True),
     Metric("request_per_s", "requests/s", "req/s", "{:.3f}", "higher", noise=True, column="req/s",
            column_pattern="{:.2f}", in_capacity=True, samples=WindowRate("requests"), client="throughput",
            one_sided=True),
     distribution("ttft_ms.p50", "TTFT p50 ms", "{:.1f}", TTFT, noise=True, column="TTFT p50", in_sweep=True,
-                 in_capacity=True, aliases=("ttft_ms_p50",), over=(TIMESLICE,)),
+                 in_capacity=True, aliases=("ttft_ms_p50",), over=(TIMESLICE,), in_timeline=True),
     distribution("ttft_ms.p99", "TTFT p99 ms", "{:.1f}", TTFT, noise=True, column="TTFT p99", in_sweep=True,
                  in_capacity=True, aliases=("ttft_ms_p99",), over=(TIMESLICE,)),
     distribution("itl_ms.p50", "ITL p50 ms", "{:.2f}", s.itl_values, one_sided=False, noise=True, compared=True,
-                 column="ITL p50", over=(TIMESLICE,)),
+                 column="ITL p50", over=(TIMESLICE,), in_timeline=True),
     distribution("itl_ms.p99", "ITL p99 ms", "{:.2f}", s.itl_values, one_sided=False, noise=True, column="ITL p99",
                  in_capacity=True, over=(TIMESLICE,)),
     distribution("tpot_ms.p50", "TPOT p50 ms", "{:.2f}", s.tpot_values, client="decode", one_sided=False, noise=True,
@@ -265,7 +271,8 @@ for _entry in (
     distribution("e2e_ms.p50", "E2E p50 ms", "{:.0f}", E2E, noise=True, column="E2E p50"),
     distribution("e2e_ms.p99", "E2E p99 ms", "{:.0f}", E2E, in_compare=False, in_report=False, in_capacity=True),
     Metric("accept_length", "accept length", "tokens/cycle", "{:.2f}", "higher", noise=True, column="accept len",
-           in_sweep=True, in_capacity=True, samples=RatioOfSums(s.accept_length_row), over=(TIMESLICE,)),
+           in_sweep=True, in_capacity=True, samples=RatioOfSums(s.accept_length_row), over=(TIMESLICE,),
+           in_timeline=True),
     Metric("verify_cycle_ms", "verify cycle ms", "ms", "{:.2f}", "lower", noise=True, column="cycle ms",
            column_pattern="{:.1f}", in_sweep=True, samples=RatioOfSums(s.verify_cycle_row), client="decode",
            over=(STEADY,)),
@@ -360,6 +367,11 @@ def put(block: dict[str, Any], path: str, value: Any) -> None:
     for part in parents:
         block = block.setdefault(part, {})
     block[last] = value
+
+
+def timeline_metrics() -> list[Metric]:
+    """The metrics the report's timeline draws, one panel each, from its slices (each over a timeslice)."""
+    return [m for m in over_window(TIMESLICE) if m.in_timeline]
 
 
 def in_scope(scope: str) -> list[Metric]:

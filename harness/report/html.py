@@ -24,7 +24,7 @@ from matplotlib.ticker import FuncFormatter
 
 from harness.gates.client_bound import bound_figures
 from harness.report.compare import GATE_STATUSES, gate_status, noise_cv
-from harness.measure.registry import Metric, metric, metric_value, number, read, report_metrics
+from harness.measure.registry import OUTPUT_RATE, Metric, metric, metric_value, number, read, report_metrics
 from harness.report.timeline import steady_span, timeline_svg
 from harness.report.tables import ACCEPTANCE_DIMENSIONS, ACCEPTANCE_HEADER, acceptance_rows, heading, value_cell
 from harness.record.atomic import atomic_write
@@ -138,10 +138,10 @@ def steady_words(steady: Optional[dict[str, Any]]) -> str:
     span = steady_span(steady)
     where = f"{span[0] / 1000.0:.2f} s to {span[1] / 1000.0:.2f} s of the run, " if span else ""
     rule = "all slots busy" if steady.get("rule") == "closed_loop" else "arrivals ramped in, before the last send"
-    tok_s = number(steady.get("output_tok_s"))
+    rate = metric(OUTPUT_RATE)  # the steady block's rate, as the registry computed and shows it
     return (f"Steady window ({rule}): {where}{number(steady.get('window_s')) or 0:.2f} s, "
             f"{100 * (number(steady.get('share_of_load')) or 0):.0f} % of the load; "
-            f"{'-' if tok_s is None else f'{tok_s:.1f}'} tok/s over it.")
+            f"{rate.format(number(metric_value(steady, rate.path)))} {rate.unit} over it.")
 
 
 def category_rows(blocks: dict[str, Any], arms: list[str], plain_arm: Optional[str]) -> list[list[str]]:
@@ -411,7 +411,7 @@ def ecdf_axes(ax, values: dict[str, np.ndarray], arms: list[str], title: str) ->
 
 def throughput_chart(results: dict[str, Any], arms: list[str]) -> Optional[str]:
     """Output tok/s per arm (min-max over repeats as an error bar when the record has it)."""
-    values = {arm: number(metric_value(results.get(arm), "output_tok_s")) for arm in arms}
+    values = {arm: number(metric_value(results.get(arm), OUTPUT_RATE)) for arm in arms}
     shown = [arm for arm in arms if values[arm] is not None]
     if not shown:
         return None
@@ -466,7 +466,7 @@ def accept_length_chart(results: dict[str, Any], arms: list[str]) -> Optional[st
 
 def spread_err(result: Any, value: float) -> Optional[list[list[float]]]:
     noise = result.get("noise") if isinstance(result, dict) else None
-    spread = noise.get("output_tok_s") if isinstance(noise, dict) else None
+    spread = noise.get(OUTPUT_RATE) if isinstance(noise, dict) else None
     lo, hi = (number(spread.get(k)) for k in ("min", "max")) if isinstance(spread, dict) else (None, None)
     if lo is None or hi is None:
         return None

@@ -10,7 +10,7 @@ from harness.measure.agreement import client_decoded_tokens, sentence, server_de
 from harness.gates.client_bound import bound_figures
 from harness.gates.trust import speed_verdict
 from harness.engines.base import ITL_PER_TOKEN
-from harness.measure.registry import metric, read, summary_columns
+from harness.measure.registry import OUTPUT_RATE, metric, read, summary_columns
 from harness.report.tables import (ACCEPTANCE_DIMENSIONS, ACCEPTANCE_HEADER, Row, acceptance_rows, markdown_table,
                                    metric_table, value_cell)
 from harness.measure.metrics import ArmResult, acceptance_per_position, category_speedups
@@ -56,8 +56,9 @@ def steady_section(experiment, results: dict[str, ArmResult]) -> list[str]:
         if steady.get("inconclusive"):
             lines.append(f"- {arm}: inconclusive: {steady['inconclusive']}")
         else:
+            rate = metric(OUTPUT_RATE)  # the rate the registry computed over the window
             lines.append(f"- {arm}: {steady.get('window_s') or 0:.2f} s, {100 * (steady.get('share_of_load') or 0):.0f} % "
-                         f"of the load, {cell(steady.get('output_tok_s'), '{:.1f}')} tok/s")
+                         f"of the load, {cell(read(steady, rate), rate.pattern)} {rate.unit}")
     if not lines:
         return []
     plain = experiment.plain_arm

@@ -1,26 +1,30 @@
 """An arm's figures over time as one inline SVG for the report: a panel per figure the arm's
-timeslices carry (output tok/s, TTFT and ITL p50, accept length, GPU clock and power), on one
-time axis, with the steady window (harness/measure/steady.py) shaded in every panel, so
-warm-up, throttling or a server that slows down mid-run are seen beside the window the
-speedup was measured over. Plain SVG text: no script, nothing loaded."""
+timeslices carry (the registry's timeline metrics, each computed over its slice by
+harness/measure/timeslices.py, then GPU clock and power), on one time axis, with the steady
+window (harness/measure/steady.py) shaded in every panel, so warm-up, throttling or a server
+that slows down mid-run are seen beside the window the speedup was measured over. This page
+reads the slices' figures and the registry's labels and units; it computes none. Plain SVG
+text: no script, nothing loaded."""
 
 from __future__ import annotations
 
 from html import escape
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from markupsafe import Markup
 
+from harness.measure.registry import metric_value, timeline_metrics
+
 WIDTH, PANEL, LEFT, RIGHT, GAP = 900, 90, 70, 20, 22
-# (label, how to read a slice's value, unit): drawn in this order where the slices have values
-SERIES = (
-    ("output", lambda s: s.get("output_tok_s"), "tok/s"),
-    ("TTFT p50", lambda s: (s.get("ttft_ms") or {}).get("p50"), "ms"),
-    ("ITL p50", lambda s: (s.get("itl_ms") or {}).get("p50"), "ms"),
-    ("accept length", lambda s: s.get("accept_length"), "tok/cycle"),
-    ("GPU SM clock", lambda s: s.get("sm_clock_mhz"), "MHz"),
-    ("GPU power", lambda s: s.get("power_w"), "W"),
-)
+# the GPU's figures per slice (telemetry's, not metrics of the requests): (label, key, unit)
+GPU_SERIES = (("GPU SM clock", "sm_clock_mhz", "MHz"), ("GPU power", "power_w", "W"))
+
+
+def series() -> list[tuple[str, Callable[[dict], Any], str]]:
+    """(label, how to read a slice's value, unit), drawn in this order where the slices have values:
+    the registry's timeline metrics, then the GPU's."""
+    figures = [(m.short_label, lambda s, path=m.path: metric_value(s, path), m.unit) for m in timeline_metrics()]
+    return figures + [(label, lambda s, key=key: s.get(key), unit) for label, key, unit in GPU_SERIES]
 
 
 def steady_span(steady: dict[str, Any] | None, repeat: int = 0) -> Optional[tuple[float, float]]:
@@ -43,7 +47,7 @@ def timeline_svg(arm: str, timeslices: dict[str, Any] | None, steady: dict[str, 
     slices = repeats[0].get("slices") if repeats else None
     if not slices:
         return None
-    panels = [(label, unit, [(s, read(s)) for s in slices]) for label, read, unit in SERIES]
+    panels = [(label, unit, [(s, read(s)) for s in slices]) for label, read, unit in series()]
     panels = [(label, unit, points) for label, unit, points in panels if any(v is not None for _, v in points)]
     t0, t1 = slices[0]["start_ms"], slices[-1]["end_ms"]
     x = lambda t: LEFT + (t - t0) / max(t1 - t0, 1e-9) * (WIDTH - LEFT - RIGHT)  # noqa: E731

@@ -23,14 +23,14 @@ import numpy as np
 
 from harness.gates.change import BOOTSTRAP_RESAMPLES, CONFIDENCE, MIN_SAMPLES, evidence, resampled
 from harness.measure.estimate import around
-from harness.measure.registry import STEADY
+from harness.measure.registry import OUTPUT_RATE, STEADY
 from harness.measure.samples import COLUMNS
 from harness.measure.steady import rate_evidence as steady_rates
 from harness.record.requests import read_lines
 from harness.schedule.grid import Cell, Grid
 
 PLAIN_K = 0  # plain decoding as a candidate (vLLM's schedule spells it so too)
-METRIC = "output_tok_s"
+METRIC = OUTPUT_RATE
 
 
 @dataclass

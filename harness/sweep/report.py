@@ -24,7 +24,7 @@ from matplotlib.ticker import FixedLocator, NullLocator
 
 from harness.record.atomic import atomic_write
 from harness.record.store import FINISHED, INTERRUPTED
-from harness.measure.registry import metric, read
+from harness.measure.registry import OUTPUT_RATE, STEADY, metric, read
 from harness.report.html import ARM_COLORS, TEMPLATES, ReportError, figure_uri, show
 from harness.gates.sweep import others_of, point_concurrency
 from harness.report.tables import Row, metric_table
@@ -264,8 +264,8 @@ def pareto_points(points: list[dict[str, Any]]) -> list[ParetoPoint]:
             if not isinstance(figures, dict):
                 continue
             tpot = figure_of(figures, "tpot_ms.p50")
-            rate = figure_of(figures, "steady.output_tok_s")
-            rate = rate if rate is not None else figure_of(figures, "output_tok_s")
+            rate = figure_of(figures, f"{STEADY}.{OUTPUT_RATE}")  # the steady window's, else the whole load's
+            rate = rate if rate is not None else figure_of(figures, OUTPUT_RATE)
             if not tpot or tpot <= 0 or rate is None:
                 continue
             gpus = figures.get("gpus")
