@@ -1,11 +1,14 @@
 """The package's shape, enforced as tests/test_engines.py enforces the engine rule: the import
-graph of harness/ (every import, also those inside functions) has no cycle, only the pytest
+graph of harness/ (every import, also those inside functions) has no cycle, among modules or among
+packages, each package imports only what docs/architecture.md's table declares, only the pytest
 entry points import pytest, only the config package (plus the Hydra app a launcher runs)
 imports Hydra, and only harness/interrupts.py says what a signal does."""
 
 from __future__ import annotations
 
 import ast
+import itertools
+import re
 from pathlib import Path
 
 HARNESS = Path(__file__).resolve().parents[1] / "harness"
@@ -81,6 +84,13 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_import_cycle_even_counting_imports_inside_functions():
     assert cycles(import_graph()) == []
+
+
+def test_every_import_is_absolute():
+    """The graphs read absolute imports only: a relative one would be an edge they miss."""
+    relative = {name: node.lineno for name, tree in modules().items() for node in ast.walk(tree)
+                if isinstance(node, ast.ImportFrom) and node.level > 0}
+    assert not relative, f"relative imports (write harness.<package>...): {relative}"
 
 
 def test_the_cycle_finder_finds_a_deferred_cycle():
@@ -169,19 +179,107 @@ def test_the_modules_any_package_may_import_import_nothing_of_the_project():
         assert not {m for m in imported_names(trees[name]) if m == "harness" or m.startswith("harness.")}, name
 
 
-def test_every_package_says_what_lives_there_and_what_it_may_import():
+def test_every_package_says_what_lives_there():
+    """What it may import is the architecture page's table (read below), not its docstring."""
     for init in sorted(HARNESS.glob("*/__init__.py")):
         doc = ast.get_docstring(ast.parse(init.read_text())) or ""
         assert doc, f"{init.relative_to(HARNESS.parent)} has no docstring"
-        if init.parent.name not in {"sim"}:  # the simulator is a program of its own (python -m harness.sim)
-            assert "May import" in doc or "may import" in doc, f"{init.relative_to(HARNESS.parent)} does not say what it may import"
+        assert "may import" not in doc.lower(), f"{init.relative_to(HARNESS.parent)} says what it may import: the table does"
 
+
+# --------------------------------------------------------------------------- the declared layering
+PAGE = HARNESS.parent / "docs" / "architecture.md"
+LAYERING_HEADER = "| package | what lives there | may import |"
+
+
+def node_of(module: str) -> str:
+    """A module's node in the package graph: its package (harness.config), or the module itself
+    when it sits at the top (harness.cli, harness.bounds); harness/__init__.py is `harness`."""
+    return ".".join(module.split(".")[:2])
+
+
+def package_graph(graph: dict[str, set[str]] | None = None) -> dict[str, dict[str, set[str]]]:
+    """The module graph collapsed to nodes: node -> imported node -> the module imports that make the edge."""
+    graph = import_graph() if graph is None else graph
+    packages: dict[str, dict[str, set[str]]] = {node_of(m): {} for m in graph}
+    for module, imported in graph.items():
+        for other in imported:
+            if node_of(other) != node_of(module):
+                packages[node_of(module)].setdefault(node_of(other), set()).add(f"{module} -> {other}")
+    return packages
+
+
+def without_parentheses(text: str) -> str:
+    while True:
+        shorter = re.sub(r"\([^()]*\)", "", text)
+        if shorter == text:
+            return text
+        text = shorter
+
+
+def declared_layering(page: str) -> tuple[dict[str, set[str]], set[str]]:
+    """The page's table (package -> what it may import, parenthesized reasons aside) and the
+    leaves any package may import (the sentence "Any package may import ..." above it)."""
+    lines = page.splitlines()
+    start = lines.index(LAYERING_HEADER)
+    anyone = set()
+    for line in lines[:start]:
+        if line.startswith("Any package may import"):
+            anyone = {node_of(path.removesuffix(".py").replace("/", "."))
+                      for path in re.findall(r"`(harness/\w+\.py)`", line)}
+    table: dict[str, set[str]] = {}
+    for row in itertools.takewhile(lambda line: line.startswith("|"), lines[start + 2:]):
+        cells = [cell.strip() for cell in row.strip().strip("|").split("|")]
+        where, may = cells[0].strip("`"), without_parentheses(cells[-1]).replace("`", "")
+        node = "harness" if where == "harness/__init__.py" else where.rstrip("/").removesuffix(".py").replace("/", ".")
+        names = [name.strip() for name in may.split(";")[0].split(",")]
+        table[node] = {"harness" if name == "harness" else f"harness.{name}" for name in names if name not in ("", "nothing")}
+    return table, anyone
+
+
+def test_the_package_graph_has_no_cycle_even_counting_imports_inside_functions():
+    packages = package_graph()
+    components = cycles({node: set(edges) for node, edges in packages.items()})
+    why = {f"{a} -> {b}": sorted(packages[a][b]) for component in components for a in component
+           for b in packages[a] if b in component}
+    assert not components, f"packages that reach each other: {components}; the edges: {why}"
+
+
+def test_every_package_imports_only_what_the_architecture_page_declares():
+    """The table of docs/architecture.md ("The packages") is the layering: each package's imports,
+    deferred ones counted, lie within its row; the rows are harness's packages and top-level
+    modules, no more, no fewer; and the declared layering itself has no cycle."""
+    table, anyone = declared_layering(PAGE.read_text(encoding="utf-8"))
+    packages = package_graph()
+    assert set(table) | anyone == set(packages), \
+        f"the page's table lists {sorted(set(table) - set(packages))} that harness lacks, and lacks {sorted(set(packages) - set(table) - anyone)}"
+    unknown = {node: sorted(may - set(packages)) for node, may in table.items() if may - set(packages)}
+    assert not unknown, f"the table declares imports of what harness lacks: {unknown}"
+    assert cycles({node: table.get(node, set()) for node in packages}) == [], "the declared layering has a cycle"
+    for leaf in anyone:
+        assert not packages[leaf], f"{leaf}, which any package may import, imports {sorted(packages[leaf])}"
+    stray = {f"{node} -> {other}": sorted(modules) for node, edges in packages.items() for other, modules in edges.items()
+             if other not in table.get(node, set()) | anyone}
+    assert not stray, f"imports outside the page's declared layering (docs/architecture.md, The packages): {stray}"
+
+
+def test_the_layering_reader_reads_names_and_skips_reasons():
+    page = "\n".join(["Any package may import `harness/exit_status.py`, which imports nothing.", "",
+                      LAYERING_HEADER, "| --- | --- | --- |",
+                      "| `harness/__init__.py` | the root | nothing |",
+                      "| `harness/bounds.py` | bounds | |",
+                      "| `harness/config/` | the config | harness (its folder), engines (options, flags), load; never pytest |",
+                      "| `harness/cli.py` | the command | config (`compose`), run |", "", "| other | table |"])
+    assert declared_layering(page) == ({"harness": set(), "harness.bounds": set(),
+                                        "harness.config": {"harness", "harness.engines", "harness.load"},
+                                        "harness.cli": {"harness.config", "harness.run"}}, {"harness.exit_status"})
+    assert package_graph({"harness.a.x": {"harness.b.y", "harness.a.z"}, "harness.a.z": set(), "harness.b.y": set(),
+                          "harness.cli": {"harness.a.x"}}) == \
+        {"harness.a": {"harness.b": {"harness.a.x -> harness.b.y"}}, "harness.b": {}, "harness.cli": {"harness.a": {"harness.cli -> harness.a.x"}}}
 
 def test_the_architecture_page_names_every_record_kind_and_command_the_code_has():
     """The page's lists are checked against the code: a new record kind or command that the
     map does not name fails here (it once said four kinds and ten commands for five and 13)."""
-    import re
-
     from harness.record.kinds import KINDS
 
     page = (HARNESS.parent / "docs" / "architecture.md").read_text(encoding="utf-8")

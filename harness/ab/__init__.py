@@ -9,6 +9,5 @@ machine and judged on their paired differences -- the merge gate that holds on a
     record.py   the A/B record (kind "ab": ab.json, summary.md, each side's requests)
 
 The verdicts are the registry's "ab" gates (harness/gates/ab.py) on the paired change with
-a round-blocked interval (harness/gates/change.py `judge_paired`). May import config, run,
-servers, load, measure, gates, record, report.
+a round-blocked interval (harness/gates/change.py `judge_paired`).
 """

@@ -3,6 +3,5 @@ own pytest process as a sweep point runs (harness/sweep/point.py), and the noise
 spread makes (harness/gates/profile.py) for gate.baseline: the driver (driver.py) and the
 calibration's record and summary (record.py, the one record writer's kind "calibration").
 
-A driver over the run package. May import: config, run, record, gates, measure, sweep (its
-point: one whole run as its own pytest).
+A driver over the run package; its point is the sweep's (one whole run as its own pytest).
 """

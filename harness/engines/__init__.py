@@ -1,6 +1,6 @@
 """Inference engines, one class each (see base.py for what a class provides).
 
-Only this package names an engine (tests/engines/test_engines.py). May import: load (request shapes), sim (the simulator's own flags), and the leaves harness/http_client.py (the control-plane client) and harness/bounds.py (the Bounds its options' numbers carry)."""
+Only this package names an engine (tests/engines/test_engines.py)."""
 
 from __future__ import annotations
 

@@ -12,7 +12,6 @@ change.py     a metric's change between two runs with an interval (reference.py'
 lossless.py, baseline_match.py, client_bound.py, trust.py   the comparisons gates lean on
 
 Importing the package imports every gate module, so the registry is whole wherever it is read.
-May import: config (schema types), measure, record (to read a reference run).
 """
 
 from harness.gates import ab, capacity, gpu, reference, speculative, sweep, throughput  # noqa: F401  (they register their gates)

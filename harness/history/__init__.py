@@ -4,7 +4,4 @@ only), the folder read leniently (folder.py: torn or unfinished members skipped 
 runs ordered by start time, one experiment) and `specgate history` (report.py: the table per
 arm and the HTML page with one plot per arm and metric). The reference-run gate takes its
 reference runs from `History.since_last_change`.
-
-May import: record (the one reader of records, atomic writes), measure (the metric registry),
-report (the table renderer, the HTML report's chart helpers), config (ConfigError).
 """

@@ -5,7 +5,7 @@ several processes in :mod:`.processes`) into a
 :class:`LoadResult` of :class:`RequestRecord` s (:mod:`.records`), with a live progress
 line (:mod:`.progress`).
 
-May import: the leaves harness/http_client.py (the HTTP client) and harness/secrets.py (a Ray address's user). Never a config tree beyond what the caller hands it.
+Never a config tree beyond what the caller hands it.
 """
 
 from harness.load.progress import ProgressSnapshot, print_progress

@@ -1,4 +1,2 @@
 """Figures from request records: the metric registry (registry.py), an arm's result (metrics.py), the server's own counters over the measured window (server_metrics.py), client against server (agreement.py), prompt lengths.
-
-May import: load (the request records), engines (an engine's counter names).
 """

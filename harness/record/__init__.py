@@ -4,5 +4,5 @@ paths, a record's kind, results.json, histories), the per-request columns (reque
 streamed by row group), atomic files (atomic.py) and the one redaction
 policy (secrets.py) every byte that leaves the process goes through.
 
-May import: config (the schema's types, secrets), engines (each engine's readable names, for the redaction). Telemetry writes its own CSV and plot into an arm's folder (Recorder.write_arm_files).
+Telemetry writes its own CSV and plot into an arm's folder (Recorder.write_arm_files).
 """

@@ -8,6 +8,5 @@ decided or within noise, and the schedule in the forms the engines take.
     write.py      schedule.json and schedule.md, atomically, into the sweep's folder
     make.py       the command: all of the above, or one sentence and nothing written
 
-Reads records; starts nothing. May import: record, gates (the intervals' bootstrap), measure,
-engines (their forms).
+Reads records; starts nothing.
 """

@@ -1,7 +1,6 @@
 """Server backends behind one interface (`Server`). Only this package starts servers.
 
-Also the images a docker backend runs (images.py); the control-plane HTTP client they use is harness/http_client.py.
-May import: config, engines, record (the server log goes through the redaction)."""
+Also the images a docker backend runs (images.py); the control-plane HTTP client they use is harness/http_client.py."""
 
 from __future__ import annotations
 

@@ -3,5 +3,5 @@ run, plan.py), each point's pytest (point.py), run by a launcher (launchers.py: 
 or submitit through launch.py, app.py, jobs.py); the sweep's end (finish.py); the sweep's
 record (record.py), gates (gates.py) and report (report.py).
 
-A driver over the run package. May import: config, run, record, report, gates, measure, servers.
+A driver over the run package.
 """

@@ -4,8 +4,6 @@ the summary, CSV and plot of what it read, and the energy per output token over 
 load (``energy``).  Only this package knows NVML.
 
 ``driver.nvidia_driver_status`` (the pre-flight driver check) lives here too.
-
-May import: record (atomic writes of its CSV and plots).
 """
 
 from harness.telemetry.base import (
