@@ -32,7 +32,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from harness.measure.registry import OUTPUT_RATE, STEADY, figures_over, metric, over_window
+from harness.measure.registry import OUTPUT_RATE, STEADY, figures_over, metric, metric_value, over_window, put
 from harness.measure.samples import Evidence
 from harness.measure.window import Window, repeat_of
 
@@ -167,7 +167,9 @@ def steady_figures(lines: list[dict], concurrency: int, request_rate: Optional[f
     block: dict[str, Any] = {"rule": window.rule, "concurrency": concurrency,
                              "start_ms": _r(window.start_ms), "end_ms": _r(window.end_ms),
                              "window_s": _r(window.seconds), "share_of_load": _r(window.share),
-                             "inconclusive": window.inconclusive, **dict.fromkeys(figure_keys())}
+                             "inconclusive": window.inconclusive}
+    for key in figure_keys():
+        put(block, key, None)
     if window.inconclusive:
         return block
     ok = completed(lines)
@@ -213,9 +215,9 @@ def combine(blocks: list[dict[str, Any]]) -> dict[str, Any]:
     combined = {"rule": conclusive[0]["rule"], "concurrency": conclusive[0].get("concurrency"),
                 "repeats_conclusive": len(conclusive), "inconclusive": None,
                 "windows_ms": [windows_of(b)[0] if windows_of(b) else None for b in blocks]}
-    for key in ("window_s", "share_of_load", *figure_keys()):
-        values = [b[key] for b in conclusive if b.get(key) is not None]
-        combined[key] = _r(float(np.median(values))) if values else None
+    for key in ("window_s", "share_of_load", *figure_keys()):  # a figure's dotted path nests, as in results.json
+        values = [v for b in conclusive if (v := metric_value(b, key)) is not None]
+        put(combined, key, _r(float(np.median(values))) if values else None)
     return combined
 
 

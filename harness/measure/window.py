@@ -54,20 +54,30 @@ class Window:
                 mine.append(line)
         return by_repeat
 
+    def extent(self, repeat: int) -> Optional[Span]:
+        """A repeat's first stretch's start to its last one's end (None: the repeat is not in it).
+        A request's own values (a TTFT, a gap, an E2E) belong to the window where they were seen
+        inside it: the stretches say where a rate or a decode step is measured (the steady
+        window's every-slot-decoding stretches end at a last chunk, before its request ends),
+        not which requests count."""
+        spans = () if self.spans is None else self.spans.get(repeat, ())
+        return (min(a for a, _ in spans), max(b for _, b in spans)) if spans else None
+
     def holds(self, repeat: int, t: Optional[float]) -> bool:
-        """Whether instant ``t`` of a repeat lies in the window (half-open stretches)."""
-        if self.spans is None:
+        """Whether a request's value seen at instant ``t`` of a repeat lies in the window (half-open)."""
+        if self.spans is None or t is None:
             return t is not None
-        return t is not None and any(a <= t < b for a, b in self.spans.get(repeat, ()))
+        extent = self.extent(repeat)
+        return extent is not None and extent[0] <= t < extent[1]
 
     def mask(self, repeat: int, times: np.ndarray) -> np.ndarray:
-        """Which of a repeat's instants lie in the window, at once (a request's chunks)."""
+        """:meth:`holds` for many instants at once (a request's chunks)."""
         if self.spans is None:
             return np.ones(times.shape, dtype=bool)
-        inside = np.zeros(times.shape, dtype=bool)
-        for a, b in self.spans.get(repeat, ()):
-            inside |= (times >= a) & (times < b)
-        return inside
+        extent = self.extent(repeat)
+        if extent is None:
+            return np.zeros(times.shape, dtype=bool)
+        return (times >= extent[0]) & (times < extent[1])
 
     def spans_of(self, line: Any) -> tuple[Span, ...]:
         """The stretches of the line's repeat (none where the window leaves that repeat out)."""

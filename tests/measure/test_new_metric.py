@@ -2,7 +2,9 @@
 records, it appears in results and repeats, the run summary, `specgate compare`, a
 reference-run gate (with its interval), sweep.json and the sweep's summary and report,
 each capacity probe and the capacity summary and report, and the run report: every place
-on small in-memory records, no server."""
+on small in-memory records, no server. Its entry naming the steady and timeslice windows,
+it is found with its interval over the whole load, the steady window and each timeslice,
+and drawn in the report's timeline (issue 32: windows are a parameter of the registry)."""
 
 from __future__ import annotations
 
@@ -21,7 +23,10 @@ from harness.gates import reference, registry as gate_registry
 from harness.load import LoadResult, RequestRecord
 from harness.measure import registry
 from harness.measure.metrics import combine_repeats, summarize
-from harness.measure.samples import PerRequest, field_value
+from harness.measure.samples import PerRequest, field_value, measured
+from harness.measure.steady import measured_window
+from harness.measure.timeslices import timeslices_block
+from harness.measure.window import WHOLE, Window
 from harness.record.store import read_run
 from harness.report.compare import compare_data, compare_runs
 from harness.report.html import render_report
@@ -36,8 +41,8 @@ PATH, LABEL, COLUMN = "output_tokens.p50", "output tokens p50", "out tokens p50"
 def output_tokens_p50():
     """Each request's output tokens, their median: one entry, nothing else touched."""
     entry = registry.Metric(PATH, LABEL, "tokens", "{:.1f}", "higher", noise=True, column=COLUMN,
-                            in_sweep=True, in_capacity=True,
-                            samples=PerRequest(field_value("completion_tokens"), "p50"))
+                            in_sweep=True, in_capacity=True, over=(registry.STEADY, registry.TIMESLICE),
+                            in_timeline=True, samples=PerRequest(field_value("completion_tokens"), "p50"))
     with registry.registered(entry):
         yield entry
 
@@ -140,6 +145,59 @@ def test_the_run_report_shows_it(output_tokens_p50, tmp_path):
                                                        "arms": {"eagle3": {"status": "measured", **result.to_json()}}}))
     page = render_report(read_run(tmp_path))
     assert LABEL in page and f"{result.figures[PATH]:.1f}" in page
+
+
+def ended_in(loaded: LoadResult, start_ms: float, end_ms: float) -> list[int]:
+    """The output tokens of the requests that ended in [start, end) ms of the load's axis."""
+    return [r.completion_tokens for r in loaded.records if start_ms <= r.to_json()["end_ms"] < end_ms]
+
+
+def assert_point_of_its_interval(entry, lines: list[dict], window: Window, figure: float) -> None:
+    found = entry.estimate(lines, window=window)
+    assert found.point == pytest.approx(figure, abs=1e-4), (window.name, found, figure)  # a block keeps 4 decimals
+    assert found.low is not None and found.low <= found.point <= found.high, (window.name, found)
+
+
+def test_it_is_found_with_its_interval_over_the_whole_load(output_tokens_p50):
+    loaded = load(1, 60.0)
+    result = summarize("eagle3", loaded)
+    assert_point_of_its_interval(output_tokens_p50, measured(lines_of(loaded)), WHOLE, expected_median(loaded))
+    assert result.figures[PATH] == pytest.approx(expected_median(loaded))
+
+
+def test_it_is_found_with_its_interval_over_the_steady_window(output_tokens_p50):
+    loaded = load(1, 60.0)
+    result = summarize("eagle3", loaded)
+    block = result.to_json()["steady"]
+    assert block["inconclusive"] is None, block
+    figure = registry.metric_value(block, PATH)  # under its path, as in results.json
+    # the steady window chose its stretches; the requests that ended inside them, by hand
+    window = measured_window(lines_of(loaded), block)
+    [(start, end)] = [window.extent(0)]
+    by_hand = ended_in(loaded, start, end)
+    assert 0 < len(by_hand) < len(loaded.records)  # the window leaves the ramp and the tail out
+    assert figure == pytest.approx(float(np.median(by_hand)), abs=1e-4) and block["output_tokens"]["n"] == len(by_hand)
+    assert_point_of_its_interval(output_tokens_p50, measured(lines_of(loaded)), window, figure)
+    both = combine_repeats("eagle3", [result, summarize("eagle3", load(2, 64.0))])
+    assert registry.metric_value(both.steady, PATH) is not None  # repeats combine it as every steady figure
+
+
+def test_it_is_found_with_its_interval_in_each_timeslice_and_drawn_in_the_timeline(output_tokens_p50, tmp_path):
+    loaded = load(1, 60.0, n=60)
+    lines = lines_of(loaded)
+    block = timeslices_block(lines, 2.0)
+    slices = block["repeats"][0]["slices"]
+    assert len(slices) >= 3
+    for one in slices[:-1]:  # the last slice may be short and hold too few requests for an interval
+        figure, by_hand = registry.metric_value(one, PATH), ended_in(loaded, one["start_ms"], one["end_ms"])
+        assert figure == pytest.approx(float(np.median(by_hand))) and one["output_tokens"]["n"] == len(by_hand)
+        window = Window.over(registry.TIMESLICE, [(one["start_ms"], one["end_ms"])])
+        assert_point_of_its_interval(output_tokens_p50, measured(lines), window, figure)
+    result = summarize("eagle3", loaded)
+    arm = {"status": "measured", **result.to_json(), "timeslices": block}
+    (tmp_path / "results.json").write_text(json.dumps({"experiment": "x", "status": "finished", "arms": {"eagle3": arm}}))
+    page = render_report(read_run(tmp_path))
+    assert f"{output_tokens_p50.short_label} (tokens)" in page  # its own panel, labelled by its entry
 
 
 def test_gone_once_unregistered(tmp_path):
