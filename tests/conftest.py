@@ -23,6 +23,28 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+WHOLE_RUN_MARKERS = ("slow", "cluster", "real_engine", "benchmark_reduced", "serial")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The files that start whole runs first, each file's tests in their order: `make test`'s
+    workers take a file at a time in this order (--dist loadfile), so the minutes-long ones
+    start early and the quick ones fill the gaps at the end, instead of one worker finishing
+    a three-minute sweep while the other waits."""
+    heavy_files = {item.path for item in items if any(item.get_closest_marker(m) for m in WHOLE_RUN_MARKERS)}
+    root = Path(__file__).resolve().parent
+
+    def rank(item: pytest.Item) -> tuple[int, int]:
+        longest = [root / name for name in LONGEST_FILES]
+        return (item.path not in heavy_files, longest.index(item.path) if item.path in longest else len(longest))
+
+    items.sort(key=rank)  # stable: the order within each file stays
+
+
+# the longest files of the first pass, by `make test`'s --durations (a sweep each, ~3 min on 2 cores)
+LONGEST_FILES = ("sweep/test_sweep_steady.py", "schedule/test_schedule_sim.py", "sweep/test_sweep_crossover.py")
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     # Before the fixtures: a module-scoped fixture that starts a run is set up here, in its first test.
