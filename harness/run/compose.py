@@ -30,7 +30,6 @@ from harness.load.requests import REQUEST_FUNCS
 from harness.load.sizing import SizingError, local_tokenizer
 from harness.load.trace import TraceError, replay_of
 from harness.servers import BACKENDS
-from harness.servers.docker import LOOPBACK, unreachable_publish
 from harness.telemetry.base import NOT_SAMPLING, SOURCES
 
 KNOWN_KINDS = {
@@ -152,6 +151,8 @@ def check_remote_engine(arm: Arm) -> None:
     cfg, remote = arm.cfg, remote_engine(arm.cfg)
     if remote is None:
         return
+    from harness.servers.docker import LOOPBACK, unreachable_publish  # the docker SDK only for a docker engine
+
     why = unreachable_publish(cfg.backend.docker_host, cfg.backend.publish_host)
     if why:
         raise ConfigError(f"arm '{arm.name}': {why}")

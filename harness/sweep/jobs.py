@@ -13,6 +13,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from harness.servers.processes import live_processes
+
 # slurmstepd's last words in a job's log, e.g. `*** JOB 12 ON vm CANCELLED AT ... DUE TO TIME LIMIT ***`
 STEPD_LINE = re.compile(r"\*\*\* (JOB|STEP) \S+ ON \S+ (CANCELLED|FAILED|PREEMPTED|NODE FAIL)[^*]*\*\*\*")
 

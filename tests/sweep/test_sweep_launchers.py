@@ -21,9 +21,11 @@ from tests.support.runs import start_specgate
 ROOT = Path(__file__).resolve().parents[2]
 # The launchers' tests judge the launcher, not this box's speed: a point runs beside Ray's or
 # SLURM's daemons on 2 busy cores, where the simulator's absolute latencies (a 4 ms ITL
-# against a 10 ms limit) are the box's; the suites' latency limits are tested in tests/e2e/.
+# against a 10 ms limit) are the box's. The latency limits stay, loose enough that only a
+# broken server fails them; the suites' own limits are tested in tests/e2e/.
 SIM = ["+exp=sim_smoke", "backend=process", "workload.num_prompts=2", "workload.max_tokens=16",
-       "gate.max_ttft_ms={}", "gate.max_itl_ms={}"]
+       *(f"gate.max_ttft_ms.{arm}.p99=5000" for arm in ("baseline", "eagle3")),
+       *(f"gate.max_itl_ms.{arm}.p50=1000" for arm in ("baseline", "eagle3"))]
 QUIET = ["-p", "no:cacheprovider", "--no-progress"]
 # Background children of a non-interactive shell start with SIGINT ignored: reset it, so that
 # the test's SIGINT is a real Ctrl-C.
