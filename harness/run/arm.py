@@ -16,7 +16,7 @@ from harness.http_client import ClientError, ModelChoiceError, ServerClient
 from harness.config.compose import Arm
 from harness.engines import Engine, engine_of
 from harness.engines.base import METRICS_WINDOW, CacheReset
-from harness.servers.images import ImageError
+from harness.servers.base import ImageError
 from harness.load import LoadInterrupted, LoadPlan, LoadResult, run_load
 from harness.gates.lossless import top_logprobs_to_ask
 from harness.load.sizing import PromptTokenizer, SizingError, local_tokenizer

@@ -29,7 +29,7 @@ from harness.record.requests import RequestColumns
 from harness.record.store import FINISHED, INTERRUPTED, RUNNING, RunData
 from harness.run.replay import drift_rows, drift_table
 from harness.servers import Session, remove_dead_sessions_containers
-from harness.servers.images import ImageError
+from harness.servers.base import ImageError
 from harness.report.summary import format_summary
 from harness.telemetry.energy import joules_per_token_ratio
 

@@ -25,6 +25,10 @@ class ServerError(Exception):
     """A server could not be started, never became healthy, or died (one sentence + log tail)."""
 
 
+class ImageError(Exception):
+    """An image could not be found, pulled or built (one sentence, and what to do)."""
+
+
 class Server(ABC):
     def __init__(self, name: str, log_path: Path, scrub: "Scrub | None" = None):
         self.name = name  # the arm this server belongs to

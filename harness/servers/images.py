@@ -48,6 +48,7 @@ import docker.errors
 from harness import PROJECT_ROOT
 from harness.secrets import BOOK
 from harness.config.schema import BUILD_KINDS
+from harness.servers.base import ImageError  # defined there: a run catches it without loading the docker SDK
 
 REPO = PROJECT_ROOT
 CONTAINERS = REPO / "containers"
@@ -103,9 +104,6 @@ class ImageInfo:
     digest: str | None  # repo digest (pulled images); None for images built here
     built: bool  # True: built (or pulled) now; False: found on the engine and reused
 
-
-class ImageError(Exception):
-    """An image could not be found, pulled or built (one sentence, and what to do)."""
 
 
 # ----------------------------------------------------------------------- engine
