@@ -34,7 +34,8 @@ run: install-run
 
 # The project's own tests (including end-to-end runs of the suites in subprocesses), in two
 # passes: the tests that can share the machine on $(WORKERS) pytest-xdist workers, a test file
-# per worker (so a module's shared run starts once), then, one at a time, the tests marked
+# per worker (so a module's shared run starts once; the files that start whole runs first,
+# tests/conftest.py), then, one at a time, the tests marked
 # to be alone (SERIAL: a benchmark's ratios, vLLM's CPU build using every core, `specgate
 # clean`). The tests mostly wait on servers (one at a time, CI's 2 cores sat at a load of
 # 0.7): two workers use them; three were 2 minutes faster but made the machine busy enough
