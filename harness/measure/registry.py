@@ -348,6 +348,7 @@ def figures_over(lines: list[dict], window: Window, name: str) -> dict[str, Any]
     its entry's decimals; a distribution's block also says how many values it rests on (n)."""
     block: dict[str, Any] = {}
     found: dict[int, s.Evidence] = {}  # one distribution's samples, read once for all its statistics
+    counts: dict[str, int] = {}
     for m in over_window(name):
         if isinstance(m.samples, PerRequest):
             key = id(m.samples.values_of)
@@ -357,7 +358,9 @@ def figures_over(lines: list[dict], window: Window, name: str) -> dict[str, Any]
             value = m.value_from(lines, window)
         put(block, m.path, None if value is None else round(float(value), m.digits))
         if isinstance(m.samples, PerRequest) and "." in m.path:
-            block[m.family].setdefault("n", ev.samples)
+            counts[m.family] = ev.samples
+    for family, n in counts.items():  # after its statistics, as records have always listed it
+        block[family]["n"] = n
     return block
 
 
