@@ -46,7 +46,7 @@ WORKERS ?= 2
 SERIAL  := serial or benchmark_reduced or real_engine
 test: install
 	@status=0; \
-	$(BIN)/pytest tests/ -q -n $(WORKERS) --dist loadfile -m "not ($(SERIAL))" --durations=25 || status=$$?; \
+	$(BIN)/pytest tests/ -q -n $(WORKERS) --dist loadfile --no-loadscope-reorder -m "not ($(SERIAL))" --durations=25 || status=$$?; \
 	$(BIN)/pytest tests/ -q -m "$(SERIAL)" --durations=10 || { s=$$?; [ $$status -ne 0 ] || status=$$s; }; \
 	exit $$status
 
@@ -56,7 +56,7 @@ test: install
 # `make test` runs them.
 FAST_LANE := not slow and not cluster and not real_engine and not benchmark_reduced and not serial
 test-fast: install-run
-	$(BIN)/pytest tests/ -q -n $(WORKERS) --dist loadfile -m "$(FAST_LANE)"
+	$(BIN)/pytest tests/ -q -n $(WORKERS) --dist loadfile --no-loadscope-reorder -m "$(FAST_LANE)"
 
 # A single-node SLURM cluster on this machine (root, Debian): `specgate sweep ...
 # hydra/launcher=submitit_slurm` runs its points as SLURM jobs here. Idempotent; the SLURM

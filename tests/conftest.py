@@ -28,7 +28,8 @@ WHOLE_RUN_MARKERS = ("slow", "cluster", "real_engine", "benchmark_reduced", "ser
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The files that start whole runs first, each file's tests in their order: `make test`'s
-    workers take a file at a time in this order (--dist loadfile), so the minutes-long ones
+    workers take a file at a time in this order (--dist loadfile --no-loadscope-reorder; xdist's
+    default hands out the files with the most tests first), so the minutes-long ones
     start early and the quick ones fill the gaps at the end, instead of one worker finishing
     a three-minute sweep while the other waits."""
     heavy_files = {item.path for item in items if any(item.get_closest_marker(m) for m in WHOLE_RUN_MARKERS)}
