@@ -64,7 +64,7 @@ from harness.load import LoadPlan, run_load  # noqa: E402
 from harness.measure.metrics import ArmResult, summarize  # noqa: E402
 from harness.record.store import RunRecord  # noqa: E402
 from harness.run.outcome import ArmOutcome  # noqa: E402
-from harness.run.preflight import history_profile  # noqa: E402
+from harness.run.reference import history_profile  # noqa: E402
 from harness.servers.process import ProcessServer  # noqa: E402
 
 WORKLOAD = ["workload=chat_short", "workload.num_prompts=64", "workload.concurrency=8", "workload.max_tokens=64"]
@@ -285,7 +285,7 @@ def judge_profile(gate, profile: list[Run], candidate: Run) -> list:
 def judge_history(settings: Settings, history: list[Run], candidate: Run) -> list:
     """Against a history folder of these runs, as gate.baseline=<folder> reads it: the runs
     written as records, their change points found, the runs since the last one the profile
-    (harness/run/preflight.py history_profile); the newest run when too few are left."""
+    (harness/run/reference.py history_profile); the newest run when too few are left."""
     folder = Path(tempfile.mkdtemp(prefix="history-", dir=settings.cache))
     try:
         for i, run in enumerate(history):

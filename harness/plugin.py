@@ -106,14 +106,12 @@ def pytest_configure(config: pytest.Config) -> None:
             notes += replay_notes
         else:
             experiment = compose(overrides, conf_dir(config))
-        checked = check_experiment(experiment)  # what `specgate show` checks too
-        baseline, baseline_notes, profile = checked.baseline, checked.notes, checked.profile
+        reference = check_experiment(experiment)  # what `specgate show` checks too; gate.baseline resolved once
     except ConfigError as exc:
         raise pytest.UsageError(terminal_text(f"specgate: {exc}", list(config.invocation_params.args))) from None
     progress = None if config.getoption("no_progress") else terminal_progress(config)
-    runner = Runner(experiment, progress=progress, notes=notes + baseline_notes,
-                    reference=baseline[-1] if baseline else None, history=baseline[:-1], replayed=replayed,
-                    profile=profile)
+    runner = Runner(experiment, progress=progress, notes=notes + list(reference.notes), reference=reference,
+                    replayed=replayed)
     config.stash[RUNNER] = runner
     arms = selected_arms(config, experiment)
     if arms is not None:
@@ -267,7 +265,7 @@ def gate_context(arm_run: ArmRun, runner: Runner) -> GateContext:
                        plain_arm=runner.experiment.plain_arm, results=runner.results,
                        reference=arm_run.reference, reference_label=arm_run.reference_label,
                        requests=arm_run.outcome.request_lines, reference_requests=runner.reference_requests(arm_run.name),
-                       history=runner.history_arms(arm_run.name), profile=runner.profile,
+                       history=runner.history_arms(arm_run.name), profile=runner.reference.profile,
                        arm_requests={name: o.request_lines for name, o in runner.outcomes.items()},
                        server_windows=arm_run.outcome.server_windows, arm_gpus=runner.gpu,
                        telemetry_source=arm_run.cfg.telemetry.source)

@@ -1,7 +1,7 @@
 """What must hold before any server starts, for every driver (the pytest plugin, `specgate
 sweep`, `specgate capacity`): the machine has what the experiment needs (a GPU where one is
-needed, the interpreter a build names), each drafter fits its target, and the reference run
-or noise profile (gate.baseline) is readable and measured the same thing.
+needed, the interpreter a build names), each drafter fits its target, and gate.baseline resolves
+to a Reference (harness/run/reference.py) that is readable and measured the same thing.
 
 :func:`check_experiment` is every check a run makes once its experiment is composed, in one
 call: `pytest suites/` (`specgate run`) and `specgate show` both make it, so `show`, the
@@ -15,40 +15,27 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, field
-from pathlib import Path
 
 from harness.config.compose import ConfigError, Experiment, remote_engine
 from harness.engines import engine_of
-from harness.gates.baseline_match import check_baseline, check_profile
-from harness.gates.profile import NoiseProfile, is_profile
-from harness.gates.reference import comparisons
-from harness.record.store import RecordError, RunData, is_history, read_reference_runs, safe_name
 from harness.run.drafter_fit import DrafterMismatch, check_drafter_fit
+from harness.run.reference import Reference, check_comparisons, resolve_reference
 from harness.telemetry.driver import nvidia_driver_status
 
 
-@dataclass
-class Checked:
-    """What the checks before a run read: the reference run(s) of gate.baseline, its noise profile, their notes."""
-
-    baseline: list[RunData] = field(default_factory=list)  # the reference last, older runs of a folder before it
-    notes: list[str] = field(default_factory=list)
-    profile: NoiseProfile | None = None
-
-
-def check_experiment(experiment: Experiment, here: bool = True) -> Checked:
+def check_experiment(experiment: Experiment, here: bool = True) -> Reference:
     """Every check a run makes before any server starts, once its experiment is composed (which
-    checked every key and number): gate.compare's comparisons, the reference run or noise
-    profile, then this machine (preflight; not when the run is to start elsewhere, ``here``
-    False: a cluster node checks itself). A ConfigError (one sentence) for the first that fails."""
+    checked every key and number): gate.compare's comparisons, gate.baseline resolved to its
+    Reference (harness/run/reference.py: a run, a calibration or a history, read and checked to
+    have measured the same thing), then this machine (preflight; not when the run is to start
+    elsewhere, ``here`` False: a cluster node checks itself). A ConfigError (one sentence) for
+    the first that fails; the Reference the run is judged against otherwise."""
     if experiment.base.gate.compare:  # a malformed comparison is a mistake with or without a reference
         check_comparisons(experiment)
-    baseline, notes = load_baseline(experiment)
-    profile = load_profile(experiment)
+    reference = resolve_reference(experiment)
     if here:
         preflight(experiment)
-    return Checked(baseline, notes, profile)
+    return reference
 
 
 def preflight(experiment: Experiment) -> None:
@@ -94,95 +81,3 @@ def require_gpu_if_needed(experiment: Experiment) -> None:
             f"experiment '{experiment.name}' needs an NVIDIA GPU machine (server '{server}' has "
             f"requires_gpu: true) but this machine has no NVIDIA driver ({why}); run it on the GPU box, "
             f"or use backend=attach backend.url=... against a running server")
-
-
-def load_baseline(experiment: Experiment) -> tuple[list[RunData], list[str]]:
-    """The reference run (gate.baseline) or, for a folder of past runs, all of them that
-    finished (the newest is the reference), read, checked to have measured the same thing,
-    and its comparisons parsed before anything starts; with notes to show (runs a folder
-    left out, a mismatch gate.baseline_mismatch=warn lets through)."""
-    path = experiment.base.gate.baseline
-    if not path:
-        return [], []
-    if (profile := load_profile(experiment)) is not None:  # judged against it instead (gates/profile.py)
-        check_comparisons(experiment)
-        return [], check_profile(experiment, profile)
-    try:
-        reference, notes = read_reference_runs(Path(path))
-    except RecordError as exc:
-        raise ConfigError(f"gate.baseline: {exc}") from None
-    check_comparisons(experiment)
-    kept, mismatch_notes = check_baseline(experiment, reference)
-    return kept, notes + mismatch_notes
-
-
-def check_comparisons(experiment: Experiment) -> None:
-    try:
-        comparisons(experiment.base.gate)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-
-
-def load_profile(experiment: Experiment) -> NoiseProfile | None:
-    """The noise profile gate.baseline names (a calibration folder or its noise_profile.json,
-    harness/gates/profile.py), read; or a history folder's runs since their last change point
-    made into one (history_profile); None when it names neither. A torn or missing profile
-    is one sentence (ConfigError)."""
-    path = experiment.base.gate.baseline
-    if path and not is_profile(path) and is_history(Path(path)):
-        return history_profile(experiment, Path(path))
-    if not is_profile(path):
-        return None
-    try:
-        return NoiseProfile.read(Path(path))
-    except RecordError as exc:
-        raise ConfigError(f"gate.baseline: {exc}") from None
-
-
-def history_profile(experiment: Experiment, folder: Path) -> NoiseProfile | None:
-    """A history folder (gate.baseline=runs/main) as the reference distribution: per arm, the
-    runs of this experiment since the last change point of any compared metric (E-divisive
-    means, harness/history/), made into a noise profile; a run is then judged against that
-    segment's median and spread. None when no arm has MIN_RUNS runs since its last change
-    point (or the folder holds fewer than two of this experiment's runs): the newest run is
-    then the reference, as for a single reference run."""
-    from harness.history.folder import read_history
-
-    check_comparisons(experiment)
-    paths = [c.metric for c in comparisons(experiment.base.gate)]
-    try:
-        history = read_history(folder, paths, experiment=experiment.name)
-    except RecordError:
-        return None
-    arms, uncovered = {}, {}
-    for arm in experiment.arm_names:
-        segments = [history.since_last_change(arm, m) for m in paths if history.series(arm, m)]
-        if not segments:
-            continue
-        segment = min(segments, key=len)  # the latest change of any compared metric starts it
-        part = NoiseProfile.from_results([run.results for run in segment], str(folder), metrics=paths,
-                                         run_labels=[run.label for run in segment],
-                                         identities={arm: recorded_identity(segment[-1].path, arm)})
-        if arm in part.arms:
-            arms[arm] = part.arms[arm]
-        else:
-            uncovered[arm] = part.uncovered.get(arm, "not measured") + (
-                f" since the last change point ({segment[0].label})" if len(segment) < len(history.runs) else "")
-    if not arms:
-        return None
-    label = f"{folder} (a history: each arm's runs since its last change point)"
-    return NoiseProfile(label, experiment.name, tuple(run.label for run in history.runs), arms, uncovered,
-                        {"history": str(folder), "skipped": list(history.skipped)})
-
-
-def recorded_identity(record: Path, arm: str) -> dict:
-    """What an arm of a recorded run measured (harness/gates/baseline_match.py's identity)."""
-    import yaml
-
-    from harness.gates.baseline_match import identity
-
-    try:
-        cfg = yaml.safe_load((Path(record) / "arms" / safe_name(arm) / "config.yaml").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        return {}
-    return identity(cfg) if isinstance(cfg, dict) else {}

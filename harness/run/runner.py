@@ -20,13 +20,13 @@ from harness.run.arm import ArmFailed, ArmRun, ArmSession
 from harness.config.compose import Arm, Experiment
 from harness.gates.verdict import Verdict
 from harness.gates.registry import configured_gates
-from harness.measure.samples import COLUMNS as SAMPLE_COLUMNS
 from harness.measure.registry import basis, cross_arm, speedup_missing
 from harness.measure.metrics import ArmResult, category_speedups
 from harness.run.outcome import ArmOutcome
 from harness.record.recorder import Recorder
 from harness.record.requests import RequestColumns
 from harness.record.store import FINISHED, INTERRUPTED, RUNNING, RunData
+from harness.run.reference import NoReference, Reference
 from harness.run.replay import drift_rows, drift_table
 from harness.servers import Session, remove_dead_sessions_containers
 from harness.servers.base import ImageError
@@ -58,9 +58,7 @@ class Runner:
     command: list[str] = field(default_factory=lambda: list(sys.argv))
     progress: Callable[[str, Any], None] | None = None  # (arm, ProgressSnapshot)
     notes: list[str] = field(default_factory=list)  # said at the start and in the summary (e.g. replay drift of conf/)
-    reference: RunData | None = None  # the reference run (gate.baseline), to compare with
-    history: list[RunData] = field(default_factory=list)  # older runs of a history folder (gate.baseline), oldest first
-    profile: Any = None  # a noise profile gate.baseline names instead (harness/gates/profile.py NoiseProfile)
+    reference: Reference = field(default_factory=NoReference)  # what gate.baseline resolved to (run/reference.py)
     replayed: RunData | None = None  # the record a replay re-runs, read before anything started
     outcomes: dict[str, ArmOutcome] = field(default_factory=dict)
     verdicts: list[Verdict] = field(default_factory=list)
@@ -143,16 +141,15 @@ class Runner:
         return self.results.get(plain) if plain and plain != name else None
 
     def reference_arm(self, name: str) -> dict | None:
-        return self.reference.arms.get(name) if self.reference is not None else None
+        return self.reference.arm(name)
 
     def history_arms(self, name: str) -> list[dict]:
         """The arm's block in every run of a history baseline, the reference run included."""
-        runs = self.history + ([self.reference] if self.reference is not None else [])
-        return [run.arms[name] for run in runs if isinstance(run.arms.get(name), dict)] if self.history else []
+        return self.reference.history_arms(name)
 
     def reference_requests(self, name: str) -> RequestColumns | list:
         """The reference run's requests of this arm: only the columns its samples need."""
-        return self.reference.request_columns(name, SAMPLE_COLUMNS) if self.reference is not None else []
+        return self.reference.requests(name)
 
     @property
     def reference_label(self) -> str:

@@ -20,7 +20,7 @@ from harness.calibrate import driver
 from harness.run.compose import compose
 from harness.gates.profile import NoiseProfile
 from harness.record.store import record_kind
-from harness.run.preflight import load_baseline, load_profile
+from harness.run.reference import resolve_reference
 
 SPEEDS = {"baseline": [250.0, 255.0, 245.0, 252.0], "eagle3": [310.0, 320.0, 305.0, 315.0]}
 
@@ -93,7 +93,9 @@ def test_the_runs_become_a_noise_profile_that_gate_baseline_reads(tmp_path, monk
     summary = (folder / "summary.md").read_text()
     assert "| eagle3 | output_tok_s | 4 | 312.5 |" in summary and "Gates failed in run_1" in summary
     experiment = compose(["+exp=sim_smoke", f"gate.baseline={folder}"])
-    assert load_baseline(experiment) == ([], []) and load_profile(experiment).arms.keys() == {"baseline", "eagle3"}
+    reference = resolve_reference(experiment)
+    assert reference.kind == "calibration" and reference.runs == () and reference.notes == ()
+    assert reference.profile.arms.keys() == {"baseline", "eagle3"}
 
 
 def test_an_arm_measured_in_fewer_than_three_runs_has_no_profile_and_exit_1(tmp_path, monkeypatch, capsys):
@@ -163,4 +165,4 @@ def test_an_interrupted_calibration_writes_no_profile_and_says_which_runs_finish
     assert not (folder / "noise_profile.json").exists()
     assert "interrupted after 1 of 3 finished run(s); no noise profile written" in capsys.readouterr().err
     with pytest.raises(Exception, match="has no noise_profile.json"):
-        load_baseline(compose(["+exp=sim_smoke", f"gate.baseline={folder}"]))
+        resolve_reference(compose(["+exp=sim_smoke", f"gate.baseline={folder}"]))

@@ -1,5 +1,5 @@
 """`gate.baseline=<history folder>`: the reference distribution is the runs since the last
-change point (harness/run/preflight.py history_profile over harness/history/), so a level
+change point (harness/run/reference.py history_profile over harness/history/), so a level
 main moved to is the reference, not the average of before and after it."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 from harness.run.compose import compose
 from harness.gates import registry
 from harness.gates.reference import no_regression_against_reference
-from harness.run.preflight import load_baseline, load_profile
+from harness.run.reference import resolve_reference
 from tests.history.records import stepped_history, write_run, START, arm_block
 from tests.support.arm_results import result
 
@@ -24,12 +24,13 @@ def judge(profile, tok_s: float, arm: str = "eagle3"):
 def test_the_runs_since_the_last_change_point_are_the_reference(tmp_path):
     paths = stepped_history(tmp_path / "main", runs=12, step_at=6)  # eagle3 8 % lower from the 7th run on
     experiment = compose(["+exp=sim_smoke", f"gate.baseline={tmp_path / 'main'}"])
-    profile = load_profile(experiment)
+    reference = resolve_reference(experiment)
+    profile = reference.profile
     eagle = profile.arm("eagle3").metrics["output_tok_s"]
     assert eagle.n == 6 and 1600 < eagle.median < 1700  # the six runs at the new level, not all twelve
     assert profile.arm("baseline").metrics["output_tok_s"].n == 12  # no change there: every run
     assert profile.label == f"{tmp_path / 'main'} (a history: each arm's runs since its last change point)"
-    assert load_baseline(experiment) == ([], [])  # judged against the profile, not the newest run
+    assert reference.kind == "history" and reference.runs == () and reference.notes == ()  # judged against the profile, not the newest run
     at_new_level = judge(profile, 1660.0)
     assert at_new_level.status != "failed", at_new_level.detail
     assert "noise profile of 6 runs" in at_new_level.detail, at_new_level.detail
@@ -43,6 +44,6 @@ def test_a_history_too_short_since_its_change_is_judged_against_its_newest_run(t
         write_run(tmp_path / "main", START.replace(hour=i), {"eagle3": arm_block("eagle3", tok_s),
                                                              "baseline": arm_block("baseline", 1000.0)})
     experiment = compose(["+exp=sim_smoke", f"gate.baseline={tmp_path / 'main'}"])
-    assert load_profile(experiment) is None  # two runs give no spread worth a profile
-    kept, _ = load_baseline(experiment)
-    assert len(kept) == 2  # the old way: the newest run is the reference
+    reference = resolve_reference(experiment)
+    assert reference.kind == "history" and reference.profile is None  # two runs give no spread worth a profile
+    assert len(reference.runs) == 2  # the old way: the newest run is the reference

@@ -19,7 +19,7 @@ from harness.gates.baseline_match import check_profile, identity
 from harness.gates.change import Change
 from harness.gates.profile import MIN_RUNS, NoiseProfile, is_profile, t_quantile
 from harness.record.store import RecordError
-from harness.run.preflight import load_baseline
+from harness.run.reference import resolve_reference
 from tests.support.arm_results import result
 
 SMOKE = ["+exp=sim_smoke"]
@@ -204,10 +204,10 @@ def test_a_torn_or_missing_profile_is_one_sentence(tmp_path):
     folder.mkdir()
     (folder / "calibration.json").write_text("{}")
     with pytest.raises(ConfigError, match=r"is not a noise profile: it has no noise_profile.json .*specgate calibrate"):
-        load_baseline(compose([*SMOKE, f"gate.baseline={folder}"]))
+        resolve_reference(compose([*SMOKE, f"gate.baseline={folder}"]))
     (folder / "noise_profile.json").write_text('{"kind": "noise_profile", "arms": {"eagle3": {"metr')
     with pytest.raises(ConfigError, match=r"is not a readable noise profile \(JSONDecodeError"):
-        load_baseline(compose([*SMOKE, f"gate.baseline={folder}"]))
+        resolve_reference(compose([*SMOKE, f"gate.baseline={folder}"]))
     with pytest.raises(RecordError, match="fewer than 3 positive values"):
         data = profile_of([1.0, 2.0, 3.0]).to_json()
         data["arms"]["eagle3"]["metrics"]["output_tok_s"]["values"] = [1.0, 2.0]
@@ -224,7 +224,7 @@ def test_a_profile_of_another_experiment_is_refused_in_one_sentence(tmp_path):
                                       "cal")
     path = write(tmp_path / "noise_profile.json", {**other.to_json(), "experiment": "vllm_cpu_smoke"})
     with pytest.raises(ConfigError, match=r"profiles none of this run's arms \(baseline, eagle3; it has draft_random\)"):
-        load_baseline(compose([*SMOKE, f"gate.baseline={path}"]))
+        resolve_reference(compose([*SMOKE, f"gate.baseline={path}"]))
 
 
 def test_a_profile_that_measured_another_workload_is_refused_or_warned(tmp_path):
