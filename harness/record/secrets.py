@@ -149,7 +149,7 @@ class Redactor:
             return text
         if len(text) > SCRUBBED_LONGEST:
             return self.scrub(text)  # a log or a page: read once
-        state = (len(self.book.by_fingerprint), len(self.book.public), len(self.book.env_names))
+        state = book_state(self.book)
         state_then, scrubbed = _SCRUBBED.get(self.book, (None, {}))
         if state_then != state:
             scrubbed = {}
@@ -185,13 +185,14 @@ class Redactor:
         """One alternation of every form of every secret (longest first), rebuilt when the
         book grows (kept per book: every Redactor of the process shares it); for each value,
         the public values it stands inside; and which value each form is."""
-        state = (len(self.book.by_fingerprint), len(self.book.public))
+        state = book_state(self.book)
         cached = _COMPILED.get(self.book)
         if cached is not None and cached[0] == state:
             return cached[1]
         form_value: dict[str, str] = {}
-        own_words = vocabulary() if self.book.values() else set()  # read only when there is a secret to hunt
-        for value in self.book.values():
+        values = self.book.values()
+        own_words = vocabulary() if values else set()  # read only when there is a secret to hunt
+        for value in values:
             if len(value) < MIN_FREE_TEXT or value in own_words:
                 continue
             for form in encodings(value):
@@ -230,6 +231,12 @@ _SCRUBBED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # book -> (i
 SCRUBBED_KEPT = 50_000  # texts remembered per book, at most
 SCRUBBED_LONGEST = 4096  # a longer text is not remembered
 _VOCABULARY: set[str] = set()
+
+
+def book_state(book: SecretBook) -> tuple[int, int, int]:
+    """What a cached pattern or scrubbed text depends on; the book only grows, so its sizes say
+    whether it changed."""
+    return len(book.by_fingerprint), len(book.public), len(book.env_names)
 
 
 def vocabulary() -> set[str]:

@@ -10,7 +10,6 @@ fails at once with its exit code and last log lines.
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import docker
@@ -106,7 +105,6 @@ class DockerServer(Server):
         self.client: docker.DockerClient | None = None
         self.container = None
         self.image: ImageInfo | None = None
-        self.log_thread: threading.Thread | None = None
 
     def environment(self) -> dict[str, str]:
         return {**engine_of(self.cfg).environment(self.cfg), **host_venv_mounts(self.cfg)[1]}
