@@ -129,5 +129,8 @@ def test_both_servers_kept_up_serve_every_round(tmp_path):
     for side in "AB":
         assert (folder / "arms" / f"default.{side}" / "server.log").read_text().count("server_args:") == 1
         assert {line["round"] for line in read_lines(folder, f"default.{side}")} == {1, 2}
-    assert {v["name"]: v["status"] for v in data["gates"]}["ab.output_tok_s"] == "failed"
+    # a 50 % slower side fails; on a machine too busy to trust the load (the client fell behind),
+    # the verdict may only be inconclusive with that cause named, never passed
+    verdict = {v["name"]: v for v in data["gates"]}["ab.output_tok_s"]
+    assert verdict["status"] == "failed" or (verdict["status"] == "inconclusive" and verdict.get("cause")), verdict
     assert not any(alive(s["pid"]) for s in servers(data))
