@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from harness.gates.change import PairedChange, evidence, judge_paired
 from harness.gates.client_bound import bound_figures, cause
-from harness.gates.reference import Comparison, comparisons, gpu_trouble
-from harness.gates.trust import speed_figure
+from harness.gates.reference import Comparison, comparisons
+from harness.gates.trust import gpu_trouble, speed_figure
 from harness.gates.registry import ABContext, register
 from harness.gates.verdict import Verdict, inconclusive_passes
 

@@ -6,9 +6,9 @@ import math
 import re
 from dataclasses import dataclass
 
-from harness.gates.client_bound import bound_figures, guard_client_bound, labels
 from harness.gates.change import evidence, judge
 from harness.gates.reproduce import disagreement
+from harness.gates.trust import Figures, Side, Trust
 from harness.measure.registry import Metric, all_metrics, compared_by_default, metric_value, resolve
 from harness.measure.metrics import spread
 from harness.gates.verdict import inconclusive_passes, Verdict, skipped
@@ -90,9 +90,27 @@ def allowed_change(metric: str, old: float, allowed: float, band: float, gate) -
     return max(allowed, band, floor)
 
 
+def compared_figure(name: str) -> Figures:
+    """`baseline.<metric>` judges the metric in this run and in the reference run."""
+    metric = name.partition(".")[2]
+    return Figures((metric,), (metric,)) if metric else Figures()
+
+
+def reference_side(ctx: GateContext) -> Side | None:
+    """The reference run's arm (its figure, its client block, its GPUs); a noise profile has
+    none of these to distrust."""
+    if ctx.profile is not None:
+        return None
+    return Side("the reference run", ctx.reference, (ctx.reference or {}).get("gpu"), reference=True)
+
+
+# The trust guards (harness/gates/trust.py) judge each compared figure on both sides: the
+# client's lag, a load too short for a rate, a GPU slowed under load. Not the repeats' noise:
+# the noise band is in the allowed change already.
 @register("no_regression_against_baseline", "baseline",
           ("baseline", "compare", "tolerance", "latency_noise_floor_ms", "confidence", "inconclusive",
-           "baseline_mismatch", "run_to_run_floor"))
+           "baseline_mismatch", "run_to_run_floor"),
+          trust=Trust(compared_figure, against=reference_side, noise=False, verdicts="baseline", this="this run"))
 def no_regression_against_reference(ctx: GateContext) -> list[Verdict]:
     """Each compared metric no worse than its allowed change vs the reference run
     (gate.baseline), judged from the samples of both runs: passed, failed or inconclusive."""
@@ -105,21 +123,7 @@ def no_regression_against_reference(ctx: GateContext) -> list[Verdict]:
         return [skipped("baseline", arm, f"the reference run {label} has no measured arm '{arm}'")]
     if (missing := unmeasured("baseline", ctx)) is not None:
         return missing
-    verdicts = [client_lag(compare_metric(ctx, c), ctx, c.metric) for c in comparisons(gate)]
-    return [with_gpu_state(v, ctx) for v in verdicts]
-
-
-def client_lag(verdict: Verdict, ctx: GateContext, metric: str) -> Verdict:
-    """A compared figure that was the client's own lag (gates/client_bound.py) decides
-    nothing: in the reference run, neither a pass nor a failure stands (its figure was not
-    the server's); in this run, as every limit gate treats it (a failure is inconclusive, a
-    pass on a figure lag can only worsen stands)."""
-    if metric in bound_figures(ctx.reference) and verdict.status in ("passed", "failed"):
-        verdict.inconclusive, verdict.passed = True, inconclusive_passes(ctx.gate)
-        verdict.detail = (f"inconclusive, client-bound in the reference run: its {labels([metric])} was the "
-                          f"client's lag, not the server's (see its client block): {verdict.detail}")
-        return verdict
-    return guard_client_bound([verdict], ctx.result, [metric], inconclusive_passes(ctx.gate))[0]
+    return [compare_metric(ctx, c) for c in comparisons(gate)]
 
 
 def compare_metric(ctx: GateContext, c: Comparison) -> Verdict:
@@ -194,9 +198,7 @@ def profile_verdicts(ctx: GateContext) -> list[Verdict]:
         return [skipped("baseline", arm, f"the noise profile {profile.label} has no arm '{arm}' ({why})")]
     if (missing := unmeasured("baseline", ctx)) is not None:
         return missing
-    verdicts = [guard_client_bound([profile_metric(ctx, c)], ctx.result, [c.metric], inconclusive_passes(gate))[0]
-                for c in comparisons(gate)]
-    return [with_gpu_state(v, ctx) for v in verdicts]
+    return [profile_metric(ctx, c) for c in comparisons(gate)]
 
 
 def profile_metric(ctx: GateContext, c: Comparison) -> Verdict:
@@ -286,43 +288,3 @@ def interval_verdict(arm: str, c: Comparison, change, old: float, new: float, wh
         verdict.detail = (f"{arm}: {c.metric} inconclusive ({change.why}{needed}; gate.inconclusive={gate.inconclusive}): "
                           f"{facts}")
     return verdict
-
-
-def with_gpu_state(verdict: Verdict, ctx: GateContext) -> Verdict:
-    """A speed verdict against the reference run that cannot be trusted (harness/gates/trust.py,
-    docs/verdicts.md "Runs that cannot be trusted"): a rate from a load too short (this run's or
-    the reference run's) is inconclusive either way; a failure while this arm's GPUs were
-    throttled or below the clock gate under load is inconclusive ("the speed measured is the
-    GPU's, not the build's"), and so is a pass while the reference run's were (its slowness
-    flattered this run). An inconclusive verdict still names this arm's GPU trouble."""
-    # here, not at the top: only this function of the module is this change's (trust.py imports no gate module)
-    from harness.gates.trust import guard_gpu, guard_short_load, speed_figure, window_figure
-
-    metric = verdict.name.removeprefix("baseline.")
-    if not speed_figure(metric):
-        return verdict
-    if window_figure(metric):
-        guard_short_load([verdict], {"this run": ctx.result, "the reference run": ctx.reference}, ctx.gate)
-    mine = gpu_trouble(ctx.gpu, ctx.gate) if ctx.gpu and not ctx.gpu.get("unavailable") else ""
-    theirs_gpu = (ctx.reference or {}).get("gpu")
-    theirs = gpu_trouble(theirs_gpu, ctx.gate) if theirs_gpu and not theirs_gpu.get("unavailable") else ""
-    if verdict.status == "inconclusive" and mine and not verdict.cause:
-        verdict.detail += f", while {mine}"
-    return guard_gpu([verdict], ctx.gate, mine, theirs, "the reference run")[0]
-
-
-def gpu_trouble(gpu: dict, gate) -> str:
-    """The GPUs' trouble under load in words ("" when none was seen)."""
-    troubles = []
-    for uuid, block in (gpu.get("gpus") or {}).items():
-        index = block.get("index", uuid)
-        reasons = {r: share for r, share in (block.get("throttle_fraction_under_load") or {}).items()
-                   if share and r in set(gate.fail_on_throttle_reasons)}
-        if reasons:
-            named = ", ".join(f"{r} in {share:.0%} of load samples" for r, share in sorted(reasons.items()))
-            troubles.append(f"GPU {index} was throttled ({named})")
-            continue
-        ratio = block.get("sm_clock_ratio_under_load")
-        if gate.min_clock_ratio_under_load is not None and ratio is not None and ratio < gate.min_clock_ratio_under_load:
-            troubles.append(f"GPU {index} ran at {ratio:.0%} of its max SM clock under load")
-    return "; ".join(troubles)

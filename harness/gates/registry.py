@@ -20,6 +20,7 @@ gate that is not configured judges nothing.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
@@ -98,6 +99,7 @@ class Gate:
     needs_plain_arm: bool = False  # configured for any arm, the experiment must name its plain arm
     scope: Scope = "arm"
     validate: Callable[[Any, list[str], str | None], None] | None = None  # (section, arms, plain arm): its own checks
+    trust: Any = None  # what its verdicts judge, for the trust guards (harness/gates/trust.py Trust); None: no guard
 
     @property
     def section(self) -> str:
@@ -117,18 +119,30 @@ def no_arms(gate: Any) -> list[str]:
 
 def register(name: str, suite: Suite | None, keys: tuple[str, ...], arms: Callable[[Any], list[str]] = no_arms,
              needs_plain_arm: bool = False, scope: Scope = "arm",
-             validate: Callable[[Any, list[str], str | None], None] | None = None) -> Callable:
+             validate: Callable[[Any, list[str], str | None], None] | None = None, trust: Any = None) -> Callable:
     """Add a gate to the registry (a decorator); names are unique. An arm gate belongs to a
-    suite; a sweep or capacity gate to none (its driver judges it)."""
+    suite; a sweep or capacity gate to none (its driver judges it). `trust` (a
+    harness.gates.trust.Trust: the figures its verdicts judge, the side they compare with):
+    the registry applies the trust guards to every verdict the gate gives, so the gate only
+    computes its verdicts; the decorator returns the guarded check, the one every caller gets."""
     if (suite is None) != (scope != "arm"):
         raise ValueError(f"gate '{name}': an arm gate names its suite, a {scope} gate none")
 
     def add(check: Callable[[Any], list[Verdict]]) -> Callable[[Any], list[Verdict]]:
         if name in GATES:
             raise ValueError(f"gate '{name}' is registered twice")
-        GATES[name] = Gate(name, suite, check, keys, arms, needs_plain_arm, scope, validate)
-        return check
+        checked = check if trust is None else guarded(check, trust)
+        GATES[name] = Gate(name, suite, checked, keys, arms, needs_plain_arm, scope, validate, trust)
+        return checked
     return add
+
+
+def guarded(check: Callable[[Any], list[Verdict]], trust: Any) -> Callable[[Any], list[Verdict]]:
+    """`check` with the trust guards applied to its verdicts, in their one order (trust.guard)."""
+    @functools.wraps(check)
+    def judged(ctx: Any) -> list[Verdict]:
+        return trust.apply(check(ctx), ctx)
+    return judged
 
 
 def gates_of(suite: Suite) -> list[Gate]:

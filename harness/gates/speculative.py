@@ -11,10 +11,8 @@ from harness.measure.metrics import acceptance_per_position
 from harness.measure.steady import rate_evidence as steady_rates
 from harness.measure.server_metrics import missing_note
 from harness.measure.registry import OUTPUT_RATE, STEADY, break_even_accept_length, cycle_and_step, speedup, speedup_missing, throughputs
-from harness.gates.verdict import inconclusive_passes, Verdict, skipped, not_configured, fmt, at_least, at_most, guard_noise
-from harness.gates.client_bound import guard_client_bound
-from harness.gates.reference import gpu_trouble
-from harness.gates.trust import guard_gpu, guard_short_load
+from harness.gates.verdict import inconclusive_passes, Verdict, skipped, not_configured, fmt, at_least, at_most
+from harness.gates.trust import Figures, Side, Trust, one
 from harness.gates.registry import GateConfigError, GateContext, register, keyed_arms, unmeasured
 from harness.measure.stream_steps import DEFINITION as STREAM_DEFINITION, StreamSteps, stream_steps
 
@@ -22,7 +20,14 @@ from harness.measure.stream_steps import DEFINITION as STREAM_DEFINITION, Stream
 # --- speculative decoding -----------------------------------------------------------------------
 
 
-@register("min_accept_length", "speculative", ("min_accept_length",), keyed_arms("min_accept_length"))
+def overall_accept_length(name: str) -> Figures:
+    """`min_accept_length` judges the arm's accept length; `min_accept_length.<category>` a
+    category's, which has no spread over repeats."""
+    return Figures(("accept_length",)) if name == "min_accept_length" else Figures()
+
+
+@register("min_accept_length", "speculative", ("min_accept_length",), keyed_arms("min_accept_length"),
+          trust=Trust(overall_accept_length))
 def min_accept_length(ctx: GateContext) -> list[Verdict]:
     """Accept length (run-scoped, token-weighted) at least gate.min_accept_length[arm]."""
     name, arm, gate = "min_accept_length", ctx.arm, ctx.gate
@@ -37,7 +42,7 @@ def min_accept_length(ctx: GateContext) -> list[Verdict]:
             verdict = at_least(name, arm, ctx.result.accept_length, floor, "accept length")
             if ctx.result.accept_length_source == "server_cumulative":
                 verdict.detail += " (server-cumulative fallback: includes warm-up and other traffic)"
-            verdicts += guard_noise([verdict], ctx.result, ["accept_length"], gate)
+            verdicts.append(verdict)
         else:  # a category nobody sent has no accept length: a failed threshold, not a pass
             value = (ctx.result.categories.get(category) or {}).get("accept_length")
             verdicts.append(at_least(f"{name}.{category}", arm, value, floor, f"accept length on '{category}' prompts"))
@@ -54,7 +59,8 @@ def per_category_floors(threshold: Any) -> dict[str, float]:
     return {str(k): float(v) for k, v in dict(threshold).items()}
 
 
-@register("max_accept_length", "speculative", ("max_accept_length",), keyed_arms("max_accept_length"))
+@register("max_accept_length", "speculative", ("max_accept_length",), keyed_arms("max_accept_length"),
+          trust=Trust(one("accept_length")))
 def max_accept_length(ctx: GateContext) -> list[Verdict]:
     """Accept length at most gate.max_accept_length[arm] (a draft that must not be accepted)."""
     name, arm, gate = "max_accept_length", ctx.arm, ctx.gate
@@ -63,7 +69,7 @@ def max_accept_length(ctx: GateContext) -> list[Verdict]:
     if (missing := unmeasured(name, ctx)) is not None:
         return missing
     verdict = at_most(name, arm, ctx.result.accept_length, gate.max_accept_length[arm], "accept length")
-    return guard_noise([verdict], ctx.result, ["accept_length"], gate)
+    return [verdict]
 
 
 def shares_in_unit_range(gate: Any, arms: list[str], plain_arm: str | None) -> None:
@@ -113,7 +119,19 @@ def speedup_arms(gate: Any) -> list[str]:
     return [str(a) for a in gate.min_speedup] + [str(g.over) for g in gate.min_speedup.values()]
 
 
-@register("min_speedup", "speculative", ("min_speedup",), speedup_arms)
+def arm_side(name: str | None, ctx: GateContext) -> Side | None:
+    """Another arm of this run as the side a verdict compares this arm with."""
+    return None if name is None else Side(name, ctx.results.get(name), ctx.arm_gpus.get(name))
+
+
+def speedup_over(ctx: GateContext) -> Side | None:
+    """A speedup's divisor: the `over` arm's output rate (its slowness flatters this arm)."""
+    spec = ctx.gate.min_speedup.get(ctx.arm)
+    return arm_side(None if spec is None else str(spec.over), ctx)
+
+
+@register("min_speedup", "speculative", ("min_speedup",), speedup_arms,
+          trust=Trust(lambda name: Figures((OUTPUT_RATE,), (OUTPUT_RATE,)), against=speedup_over))
 def min_speedup(ctx: GateContext) -> list[Verdict]:
     """Output tok/s at least gate.min_speedup[arm].ratio times the `over` arm's, in this run."""
     name, arm, gate = "min_speedup", ctx.arm, ctx.gate
@@ -138,27 +156,7 @@ def min_speedup(ctx: GateContext) -> list[Verdict]:
     )
     verdict = Verdict(name, arm, ratio >= spec.ratio, ratio, spec.ratio, detail)
     speed_interval(verdict, ctx, spec.over, spec.ratio, on)
-    return untrusted_ratio([verdict], ctx, spec.over, OUTPUT_RATE, OUTPUT_RATE, sized=True)
-
-
-def untrusted_ratio(verdicts: list[Verdict], ctx: GateContext, other: str, mine: str, theirs: str,
-                    sized: bool = False) -> list[Verdict]:
-    """The guards of a verdict on this arm's `mine` against the `other` arm's `theirs` (a
-    speedup: tok/s over tok/s): noise over repeats, the client's lag on either side (on the
-    other side it flatters this one), a load too short on either side (`sized`: a rate over
-    the window), a GPU slowed under either arm (harness/gates/trust.py)."""
-    gate, result, plain = ctx.gate, ctx.result, ctx.results.get(other)
-    verdicts = guard_noise(guard_noise(verdicts, result, [mine], gate), plain, [theirs], gate)
-    verdicts = guard_client_bound(verdicts, result, [mine], inconclusive_passes(gate))
-    verdicts = guard_client_bound(verdicts, plain, [theirs], inconclusive_passes(gate), divisor=True)
-    if sized:
-        verdicts = guard_short_load(verdicts, {ctx.arm: result, other: plain}, gate)
-    return guard_gpu(verdicts, gate, slowed(ctx.gpu, gate), slowed(ctx.arm_gpus.get(other), gate), other)
-
-
-def slowed(gpu: dict | None, gate: Any) -> str:
-    """An arm's GPUs' trouble under load in words ("" when none, or no telemetry)."""
-    return gpu_trouble(gpu, gate) if gpu and not gpu.get("unavailable") else ""
+    return [verdict]
 
 
 def speed_interval(verdict: Verdict, ctx: GateContext, over: str, floor: float, on: str) -> None:
@@ -190,8 +188,12 @@ def speed_interval(verdict: Verdict, ctx: GateContext, over: str, floor: float, 
         verdict.passed = change.outcome == "passed"
 
 
+# break-even is this arm's verify cycle over the plain arm's decode step: a slower cycle raises it,
+# a slower plain step lowers it (flattering this arm)
 @register("accept_length_at_least_break_even", "speculative", ("accept_length_at_least_break_even",),
-          keyed_arms("accept_length_at_least_break_even"), needs_plain_arm=True)
+          keyed_arms("accept_length_at_least_break_even"), needs_plain_arm=True,
+          trust=Trust(lambda name: Figures(("accept_length", "verify_cycle_ms"), ("decode_step_ms",)),
+                      against=lambda ctx: arm_side(ctx.plain_arm, ctx)))
 def accept_length_at_least_break_even(ctx: GateContext) -> list[Verdict]:
     """Accept length at least break-even: this arm's verify cycle ÷ the plain arm's decode step."""
     name, arm, gate, plain_arm = "accept_length_at_least_break_even", ctx.arm, ctx.gate, ctx.plain_arm
@@ -216,9 +218,7 @@ def accept_length_at_least_break_even(ctx: GateContext) -> list[Verdict]:
     else:
         detail = (f"{arm}: accept length {result.accept_length:.2f} is below break-even {even:.2f} ({why}): "
                   f"speculation costs more per cycle than it gains")
-    verdicts = guard_noise([Verdict(name, arm, passed, result.accept_length, even, detail)], result, ["accept_length"], gate)
-    # break-even is this arm's verify cycle over the plain decode step: a slower cycle raises it
-    return untrusted_ratio(verdicts, ctx, plain_arm, "verify_cycle_ms", "decode_step_ms")
+    return [Verdict(name, arm, passed, result.accept_length, even, detail)]
 
 
 def lossless_arms(gate: Any) -> list[str]:

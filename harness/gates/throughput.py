@@ -1,19 +1,19 @@
 """Throughput and latency gates (suites/test_throughput.py): requests succeed, output tok/s floors, latency limits, and whether the client kept up.
 
 A speed verdict of a run that cannot be trusted for it is inconclusive (harness/gates/trust.py,
-client_bound.py): a figure that is the client's lag, a GPU slowed under load, a load too short."""
+client_bound.py): a figure that is the client's lag, a GPU slowed under load, a load too short.
+The gates here only compute their verdicts and declare the figure each judges (`trust=`); the
+registry applies the guards."""
 
 from __future__ import annotations
 
 from typing import Callable
 
-from harness.gates.client_bound import cause, guard_client_bound
-from harness.gates.reference import gpu_trouble
-from harness.gates.trust import guard_gpu, guard_short_load
+from harness.gates.client_bound import cause
+from harness.gates.trust import Figures, Trust, one
 from harness.measure import output_length, prompt_length
 from harness.measure.registry import OUTPUT_RATE, metric_value, resolve
-from harness.gates.verdict import (inconclusive_passes, Verdict, skipped, not_configured, at_least, at_most, guard_noise,
-                                   untrusted)
+from harness.gates.verdict import inconclusive_passes, Verdict, skipped, not_configured, at_least, at_most, untrusted
 from harness.gates.registry import GateConfigError, GateContext, register, keyed_arms, unmeasured
 
 STATS = ("mean", "p50", "p90", "p99")  # the statistics a latency limit (PercentileLimits) may set
@@ -126,7 +126,7 @@ def workload_as_configured(ctx: GateContext) -> list[Verdict]:
                                            f"max_tokens{exactly}")]
 
 
-@register("min_output_tok_s", "throughput", ("min_output_tok_s",), keyed_arms("min_output_tok_s"))
+@register("min_output_tok_s", "throughput", ("min_output_tok_s",), keyed_arms("min_output_tok_s"), trust=Trust(one(OUTPUT_RATE)))
 def min_output_tok_s(ctx: GateContext) -> list[Verdict]:
     """Output tokens per second at least gate.min_output_tok_s[arm]."""
     name, arm, gate = "min_output_tok_s", ctx.arm, ctx.gate
@@ -135,16 +135,7 @@ def min_output_tok_s(ctx: GateContext) -> list[Verdict]:
     if (missing := unmeasured(name, ctx)) is not None:
         return missing
     rate = metric_value(ctx.result, OUTPUT_RATE)  # the gate's name is its config key; the metric is the registry's
-    verdicts = [at_least(name, arm, rate, gate.min_output_tok_s[arm], "output throughput", " tok/s")]
-    verdicts = guard_client_bound(verdicts, ctx.result, [OUTPUT_RATE], inconclusive_passes(gate))
-    verdicts = guard_noise(verdicts, ctx.result, [OUTPUT_RATE], gate)
-    verdicts = guard_short_load(verdicts, {arm: ctx.result}, gate)
-    return guard_gpu(verdicts, gate, slowed_gpus(ctx))
-
-
-def slowed_gpus(ctx: GateContext) -> str:
-    """The arm's GPUs' trouble under load in words ("" when none, or no telemetry)."""
-    return gpu_trouble(ctx.gpu, ctx.gate) if ctx.gpu and not ctx.gpu.get("unavailable") else ""
+    return [at_least(name, arm, rate, gate.min_output_tok_s[arm], "output throughput", " tok/s")]
 
 
 def max_latency(metric: str) -> Callable[[GateContext], list[Verdict]]:
@@ -162,19 +153,23 @@ def max_latency(metric: str) -> Callable[[GateContext], list[Verdict]]:
         distribution = getattr(ctx.result, metric)
         entry = resolve(f"{metric}.p50")  # the distribution's name and unit are its registry entry's
         label = entry.label.split(" ")[0]
-        slowed = slowed_gpus(ctx)
-        return [guard_gpu(guard_noise(guard_client_bound([at_most(f"{name}.{s}", arm, getattr(distribution, s), limits[s],
-                                                                   f"{label} {s}", f" {entry.unit}")],
-                                                          ctx.result, [f"{metric}.{s}"], inconclusive_passes(gate)),
-                                      ctx.result, [f"{metric}.{s}"], gate), gate, slowed)[0] for s in stats]
+        return [at_most(f"{name}.{s}", arm, getattr(distribution, s), limits[s], f"{label} {s}", f" {entry.unit}")
+                for s in stats]
 
     entry = resolve(f"{metric}.p50")
     check.__doc__ = f"Each configured statistic of {entry.label.split(' ')[0]} within gate.{name}[arm] ({entry.unit})."
     return check
 
 
-max_ttft_ms = register("max_ttft_ms", "throughput", ("max_ttft_ms",), keyed_arms("max_ttft_ms"))(max_latency("ttft_ms"))
-max_itl_ms = register("max_itl_ms", "throughput", ("max_itl_ms",), keyed_arms("max_itl_ms"))(max_latency("itl_ms"))
+def statistic_of(metric: str):
+    """`max_ttft_ms.p99` judges ttft_ms.p99."""
+    return lambda name: Figures((f"{metric}.{name.partition('.')[2]}",))
+
+
+max_ttft_ms = register("max_ttft_ms", "throughput", ("max_ttft_ms",), keyed_arms("max_ttft_ms"),
+                       trust=Trust(statistic_of("ttft_ms")))(max_latency("ttft_ms"))
+max_itl_ms = register("max_itl_ms", "throughput", ("max_itl_ms",), keyed_arms("max_itl_ms"),
+                      trust=Trust(statistic_of("itl_ms")))(max_latency("itl_ms"))
 
 
 @register("client_kept_up", "throughput", ("client_bound", "allow_client_bound", "fail_client_bound"),

@@ -241,3 +241,69 @@ def test_a_rate_against_a_reference_run_measured_too_briefly_is_inconclusive():
     tok = verdicts["baseline.output_tok_s"]
     assert tok.status == "inconclusive" and tok.cause == "load too short: the reference run 64 request(s) in 0.50 s"
     assert verdicts["baseline.tpot_ms.p50"].status == "failed"  # a per-request figure: not the window's
+
+
+# --- the registry applies the guards, in one order; speed comes from the metric ---------------------
+
+
+def throwaway_gate(name: str, path: str):
+    """An arm gate on a registry metric that only computes its verdict and declares its figure."""
+    from harness.gates.trust import Trust, one
+    from harness.gates.verdict import at_least
+    from harness.measure.registry import metric_value
+
+    def check(c):
+        return [at_least(name, c.arm, metric_value(c.result, path), 1.0, path)]
+    return registry.register(name, "throughput", ("min_output_tok_s",), trust=Trust(one(path)))(check)
+
+
+def test_a_new_gate_on_a_registry_speed_metric_is_guarded_with_no_list_to_edit():
+    from harness.gates.trust import speed_verdict
+    from harness.measure.registry import Metric, registered
+
+    # a metric of its own, a latency-kind figure (the client stamps it): a speed figure by its registry entry
+    with registered(Metric("probe_ms", "probe ms", "ms", "{:.1f}", "lower", client="latency")):
+        try:
+            check = throwaway_gate("min_probe", "request_per_s")
+            [missed] = check(ctx("eagle3", result(request_per_s=0.2), gate_cfg(), THROTTLED))  # 0.2 < 1.0
+            assert missed.status == "inconclusive" and missed.cause == "GPU 0 throttled" and speed_verdict(missed)
+            [short] = check(ctx("eagle3", result(requests_ok=1, duration_s=3.0), gate_cfg()))
+            assert short.status == "inconclusive" and short.cause.startswith("load too short")
+            assert registry.GATES["min_probe"].check is check  # what the suites run is the guarded check
+            probe = throwaway_gate("min_probe_ms", "probe_ms")
+            [v] = probe(ctx("eagle3", result(), gate_cfg(), THROTTLED))  # not measured: nothing to distrust
+            assert v.status == "failed" and not v.cause and speed_verdict(v)
+        finally:
+            registry.GATES.pop("min_probe", None)
+            registry.GATES.pop("min_probe_ms", None)
+
+
+def test_a_gate_on_a_figure_no_slowdown_moves_is_not_a_speed_verdict_and_a_throttled_failure_stands():
+    from harness.gates.trust import speed_verdict
+
+    cfg = gate_cfg(min_accept_length={"eagle3": 3.0})
+    [v] = speculative.min_accept_length(ctx("eagle3", result(accept_length=2.0), cfg, THROTTLED))
+    assert v.status == "failed" and not speed_verdict(v)
+    assert speed_verdict(Verdict("accept_length_at_least_break_even", "eagle3", True, 2.0, 1.5, ""))  # its cycle and step
+    assert speed_verdict(Verdict("baseline.tpot_ms.p50", "eagle3", True, 4.0, 0.05, ""))
+    assert not speed_verdict(Verdict("baseline.accept_length", "eagle3", True, 2.0, 0.05, ""))
+
+
+def test_the_guards_run_in_one_order_client_lag_noise_short_load_gpu():
+    cfg = gate_cfg(min_output_tok_s={"eagle3": 100.0})
+    # 1 before 2: a noisy figure that was the client's is unreliable, and says it was the client's too
+    lagged = bound(result(repeats=3, noise={"output_tok_s": {"median": 66.0, "mad": 5.0, "cv": 0.2}}), "output_tok_s")
+    [v] = throughput.min_output_tok_s(ctx("eagle3", lagged, cfg, THROTTLED))
+    assert v.status == "unreliable" and v.cause.startswith("client-bound")
+    assert v.detail.startswith("unreliable (output_tok_s CV 20.0% over 3 repeats") and "inconclusive, client-bound" in v.detail
+    assert "GPU" not in v.detail  # decided already: 4 leaves it
+    # 3 before 4: a miss from a short load on a throttled GPU is the short load's
+    [short] = throughput.min_output_tok_s(ctx("eagle3", result(requests_ok=1, duration_s=3.0), cfg, THROTTLED))
+    assert short.cause.startswith("load too short") and "GPU" not in short.detail
+    # the same order on a ratio: the plain arm's lag (1) before its noise (2) and its GPU (4)
+    plain = bound(result("baseline", output_tok_s=50.0, repeats=3,
+                         noise={"output_tok_s": {"median": 50.0, "mad": 5.0, "cv": 0.2}}), "output_tok_s")
+    speedup_cfg = gate_cfg(min_speedup={"eagle3": {"over": "baseline", "ratio": 1.2}})
+    [ratio] = speculative.min_speedup(ctx("eagle3", result(), speedup_cfg, results={"eagle3": result(), "baseline": plain},
+                                          arm_gpus={"baseline": THROTTLED}))
+    assert ratio.status == "unreliable" and ratio.cause.startswith("client-bound") and "GPU" not in ratio.detail
