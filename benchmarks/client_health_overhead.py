@@ -39,7 +39,7 @@ def one_load(url: str, concurrency: int, ticking: bool) -> tuple[float, float]:
                               concurrency=concurrency, num_prompts=concurrency * 3, warmup_requests=1)
     load = run_load(LoadPlan.of(workload, url, "bench"))
     result = summarize("x", load)
-    return result.output_tok_s, load.client["cpu"]["loop_thread_cpu_s"] * 1e6 / result.completion_tokens
+    return result.value("output_tok_s"), load.client["cpu"]["loop_thread_cpu_s"] * 1e6 / result.completion_tokens
 
 
 def idle_cost(seconds: float = 3.0) -> float:

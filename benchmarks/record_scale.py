@@ -137,7 +137,7 @@ def gate_statuses(reference_dir: Path, candidate_dir: Path) -> list[str]:
     from harness.gates.registry import GateContext
     from harness.gates.reference import no_regression_against_reference
     from harness.measure.samples import COLUMNS
-    from harness.measure.metrics import ArmResult, Stat
+    from harness.measure.metrics import read_result
     from harness.record.store import read_reference_runs, read_run
 
     (reference,), _ = read_reference_runs(reference_dir)
@@ -145,8 +145,7 @@ def gate_statuses(reference_dir: Path, candidate_dir: Path) -> list[str]:
     gate = OmegaConf.merge(compose(["+exp=sim_smoke"]).base.gate, {"baseline": str(reference_dir)})
     statuses = []
     for arm, block in candidate.arms.items():
-        stats = {k: Stat(**block[k]) for k in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")}
-        result = ArmResult(arm=arm, output_tok_s=block["output_tok_s"], requests_ok=block["requests"]["ok"], **stats)
+        result = read_result(arm, block)
         ctx = GateContext(arm=arm, gate=gate, result=result, gpu=None, plain_arm=None, results={},
                           reference=reference.arms[arm], reference_label="the reference", telemetry_source="off",
                           requests=candidate.request_columns(arm, COLUMNS),

@@ -175,7 +175,7 @@ class ArmSearch:
 def probe_figures(result: ArmResult) -> dict[str, Any]:
     """A probe's figures: every statistic of each SLO'able distribution (what an SLO and its
     chart read), and the registry's other capacity metrics under their paths."""
-    figures: dict[str, Any] = {metric: getattr(result, metric).to_json() for metric in METRICS}
+    figures: dict[str, Any] = {metric: result.stat(metric).to_json() for metric in METRICS}
     figures.update({m.path: rounded(number(metric_value(result, m.path)))
                     for m in in_scope("capacity") if m.family not in METRICS})
     return figures

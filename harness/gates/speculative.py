@@ -39,7 +39,7 @@ def min_accept_length(ctx: GateContext) -> list[Verdict]:
     verdicts = []
     for category, floor in floors.items():
         if category == ALL:
-            verdict = at_least(name, arm, ctx.result.accept_length, floor, "accept length")
+            verdict = at_least(name, arm, ctx.result.value("accept_length"), floor, "accept length")
             if ctx.result.accept_length_source == "server_cumulative":
                 verdict.detail += " (server-cumulative fallback: includes warm-up and other traffic)"
             verdicts.append(verdict)
@@ -68,7 +68,7 @@ def max_accept_length(ctx: GateContext) -> list[Verdict]:
         return [not_configured(name, arm)]
     if (missing := unmeasured(name, ctx)) is not None:
         return missing
-    verdict = at_most(name, arm, ctx.result.accept_length, gate.max_accept_length[arm], "accept length")
+    verdict = at_most(name, arm, ctx.result.value("accept_length"), gate.max_accept_length[arm], "accept length")
     return [verdict]
 
 
@@ -206,19 +206,20 @@ def accept_length_at_least_break_even(ctx: GateContext) -> list[Verdict]:
     if plain is None:
         return [skipped(name, arm, f"plain arm '{plain_arm}' was not measured in this run, so break-even is unknown")]
     cycle, step = cycle_and_step(result, plain)  # over the steady windows where both arms have one
-    if cycle is None or step is None or result.accept_length is None:
-        return [Verdict(name, arm, False, result.accept_length, None,
+    accept = result.value("accept_length")
+    if cycle is None or step is None or accept is None:
+        return [Verdict(name, arm, False, accept, None,
                         f"{arm}: break-even not measurable (verify cycle {fmt(cycle, ' ms')}, "
-                        f"plain step {fmt(step, ' ms')}, accept length {fmt(result.accept_length)})")]
+                        f"plain step {fmt(step, ' ms')}, accept length {fmt(accept)})")]
     even = break_even_accept_length(cycle, step)
-    passed = result.accept_length >= even
+    passed = accept >= even
     why = f"verify cycle {cycle:.1f} ms ÷ {plain_arm}'s decode step {step:.1f} ms"
     if passed:
-        detail = f"{arm}: accept length {result.accept_length:.2f} is at or above break-even {even:.2f} ({why})"
+        detail = f"{arm}: accept length {accept:.2f} is at or above break-even {even:.2f} ({why})"
     else:
-        detail = (f"{arm}: accept length {result.accept_length:.2f} is below break-even {even:.2f} ({why}): "
+        detail = (f"{arm}: accept length {accept:.2f} is below break-even {even:.2f} ({why}): "
                   f"speculation costs more per cycle than it gains")
-    return [Verdict(name, arm, passed, result.accept_length, even, detail)]
+    return [Verdict(name, arm, passed, accept, even, detail)]
 
 
 def lossless_arms(gate: Any) -> list[str]:

@@ -150,7 +150,7 @@ def max_latency(metric: str) -> Callable[[GateContext], list[Verdict]]:
             return [not_configured(name, arm)]
         if (missing := unmeasured(name, ctx)) is not None:
             return missing
-        distribution = getattr(ctx.result, metric)
+        distribution = ctx.result.stat(metric)
         entry = resolve(f"{metric}.p50")  # the distribution's name and unit are its registry entry's
         label = entry.label.split(" ")[0]
         return [at_most(f"{name}.{s}", arm, getattr(distribution, s), limits[s], f"{label} {s}", f" {entry.unit}")

@@ -109,12 +109,12 @@ def pairs(result: ArmResult, window: dict[str, Any]) -> list[Pair]:
         return []
     found = []
     server_ttft = window.get("ttft_mean_ms")
-    if server_ttft and result.ttft_ms.mean:
-        found.append(Pair(TTFT, result.ttft_ms.mean, server_ttft, OUTSIDE_SERVER_MS))
+    if server_ttft and result.value("ttft_ms.mean"):
+        found.append(Pair(TTFT, result.value("ttft_ms.mean"), server_ttft, OUTSIDE_SERVER_MS))
     decoded = client_decoded_tokens(result)
     server_decode = server_decode_ms_per_token(window, decoded)
-    if server_decode and result.decode_step_ms:
-        found.append(Pair(DECODE_PER_TOKEN, result.decode_step_ms, server_decode,
+    if server_decode and result.value("decode_step_ms"):
+        found.append(Pair(DECODE_PER_TOKEN, result.value("decode_step_ms"), server_decode,
                           OUTSIDE_SERVER_MS * result.requests_ok / decoded))
     server_tokens = window.get("generation_tokens")
     if server_tokens is not None and result.completion_tokens:

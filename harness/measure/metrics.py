@@ -5,35 +5,9 @@ metrics; failed ones are counted and their error messages tallied. Requests the 
 cancelled on purpose (``workload.cancel``) are neither: they are not ``ok`` (their text
 was cut short), so no figure holds them, and not failed; the ``cancel`` block counts them.
 
-Definitions (all over this run's ok measured requests):
-
-* ``output_tok_s``   = sum(completion_tokens) / the completed requests' span (first send -> last
-  end), as the mean of its time windows' rates (harness/measure/samples.py WindowRate), so
-  the figure is the point of its own interval; a failed request before or after them does
-  not stretch it. ``request_per_s`` likewise.
-* ``ttft_ms``        = first token chunk - send, per request.
-* ``itl_ms``         = gaps between consecutive token chunks (per chunk; under
-  speculative decoding one chunk usually carries several tokens).
-* ``tpot_ms``        = decode_s / (completion_tokens - 1), per request (the first token
-  comes from prefill, so a request with n tokens has n - 1 decoded after it).
-* ``decode_step_ms`` = sum(decode_s) / sum(completion_tokens - 1): time per decoded token.
-  For a plain-decoding arm this is the decode step.
-* ``accept_length``  = sum(completion_tokens) / sum(spec_verify_ct): run-scoped and token
-  weighted, which is how SGLang defines a request's ``spec_accept_length``
-  (completion_tokens / verify_ct), summed over the run.  Note it counts the prefill token
-  in the numerator, as SGLang does (a bias of 1/verify_ct per request).  It is not the
-  mean of per-request ratios (that would over-weight short requests).  When no request
-  carries verify counts, the server's cumulative average (/get_server_info) is used if
-  given, labelled ``accept_length_source = "server_cumulative"``.
-* ``verify_cycle_ms`` = sum(decode_s) / sum(spec_verify_ct): one draft+verify cycle (the
-  decode span from first to last chunk holds exactly the verify cycles).
-* ``accept_length_per_request``: the spread of each request's own completion_tokens /
-  spec_verify_ct (p10/p50/p90, min, max, a histogram in ACCEPT_LENGTH_BIN-wide bins):
-  the run's accept length is one number, this says whether every request got it or a few
-  got far more than the rest.
-* ``acceptance_per_position``: where the engine gives each request's verify cycles by
-  accepted drafts (SGLang's ``spec_correct_drafts_histogram``), the fraction of cycles
-  whose draft position i (1, 2, ...) was accepted: Σ cycles with ≥ i accepted ÷ Σ cycles.
+Each metric's definition is its entry in :mod:`harness.measure.registry` (its samples,
+harness/measure/samples.py), written there once; this module computes them all from the
+measured request lines, combines repeats and reads a result back from results.json.
 
 Break-even: speculative decoding wins when accept_length > verify_cycle / plain_step
 (:func:`harness.measure.registry.break_even_accept_length`).  No data gives None, never 0.
@@ -46,7 +20,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, field, fields
-from typing import Iterable, Optional
+from typing import Any, Iterable, Optional
 
 import numpy as np
 
@@ -55,7 +29,9 @@ from harness.measure.acceptance import acceptance_by, combine_acceptance_by
 from harness.load import LoadResult, RequestRecord
 from harness.load.cancel import cancel_figures, combine_cancel_figures
 from harness.load.client_health import combine_client_blocks
-from harness.measure.registry import Metric, computed_figures, metric_value, noise_metrics, resolve
+from harness.measure.registry import (Metric, all_metrics, computed_figures, metric_value, noise_metrics, put, read,
+                                      resolve)
+from harness.measure.samples import PerRequest
 
 
 def _r(x: Optional[float], nd: int = 4) -> Optional[float]:
@@ -82,19 +58,27 @@ class Stat:
         return {"mean": _r(self.mean), "p50": _r(self.p50), "p90": _r(self.p90), "p99": _r(self.p99)}
 
 
+# a distribution's statistics a result keeps of it (ttft_ms.mean ... ttft_ms.p99)
+STATS = ("mean", "p50", "p90", "p99")
+# the metric whose value may come from elsewhere than the run's requests; its source is written beside it
+ACCEPT_LENGTH = "accept_length"
+VERIFY_CYCLE = "verify_cycle_ms"  # set with it from the server's counters (apply_server_window)
+
+
 @dataclass
 class ArmResult:
+    """One arm's numbers, in memory as in results.json (``arms.<arm>``): every registry metric
+    by its path in ``figures``, what is not a metric (counts, errors, blocks) in fields.
+    :meth:`to_json` writes it and :func:`read_result` reads it back into this type."""
+
     arm: str
-    output_tok_s: Optional[float] = None
-    request_per_s: Optional[float] = None
-    ttft_ms: Stat = field(default_factory=Stat)
-    itl_ms: Stat = field(default_factory=Stat)
-    tpot_ms: Stat = field(default_factory=Stat)
-    e2e_ms: Stat = field(default_factory=Stat)
-    decode_step_ms: Optional[float] = None
-    accept_length: Optional[float] = None
-    accept_length_source: Optional[str] = None  # "run" | "server_cumulative" | None
-    verify_cycle_ms: Optional[float] = None
+    # every registry metric by its path (harness/measure/registry.py): those the requests give
+    # (a distribution by statistic: ttft_ms.p50), and those the arm sets once its telemetry and
+    # server counters are summarized (joules_per_token, prefix_cache_hit_rate)
+    figures: dict[str, Optional[float]] = field(default_factory=dict)
+    # a distribution's number of values, by family; kept in memory only (results.json never held it)
+    counts: dict[str, int] = field(default_factory=dict)
+    accept_length_source: Optional[str] = None  # "run" | "server_cumulative" | "server_metrics_window" | None
     requests_ok: int = 0
     requests_failed: int = 0
     errors: dict[str, int] = field(default_factory=dict)
@@ -108,6 +92,9 @@ class ArmResult:
     # each speculative request's completion_tokens / spec_verify_ct (the distribution's samples)
     request_accept_lengths: list[float] = field(default_factory=list, repr=False)
     correct_drafts_histogram: list[int] = field(default_factory=list)  # Σ over requests: cycles by accepted drafts
+    # what results.json says of the two above (a record read back keeps these, not the samples)
+    accept_length_per_request: dict = field(default_factory=dict)
+    acceptance_per_position: list[float] = field(default_factory=list)
     prompt_length: Optional[dict] = None  # sized prompts' server counts against input_len (harness/measure/prompt_length.py)
     output_length: Optional[dict] = None  # completion tokens against each request's max_tokens (harness/measure/output_length.py)
     # the client's own health over the load (harness/load/client_health.py) and, once judged, whether
@@ -115,9 +102,6 @@ class ArmResult:
     client: dict = field(default_factory=dict)
     # a trace replay's achieved against intended send times (harness/measure/trace_replay.py); {}: no trace
     trace: dict = field(default_factory=dict)
-    # the registry's metrics that have no field here (harness/measure/registry.py computed_figures,
-    # and the arm's joules_per_token once its telemetry is summarized): metric path -> value
-    figures: dict[str, Optional[float]] = field(default_factory=dict)
     # the figures over the load's steady window, or why it has none (harness/measure/steady.py)
     steady: dict = field(default_factory=dict)
     # workload.cancel: what was asked, requests chosen and cancelled, their tokens (harness/load/cancel.py); {}: off
@@ -126,6 +110,33 @@ class ArmResult:
     other_models: dict[str, int] = field(default_factory=dict)
     # the measured request lines, kept only while a registered metric pools its repeats
     pooled_lines: list[dict] = field(default_factory=list, repr=False)
+
+    @classmethod
+    def of(cls, arm: str, **values: Any) -> "ArmResult":
+        """A result made by hand (a test's, a benchmark's): fields by name, and metrics by path,
+        a distribution as its Stat (``ttft_ms=Stat(...)``), a dotted path with ``__`` for ``.``."""
+        names = {f.name for f in fields(cls)}
+        result = cls(arm, **{k: v for k, v in values.items() if k in names})
+        for key, value in values.items():
+            if key not in names:
+                result.set(key.replace("__", "."), value)
+        return result
+
+    def value(self, path: str) -> Optional[float]:
+        """A registry metric's value at its path (``ttft_ms.p99``); None when not measured."""
+        return self.figures.get(path)
+
+    def stat(self, family: str) -> Stat:
+        """A distribution's statistics (``ttft_ms``) as one Stat."""
+        return Stat(**{s: self.figures.get(f"{family}.{s}") for s in STATS}, n=self.counts.get(family, 0))
+
+    def set(self, path: str, value: Any) -> None:
+        """Set a metric at its path; a Stat sets each statistic of its family."""
+        if isinstance(value, Stat):
+            self.figures.update({f"{path}.{s}": getattr(value, s) for s in STATS})
+            self.counts[path] = value.n
+        else:
+            self.figures[path] = value
 
     @property
     def requests(self) -> dict[str, int]:
@@ -136,16 +147,7 @@ class ArmResult:
         return {
             "repeats": self.repeats,
             "noise": self.noise,
-            "output_tok_s": _r(self.output_tok_s, 3),
-            "request_per_s": _r(self.request_per_s, 4),
-            "ttft_ms": self.ttft_ms.to_json(),
-            "itl_ms": self.itl_ms.to_json(),
-            "tpot_ms": self.tpot_ms.to_json(),
-            "e2e_ms": self.e2e_ms.to_json(),
-            "accept_length": _r(self.accept_length),
-            "accept_length_source": self.accept_length_source,
-            "verify_cycle_ms": _r(self.verify_cycle_ms),
-            "decode_step_ms": _r(self.decode_step_ms),
+            **self.measured_json(),
             "requests": {"ok": self.requests_ok, "failed": self.requests_failed},
             "errors": dict(self.errors),
             "completion_tokens": self.completion_tokens,
@@ -155,10 +157,9 @@ class ArmResult:
             **({"acceptance_by": {dimension: {label: dict(block) for label, block in groups.items()}
                                   for dimension, groups in self.acceptance_by.items()}}
                if self.acceptance_by else {}),
-            **({"accept_length_per_request": accept_length_distribution(self.request_accept_lengths)}
-               if self.request_accept_lengths else {}),
-            **({"acceptance_per_position": acceptance_per_position(self.correct_drafts_histogram)}
-               if sum(self.correct_drafts_histogram) else {}),
+            **({"accept_length_per_request": dict(self.accept_length_per_request)}
+               if self.accept_length_per_request else {}),
+            **({"acceptance_per_position": list(self.acceptance_per_position)} if self.acceptance_per_position else {}),
             **({"prompt_length": dict(self.prompt_length)} if self.prompt_length else {}),
             **({"output_length": dict(self.output_length)} if self.output_length else {}),
             **({"client": dict(self.client)} if self.client else {}),
@@ -166,8 +167,79 @@ class ArmResult:
             **({"steady": dict(self.steady)} if self.steady else {}),
             **({"cancel": dict(self.cancel)} if self.cancel else {}),
             **({"other_models": dict(self.other_models)} if self.other_models else {}),
-            **{path: _r(value, 6) for path, value in self.figures.items()},
+            # the metrics the arm set, flat under their path, to the digits records have always kept
+            **{path: _r(value, 6) for path, value in self.figures.items() if path not in measured_paths()},
         }
+
+    def measured_json(self) -> dict:
+        """The metrics the requests give, in the registry's order, each to its entry's digits;
+        a distribution as a block of its statistics (``ttft_ms``: mean, p50, p90, p99)."""
+        block: dict[str, Any] = {}
+        for m in measured_metrics():
+            if is_distribution(m):
+                block.setdefault(m.family, {s: _r(self.figures.get(f"{m.family}.{s}"), m.digits) for s in STATS})
+                continue
+            put(block, m.path, _r(self.figures.get(m.path), m.digits))
+            if m.path == ACCEPT_LENGTH:
+                block[f"{ACCEPT_LENGTH}_source"] = self.accept_length_source
+        return block
+
+
+def measured_metrics() -> list[Metric]:
+    """The registered metrics an arm's requests give: those ArmResult computes in summarize."""
+    return registry_figures()
+
+
+def is_distribution(entry: Metric) -> bool:
+    """A statistic of a per-request distribution (``ttft_ms.p50``): its family is a block of STATS."""
+    return isinstance(entry.samples, PerRequest) and entry.path.partition(".")[2] in STATS
+
+
+def measured_paths() -> list[str]:
+    """The paths of the figures the requests give (a distribution's every statistic), in the registry's order."""
+    return list(dict.fromkeys(path for m in measured_metrics()
+                              for path in ([f"{m.family}.{s}" for s in STATS] if is_distribution(m) else [m.path])))
+
+
+def read_result(arm: str, block: dict[str, Any]) -> Optional[ArmResult]:
+    """An arm's block of results.json read back into an ArmResult (None: the arm has no
+    figures, it was not measured). Each metric under its path or any spelling records written
+    before used (registry.read); what is not a metric, by its key."""
+    if not isinstance(block, dict) or not any(k in block for k in ("requests", "repeats", *measured_families())):
+        return None
+    result = ArmResult(arm)
+    for m in measured_metrics():
+        paths = [f"{m.family}.{s}" for s in STATS] if is_distribution(m) else [m.path]
+        for path in paths:
+            value = read(block, resolve(path))
+            result.figures[path] = None if value is None else float(value)
+    for m in set_metrics():
+        value = read(block, m)
+        if value is not None:
+            result.figures[m.path] = float(value)
+    requests = block.get("requests") or {}
+    result.requests_ok, result.requests_failed = int(requests.get("ok") or 0), int(requests.get("failed") or 0)
+    for name in READ_AS_IS:
+        if block.get(name) is not None:
+            setattr(result, name, block[name])
+    return result
+
+
+# ArmResult's fields that results.json keeps under their own name, read back as they are
+READ_AS_IS = ("repeats", "noise", "accept_length_source", "errors", "completion_tokens", "duration_s", "categories",
+              "acceptance_by", "accept_length_per_request", "acceptance_per_position", "prompt_length",
+              "output_length", "client", "trace", "steady", "cancel", "other_models")
+
+
+def measured_families() -> list[str]:
+    return [m.family for m in measured_metrics()]
+
+
+def set_metrics() -> list[Metric]:
+    """The registered metrics an arm sets on its result (J/token, the prefix cache's hit rate):
+    not computed from its requests, not between arms, not a block of their own (steady, requests)."""
+    own = {f.name for f in fields(ArmResult)} | {"requests"}
+    return [m for m in all_metrics() if not (m.samples or m.compute or m.between_arms) and m.family not in own]
 
 
 def _error_of(r: RequestRecord) -> str:
@@ -215,28 +287,19 @@ def summarize(arm: str, load: LoadResult, server_accept_length: Optional[float] 
     )
     # one time axis for every line (a record the runner did not stamp takes the load's t0)
     lines = [r.to_json(load.run_start if r.run_start is None else None) for r in ok]
-    # the rates are their registry samples' statistic (window rates over the completed
-    # requests' span), so the figure is the point its interval resamples (measure/estimate.py)
-    res.output_tok_s, res.request_per_s = (resolve(path).value_from(lines) for path in ("output_tok_s", "request_per_s"))
-
     # every figure from the lines as the record keeps them (to the microsecond), so a reader of
-    # the record's rows recomputes the same figures (harness/gates/reproduce.py checks that)
-    views = lines
-    for name in DISTRIBUTIONS:
-        setattr(res, name, distribution_of(name, views))
-
-    res.decode_step_ms = ratio_of("decode_step_ms", views)
-
+    # the record's rows recomputes the same figures (harness/gates/reproduce.py checks that);
+    # each is its registry samples' statistic, so it is the point its interval resamples
+    fill_figures(res, lines)
     spec = [r for r in ok if r.spec_verify_ct]
     if sum(r.spec_verify_ct for r in spec) > 0:
-        res.accept_length = ratio_of("accept_length", views)
         res.accept_length_source = "run"
-        res.verify_cycle_ms = ratio_of("verify_cycle_ms", views)
     elif server_accept_length is not None:
-        res.accept_length = float(server_accept_length)
+        res.figures[ACCEPT_LENGTH] = float(server_accept_length)
         res.accept_length_source = "server_cumulative"
     res.request_accept_lengths = [r.completion_tokens / r.spec_verify_ct for r in spec]
     res.correct_drafts_histogram = summed_histograms(r.spec_correct_drafts_histogram for r in spec)
+    describe_acceptance(res)
     res.categories = by_category(ok)
     res.acceptance_by = acceptance_by(ok)
     res.prompt_length = prompt_length.judge(measured, load.api, load.prompt_sizing)
@@ -247,7 +310,6 @@ def summarize(arm: str, load: LoadResult, server_accept_length: Optional[float] 
         res.steady = steady.steady_figures([r.to_json(load.run_start if r.run_start is None else None) for r in measured],
                                            load.concurrency, load.request_rate,
                                            steady_min_fraction)
-    fill_figures(res, lines)
     return res
 
 
@@ -258,31 +320,31 @@ def other_models(measured: list[RequestRecord], asked: str) -> dict[str, int]:
 
 
 def registry_figures() -> list[Metric]:
-    """The registered metrics ArmResult has no field for (its `requests` property counts too)."""
+    """The registered metrics an arm's requests give (not between arms, not a block of the
+    result's own: its `steady` block, its `requests` counts)."""
     return computed_figures({f.name for f in fields(ArmResult)} | {"requests"})
 
 
-def distribution_of(family: str, views: list[dict]) -> Stat:
-    """A latency distribution from each request's own values, as its registry entry takes
-    them (ttft_ms: a request's TTFT; itl_ms: its inter-chunk gaps; ...)."""
-    values_of = resolve(f"{family}.p50").samples.values_of
-    return Stat.of(value for view in views for value in values_of(view))
-
-
-def ratio_of(path: str, views: list[dict]) -> Optional[float]:
-    """A ratio-of-sums metric (accept length, verify cycle, decode step) by its registry entry."""
-    return resolve(path).samples.evidence(views).value()
-
-
 def fill_figures(result: ArmResult, lines: list[dict]) -> None:
-    """The registry's computed metrics from the successful measured requests, as request
-    lines (the shape requests.jsonl and a columnar reader give them in)."""
+    """The registry's metrics from the successful measured requests, as request lines (the
+    shape requests.jsonl and a columnar reader give them in); a distribution's statistics
+    from one reading of its values."""
     entries = registry_figures()
-    if not entries:
-        return
-    result.figures.update({m.path: m.value_from(lines) for m in entries})
+    for m in entries:
+        if is_distribution(m):
+            if m.family not in result.counts:
+                result.set(m.family, Stat.of(v for line in lines for v in m.samples.values_of(line)))
+        else:
+            result.figures[m.path] = m.value_from(lines)
     if any(m.combine == "pooled" for m in entries):
         result.pooled_lines = lines
+
+
+def describe_acceptance(result: ArmResult) -> None:
+    """What results.json says of the per-request accept lengths and the accepted positions."""
+    lengths, histogram = result.request_accept_lengths, result.correct_drafts_histogram
+    result.accept_length_per_request = accept_length_distribution(lengths) if lengths else {}
+    result.acceptance_per_position = acceptance_per_position(histogram) if sum(histogram) else []
 
 
 ACCEPT_LENGTH_BIN = 0.25  # histogram bin width: a quarter token per verify cycle
@@ -377,17 +439,11 @@ def apply_server_window(result: ArmResult, load: LoadResult, server: dict) -> Ar
     drafts = server.get("spec_drafts")
     if result.accept_length_source == "run" or not drafts:
         return result
-    result.accept_length = server["accept_length"]
+    result.figures[ACCEPT_LENGTH] = server["accept_length"]
     result.accept_length_source = "server_metrics_window"
     ok = [r for r in load.measured if r.ok and r.decode_s is not None]
-    result.verify_cycle_ms = sum(r.decode_s for r in ok) * 1000.0 / drafts if ok else None
+    result.figures[VERIFY_CYCLE] = sum(r.decode_s for r in ok) * 1000.0 / drafts if ok else None
     return result
-
-
-# ArmResult's fields that repeats combine by their median (its shape; which metrics are
-# reported where is harness.measure.registry's business).
-SCALARS = ("output_tok_s", "request_per_s", "decode_step_ms", "accept_length", "verify_cycle_ms")
-DISTRIBUTIONS = ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")
 
 
 def spread(values: list[Optional[float]]) -> Optional[dict]:
@@ -413,12 +469,6 @@ def combine_repeats(arm: str, results: list[ArmResult]) -> ArmResult:
     if len(results) == 1:
         return results[0]
     combined = ArmResult(arm=arm, repeats=len(results))
-    for name in SCALARS:
-        setattr(combined, name, _median([getattr(r, name) for r in results]))
-    for name in DISTRIBUTIONS:
-        setattr(combined, name, Stat(**{s: _median([getattr(getattr(r, name), s) for r in results])
-                                        for s in ("mean", "p50", "p90", "p99")},
-                                     n=sum(getattr(r, name).n for r in results)))
     combined.accept_length_source = next((r.accept_length_source for r in results if r.accept_length_source), None)
     combined.requests_ok = sum(r.requests_ok for r in results)
     combined.requests_failed = sum(r.requests_failed for r in results)
@@ -428,6 +478,7 @@ def combine_repeats(arm: str, results: list[ArmResult]) -> ArmResult:
     combined.acceptance_by = combine_acceptance_by([r.acceptance_by for r in results if r.acceptance_by])
     combined.request_accept_lengths = [x for r in results for x in r.request_accept_lengths]
     combined.correct_drafts_histogram = summed_histograms(r.correct_drafts_histogram for r in results)
+    describe_acceptance(combined)
     combined.prompt_length = prompt_length.combine([r.prompt_length for r in results])
     combined.output_length = output_length.combine([r.output_length for r in results])
     combined.duration_s = sum(r.duration_s for r in results)
@@ -437,6 +488,8 @@ def combine_repeats(arm: str, results: list[ArmResult]) -> ArmResult:
     combined.cancel = combine_cancel_figures([r.cancel for r in results])
     combined.other_models = dict(sum((Counter(r.other_models) for r in results), Counter()))
     combined.figures = combine_figures(results)
+    combined.counts = {family: sum(r.counts.get(family, 0) for r in results) for family in measured_families()
+                       if any(family in r.counts for r in results)}
     combined.noise = {path: s for path in noise_metrics()
                       if (s := spread([metric_value(r, path) for r in results])) is not None}
     return combined
@@ -446,10 +499,10 @@ def combine_figures(results: list[ArmResult]) -> dict[str, Optional[float]]:
     """The registry's computed figures over repeats, each as its entry says: the median or
     sum of the repeats' values, or recomputed from all their requests pooled."""
     combined = {}
-    for m in registry_figures():
-        values = [r.figures.get(m.path) for r in results]
-        combined[m.path] = combine_values(m, values, [line for r in results for line in r.pooled_lines])
-    for path in {p for r in results for p in r.figures} - set(combined):  # set by the arm (J/token)
+    pooled = [line for r in results for line in r.pooled_lines]
+    for path in measured_paths():
+        combined[path] = combine_values(resolve(path), [r.figures.get(path) for r in results], pooled)
+    for path in dict.fromkeys(p for r in results for p in r.figures if p not in combined):  # set by the arm (J/token)
         combined[path] = _median([r.figures.get(path) for r in results])
     return combined
 

@@ -2,14 +2,44 @@
 is computed from the request records and resampled for an interval, how repeats combine
 it, its unit, which direction is better, and where it appears.
 
-An arm's numbers exist in two shapes, an :class:`harness.measure.metrics.ArmResult` while the run
-is going and its block in results.json (``arms.<arm>``) afterwards; a metric's ``path`` is
-the same dotted path into both (``output_tok_s``, ``ttft_ms.p99``, ``requests.ok``), read
-by :func:`metric_value`. A metric with no field of its own in ArmResult is computed by its
-entry (``compute``, else its ``samples``' statistic) from the measured request lines and
-kept in ``ArmResult.figures``, written to results.json under its path. Metrics that compare
-two arms of one run (speedup, break-even accept length) are stored as
+An arm's numbers have one shape, :class:`harness.measure.metrics.ArmResult`, in memory and
+read back from results.json (``arms.<arm>``, :func:`harness.measure.metrics.read_result`); a
+metric's ``path`` is the same dotted path into both (``output_tok_s``, ``ttft_ms.p99``,
+``requests.ok``), read by :func:`metric_value`. The result keeps every metric by its path in
+``ArmResult.figures``: those its requests give, computed by their entry (``compute``, else its
+``samples``' statistic) from the measured request lines, and those the arm sets (J/token).
+Metrics that compare two arms of one run (speedup, break-even accept length) are stored as
 ``<name>_vs_<plain arm>`` and computed by :func:`cross_arm`.
+
+The built-in metrics' definitions (all over a run's ok measured requests):
+
+* ``output_tok_s``   = sum(completion_tokens) / the completed requests' span (first send -> last
+  end), as the mean of its time windows' rates (harness/measure/samples.py WindowRate), so
+  the figure is the point of its own interval; a failed request before or after them does
+  not stretch it. ``request_per_s`` likewise.
+* ``ttft_ms``        = first token chunk - send, per request.
+* ``itl_ms``         = gaps between consecutive token chunks (per chunk; under
+  speculative decoding one chunk usually carries several tokens).
+* ``tpot_ms``        = decode_s / (completion_tokens - 1), per request (the first token
+  comes from prefill, so a request with n tokens has n - 1 decoded after it).
+* ``decode_step_ms`` = sum(decode_s) / sum(completion_tokens - 1): time per decoded token.
+  For a plain-decoding arm this is the decode step.
+* ``accept_length``  = sum(completion_tokens) / sum(spec_verify_ct): run-scoped and token
+  weighted, which is how SGLang defines a request's ``spec_accept_length``
+  (completion_tokens / verify_ct), summed over the run.  Note it counts the prefill token
+  in the numerator, as SGLang does (a bias of 1/verify_ct per request).  It is not the
+  mean of per-request ratios (that would over-weight short requests).  When no request
+  carries verify counts, the server's cumulative average (/get_server_info) is used if
+  given, labelled ``accept_length_source = "server_cumulative"``.
+* ``verify_cycle_ms`` = sum(decode_s) / sum(spec_verify_ct): one draft+verify cycle (the
+  decode span from first to last chunk holds exactly the verify cycles).
+* ``accept_length_per_request``: the spread of each request's own completion_tokens /
+  spec_verify_ct (p10/p50/p90, min, max, a histogram in ACCEPT_LENGTH_BIN-wide bins):
+  the run's accept length is one number, this says whether every request got it or a few
+  got far more than the rest.
+* ``acceptance_per_position``: where the engine gives each request's verify cycles by
+  accepted drafts (SGLang's ``spec_correct_drafts_histogram``), the fraction of cycles
+  whose draft position i (1, 2, ...) was accepted: Σ cycles with ≥ i accepted ÷ Σ cycles.
 
 Who reads the registry: results and repeats (harness/measure/metrics.py), change verdicts
 and reference-run gates (harness/gates/change.py, reference.py: interval and unit),
@@ -54,22 +84,21 @@ def steady_figure(result: Any, name: str) -> Optional[float]:
 def basis(arm: Any, plain: Any) -> str:
     """What the cross-arm figures of ``arm`` against the plain arm rest on: both arms' steady
     windows when both have one, else the whole load of each (never one of each)."""
-    both = steady_figure(arm, "output_tok_s") is not None and steady_figure(plain, "output_tok_s") is not None
+    both = steady_figure(arm, OUTPUT_RATE) is not None and steady_figure(plain, OUTPUT_RATE) is not None
     return STEADY if both else WHOLE
 
 
 def whole_speedup(arm: Any, plain: Any) -> Optional[float]:
     """Output tok/s over the whole load of ``arm`` over the plain arm's; None when either is missing."""
-    if arm.output_tok_s is None or not plain.output_tok_s:
-        return None
-    return arm.output_tok_s / plain.output_tok_s
+    mine, theirs = metric_value(arm, OUTPUT_RATE), metric_value(plain, OUTPUT_RATE)
+    return None if mine is None or not theirs else mine / theirs
 
 
 def throughputs(arm: Any, plain: Any) -> tuple[Optional[float], Optional[float], str]:
     """(``arm``'s output tok/s, the plain arm's, the basis they are on)."""
     if basis(arm, plain) == STEADY:
-        return steady_figure(arm, "output_tok_s"), steady_figure(plain, "output_tok_s"), STEADY
-    return arm.output_tok_s, plain.output_tok_s, WHOLE
+        return steady_figure(arm, OUTPUT_RATE), steady_figure(plain, OUTPUT_RATE), STEADY
+    return metric_value(arm, OUTPUT_RATE), metric_value(plain, OUTPUT_RATE), WHOLE
 
 
 def speedup(arm: Any, plain: Any) -> Optional[float]:
@@ -110,7 +139,7 @@ def cycle_and_step(arm: Any, plain: Any) -> tuple[Optional[float], Optional[floa
         cycle, step = steady_figure(arm, "verify_cycle_ms"), steady_figure(plain, "decode_step_ms")
         if cycle is not None and step:
             return cycle, step
-    return arm.verify_cycle_ms, plain.decode_step_ms
+    return metric_value(arm, "verify_cycle_ms"), metric_value(plain, "decode_step_ms")
 
 
 def break_even(arm: Any, plain: Any) -> Optional[float]:
@@ -122,9 +151,8 @@ def break_even(arm: Any, plain: Any) -> Optional[float]:
 
 def whole_break_even(arm: Any, plain: Any) -> Optional[float]:
     """Break-even from the whole load's verify cycle and plain decode step."""
-    if arm.verify_cycle_ms is None or not plain.decode_step_ms:
-        return None
-    return break_even_accept_length(arm.verify_cycle_ms, plain.decode_step_ms)
+    cycle, step = metric_value(arm, "verify_cycle_ms"), metric_value(plain, "decode_step_ms")
+    return None if cycle is None or not step else break_even_accept_length(cycle, step)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from harness.engines.base import ITL_PER_TOKEN
 from harness.measure.registry import OUTPUT_RATE, metric, read, summary_columns
 from harness.report.tables import (ACCEPTANCE_DIMENSIONS, ACCEPTANCE_HEADER, Row, acceptance_rows, markdown_table,
                                    metric_table, value_cell)
-from harness.measure.metrics import ArmResult, acceptance_per_position, category_speedups
+from harness.measure.metrics import ArmResult, category_speedups
 from harness.telemetry.energy import joules_per_token_ratio
 
 CLIENT_BOUND_MARK = "*"
@@ -224,7 +224,7 @@ def category_section(experiment, results: dict[str, ArmResult]) -> list[str]:
 def acceptance_section(experiment, results: dict[str, ArmResult]) -> list[str]:
     """Accept length per input-length bucket and per turn: acceptance falls as context grows,
     which one run-wide figure hides (harness/measure/acceptance.py)."""
-    blocks = {arm: {"accept_length": r.accept_length, "acceptance_by": r.acceptance_by}
+    blocks = {arm: {"accept_length": r.value("accept_length"), "acceptance_by": r.acceptance_by}
               for arm, r in results.items() if r is not None}
     lines, streamed = [], False
     for dimension, what in ACCEPTANCE_DIMENSIONS.items():
@@ -335,8 +335,8 @@ def server_section(experiment, results: dict[str, ArmResult], arm_status: dict[s
         if arm not in results or not windows:
             continue
         server, r = windows[0], results[arm]
-        rows.append([arm, cell(r.ttft_ms.mean, "{:.1f}"), cell(server.get("ttft_mean_ms"), "{:.1f}"),
-                     cell(r.decode_step_ms, "{:.2f}"), cell(first_window_decode_ms(server, r), "{:.2f}"),
+        rows.append([arm, cell(r.value("ttft_ms.mean"), "{:.1f}"), cell(server.get("ttft_mean_ms"), "{:.1f}"),
+                     cell(r.value("decode_step_ms"), "{:.2f}"), cell(first_window_decode_ms(server, r), "{:.2f}"),
                      cell(server.get("accept_length"), "{:.2f}"),
                      positions_cell(server, r)])
     if not rows:
@@ -352,8 +352,8 @@ def positions_cell(server: dict, result: ArmResult) -> str:
     histograms (SGLang's spec_correct_drafts_histogram), marked as such."""
     if server.get("acceptance_per_position"):
         return " ".join(f"{p:.2f}" for p in server["acceptance_per_position"])
-    if sum(result.correct_drafts_histogram):
-        return " ".join(f"{p:.2f}" for p in acceptance_per_position(result.correct_drafts_histogram)) + " (requests)"
+    if result.acceptance_per_position:
+        return " ".join(f"{p:.2f}" for p in result.acceptance_per_position) + " (requests)"
     return "-"
 
 

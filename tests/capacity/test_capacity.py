@@ -97,7 +97,7 @@ def record(ttft_s: float, gaps: list[float], tokens_per_chunk: int = 1) -> Reque
 
 
 def test_a_probe_misses_each_slo_its_figures_exceed_and_one_not_measured():
-    result = ArmResult("a", tpot_ms=Stat(mean=20.0, p50=19.0, p90=22.0, p99=30.0, n=5))
+    result = ArmResult.of("a", tpot_ms=Stat(mean=20.0, p50=19.0, p90=22.0, p99=30.0, n=5))
     slos = [Slo("tpot_ms", "p99", 25.0), Slo("tpot_ms", "p50", 25.0), Slo("ttft_ms", "p99", 100.0)]
     assert misses(result, slos) == ["tpot_ms.p99 30.00 ms > 25 ms", "ttft_ms.p99 not measured (limit 100 ms)"]
 

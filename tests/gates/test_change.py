@@ -75,7 +75,7 @@ def test_accept_length_is_a_ratio_of_sums_over_requests():
 
 
 def result(tok_s: float, tpot: float) -> ArmResult:
-    return ArmResult("eagle3", output_tok_s=tok_s, tpot_ms=Stat(p50=tpot), requests_ok=64)
+    return ArmResult.of("eagle3", output_tok_s=tok_s, tpot_ms=Stat(p50=tpot), requests_ok=64)
 
 
 def ctx(new_lines, old_lines, gate_overrides=None, gpu=None, **reference):
@@ -103,7 +103,7 @@ def test_inconclusive_follows_the_configured_policy():
     for policy, passed in (("warn", True), ("pass", True), ("fail", False)):
         c = ctx(new_lines, old_lines, {"compare": {"ttft_ms.p99": "5%"}, "inconclusive": policy},
                 output_tok_s=old_tok_s, ttft_ms={"p99": 25.0})
-        c.result.ttft_ms = Stat(p99=26.0)
+        c.result.set("ttft_ms", Stat(p99=26.0))
         [v] = reference.no_regression_against_reference(c)
         assert v.status == "inconclusive" and v.passed is passed and f"gate.inconclusive={policy}" in v.detail
 
@@ -151,8 +151,8 @@ def test_a_history_of_past_runs_widens_the_allowed_change_by_its_spread():
 def speedup_ctx(floor: float, spec_step_ms: float):
     cfg = OmegaConf.merge(OmegaConf.structured(GateConfig), {"min_speedup": {"eagle3": {"over": "baseline", "ratio": floor}}})
     plain_lines, spec_lines = lines(64, 1, concurrency=8), lines(64, 2, step_ms=spec_step_ms, concurrency=8)
-    plain = ArmResult("baseline", output_tok_s=evidence("output_tok_s", plain_lines).value(), requests_ok=64)
-    spec = ArmResult("eagle3", output_tok_s=evidence("output_tok_s", spec_lines).value(), requests_ok=64)
+    plain = ArmResult.of("baseline", output_tok_s=evidence("output_tok_s", plain_lines).value(), requests_ok=64)
+    spec = ArmResult.of("eagle3", output_tok_s=evidence("output_tok_s", spec_lines).value(), requests_ok=64)
     return registry.GateContext(arm="eagle3", gate=cfg, result=spec, gpu=None, plain_arm="baseline",
                             results={"baseline": plain, "eagle3": spec}, reference=None, reference_label="",
                             telemetry_source="off", requests=spec_lines,
@@ -203,13 +203,13 @@ def test_the_speedup_over_the_steady_windows_is_judged_with_their_interval():
                      chunk_ms=[t + clock for t in extra["chunk_ms"]])
         spec_lines.append(extra)
     ok = {"baseline": plain_lines, "eagle3": spec_lines}
-    results = {arm: ArmResult(arm, output_tok_s=evidence("output_tok_s", arm_lines).value(), requests_ok=len(arm_lines),
+    results = {arm: ArmResult.of(arm, output_tok_s=evidence("output_tok_s", arm_lines).value(), requests_ok=len(arm_lines),
                               steady=steady_figures(arm_lines, 8, None, 0.25)) for arm, arm_lines in ok.items()}
     cfg = OmegaConf.merge(OmegaConf.structured(GateConfig), {"min_speedup": {"eagle3": {"over": "baseline", "ratio": 1.0}}})
     c = registry.GateContext(arm="eagle3", gate=cfg, result=results["eagle3"], gpu=None, plain_arm="baseline",
                              results=results, reference=None, reference_label="", telemetry_source="off",
                              requests=spec_lines, arm_requests=ok)
-    whole = results["eagle3"].output_tok_s / results["baseline"].output_tok_s
+    whole = results["eagle3"].value("output_tok_s") / results["baseline"].value("output_tok_s")
     [v] = speculative.min_speedup(c)
     assert whole < 1.0 < v.value == pytest.approx(1.23, abs=0.05), (whole, v.value)
     assert v.status == "passed" and "over each arm's steady window" in v.detail, v.detail

@@ -131,9 +131,9 @@ def test_repeats_are_matched_repeat_by_repeat():
 
 
 def result(arm: str) -> ArmResult:
-    return ArmResult(arm=arm, output_tok_s=100.0, request_per_s=1.0, ttft_ms=Stat(1, 1, 1, 1), itl_ms=Stat(1, 1, 1, 1),
-                     decode_step_ms=1.0, accept_length=None, accept_length_source=None, verify_cycle_ms=None,
-                     requests_ok=2, requests_failed=0)
+    return ArmResult.of(arm=arm, output_tok_s=100.0, request_per_s=1.0, ttft_ms=Stat(1, 1, 1, 1), itl_ms=Stat(1, 1, 1, 1),
+                        decode_step_ms=1.0, accept_length=None, accept_length_source=None, verify_cycle_ms=None,
+                        requests_ok=2, requests_failed=0)
 
 
 def context(arm: str, lines: dict, min_exact_match: float = 1.0, measured=("baseline", "eagle3")) -> registry.GateContext:

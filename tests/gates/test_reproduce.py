@@ -43,9 +43,9 @@ def record(folder, block: dict, rows: list[dict]):
 
 def gate(reference, run_rows: list[dict]):
     block = figures(run_rows)
-    result = ArmResult(arm="eagle3", requests_ok=len(run_rows), output_tok_s=block["output_tok_s"],
-                       itl_ms=Stat(p50=block["itl_ms"]["p50"]), tpot_ms=Stat(p50=block["tpot_ms"]["p50"]),
-                       duration_s=10.0)
+    result = ArmResult.of(arm="eagle3", requests_ok=len(run_rows), output_tok_s=block["output_tok_s"],
+                          itl_ms=Stat(p50=block["itl_ms"]["p50"]), tpot_ms=Stat(p50=block["tpot_ms"]["p50"]),
+                          duration_s=10.0)
     cfg = OmegaConf.merge(OmegaConf.structured(GateConfig), {"baseline": "reference", "inconclusive": "fail"})
     ctx = GateContext(arm="eagle3", gate=cfg, result=result, gpu=None, plain_arm=None, results={},
                       reference=reference.arms["eagle3"], reference_label="old", telemetry_source="off",

@@ -114,7 +114,7 @@ def test_a_cancelled_request_is_neither_ok_nor_failed_and_no_figure_holds_it():
     load = LoadResult(records, 0.0, 1.1, "chat", "m", cancel={"fraction": 0.3, "after_tokens": 4})
     res = summarize("a", load)
     assert (res.requests_ok, res.requests_failed, res.completion_tokens) == (1, 1, 10)
-    assert res.ttft_ms.n == 1 and res.e2e_ms.mean == pytest.approx(1100.0)  # the ok request's alone
+    assert res.stat("ttft_ms").n == 1 and res.value("e2e_ms.mean") == pytest.approx(1100.0)  # the ok request's alone
     assert res.cancel == {"fraction": 0.3, "after_tokens": 4, "chosen": 1, "cancelled": 1, "tokens_before_cancel": 4}
     assert res.to_json()["cancel"]["cancelled"] == 1 and "cancel" not in summarize("a", LoadResult(
         records[:1], 0.0, 1.1, "chat", "m")).to_json()

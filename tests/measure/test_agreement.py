@@ -17,8 +17,8 @@ DECODED = TOKENS - REQUESTS
 
 
 def client(ttft_ms: float = 5.0, tpot_ms: float = 3.2, failed: int = 0) -> ArmResult:
-    return ArmResult(arm="eagle3", ttft_ms=Stat(mean=ttft_ms), decode_step_ms=tpot_ms,
-                     completion_tokens=TOKENS, requests_ok=REQUESTS, requests_failed=failed)
+    return ArmResult.of(arm="eagle3", ttft_ms=Stat(mean=ttft_ms), decode_step_ms=tpot_ms,
+                        completion_tokens=TOKENS, requests_ok=REQUESTS, requests_failed=failed)
 
 
 def sglang_window(ttft_ms: float = 4.0, tpot_ms: float = 3.2) -> dict:

@@ -46,29 +46,29 @@ def test_spec_arm_known_answers():
     assert a.duration_s == pytest.approx(0.25)
     # rates over the completed requests' span (first send 1.00 to last end 1.23): the failed
     # ones around them stretch the load's duration, not the rate (the figure is its samples' own)
-    assert a.output_tok_s == pytest.approx(13 / 0.23)
-    assert a.request_per_s == pytest.approx(2 / 0.23)
+    assert a.value("output_tok_s") == pytest.approx(13 / 0.23)
+    assert a.value("request_per_s") == pytest.approx(2 / 0.23)
     # run-scoped, token-weighted: (10 + 3) / (4 + 2) = 2.1667 ...
-    assert a.accept_length == pytest.approx(13 / 6)
+    assert a.value("accept_length") == pytest.approx(13 / 6)
     assert a.accept_length_source == "run"
     # ... which is not the mean of the per-request ratios (2.5 + 1.5) / 2 = 2.0
-    assert a.accept_length != pytest.approx(2.0)
+    assert a.value("accept_length") != pytest.approx(2.0)
     # (120 + 60) ms over 6 verify cycles; over 9 + 2 decoded tokens
-    assert a.verify_cycle_ms == pytest.approx(30.0)
-    assert a.decode_step_ms == pytest.approx(180 / 11)
-    assert a.ttft_ms.mean == pytest.approx(75.0) and a.ttft_ms.p50 == pytest.approx(75.0)
-    assert a.ttft_ms.p99 == pytest.approx(50 + 50 * 0.99)
-    assert a.itl_ms.n == 6 and a.itl_ms.mean == pytest.approx(30.0) and a.itl_ms.p99 == pytest.approx(30.0)
-    assert a.tpot_ms.n == 2 and a.tpot_ms.mean == pytest.approx((120 / 9 + 60 / 2) / 2)
-    assert a.e2e_ms.mean == pytest.approx((230 + 120) / 2)
+    assert a.value("verify_cycle_ms") == pytest.approx(30.0)
+    assert a.value("decode_step_ms") == pytest.approx(180 / 11)
+    assert a.value("ttft_ms.mean") == pytest.approx(75.0) and a.value("ttft_ms.p50") == pytest.approx(75.0)
+    assert a.value("ttft_ms.p99") == pytest.approx(50 + 50 * 0.99)
+    assert a.stat("itl_ms").n == 6 and a.value("itl_ms.mean") == pytest.approx(30.0) and a.value("itl_ms.p99") == pytest.approx(30.0)
+    assert a.stat("tpot_ms").n == 2 and a.value("tpot_ms.mean") == pytest.approx((120 / 9 + 60 / 2) / 2)
+    assert a.value("e2e_ms.mean") == pytest.approx((230 + 120) / 2)
 
 
 def test_break_even_and_speedup():
     assert break_even_accept_length(30.0, 12.2) == pytest.approx(2.459, abs=1e-3)
     with pytest.raises(ValueError):
         break_even_accept_length(30.0, 0.0)
-    fast = ArmResult(arm="eagle3", output_tok_s=150.0)
-    plain = ArmResult(arm="baseline", output_tok_s=100.0)
+    fast = ArmResult.of(arm="eagle3", output_tok_s=150.0)
+    plain = ArmResult.of(arm="baseline", output_tok_s=100.0)
     assert speedup(fast, plain) == pytest.approx(1.5)
     assert speedup(fast, ArmResult(arm="b")) is None
     assert speedup(ArmResult(arm="x"), plain) is None
@@ -80,20 +80,20 @@ def test_plain_arm_decode_step_and_no_accept_length():
     load = LoadResult(records=[rec(0, 1.0, times, [1] * 11)], start_time=1.0, end_time=times[-1] + 0.01,
                       api="chat", model="m")
     a = summarize("baseline", load)
-    assert a.decode_step_ms == pytest.approx(12.2)
-    assert a.tpot_ms.mean == pytest.approx(12.2)
-    assert a.accept_length is None and a.accept_length_source is None and a.verify_cycle_ms is None
+    assert a.value("decode_step_ms") == pytest.approx(12.2)
+    assert a.value("tpot_ms.mean") == pytest.approx(12.2)
+    assert a.value("accept_length") is None and a.accept_length_source is None and a.value("verify_cycle_ms") is None
 
 
 def test_server_cumulative_fallback_is_labelled():
     times = [1.1, 1.2, 1.3]
     load = LoadResult(records=[rec(0, 1.0, times, [1, 2, 2])], start_time=1.0, end_time=1.31, api="chat", model="m")
     a = summarize("eagle3", load, server_accept_length=2.3)
-    assert a.accept_length == pytest.approx(2.3) and a.accept_length_source == "server_cumulative"
-    assert a.verify_cycle_ms is None
+    assert a.value("accept_length") == pytest.approx(2.3) and a.accept_length_source == "server_cumulative"
+    assert a.value("verify_cycle_ms") is None
     # per-request counts win over the server's cumulative value
     b = summarize("eagle3", spec_load(), server_accept_length=9.9)
-    assert b.accept_length == pytest.approx(13 / 6) and b.accept_length_source == "run"
+    assert b.value("accept_length") == pytest.approx(13 / 6) and b.accept_length_source == "run"
 
 
 def test_no_data_gives_none_not_zero():
@@ -101,20 +101,20 @@ def test_no_data_gives_none_not_zero():
     w = rec(0, 0.5, [0.6, 0.7], [1, 1], verify=1, warmup=True)
     a = summarize("eagle3", LoadResult(records=[w, f], start_time=1.0, end_time=1.01, api="chat", model="m"))
     assert a.requests_ok == 0 and a.requests_failed == 1
-    assert a.output_tok_s is None and a.request_per_s is None
-    assert a.accept_length is None and a.decode_step_ms is None and a.verify_cycle_ms is None
-    for s in (a.ttft_ms, a.itl_ms, a.tpot_ms, a.e2e_ms):
+    assert a.value("output_tok_s") is None and a.value("request_per_s") is None
+    assert a.value("accept_length") is None and a.value("decode_step_ms") is None and a.value("verify_cycle_ms") is None
+    for s in (a.stat(family) for family in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")):
         assert s == Stat() and s.to_json() == {"mean": None, "p50": None, "p90": None, "p99": None}
     empty = summarize("x", LoadResult(records=[], start_time=2.0, end_time=2.0, api="chat", model="m"))
-    assert empty.output_tok_s is None and empty.requests_ok == 0 and empty.errors == {}
+    assert empty.value("output_tok_s") is None and empty.requests_ok == 0 and empty.errors == {}
 
 
 def test_single_token_requests_have_no_decode():
     r = rec(0, 1.0, [1.05], [1])
     a = summarize("x", LoadResult(records=[r], start_time=1.0, end_time=1.06, api="chat", model="m"))
-    assert a.output_tok_s == pytest.approx(1 / 0.06)
-    assert a.tpot_ms.mean is None and a.decode_step_ms is None and a.itl_ms.mean is None
-    assert a.ttft_ms.mean == pytest.approx(50.0)
+    assert a.value("output_tok_s") == pytest.approx(1 / 0.06)
+    assert a.value("tpot_ms.mean") is None and a.value("decode_step_ms") is None and a.value("itl_ms.mean") is None
+    assert a.value("ttft_ms.mean") == pytest.approx(50.0)
 
 
 def test_to_json_block():
@@ -151,8 +151,8 @@ def test_one_lookup_reads_a_result_and_its_record_alike():
 
 
 def test_cross_arm_metrics_and_their_record_keys():
-    fast = ArmResult(arm="eagle3", output_tok_s=150.0, verify_cycle_ms=30.0)
-    plain = ArmResult(arm="baseline", output_tok_s=100.0, decode_step_ms=12.2)
+    fast = ArmResult.of(arm="eagle3", output_tok_s=150.0, verify_cycle_ms=30.0)
+    plain = ArmResult.of(arm="baseline", output_tok_s=100.0, decode_step_ms=12.2)
     values = cross_arm(fast, plain)
     assert values["speedup"] == pytest.approx(1.5)
     assert values["break_even_accept_length"] == pytest.approx(30.0 / 12.2)
@@ -166,9 +166,9 @@ def test_cross_arm_metrics_and_their_record_keys():
 
 def test_cross_arm_metrics_rest_on_the_steady_windows_when_both_arms_have_one():
     steady = {"output_tok_s": 120.0, "verify_cycle_ms": 25.0, "inconclusive": None}
-    fast = ArmResult(arm="eagle3", output_tok_s=150.0, verify_cycle_ms=30.0, steady=steady)
-    plain = ArmResult(arm="baseline", output_tok_s=100.0, decode_step_ms=12.2,
-                      steady={"output_tok_s": 150.0, "decode_step_ms": 10.0, "inconclusive": None})
+    fast = ArmResult.of(arm="eagle3", output_tok_s=150.0, verify_cycle_ms=30.0, steady=steady)
+    plain = ArmResult.of(arm="baseline", output_tok_s=100.0, decode_step_ms=12.2,
+                         steady={"output_tok_s": 150.0, "decode_step_ms": 10.0, "inconclusive": None})
     values = cross_arm(fast, plain)
     assert metric_registry.basis(fast, plain) == "steady"
     assert values["speedup"] == pytest.approx(0.8) and values["speedup_whole"] == pytest.approx(1.5)
@@ -201,7 +201,7 @@ def test_a_new_metric_is_one_registry_entry(monkeypatch, tmp_path):
         data = compare_data([tmp_path])
         assert "e2e_ms.p90" in data["metrics"]  # a compare row
         [row] = [r for r in data["rows"] if r["metric"] == "e2e_ms.p90"]
-        assert row["values"] == [pytest.approx(combined.e2e_ms.p90, abs=1e-3)]
+        assert row["values"] == [pytest.approx(combined.value("e2e_ms.p90"), abs=1e-3)]
     assert "E2E p90" not in column_names()  # gone with its registration
 
 

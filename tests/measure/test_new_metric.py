@@ -22,7 +22,7 @@ from harness.config.schema import GateConfig
 from harness.gates import reference, registry as gate_registry
 from harness.load import LoadResult, RequestRecord
 from harness.measure import registry
-from harness.measure.metrics import combine_repeats, summarize
+from harness.measure.metrics import combine_repeats, read_result, summarize
 from harness.measure.samples import PerRequest, field_value, measured
 from harness.measure.steady import measured_window
 from harness.measure.timeslices import timeslices_block
@@ -74,8 +74,11 @@ def test_results_and_repeats_carry_it(output_tokens_p50):
     first, second = load(1, 60.0), load(2, 64.0)
     result = summarize("eagle3", first)
     assert result.figures[PATH] == pytest.approx(expected_median(first))
-    assert result.to_json()[PATH] == pytest.approx(expected_median(first))
-    assert registry.metric_value(result, PATH) == registry.metric_value(result.to_json(), PATH)
+    written = result.to_json()
+    assert written["output_tokens"]["p50"] == pytest.approx(expected_median(first))  # nested under its path
+    assert registry.metric_value(result, PATH) == registry.metric_value(written, PATH)
+    back = read_result("eagle3", json.loads(json.dumps(written)))  # results.json read back: the same type
+    assert back.value(PATH) == pytest.approx(expected_median(first)) and back.to_json() == written
     both = combine_repeats("eagle3", [result, summarize("eagle3", second)])
     assert both.figures[PATH] == pytest.approx(np.median([expected_median(first), expected_median(second)]))
     assert PATH in both.noise  # repeats track its spread, as its entry says
@@ -202,7 +205,8 @@ def test_it_is_found_with_its_interval_in_each_timeslice_and_drawn_in_the_timeli
 
 def test_gone_once_unregistered(tmp_path):
     assert PATH not in [m.path for m in registry.all_metrics()]
-    assert PATH not in summarize("eagle3", load(1, 60.0)).to_json()
+    written = summarize("eagle3", load(1, 60.0)).to_json()
+    assert PATH not in written and "output_tokens" not in written
     with pytest.raises(ValueError, match="registered already"):
         registry.register(registry.metric("output_tok_s"))
 

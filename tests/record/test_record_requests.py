@@ -139,8 +139,8 @@ def test_a_jsonl_record_reads_as_its_parquet_twin_in_every_analysis(tmp_path, ca
 def gate_against(reference, candidate):
     """The reference-run gate for eagle3, its samples read from both records."""
     block = candidate.arms["eagle3"]
-    result = ArmResult(arm="eagle3", requests_ok=38, output_tok_s=block["output_tok_s"], ttft_ms=Stat(**block["ttft_ms"]),
-                       itl_ms=Stat(**block["itl_ms"]), tpot_ms=Stat(**block["tpot_ms"]), duration_s=1.0)
+    result = ArmResult.of(arm="eagle3", requests_ok=38, output_tok_s=block["output_tok_s"], ttft_ms=Stat(**block["ttft_ms"]),
+                          itl_ms=Stat(**block["itl_ms"]), tpot_ms=Stat(**block["tpot_ms"]), duration_s=1.0)
     gate = OmegaConf.merge(compose(["+exp=sim_smoke"]).base.gate, {"baseline": "reference"})
     ctx = GateContext(arm="eagle3", gate=gate, result=result, gpu=None, plain_arm=None, results={},
                       reference=reference.arms["eagle3"], reference_label="old", telemetry_source="off",

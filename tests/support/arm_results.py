@@ -11,4 +11,4 @@ def result(arm="eagle3", **values) -> ArmResult:
                 itl_ms=Stat(mean=30, p50=30, p90=31, p99=33), decode_step_ms=15.0, accept_length=2.0,
                 accept_length_source="run", verify_cycle_ms=30.0, requests_ok=5, requests_failed=0)
     base.update(values)
-    return ArmResult(**base)
+    return ArmResult.of(**base)
