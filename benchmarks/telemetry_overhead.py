@@ -63,7 +63,7 @@ def one_load(url: str, concurrency: int, sampled: bool) -> tuple[float, float, f
         sampler.mark_load_end()
         cpu = sampler.stop().sampler_cpu_s
         sampler.source.close()
-    return summarize("bench", load).output_tok_s, cpu, wall
+    return summarize("bench", load).value("output_tok_s"), cpu, wall
 
 
 def main() -> int:

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from harness.gates.verdict import Verdict
-from harness.measure.registry import Metric, compare_metrics, number, read
+from harness.measure.metrics import ArmResult, read_result
+from harness.measure.registry import Metric, compare_metrics, metric_value, number
 from harness.record.store import FINISHED, RUNNING, RunData, read_runs
 from harness.report.tables import markdown_table
 
@@ -40,9 +41,10 @@ def load_runs(paths: list[Path]) -> list[RunData]:
     return runs
 
 
-def noise_cv(arm: Any, key: str) -> Optional[float]:
-    """The coefficient of variation over repeats (`noise` is keyed by the dotted metric path)."""
-    noise = arm.get("noise") if isinstance(arm, dict) else None
+def noise_cv(result: Optional[ArmResult | dict], key: str) -> Optional[float]:
+    """The coefficient of variation over repeats (`noise` is keyed by the dotted metric path) of
+    an ArmResult or an arm's block of results.json."""
+    noise = None if result is None else metric_value(result, "noise")
     spread = noise.get(key) if isinstance(noise, dict) else None
     return number(spread.get("cv")) if isinstance(spread, dict) else None
 
@@ -70,10 +72,11 @@ def compare_data(paths: list[Path]) -> dict[str, Any]:
     runs = load_runs(paths)
     rows = []
     for arm in arm_names(runs):
+        results = [read_result(arm, run.arms.get(arm) or {}) for run in runs]  # old spellings too
         for metric in compare_metrics():
-            values = [number(read(run.arms.get(arm) or {}, metric)) for run in runs]  # old spellings too
+            values = [None if r is None else number(metric_value(r, metric.path)) for r in results]
             rows.append({"arm": arm, "metric": metric.path, "values": values,
-                         "cv": [noise_cv(run.arms.get(arm), metric.path) for run in runs],
+                         "cv": [noise_cv(r, metric.path) for r in results],
                          "changes": [change(values[0], v, metric) for v in values[1:]],
                          "change_kind": "difference" if metric.count else "relative"})
     return {"runs": [run_info(run) for run in runs], "metrics": [m.path for m in compare_metrics()], "rows": rows}
