@@ -1,8 +1,9 @@
 """A new metric is one registry entry: registered in a fixture, computed from request
-records, it appears in results and repeats, the run summary, `specgate compare`, a
-reference-run gate (with its interval), sweep.json and the sweep's summary and report,
-each capacity probe and the capacity summary and report, and the run report: every place
-on small in-memory records, no server. Its entry naming the steady and timeslice windows,
+records, it appears in results and repeats (results.json read back into the same type),
+the run summary, `specgate compare`, a reference-run gate (with its interval), sweep.json
+and the sweep's summary and page, each capacity probe and the capacity summary and page, an
+A/B's paired verdict (with its interval), ab.json, its summary and page, and the run report:
+every place on small in-memory records, no server. Its entry naming the steady and timeslice windows,
 it is found with its interval over the whole load, the steady window and each timeslice,
 and drawn in the report's timeline (issue 32: windows are a parameter of the registry)."""
 
@@ -15,11 +16,14 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
+from harness.ab import record as ab_record
+from harness.ab.driver import RoundPair, figures_of
+from harness.ab.report import write_ab_report
 from harness.capacity import record as capacity_record
 from harness.capacity import report as capacity_report
 from harness.capacity.driver import probe_figures
 from harness.config.schema import GateConfig
-from harness.gates import reference, registry as gate_registry
+from harness.gates import ab as ab_gate, reference, registry as gate_registry
 from harness.load import LoadResult, RequestRecord
 from harness.measure import registry
 from harness.measure.metrics import combine_repeats, read_result, summarize
@@ -115,7 +119,7 @@ def test_a_reference_gate_judges_it_with_an_interval(output_tokens_p50):
     assert f"{PATH} regressed" in verdict.detail and "interval" in verdict.detail
 
 
-def test_sweep_json_and_the_sweep_tables_show_it(output_tokens_p50):
+def test_sweep_json_and_the_sweep_tables_and_page_show_it(output_tokens_p50, tmp_path):
     result = summarize("eagle3", load(1, 60.0))
     figures = sweep_record.headline({"plain_arm": None, "arms": {"eagle3": {"status": "measured", **result.to_json()}}})
     assert figures["eagle3"][PATH] == pytest.approx(result.figures[PATH])
@@ -124,21 +128,59 @@ def test_sweep_json_and_the_sweep_tables_show_it(output_tokens_p50):
     assert LABEL in text and f"{result.figures[PATH]:.1f}" in text
     assert LABEL in sweep_report.figure_table(points).header
     assert f"{result.figures[PATH]:.1f}" in sweep_report.table_rows(points)[0]["cells"]
+    (tmp_path / sweep_report.SWEEP_FILE).write_text(json.dumps({"experiment": "x", "status": "finished", "exit_status": 0,
+                                                  "points": points}))
+    page = sweep_report.write_sweep_report(tmp_path).read_text()
+    assert LABEL in page and f"{result.figures[PATH]:.1f}" in page
 
 
-def test_capacity_probes_and_their_tables_show_it(output_tokens_p50):
+def test_capacity_probes_and_their_tables_and_page_show_it(output_tokens_p50, tmp_path):
     result = summarize("eagle3", load(1, 60.0))
     probe = {"probe": 0, "load": 4, "met": True, "misses": [], "failed_requests": 0, "requests_ok": 40,
              "good_requests": 40, "goodput_rps": 1.5, "duration_s": 2.0, **probe_figures(result)}
     assert probe[PATH] == pytest.approx(result.figures[PATH])
-    data = {"experiment": "x", "status": "finished", "exit_status": 0, "dimension": "concurrency", "slos": [],
-            "search": {"start": 1}, "gates": [], "command": ["specgate", "capacity"],
+    data = {"experiment": "x", "description": "d", "status": "finished", "exit_status": 0, "dimension": "concurrency",
+            "slos": [], "search": {"start": 1}, "gates": [], "command": ["specgate", "capacity"],
             "arms": {"eagle3": {"status": "finished", "capacity": 4, "reached_max": True, "first_miss": None,
                                 "goodput_rps": 1.5, "probes": [probe]}}}
     text = capacity_record.summary(data)
     assert LABEL in text and f"{result.figures[PATH]:.1f}" in text
     table = capacity_report.context(data, "x")["probes"]
     assert LABEL in table.header and f"{result.figures[PATH]:.1f}" in table.rows[0]
+    (tmp_path / "capacity.json").write_text(json.dumps(data))
+    page = capacity_report.write_capacity_report(tmp_path).read_text()
+    assert LABEL in page and f"{result.figures[PATH]:.1f}" in page
+
+
+def test_an_ab_judges_it_with_an_interval_and_its_record_and_page_show_it(output_tokens_p50, tmp_path):
+    """Side B's requests carry a quarter fewer tokens in every round: the paired change over
+    the rounds fails gate.compare's 5 %, with its interval; ab.json, its summary and page show
+    each side's figure per round."""
+    gate = OmegaConf.merge(OmegaConf.structured(GateConfig), {"compare": {PATH: "5%"}})
+    rounds, entries = [], []
+    for k in range(3):
+        loads = {"A": load(10 + k, 60.0), "B": load(20 + k, 45.0)}
+        results = {side: summarize("eagle3", loaded) for side, loaded in loads.items()}
+        rounds.append(RoundPair(k + 1, lines={side: lines_of(loaded) for side, loaded in loads.items()},
+                                results=results))
+        entries.append({"round": k + 1, "order": "AB", "counted": True,
+                        **{side: {"status": "measured", **figures_of(result, gate)} for side, result in results.items()}})
+    ctx = gate_registry.ABContext(gate, {"eagle3": rounds}, {"A": "a", "B": "b"})
+    [verdict] = ab_gate.no_regression_between_sides(ctx)
+    assert verdict.name == f"ab.{PATH}" and verdict.status == "failed", verdict.detail
+    assert verdict.interval is not None and verdict.interval[0] > 0.05  # worse by more than allowed, surely
+    shown = f"{rounds[0].results['B'].figures[PATH]:.2f}"
+    assert entries[0]["B"]["figures"][PATH] == pytest.approx(rounds[0].results["B"].figures[PATH])
+    data = {"experiment": "x", "description": "d", "command": ["specgate", "ab"], "status": "finished",
+            "exit_status": 1, "rounds": 3, "order": "abba", "keep_up": False, "common_overrides": [],
+            "sides": {"A": {"overrides": [], "what": "a"}, "B": {"overrides": [], "what": "b"}},
+            "metrics": [PATH], "plain_arm": None, "arms": {"eagle3": entries}, "stopped": None,
+            "gates": [verdict.to_json()]}
+    text = ab_record.summary(data)
+    assert PATH in text and shown in text
+    (tmp_path / "ab.json").write_text(json.dumps(data))
+    page = write_ab_report(tmp_path).read_text()
+    assert PATH in page and shown in page and "interval" in page
 
 
 def test_the_run_report_shows_it(output_tokens_p50, tmp_path):
