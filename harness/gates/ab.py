@@ -12,7 +12,7 @@ from harness.gates.client_bound import bound_figures, cause
 from harness.gates.reference import Comparison, comparisons
 from harness.gates.trust import gpu_trouble, speed_figure
 from harness.gates.registry import ABContext, register
-from harness.gates.verdict import Verdict, inconclusive_passes
+from harness.gates.verdict import Verdict, inconclusive_passes, outward
 
 
 @register("no_regression_between_sides", None, ("tolerance", "compare", "confidence", "inconclusive"), scope="ab")
@@ -71,7 +71,7 @@ def paired_verdict(arm: str, c: Comparison, change: PairedChange, rounds: int, c
     words = f"{change.worse:+.1%} worse" if change.worse > 0 else f"{-change.worse:.1%} better"
     interval = ""
     if change.low is not None:
-        verdict.interval = [round(change.low, 5), round(change.high, 5)]
+        verdict.interval = outward(change.low, change.high)
         interval = f", {gate.confidence:.0%} interval {change.low:+.1%} to {change.high:+.1%} worse"
     facts = (f"{c.metric} A {change.old:.2f} -> B {change.new:.2f} ({words}{interval}) {over}; "
              f"allowed {change.allowed:.1%}")

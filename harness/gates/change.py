@@ -176,7 +176,9 @@ def judge_paired(metric: str, rounds: list[tuple[Optional[Evidence], Optional[Ev
         change.needed = f"at least {MIN_ROUNDS} rounds"
         return change
     logs = np.array([math.log(b.value() / a.value()) for a, b in counted])
-    change.worse = sign * math.expm1(float(logs.mean()))
+    # the change shown is B's geometric mean over A's (the verdict's value over its baseline):
+    # the mean log's, to rounding; the interval is stretched to hold it (never outside its interval)
+    change.worse = sign * (new / old - 1.0)
     few = min(min(a.groups_count, b.groups_count) for a, b in counted)
     if few < MIN_SAMPLES:
         change.why = f"only {few} {counted[0][0].unit} in a round, fewer than the {MIN_SAMPLES} needed"
@@ -187,7 +189,7 @@ def judge_paired(metric: str, rounds: list[tuple[Optional[Evidence], Optional[Ev
         return change
     half = t_quantile(len(logs) - 1, confidence) * float(logs.std(ddof=1)) / math.sqrt(len(logs))
     ends = sorted(sign * math.expm1(float(logs.mean()) + d) for d in (-half, half))
-    change.low, change.high = ends
+    change.low, change.high = min(ends[0], change.worse), max(ends[1], change.worse)
     return decide(change, "the interval straddles the allowed change", lambda: "more rounds (ab.rounds)")
 
 

@@ -201,7 +201,8 @@ class NoiseProfile:
         sign = -1.0 if higher_is_better else 1.0
         ratio, half = math.log(value / old), noise.half_width(confidence)
         change.worse = sign * (value / old - 1.0)
-        change.low, change.high = sorted(sign * (math.exp(ratio + d) - 1.0) for d in (-half, half))
+        low, high = sorted(sign * (math.exp(ratio + d) - 1.0) for d in (-half, half))
+        change.low, change.high = min(low, change.worse), max(high, change.worse)  # exp(log) rounds: hold the point
         return decide(change, "the predictive interval straddles the allowed change",
                       lambda: needed(change, noise, confidence))
 

@@ -11,7 +11,7 @@ from harness.gates.reproduce import disagreement
 from harness.gates.trust import Figures, Side, Trust
 from harness.measure.registry import Metric, all_metrics, compared_by_default, metric_value, resolve
 from harness.measure.metrics import spread
-from harness.gates.verdict import inconclusive_passes, Verdict, skipped
+from harness.gates.verdict import inconclusive_passes, outward, Verdict, skipped
 from harness.gates.registry import GateContext, register, unmeasured
 
 
@@ -266,6 +266,10 @@ def interval_verdict(arm: str, c: Comparison, change, old: float, new: float, wh
     """`against`: what the verdict names ("the reference run <label>" unless given)."""
     name = f"baseline.{c.metric}"
     against = against or f"the reference run {label}"
+    if change.old is not None and change.new is not None:
+        # one estimator: the figures shown are the ones the change and its interval are drawn from
+        # (the samples' statistics; results.json's figure of several repeats is their median)
+        old, new = change.old, change.new
     verdict = Verdict(name, arm, None, new, change.allowed, "", baseline=old)
     if change.worse is None:
         verdict.inconclusive, verdict.passed = True, inconclusive_passes(gate)
@@ -274,7 +278,7 @@ def interval_verdict(arm: str, c: Comparison, change, old: float, new: float, wh
     words = f"{change.worse:+.1%} worse" if change.worse > 0 else f"{-change.worse:.1%} better"
     interval = "" if change.low is None else f", {gate.confidence:.0%} {kind} {change.low:+.1%} to {change.high:+.1%} worse"
     if change.low is not None:
-        verdict.interval = [round(change.low, 5), round(change.high, 5)]
+        verdict.interval = outward(change.low, change.high)
     facts = f"{c.metric} {old:.2f} -> {new:.2f} ({words}{interval}) vs {against}; {why_limit}"
     if change.outcome == "failed":
         verdict.passed = False

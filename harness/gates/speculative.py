@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
-from harness.gates.change import evidence, judge
+from harness.gates.change import Change, evidence, judge
 from harness.gates.lossless import compare as compare_outputs, summary as describe_outputs
 from harness.measure.metrics import acceptance_per_position
 from harness.measure.steady import rate_evidence as steady_rates
 from harness.measure.server_metrics import missing_note
 from harness.measure.registry import OUTPUT_RATE, STEADY, break_even_accept_length, cycle_and_step, speedup, speedup_missing, throughputs
-from harness.gates.verdict import inconclusive_passes, Verdict, skipped, not_configured, fmt, at_least, at_most
+from harness.gates.verdict import inconclusive_passes, Verdict, skipped, not_configured, fmt, at_least, at_most, outward
 from harness.gates.trust import Figures, Side, Trust, one
 from harness.gates.registry import GateConfigError, GateContext, register, keyed_arms, unmeasured
 from harness.measure.stream_steps import DEFINITION as STREAM_DEFINITION, StreamSteps, stream_steps
@@ -147,43 +146,53 @@ def min_speedup(ctx: GateContext) -> list[Verdict]:
     if ratio is None:
         return [Verdict(name, arm, False, None, spec.ratio, f"{arm}: speedup over {spec.over} not measurable "
                                                             f"({speedup_missing(arm, result, spec.over, plain)})")]
-    words = "faster than" if ratio > 1 else "slower than" if ratio < 1 else "as fast as"
     mine, theirs, on = throughputs(result, plain)
+    change = speed_change(ctx, spec.over, spec.ratio, on)
+    if change is not None and change.low is not None:
+        # one estimator: the rates and the ratio shown are the samples' own, which the interval is
+        # drawn around (results.json's rate of several repeats is their median, the samples' pooled)
+        mine, theirs, ratio = change.new, change.old, 1.0 - change.worse
+    words = "faster than" if ratio > 1 else "slower than" if ratio < 1 else "as fast as"
     where = "each arm's steady window" if on == STEADY else "each arm's whole load"
     detail = (
         f"{arm} is {words} {spec.over}: {mine:.1f} tok/s is {ratio:.2f}x of "
         f"{spec.over}'s {theirs:.1f} tok/s over {where} (gate: ≥ {spec.ratio:.2f}x)"
     )
     verdict = Verdict(name, arm, ratio >= spec.ratio, ratio, spec.ratio, detail)
-    speed_interval(verdict, ctx, spec.over, spec.ratio, on)
+    if change is not None:
+        decided_by_interval(verdict, change, ctx.gate)
     return [verdict]
 
 
-def speed_interval(verdict: Verdict, ctx: GateContext, over: str, floor: float, on: str) -> None:
-    """The speedup's interval from both arms' per-window token rates (windows of each steady
-    window on the steady basis): failed only when even its upper end is below the floor,
-    passed when its lower end clears it."""
+def speed_change(ctx: GateContext, over: str, floor: float, on: str) -> Change | None:
+    """How much slower this arm is than the `over` arm, with its interval, from both arms'
+    per-window token rates (windows of each steady window on the steady basis); None without
+    request lines (e.g. a test's bare result): the point ratio decides."""
     if on == STEADY:
         mine = steady_rates(ctx.requests, ctx.result.steady)
         theirs = steady_rates(ctx.arm_requests.get(over, []), ctx.results[over].steady)
     else:
         mine, theirs = evidence(OUTPUT_RATE, ctx.requests), evidence(OUTPUT_RATE, ctx.arm_requests.get(over, []))
     if mine is None or theirs is None or not mine.groups_count or not theirs.groups_count:
-        return  # no request lines (e.g. a test's bare result): the point ratio decides
+        return None
     # judge() measures how much worse `mine` is than `theirs`; the floor is 1 - ratio worse
-    change = judge(OUTPUT_RATE, theirs, mine, 1.0 - floor, lower_is_better=False, confidence=ctx.gate.confidence)
+    return judge(OUTPUT_RATE, theirs, mine, 1.0 - floor, lower_is_better=False, confidence=ctx.gate.confidence)
+
+
+def decided_by_interval(verdict: Verdict, change: Change, gate: Any) -> None:
+    """The speedup's verdict from its interval: failed only when even its upper end is below
+    the floor, passed when its lower end clears it."""
     if change.low is None:
-        verdict.inconclusive, verdict.passed = True, inconclusive_passes(ctx.gate)
-        verdict.detail += f"; inconclusive: {change.why} (gate.inconclusive={ctx.gate.inconclusive})"
+        verdict.inconclusive, verdict.passed = True, inconclusive_passes(gate)
+        verdict.detail += f"; inconclusive: {change.why} (gate.inconclusive={gate.inconclusive})"
         return
-    low, high = 1.0 - change.high, 1.0 - change.low  # the ratio's interval
-    # rounded outwards: rounding must not leave the point outside its own interval
-    verdict.interval = [math.floor(low * 1e4) / 1e4, math.ceil(high * 1e4) / 1e4]
-    verdict.detail += f"; {ctx.gate.confidence:.0%} interval {low:.2f}x to {high:.2f}x"
+    low, high = 1.0 - change.high, 1.0 - change.low  # the ratio's interval, around 1 - change.worse
+    verdict.interval = outward(low, high, 4)
+    verdict.detail += f"; {gate.confidence:.0%} interval {low:.2f}x to {high:.2f}x"
     if change.outcome == "inconclusive":
-        verdict.inconclusive, verdict.passed = True, inconclusive_passes(ctx.gate)
+        verdict.inconclusive, verdict.passed = True, inconclusive_passes(gate)
         needed = f"; {change.needed} would decide it" if change.needed else ""
-        verdict.detail += f": inconclusive{needed} (gate.inconclusive={ctx.gate.inconclusive})"
+        verdict.detail += f": inconclusive{needed} (gate.inconclusive={gate.inconclusive})"
     else:
         verdict.passed = change.outcome == "passed"
 

@@ -5,10 +5,12 @@ small builders every gate uses (at least, at most, skipped)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from harness.measure.metrics import ArmResult
+from harness.measure.registry import resolve
 
 Scope = Literal["arm", "sweep", "capacity", "ab"]  # what a gate judges: one arm of a run, a whole sweep, a capacity search, an A/B
 SCOPES: tuple[str, ...] = ("arm", "sweep", "capacity", "ab")
@@ -121,6 +123,33 @@ def guard_noise(verdicts: list[Verdict], result: ArmResult, paths: list[str], ga
             verdict.passed, verdict.unreliable = None, True
             verdict.detail = f"unreliable ({why} over {result.repeats} repeats > max_cv {gate.max_cv:.1%}): {verdict.detail}"
     return verdicts
+
+
+# --- a verdict's interval ------------------------------------------------------------------------
+
+COMPARISONS = ("baseline", "ab")  # verdicts of a value against a `baseline` (a reference run, side A)
+
+
+def interval_point(verdict: Verdict) -> float | None:
+    """The figure a verdict's interval bounds, as the verdict shows it: for a comparison
+    (`baseline.<metric>`, `ab.<metric>`) the relative change of its value against its baseline
+    in the metric's worse direction (> 0 worse, as judged: harness/gates/change.py); for any
+    other verdict (a speedup) its value. Every gate's lies inside its interval (one estimator
+    gives both: harness/measure/estimate.py)."""
+    gate, _, metric = verdict.name.partition(".")
+    if gate not in COMPARISONS or not metric:
+        return verdict.value
+    if verdict.value is None or not verdict.baseline:
+        return None
+    sign = -1.0 if resolve(metric).better == "higher" else 1.0
+    return sign * (verdict.value / verdict.baseline - 1.0)
+
+
+def outward(low: float, high: float, digits: int = 5) -> list[float]:
+    """An interval rounded outwards to `digits` decimals, for the record: rounding must not
+    leave a point outside its own interval."""
+    scale = 10.0 ** digits
+    return [min(low, math.floor(low * scale) / scale), max(high, math.ceil(high * scale) / scale)]
 
 
 def untrusted(verdict: Verdict, cause: str, why: str, passes: bool | None) -> Verdict:
