@@ -9,8 +9,8 @@
     specgate calibrate +exp=NAME calibrate.runs=5  identical runs -> a noise profile for gate.baseline
     specgate replay RUN_DIR [k=v ...]  re-run a recorded run's config; print the drift
     specgate compare RUN RUN [...]     arms x metrics side by side across runs
-    specgate report RUN_DIR [-o FILE]  one self-contained HTML report (of a run, a capacity record,
-                                       an A/B record, or a sweep: its break-even map)
+    specgate report RUN_DIR [-o FILE]  one self-contained HTML report of a record, the page of its kind
+                                       (a run, a sweep: its break-even map, capacity, A/B, calibration)
     specgate schedule SWEEP_DIR [--arm A] per concurrency the fastest k (or plain) with its interval;
                                        schedule.json, schedule.md and the engines' forms in the sweep
     specgate history DIR [--metric PATH ...] [--experiment NAME] [-o FILE]
@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 import yaml
 from omegaconf import OmegaConf
@@ -31,11 +32,12 @@ from harness.exit_status import MISTAKE
 from harness import SUITES_DIR, __version__
 from harness.report.compare import CompareError
 from harness.record.secrets import terminal_text
-from harness.config.compose import (DEFAULT_CONF_DIR, PYTEST_VALUE_OPTIONS, ConfigError, is_override,
-                                    list_experiments)
+from harness.config.compose import DEFAULT_CONF_DIR, ConfigError, list_experiments
 from harness.run.compose import compose
 from harness.record.store import RecordError
-from harness.report.html import ReportError
+from harness.record.kinds import RUN
+from harness.report.page import ReportError
+from harness.run.driver import split_tokens  # noqa: F401 (also the sweep tests' way in)
 from harness.schedule.grid import ScheduleError
 
 USAGE_ERROR = MISTAKE  # a config, input or usage mistake (2 is Ctrl-C)
@@ -68,48 +70,51 @@ def hydra_overrides(tokens: list[str]) -> list[str]:
     return split_tokens(tokens)[0]
 
 
-def split_tokens(tokens: list[str]) -> tuple[list[str], list[str]]:
-    """(Hydra overrides, pytest options), each in command-line order."""
-    overrides, options = [], []
-    for prev, token in zip([None, *tokens], tokens):
-        (overrides if is_override(token, prev, PYTEST_VALUE_OPTIONS) else options).append(token)
-    return overrides, options
+class RunCommand:
+    """`specgate run`: a run follows the drivers' shape inside pytest (the plugin composes and
+    plans, harness/run/runner.py measures, the run record's kind carries its page), so its entry
+    is a driver's, handing the tokens to pytest."""
+
+    command, kind = "run", RUN
+
+    def main(self, tokens: list[str], conf_dir: Path, command: list[str]) -> int:
+        import pytest
+
+        compose(hydra_overrides(tokens), conf_dir)  # fail fast, with the same sentence, before pytest starts
+        # everything else (-k eagle3, -v, --junitxml=...) is pytest's
+        return int(pytest.main([str(SUITES_DIR), "-p", "harness.plugin", "--conf-dir", str(conf_dir), *tokens]))
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    import pytest
+def drivers() -> dict[str, Any]:
+    """Every driver command by name, each run as `main(tokens, conf_dir, command)` (harness/run/driver.py).
+    Imported when a driver command runs, so that `specgate list` or `report` stays quick."""
+    from harness.ab.driver import ABDriver
+    from harness.calibrate.driver import CalibrateDriver
+    from harness.capacity.driver import CapacityDriver
+    from harness.sweep.driver import SweepDriver
 
-    overrides = hydra_overrides(args.overrides)
-    compose(overrides, args.conf_dir)  # fail fast, with the same sentence, before pytest starts
-    # everything else (-k eagle3, -v, --junitxml=...) is pytest's
-    pytest_args = [str(SUITES_DIR), "-p", "harness.plugin", "--conf-dir", str(args.conf_dir), *args.overrides]
-    return int(pytest.main(pytest_args))
-
-
-def cmd_sweep(args: argparse.Namespace) -> int:
-    from harness.sweep.driver import run_sweep
-
-    overrides, pytest_options = split_tokens(args.tokens)
-    return run_sweep(overrides, pytest_options, Path(args.conf_dir).resolve(), ["specgate", "sweep", *args.tokens])
+    return {driver.command: driver for driver in (RunCommand, SweepDriver, CapacityDriver, ABDriver, CalibrateDriver)}
 
 
-def cmd_capacity(args: argparse.Namespace) -> int:
-    from harness.capacity.driver import run_capacity
-
-    return run_capacity(args.overrides, Path(args.conf_dir).resolve(), ["specgate", "capacity", *args.overrides])
-
-
-def cmd_ab(args: argparse.Namespace) -> int:
-    from harness.ab.driver import run_ab
-
-    return run_ab(args.tokens, Path(args.conf_dir).resolve(), ["specgate", "ab", *args.tokens])
+def cmd_driver(args: argparse.Namespace) -> int:
+    driver = drivers()[args.command]()
+    return driver.main(args.tokens, args.conf_dir, ["specgate", args.command, *args.tokens])
 
 
-def cmd_calibrate(args: argparse.Namespace) -> int:
-    from harness.calibrate.driver import run_calibration
-
-    overrides, pytest_options = split_tokens(args.tokens)
-    return run_calibration(overrides, pytest_options, Path(args.conf_dir).resolve(), ["specgate", "calibrate", *args.tokens])
+# each driver command's help and the help of its tokens: what `specgate COMMAND --help` says
+DRIVER_COMMANDS = {
+    "run": ("run the suites on an experiment (pytest options pass through)",
+            "Hydra overrides and pytest options, e.g. +exp=sim_smoke -k eagle3 -v"),
+    "sweep": ("one whole experiment per point of a Hydra sweep, one after another",
+              "Hydra overrides with sweeps (k=1,4  k=range(1,9,2)  k=choice(a,b)) and pytest options"),
+    "capacity": ("per arm, the largest concurrency or request rate that meets every SLO",
+                 "Hydra overrides, e.g. +exp=sim_capacity slo.tpot_ms.p99=50 capacity.dimension=request_rate"),
+    "ab": ("side B against side A, measured in alternating rounds on this machine",
+           "Hydra overrides for both sides, a:KEY=VALUE for side A's own, b:KEY=VALUE for side B's, "
+           "e.g. +exp=sim_smoke b:server.sim.decode_step_ms=4.4 ab.rounds=3"),
+    "calibrate": ("identical whole runs, one after another: a noise profile for gate.baseline",
+                  "Hydra overrides and pytest options, e.g. +exp=sim_smoke calibrate.runs=5"),
+}
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -128,16 +133,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from harness.ab.report import write_ab_report
-    from harness.capacity.report import write_capacity_report
-    from harness.record.store import record_kind
-    from harness.report.html import write_report
-    from harness.sweep.report import write_sweep_report
+    from harness.record.kinds import kind_of
 
-    # a sweep's report is its break-even map; anything else is read as a run (whose reader says what is missing)
-    writers = {"sweep": write_sweep_report, "capacity": write_capacity_report, "ab": write_ab_report}
-    write = writers.get(record_kind(args.run_dir), write_report)
-    print(f"report: {write(args.run_dir, args.output)}")
+    # the page of the record's kind; a folder of no kind is read as a run, whose reader says what is missing
+    print(f"report: {(kind_of(args.run_dir) or RUN).write_page(args.run_dir, args.output)}")
     return 0
 
 
@@ -204,8 +203,9 @@ def parser() -> argparse.ArgumentParser:
     compare = commands.add_parser("compare", help="arms x metrics side by side across runs")
     compare.add_argument("runs", type=Path, nargs="+", help="run record folders or results.json files")
     compare.set_defaults(func=cmd_compare)
-    report = commands.add_parser("report", help="one self-contained HTML report of a run, a capacity record or a sweep")
-    report.add_argument("run_dir", type=Path, help="a run record folder, a capacity record's, or a sweep's (its break-even map)")
+    report = commands.add_parser("report", help="one self-contained HTML page of a record, the page of its kind")
+    report.add_argument("run_dir", type=Path, help="a record folder: a run's, a sweep's (its break-even map), a capacity "
+                                                   "record's, an A/B record's or a calibration's")
     report.add_argument("-o", "--output", type=Path, default=None, help="where to write (default <run>/report.html)")
     report.set_defaults(func=cmd_report)
     schedule = commands.add_parser("schedule", help="from a sweep over concurrency x k: per concurrency the fastest "
@@ -231,27 +231,11 @@ def parser() -> argparse.ArgumentParser:
     show = commands.add_parser("show", help="print each arm's composed config")
     show.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. +exp=sim_smoke workload.max_tokens=64")
     show.set_defaults(func=cmd_show)
-    run = commands.add_parser("run", help="run the suites on an experiment (pytest options pass through)")
-    run.add_argument("overrides", nargs=argparse.REMAINDER,
-                     help="Hydra overrides and pytest options, e.g. +exp=sim_smoke -k eagle3 -v")
-    run.set_defaults(func=cmd_run)
-    sweep = commands.add_parser("sweep", help="one whole experiment per point of a Hydra sweep, one after another")
-    sweep.add_argument("tokens", nargs=argparse.REMAINDER,
-                       help="Hydra overrides with sweeps (k=1,4  k=range(1,9,2)  k=choice(a,b)) and pytest options")
-    sweep.set_defaults(func=cmd_sweep)
-    capacity = commands.add_parser("capacity", help="per arm, the largest concurrency or request rate that meets every SLO")
-    capacity.add_argument("overrides", nargs="*",
-                          help="Hydra overrides, e.g. +exp=sim_capacity slo.tpot_ms.p99=50 capacity.dimension=request_rate")
-    capacity.set_defaults(func=cmd_capacity)
-    ab = commands.add_parser("ab", help="side B against side A, measured in alternating rounds on this machine")
-    ab.add_argument("tokens", nargs=argparse.REMAINDER, help="Hydra overrides for both sides, a:KEY=VALUE for side A's own, "
-                                              "b:KEY=VALUE for side B's, e.g. +exp=sim_smoke b:server.sim.decode_step_ms=4.4 "
-                                              "ab.rounds=3")
-    ab.set_defaults(func=cmd_ab)
-    calibrate = commands.add_parser("calibrate", help="identical whole runs, one after another: a noise profile for gate.baseline")
-    calibrate.add_argument("tokens", nargs=argparse.REMAINDER,
-                           help="Hydra overrides and pytest options, e.g. +exp=sim_smoke calibrate.runs=5")
-    calibrate.set_defaults(func=cmd_calibrate)
+    for name, (help_text, tokens_help) in DRIVER_COMMANDS.items():
+        driver = commands.add_parser(name, help=help_text)
+        # capacity takes Hydra overrides only; the others pass pytest's options through
+        driver.add_argument("tokens", nargs="*" if name == "capacity" else argparse.REMAINDER, help=tokens_help)
+        driver.set_defaults(func=cmd_driver)
     return root
 
 

@@ -35,6 +35,8 @@ from harness.measure.metrics import ArmResult
 from harness.measure.registry import metric_value, number
 from harness.run.arm import ArmFailed, ArmSession
 from harness.interrupts import Interrupts, sigint_ignored
+from harness.record.kinds import AB
+from harness.run.driver import Driver
 from harness.run.outcome import ArmOutcome
 from harness.record.secrets import Redactor
 from harness.servers import Session, remove_dead_sessions_containers
@@ -225,33 +227,45 @@ def say(line: str) -> None:
     print(f"specgate ab: {Redactor().text(line)}", flush=True)
 
 
-def run_ab(tokens: list[str], conf_dir: Path, command: list[str]) -> int:
+class ABDriver(Driver):
     """Check both sides, then the rounds. Exit status: 0 every round measured and no verdict
-    failed; 1 otherwise; 2 interrupted (4 is the caller's, for a ConfigError raised here
-    before anything starts)."""
-    plan = ABPlan.of(tokens, Path(conf_dir))
-    record = ABRecord(plan, command)
-    say(f"{plan.base.name}: A = {plan.describe('A')}; B = {plan.describe('B')}; {plan.rounds} rounds "
-        f"({plan.order.upper()}, {'servers kept up' if plan.keep_up else 'fresh servers'}); record {record.path}")
-    interrupts = Interrupts()
-    ab = ABRun(plan, record, interrupts)
-    try:
-        with interrupts.installed():
+    failed; 1 otherwise; 2 interrupted (4 is the caller's, for a ConfigError raised before
+    anything starts)."""
+
+    command, kind = "ab", AB
+
+    def compose(self, tokens: list[str], conf_dir: Path) -> ABPlan:
+        return ABPlan.of(tokens, Path(conf_dir))
+
+    def plan(self, plan: ABPlan, command: list[str]) -> ABRun:
+        record = ABRecord(plan, command)
+        say(f"{plan.base.name}: A = {plan.describe('A')}; B = {plan.describe('B')}; {plan.rounds} rounds "
+            f"({plan.order.upper()}, {'servers kept up' if plan.keep_up else 'fresh servers'}); record {record.path}")
+        return ABRun(plan, record)
+
+    def measure(self, ab: ABRun, interrupts: Interrupts) -> None:
+        ab.interrupts = interrupts
+        try:
             ab.run()
-    except KeyboardInterrupt:
-        record.stopped = "interrupted (Ctrl-C or SIGTERM); the verdicts use the rounds that ended before"
-        record.finish(ab.verdicts(), INTERRUPTED_EXIT, interrupted=True)
-        print(f"specgate ab: interrupted; record {record.path}", file=sys.stderr)
+        except RoundFailed as exc:
+            counted = [str(p.round) for p in next(iter(ab.pairs.values()), []) if len(p.lines) == 2]
+            ab.record.stopped = (f"{exc}; the A/B stopped there; rounds that counted: "
+                                 f"{', '.join(counted) or 'none'}")
+
+    def interrupted(self, ab: ABRun) -> int:
+        ab.record.stopped = "interrupted (Ctrl-C or SIGTERM); the verdicts use the rounds that ended before"
+        ab.record.finish(ab.verdicts(), INTERRUPTED_EXIT, interrupted=True)
+        print(f"specgate ab: interrupted; record {ab.record.path}", file=sys.stderr)
         return INTERRUPTED_EXIT
-    except RoundFailed as exc:
-        counted = [str(p.round) for p in next(iter(ab.pairs.values()), []) if len(p.lines) == 2]
-        record.stopped = (f"{exc}; the A/B stopped there; rounds that counted: "
-                          f"{', '.join(counted) or 'none'}")
-        print(f"specgate ab: {Redactor().text(record.stopped)}", file=sys.stderr, flush=True)
-    verdicts = ab.verdicts()
-    status = FAILED if record.stopped or failed(verdicts) else PASSED
-    record.finish(verdicts, status, interrupted=False)
-    for verdict in verdicts:
-        print(f"specgate ab gate: {Redactor().text(verdict.line())}", flush=True)
-    say(f"exit status {status}; summary {record.path / 'summary.md'}")
-    return status
+
+    def record(self, ab: ABRun) -> int:
+        record = ab.record
+        if record.stopped:
+            print(f"specgate ab: {Redactor().text(record.stopped)}", file=sys.stderr, flush=True)
+        verdicts = ab.verdicts()
+        status = FAILED if record.stopped or failed(verdicts) else PASSED
+        record.finish(verdicts, status, interrupted=False)
+        for verdict in verdicts:
+            print(f"specgate ab gate: {Redactor().text(verdict.line())}", flush=True)
+        say(f"exit status {status}; summary {record.path / 'summary.md'}")
+        return status

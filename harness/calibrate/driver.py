@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import platform
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -30,8 +31,10 @@ from harness.gates.profile import NoiseProfile
 from harness.measure.registry import compared_by_default
 from harness.record.recorder import utc_now
 from harness.interrupts import Interrupts
+from harness.record.kinds import CALIBRATION
+from harness.run.driver import Driver, split_tokens
 from harness.run.preflight import check_experiment
-from harness.sweep.point import point_command, point_overrides, run_point
+from harness.sweep.point import point_overrides, run_in_turn
 
 INTERRUPTED_EXIT = INTERRUPTED  # pytest's status for a run stopped by Ctrl-C
 
@@ -96,37 +99,65 @@ def what_was_measured(experiment: Experiment) -> tuple[dict[str, dict], dict[str
     return identities, sizes
 
 
-def run_calibration(overrides: list[str], pytest_options: list[str], conf_dir: Path, command: list[str]) -> int:
+@dataclass
+class Calibration:
+    """The experiment to calibrate, the arms its runs measure, how it runs; the record once opened."""
+
+    experiment: Experiment
+    arms: list[str]
+    overrides: list[str]
+    pytest_options: list[str]
+    conf_dir: Path
+    record: CalibrationRecord | None = None
+    run_overrides: list[list[str]] = field(default_factory=list)
+
+
+class CalibrateDriver(Driver):
     """Check, run the K runs, write the profile. Exit status: 0 when every arm has a profile,
     1 when an arm has none, 2 when interrupted (no profile written)."""
-    experiment = check_calibration(overrides, conf_dir)
-    arms = selected_arms(pytest_options, experiment)
-    runs = experiment.base.calibrate.runs
-    labels = [f"run_{i}" for i in range(1, runs + 1)]
-    # checked as they will run, each in a folder of its own (where is all that differs), before any folder is made
-    somewhere = Path(experiment.base.record.root).absolute() / "calibration"
-    check_runs([point_overrides(overrides, somewhere / label) for label in labels], conf_dir)
-    record = CalibrationRecord(experiment, command, runs)
-    run_overrides = [point_overrides(overrides, record.run_root(label)) for label in labels]
-    record.learn_secrets([*overrides, *pytest_options])
-    entries = [record.add_run(label, o) for label, o in zip(labels, run_overrides)]
-    record.save()
-    print(f"specgate calibrate: {runs} identical run(s) of {experiment.name}; record {record.path}", flush=True)
-    try:
-        with Interrupts().installed():  # Ctrl-C (also when inherited ignored, as from a script) and SIGTERM
-            for entry, overrides_of_run in zip(entries, run_overrides):
-                print(f"specgate calibrate: {entry['label']} of {runs}", flush=True)
-                status, interrupted = run_point(point_command(overrides_of_run, conf_dir, pytest_options))
-                record.run_ended(entry, status)
-                if interrupted:
-                    raise KeyboardInterrupt
-    except KeyboardInterrupt:
+
+    command, kind = "calibrate", CALIBRATION
+
+    def compose(self, tokens: list[str], conf_dir: Path) -> Calibration:
+        overrides, pytest_options = split_tokens(tokens)
+        experiment = check_calibration(overrides, conf_dir)
+        arms = selected_arms(pytest_options, experiment)
+        # checked as they will run, each in a folder of its own (where is all that differs), before any folder is made
+        somewhere = Path(experiment.base.record.root).absolute() / "calibration"
+        check_runs([point_overrides(overrides, somewhere / label) for label in labels(experiment)], conf_dir)
+        return Calibration(experiment, arms, overrides, pytest_options, conf_dir)
+
+    def plan(self, calibration: Calibration, command: list[str]) -> Calibration:
+        experiment, overrides = calibration.experiment, calibration.overrides
+        record = calibration.record = CalibrationRecord(experiment, command, experiment.base.calibrate.runs)
+        calibration.run_overrides = [point_overrides(overrides, record.run_root(label)) for label in labels(experiment)]
+        record.learn_secrets([*overrides, *calibration.pytest_options])
+        for label, run_overrides in zip(labels(experiment), calibration.run_overrides):
+            record.add_run(label, run_overrides)
+        record.save()
+        print(f"specgate calibrate: {experiment.base.calibrate.runs} identical run(s) of {experiment.name}; "
+              f"record {record.path}", flush=True)
+        return calibration
+
+    def measure(self, calibration: Calibration, interrupts: Interrupts) -> None:
+        runs = calibration.experiment.base.calibrate.runs
+        run_in_turn(calibration.record, calibration.run_overrides, calibration.conf_dir, calibration.pytest_options, [],
+                    lambda entry: f"specgate calibrate: {entry['label']} of {runs}")
+
+    def interrupted(self, calibration: Calibration) -> int:
+        record = calibration.record
         record.finish(INTERRUPTED_EXIT, interrupted=True, profile=None)
         done = len(record.data.get("runs_finished") or [])
-        print(f"specgate calibrate: interrupted after {done} of {runs} finished run(s); no noise profile written; "
-              f"record {record.path}", file=sys.stderr)
+        print(f"specgate calibrate: interrupted after {done} of {record.data['runs_asked']} finished run(s); "
+              f"no noise profile written; record {record.path}", file=sys.stderr)
         return INTERRUPTED_EXIT
-    return finish(record, experiment, arms)
+
+    def record(self, calibration: Calibration) -> int:
+        return finish(calibration.record, calibration.experiment, calibration.arms)
+
+
+def labels(experiment: Experiment) -> list[str]:
+    return [f"run_{i}" for i in range(1, experiment.base.calibrate.runs + 1)]
 
 
 def finish(record: CalibrationRecord, experiment: Experiment, arms: list[str] | None = None) -> int:

@@ -18,79 +18,63 @@ from typing import Any
 
 from harness.config.compose import Experiment
 from harness.gates.profile import PROFILE_FILE, NoiseProfile
-from harness.record.recorder import Recorder
-from harness.record.store import FINISHED, INTERRUPTED, RUNNING, RecordError, record_in, read_run
+from harness.record.store import FINISHED, INTERRUPTED, RunData
+from harness.sweep.runs import WholeRunsRecord
 from harness.measure.registry import resolve
 
 
-class CalibrationRecord:
-    """The calibration's folder and its calibration.json, rewritten (atomically) after every run."""
+class CalibrationRecord(WholeRunsRecord):
+    """The calibration's folder and its calibration.json, rewritten (atomically) after every run:
+    the runs' bookkeeping is a sweep's (harness/sweep/runs.py)."""
+
+    kind, folder = "calibration", "runs"
 
     def __init__(self, experiment: Experiment, command: list[str], runs: int):
-        self.recorder = Recorder(experiment, kind="calibration")
+        super().__init__(experiment, command, runs_asked=runs, after={"profile": None})
         self.results: dict[str, dict[str, Any]] = {}  # run label -> its results.json, for the profile
-        self.data: dict[str, Any] = {"experiment": experiment.name, **self.recorder.status_fields(RUNNING),
-                                     "command": experiment.shown_command(command), "runs_asked": runs, "exit_status": None, "runs": [],
-                                     "profile": None}
 
-    @property
-    def path(self) -> Path:
-        return self.recorder.path.absolute()
-
-    def run_root(self, label: str) -> Path:
-        return self.path / "runs" / label
-
-    def learn_secrets(self, overrides: list[str]) -> None:
-        self.recorder.learn_secrets(overrides)
-
-    def add_run(self, label: str, overrides: list[str]) -> dict[str, Any]:
-        entry = {"label": label, "overrides": overrides, "record": None, "exit_status": None,
-                 "status": "not_run", "arms": {}}
-        self.data["runs"].append(entry)
-        return entry
-
-    def run_ended(self, entry: dict[str, Any], exit_status: int) -> None:
-        """What the run's record says, read back now that its pytest has exited: its status
-        and each arm's (`measured` counts towards the profile, whatever its gates said)."""
-        entry["exit_status"] = exit_status
-        record = record_in(self.run_root(entry["label"]))
-        if record is None:
-            entry["status"] = "no_record"
-        else:
-            entry["record"] = str(record.relative_to(self.path))
-            try:
-                run = read_run(record)
-                entry["status"] = run.status
-                entry["arms"] = {arm: (block or {}).get("status") for arm, block in run.arms.items()}
-                if run.finished:
-                    self.results[entry["label"]] = run.data
-            except RecordError as exc:
-                entry["status"], entry["error"] = "unreadable", str(exc)
-        self.save()
-
-    def save(self) -> None:
-        self.recorder.write_data(self.data)
+    def read_back(self, entry: dict[str, Any], record: Path, run: RunData) -> None:
+        """Each arm's status (`measured` counts towards the profile, whatever its gates said);
+        a finished run's results kept for the profile."""
+        entry["arms"] = {arm: (block or {}).get("status") for arm, block in run.arms.items()}
+        if run.finished:
+            self.results[entry["label"]] = run.data
 
     def write_profile(self, profile: NoiseProfile) -> None:
         self.recorder.record.write_json(PROFILE_FILE, profile.to_json())
         self.data["profile"] = {"file": PROFILE_FILE, "arms": sorted(profile.arms), "uncovered": profile.uncovered}
 
     def finish(self, exit_status: int, interrupted: bool, profile: NoiseProfile | None) -> None:
-        self.data.update(self.recorder.status_fields(INTERRUPTED if interrupted else FINISHED), exit_status=exit_status)
+        self.close(exit_status, interrupted)
         if interrupted:
             self.data["runs_finished"] = [e["label"] for e in self.data["runs"] if e["status"] == FINISHED]
         self.save()
         self.recorder.write_summary(summary(self.recorder.redactor.data(self.data), profile))
 
 
-def profile_table(profile: NoiseProfile) -> list[str]:
-    lines = ["| arm | metric | n | median | between-run sd | values |", "| --- | --- | --- | --- | --- | --- |"]
+PROFILE_HEADER = ["arm", "metric", "n", "median", "between-run sd", "values"]
+RUNS_HEADER = ["run", "exit", "status", "arms"]
+
+
+def profile_rows(profile: NoiseProfile) -> list[list[str]]:
+    """Per arm and metric: its runs' values, their median and between-run spread, as shown."""
+    rows = []
     for arm, noise in profile.arms.items():
         for path, metric in noise.metrics.items():
             shown = resolve(path).format
             values = ", ".join(shown(v) for v in metric.values)
-            lines.append(f"| {arm} | {path} | {metric.n} | {shown(metric.median)} | {metric.spread:.2%} | {values} |")
-    return lines
+            rows.append([arm, path, str(metric.n), shown(metric.median), f"{metric.spread:.2%}", values])
+    return rows
+
+
+def run_rows(runs: list[dict[str, Any]]) -> list[list[str]]:
+    """Per run: its exit status, its record's status, each arm's status."""
+    return [[r["label"], str(r["exit_status"]), str(r["status"]),
+             ", ".join(f"{a}: {s}" for a, s in r["arms"].items()) or "–"] for r in runs]
+
+
+def markdown(header: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header), *("| " + " | ".join(r) + " |" for r in rows)]
 
 
 def summary(data: dict[str, Any], profile: NoiseProfile | None) -> str:
@@ -98,10 +82,7 @@ def summary(data: dict[str, Any], profile: NoiseProfile | None) -> str:
     runs = data["runs"]
     lines = [f"# specgate calibrate: {data['experiment']}", "",
              f"status **{data['status']}**, exit status {data['exit_status']}, "
-             f"{len(runs)} of {data['runs_asked']} run(s) started", "",
-             "| run | exit | status | arms |", "| --- | --- | --- | --- |"]
-    lines += [f"| {r['label']} | {r['exit_status']} | {r['status']} | "
-              f"{', '.join(f'{a}: {s}' for a, s in r['arms'].items()) or '–'} |" for r in runs]
+             f"{len(runs)} of {data['runs_asked']} run(s) started", "", *markdown(RUNS_HEADER, run_rows(runs))]
     failed = [r["label"] for r in runs if r["exit_status"] not in (0, None) and r["status"] == FINISHED]
     if failed:
         lines += ["", f"Gates failed in {', '.join(failed)}; their figures were measured and count."]
@@ -113,7 +94,7 @@ def summary(data: dict[str, Any], profile: NoiseProfile | None) -> str:
         lines += ["", "## Noise profile", "",
                   f"`{PROFILE_FILE}`: the between-run sd is the sample sd of ln(value) over the runs (≈ the "
                   f"relative sd). Judge a run against it with `gate.baseline=<this folder>`.", "",
-                  *profile_table(profile)]
+                  *markdown(PROFILE_HEADER, profile_rows(profile))]
         notes = [f"- {arm}: {note}" for arm, noise in profile.arms.items() for note in noise.notes]
         if notes:
             lines += ["", *notes]

@@ -20,6 +20,8 @@ from omegaconf import DictConfig, OmegaConf
 from harness.exit_status import FAILED, INTERRUPTED, PASSED
 from harness.run.arm import ArmFailed, ArmSession
 from harness.interrupts import Interrupts, sigint_ignored
+from harness.record.kinds import CAPACITY
+from harness.run.driver import Driver
 from harness.capacity.search import CapacityConfigError, SearchSettings, search
 from harness.capacity.record import CapacityRecord
 from harness.config.compose import Arm, ConfigError, Experiment
@@ -189,38 +191,61 @@ def say(line: str) -> None:
     print(f"specgate capacity: {line}", flush=True)
 
 
-def run_capacity(overrides: list[str], conf_dir: Path, command: list[str]) -> int:
+@dataclass
+class CapacityPlan:
+    """The checked experiment, its SLOs and search, the record and each arm's search as it goes."""
+
+    experiment: Experiment
+    slos: list[Slo]
+    settings: SearchSettings
+    record: CapacityRecord | None = None
+    found: dict[str, ArmCapacity] = field(default_factory=dict)
+
+
+class CapacityDriver(Driver):
     """Check everything, then search each arm in turn (the plain arm first). Exit status: 0
     every gate passed and every probe measured; 1 otherwise; 2 interrupted (4 is the caller's,
-    for the ConfigError raised here before anything starts)."""
-    experiment = compose(overrides, conf_dir)
-    slos, settings = check_experiment(experiment)
-    record = CapacityRecord(experiment, command, slos, settings)
-    found = {arm.name: ArmCapacity(arm.name) for arm in experiment.arms}
-    record.arms = found
-    say(f"{experiment.name}, arms {', '.join(found)}, SLOs {', '.join(f'{s.name} ≤ {s.limit_ms:g} ms' for s in slos)}")
-    session, cleaned = Session(), set()
-    try:
-        with Interrupts().installed():  # Ctrl-C (also when inherited ignored) and SIGTERM unwind
-            for arm in ordered(experiment):
-                engine = (arm.cfg.backend.kind, arm.cfg.backend.docker_host)
-                if engine not in cleaned:  # what dead sessions left on this engine goes first, as in a run
-                    cleaned.add(engine)
-                    remove_dead_sessions_containers(arm.cfg, session)
-                session.run, session.record = record.path.name, str(record.path.resolve())
-                ArmSearch(arm, record, session, slos, settings, found[arm.name]).run()
-    except KeyboardInterrupt:
-        record.finish(capacity_verdicts(experiment, found, settings), INTERRUPTED_EXIT, interrupted=True)
-        print(f"specgate capacity: interrupted; record {record.path}", file=sys.stderr)
+    for the ConfigError raised before anything starts)."""
+
+    command, kind = "capacity", CAPACITY
+
+    def compose(self, tokens: list[str], conf_dir: Path) -> CapacityPlan:
+        experiment = compose(tokens, conf_dir)
+        return CapacityPlan(experiment, *check_experiment(experiment))
+
+    def plan(self, plan: CapacityPlan, command: list[str]) -> CapacityPlan:
+        plan.record = CapacityRecord(plan.experiment, command, plan.slos, plan.settings)
+        plan.found = {arm.name: ArmCapacity(arm.name) for arm in plan.experiment.arms}
+        plan.record.arms = plan.found
+        say(f"{plan.experiment.name}, arms {', '.join(plan.found)}, "
+            f"SLOs {', '.join(f'{s.name} ≤ {s.limit_ms:g} ms' for s in plan.slos)}")
+        return plan
+
+    def measure(self, plan: CapacityPlan, interrupts: Interrupts) -> None:
+        session, cleaned, record = Session(), set(), plan.record
+        for arm in ordered(plan.experiment):
+            engine = (arm.cfg.backend.kind, arm.cfg.backend.docker_host)
+            if engine not in cleaned:  # what dead sessions left on this engine goes first, as in a run
+                cleaned.add(engine)
+                remove_dead_sessions_containers(arm.cfg, session)
+            session.run, session.record = record.path.name, str(record.path.resolve())
+            ArmSearch(arm, record, session, plan.slos, plan.settings, plan.found[arm.name]).run()
+
+    def interrupted(self, plan: CapacityPlan) -> int:
+        plan.record.finish(capacity_verdicts(plan.experiment, plan.found, plan.settings), INTERRUPTED_EXIT,
+                           interrupted=True)
+        print(f"specgate capacity: interrupted; record {plan.record.path}", file=sys.stderr)
         return INTERRUPTED_EXIT
-    verdicts = capacity_verdicts(experiment, found, settings)
-    measured = all(a.status == "finished" and not a.failed_probes for a in found.values())
-    status = PASSED if measured and not failed(verdicts) else FAILED
-    record.finish(verdicts, status, interrupted=False)
-    for verdict in verdicts:  # as `specgate sweep` prints its gates
-        print(f"specgate capacity gate: {verdict.line()}", flush=True)
-    say(f"exit status {status}; summary {record.path / 'summary.md'}")
-    return status
+
+    def record(self, plan: CapacityPlan) -> int:
+        verdicts = capacity_verdicts(plan.experiment, plan.found, plan.settings)
+        measured = all(a.status == "finished" and not a.failed_probes for a in plan.found.values())
+        status = PASSED if measured and not failed(verdicts) else FAILED
+        plan.record.finish(verdicts, status, interrupted=False)
+        for verdict in verdicts:  # as `specgate sweep` prints its gates
+            print(f"specgate capacity gate: {verdict.line()}", flush=True)
+        say(f"exit status {status}; summary {plan.record.path / 'summary.md'}")
+        return status
 
 
 def capacity_verdicts(experiment: Experiment, found: dict[str, ArmCapacity], settings: SearchSettings) -> list[Verdict]:

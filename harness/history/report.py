@@ -7,7 +7,7 @@ change, the p-value), then the members that were skipped and why.
 
 The page (default DIR/history.html) is self-contained like `specgate report`'s (inline CSS,
 charts as PNG data URIs drawn with matplotlib's Agg canvas, the chart helpers shared with
-harness/report/html.py, a jinja2 template in harness/report/templates/, written atomically):
+harness/report/html.py, its template in harness/report/templates/ on the shared head, harness/report/page.py):
 one plot per arm × metric, the values over time, each segment's mean as a flat line and a
 dashed vertical line where a change point starts, the same tables and notes.
 """
@@ -18,14 +18,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional
 
-import jinja2
 from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
 from matplotlib.figure import Figure
 
 from harness.history.changepoints import ChangePoint
 from harness.history.folder import History, Run, known_metric
-from harness.record.atomic import atomic_write
-from harness.report.html import TEMPLATES, ReportError, arm_color, figure_uri
+from harness.report.html import arm_color, figure_uri
+from harness.report.page import render, write_page
 from harness.report.tables import MISSING, heading, markdown_table, value_cell
 
 PAGE = "history.html"
@@ -97,14 +96,7 @@ def history_text(history: History) -> str:
 def write_history_page(history: History, out: Optional[Path] = None) -> Path:
     """Render the history to one HTML file (default DIR/history.html); return its path."""
     out = Path(out) if out is not None else history.folder / PAGE
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
-                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    html = env.get_template("history.html.j2").render(**page_context(history))
-    try:
-        atomic_write(out, html)
-    except OSError as exc:
-        raise ReportError(f"cannot write the history page to {out} ({exc.strerror or exc}).") from None
-    return out
+    return write_page(out, render("history.html.j2", page_context(history)), "the history page")
 
 
 def page_context(history: History) -> dict[str, Any]:

@@ -10,29 +10,43 @@
                                                                                noise_profile.json once it ends)
 
 Every kind has a summary.md beside its JSON, and the JSON's `status` says running, finished
-or interrupted. One writer (harness/record/recorder.py's Recorder) writes every kind.
+or interrupted. One writer (harness/record/recorder.py's Recorder) writes every kind. Each kind
+carries its own HTML page (`specgate report DIR` writes the page of the folder's kind): named
+as `module:function`, not imported, since the pages sit above this package (they read gates,
+figures and charts); `write_page` loads it when a page is asked for.
 """
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from pathlib import Path
 
 
 @dataclass(frozen=True)
 class RecordKind:
-    name: str  # run | sweep | capacity | calibration
+    name: str  # run | sweep | capacity | ab | calibration
     suffix: str  # the folder is <UTC timestamp>_<exp><suffix>
     data_file: str  # the record's JSON: its figures, verdicts and status
     writes_configs: bool  # config.yaml, overrides.yaml, arms/<arm>/config.yaml (a sweep's points keep their own)
     step_summary: bool  # summary.md goes to GitHub's job page too (a sweep's points put their own there)
+    page: str  # its page's writer, `module:function`, called (folder, out) -> the page's path
+
+    def write_page(self, folder: Path, out: Path | None = None) -> Path:
+        """The record's HTML page (default `<folder>/report.html`); returns its path."""
+        module, function = self.page.split(":")
+        return getattr(importlib.import_module(module), function)(folder, out)
 
 
-RUN = RecordKind("run", "", "results.json", writes_configs=True, step_summary=True)
-SWEEP = RecordKind("sweep", "_sweep", "sweep.json", writes_configs=False, step_summary=False)
-CAPACITY = RecordKind("capacity", "_capacity", "capacity.json", writes_configs=True, step_summary=False)
-AB = RecordKind("ab", "_ab", "ab.json", writes_configs=True, step_summary=True)
-CALIBRATION = RecordKind("calibration", "_calibration", "calibration.json", writes_configs=True, step_summary=False)
+RUN = RecordKind("run", "", "results.json", writes_configs=True, step_summary=True,
+                 page="harness.report.html:write_report")
+SWEEP = RecordKind("sweep", "_sweep", "sweep.json", writes_configs=False, step_summary=False,
+                   page="harness.sweep.report:write_sweep_report")
+CAPACITY = RecordKind("capacity", "_capacity", "capacity.json", writes_configs=True, step_summary=False,
+                      page="harness.capacity.report:write_capacity_report")
+AB = RecordKind("ab", "_ab", "ab.json", writes_configs=True, step_summary=True, page="harness.ab.report:write_ab_report")
+CALIBRATION = RecordKind("calibration", "_calibration", "calibration.json", writes_configs=True, step_summary=False,
+                         page="harness.calibrate.report:write_calibration_report")
 KINDS: dict[str, RecordKind] = {kind.name: kind for kind in (RUN, SWEEP, CAPACITY, AB, CALIBRATION)}
 
 

@@ -17,7 +17,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional
 
-import jinja2
 import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
@@ -27,21 +26,16 @@ from harness.report.compare import GATE_STATUSES, gate_status, noise_cv
 from harness.measure.registry import OUTPUT_RATE, Metric, metric, metric_value, number, read, report_metrics
 from harness.report.timeline import steady_span, timeline_svg
 from harness.report.tables import ACCEPTANCE_DIMENSIONS, ACCEPTANCE_HEADER, acceptance_rows, heading, value_cell
-from harness.record.atomic import atomic_write
+from harness.report.page import render, write_page
 from harness.record.store import INTERRUPTED, RUNNING, RunData, read_run
 from harness.record.requests import RequestColumns
 
-TEMPLATES = Path(__file__).resolve().parent / "templates"
 MAX_ECDF_POINTS = 5000
 ARM_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
 
 
-class ReportError(Exception):
-    """The record cannot be rendered (not a record, unwritable output): one sentence."""
-
-
 def write_record_page(folder: Path, data_file: str, what: str, template: str, context, out: Optional[Path] = None) -> Path:
-    """A record kind's own page (capacity, A/B): its JSON read (a RecordError of one sentence
+    """A record kind's own page (capacity, A/B, calibration): its JSON read (a RecordError of one sentence
     when it cannot be), `context(data, folder name)` rendered with `template`, written
     atomically (default `<folder>/report.html`); returns the page's path."""
     from harness.record.store import RecordError
@@ -52,14 +46,7 @@ def write_record_page(folder: Path, data_file: str, what: str, template: str, co
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise RecordError(f"{file} is not a readable {what} ({exc}).") from None
     out = Path(out) if out is not None else Path(folder) / "report.html"
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
-                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    html = env.get_template(template).render(**context(data, Path(folder).name))
-    try:
-        atomic_write(out, html)
-    except OSError as exc:
-        raise ReportError(f"cannot write the report to {out} ({exc.strerror or exc}).") from None
-    return out
+    return write_page(out, render(template, context(data, Path(folder).name)))
 
 
 def write_report(run_dir: Path, out: Optional[Path] = None) -> Path:
@@ -68,18 +55,11 @@ def write_report(run_dir: Path, out: Optional[Path] = None) -> Path:
     run = read_run(Path(run_dir))
     record_dir = run.path.parent
     out = Path(out) if out is not None else record_dir / "report.html"
-    html = render_report(run)
-    try:
-        atomic_write(out, html)
-    except OSError as exc:
-        raise ReportError(f"cannot write the report to {out} ({exc.strerror or exc}).") from None
-    return out
+    return write_page(out, render_report(run))
 
 
 def render_report(run: RunData) -> str:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
-                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    return env.get_template("report.html.j2").render(**report_context(run))
+    return render("report.html.j2", report_context(run))
 
 
 # --- the record as the template sees it --------------------------------------------------

@@ -23,7 +23,6 @@ from harness.interrupts import sigint_ignored
 from harness.record.atomic import atomic_write
 from harness.record.secrets import Redactor
 from harness.servers.log import ServerLog
-from harness.sweep.finish import finish_interrupted, finish_sweep
 from harness.sweep.jobs import failure_in_log, wait_until_none
 from harness.sweep.plan import SweepPlan
 from harness.sweep.point import EXIT_STATUS_FILE
@@ -52,9 +51,10 @@ def job_name(record: SweepRecord) -> str:
     return f"specgate_{record.path.name}"
 
 
-def run_launched(sweep: SweepPlan, launcher) -> int:
-    """Submit through the Hydra app, follow the points to their end; the sweep's exit status.
-    `launcher` is a submitit launcher of harness/sweep/launchers.py (its job overrides, its jobs)."""
+def run_launched(sweep: SweepPlan, launcher) -> None:
+    """Submit through the Hydra app, follow the points to their end, each into its entry;
+    KeyboardInterrupt once a Ctrl-C cancelled every job. `launcher` is a launcher of
+    harness/sweep/launchers.py that runs the app (its job overrides, its jobs)."""
     record, entries, conf_dir = sweep.record, sweep.entries, sweep.conf_dir
     overrides, launcher_overrides = sweep.overrides, sweep.launcher_overrides
     record.data["launcher"] = {"engine": launcher.name, "overrides": launcher_overrides, "job_name": job_name(record),
@@ -71,10 +71,10 @@ def run_launched(sweep: SweepPlan, launcher) -> int:
     try:
         follow(record, entries, app, jobs, redactor)
     except KeyboardInterrupt:
-        return interrupted(record, entries, app, jobs)
+        cancel(record, entries, app, jobs)
+        raise
     explain_the_rest(record, entries, jobs, app.returncode)
     drop_pickles(record.path / "points" / ".submitit")
-    return finish_sweep(record, [e["exit_status"] for e in entries], sweep.gates)
 
 
 def follow(record: SweepRecord, entries: list[dict], app: subprocess.Popen, jobs, redactor: Redactor) -> None:
@@ -121,10 +121,10 @@ def stop_app(app: subprocess.Popen) -> None:
 def collect(record: SweepRecord, entries: list[dict]) -> None:
     """Each point whose job has written its exit status, into sweep.json once."""
     for entry in entries:
-        done = record.point_root(entry["label"]) / EXIT_STATUS_FILE
+        done = record.run_root(entry["label"]) / EXIT_STATUS_FILE
         if entry["exit_status"] is None and entry["status"] == "not_run" and done.is_file():
             status = int(done.read_text().strip())
-            record.point_ended(entry, status)
+            record.run_ended(entry, status)
             failed = "; ".join(entry.get("failed_gates") or [])
             print(f"specgate sweep: point {entry['label']} exited {status}"
                   + (f", failing {failed}" if failed else ""), flush=True)
@@ -162,9 +162,10 @@ def drop_pickles(submitit_dir: Path) -> None:
         pickled.unlink()
 
 
-def interrupted(record: SweepRecord, entries: list[dict], app: subprocess.Popen, jobs) -> int:
-    """Cancel every job of the sweep, wait until the engine has none left, mark the sweep
-    interrupted (exit 2). A second Ctrl-C meanwhile is ignored: the points' teardown runs."""
+def cancel(record: SweepRecord, entries: list[dict], app: subprocess.Popen, jobs) -> None:
+    """Cancel every job of the sweep, wait until the engine has none left, say why each point
+    without an exit status failed (the driver then closes the sweep as interrupted, exit 2).
+    A second Ctrl-C meanwhile is ignored: the points' teardown runs."""
     with sigint_ignored():
         print("specgate sweep: interrupted; cancelling the sweep's jobs", file=sys.stderr, flush=True)
         jobs.cancel(app)
@@ -175,4 +176,3 @@ def interrupted(record: SweepRecord, entries: list[dict], app: subprocess.Popen,
         collect(record, entries)
         explain_the_rest(record, entries, jobs, app.returncode, otherwise="cancelled: the sweep was interrupted")
         drop_pickles(record.path / "points" / ".submitit")
-    return finish_interrupted(record)

@@ -19,7 +19,6 @@ from typing import ClassVar
 
 from harness.config.compose import launcher_config, ConfigError, override_key
 from harness.sweep import point
-from harness.sweep.finish import INTERRUPTED_EXIT, finish_interrupted, finish_sweep
 from harness.sweep.jobs import LocalJobs, SlurmJobs
 from harness.sweep import ray_cluster
 from harness.sweep.launch import run_launched
@@ -58,10 +57,11 @@ class Launcher:
         """The jobs the Hydra app submitted, as their engine sees them (harness/sweep/jobs.py)."""
         raise NotImplementedError
 
-    def run(self, sweep: SweepPlan) -> int:
-        """Run every point of `sweep` and return the sweep's exit status (this class: through
-        the Hydra app, harness/sweep/launch.py)."""
-        return run_launched(sweep, self)
+    def run(self, sweep: SweepPlan) -> None:
+        """Run every point of `sweep` into its record's entries (this class: through the Hydra
+        app, harness/sweep/launch.py); KeyboardInterrupt once a Ctrl-C stopped them. The driver
+        closes the record (harness/sweep/driver.py)."""
+        run_launched(sweep, self)
 
 
 class BasicLauncher(Launcher):
@@ -70,20 +70,9 @@ class BasicLauncher(Launcher):
     hydra_target = "BasicLauncher"
     name = "basic"
 
-    def run(self, sweep: SweepPlan) -> int:
-        statuses: list[int] = []
-        try:
-            for overrides, entry in zip(sweep.point_runs, sweep.entries):
-                print(f"specgate sweep: point {entry['label']}", flush=True)
-                command = point.point_command(overrides, sweep.conf_dir, sweep.pytest_options)
-                status, interrupted = point.run_point(command)
-                statuses.append(status)
-                sweep.record.point_ended(entry, status)
-                if interrupted:
-                    raise KeyboardInterrupt
-        except KeyboardInterrupt:
-            return finish_interrupted(sweep.record, statuses[-1] if statuses and statuses[-1] != 0 else INTERRUPTED_EXIT)
-        return finish_sweep(sweep.record, statuses, sweep.gates)
+    def run(self, sweep: SweepPlan) -> None:
+        point.run_in_turn(sweep.record, sweep.point_runs, sweep.conf_dir, sweep.pytest_options, sweep.statuses,
+                          lambda entry: f"specgate sweep: point {entry['label']}")
 
 
 class SubmititSlurmLauncher(Launcher):
@@ -155,12 +144,12 @@ class RayLauncher(Launcher):
     def jobs(self, app: subprocess.Popen, job_name: str) -> ray_cluster.RayJobs:
         return ray_cluster.RayJobs(app.pid, self.record_path / "launcher.log")
 
-    def run(self, sweep: SweepPlan) -> int:
+    def run(self, sweep: SweepPlan) -> None:
         """Through the Hydra app, with the local instance's files in a folder of the sweep's
         own; once every process of it is gone, Ray's logs go into the record (redacted)."""
         self.record_path, self.temp_dir = sweep.record.path, None if self.joining else ray_cluster.make_temp_dir()
         try:
-            return run_launched(sweep, self)
+            run_launched(sweep, self)
         finally:
             if self.temp_dir is not None:
                 redactor = Redactor()

@@ -1,6 +1,7 @@
 """One point of a sweep as its own pytest process: its label, its overrides (its record
 inside the sweep's), its command line, and running it until it ends or is stopped. Every
-launcher runs a point this way: here (the basic launcher) or inside a job (app.py)."""
+launcher runs a point this way: here (the basic launcher) or inside a job (app.py); a
+calibration runs its runs this way too (`run_in_turn`)."""
 
 from __future__ import annotations
 
@@ -59,6 +60,22 @@ def point_root_of(overrides: list[str]) -> Path | None:
 def point_environment() -> dict[str, str]:
     """This process's environment, with the project on PYTHONPATH (a point may run from anywhere)."""
     return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")]))}
+
+
+def run_in_turn(record, runs: list[list[str]], conf_dir: Path, pytest_options: list[str], statuses: list[int],
+                announce) -> list[int]:
+    """Each run's pytest in turn here (`runs`: each one's overrides, in the order of the
+    record's entries, harness/sweep/runs.py), its entry read back as it ends and its exit status
+    appended to `statuses`: a sweep's points under the basic launcher, a calibration's runs. A
+    run stopped by Ctrl-C (or SIGTERM) raises KeyboardInterrupt once it has ended."""
+    for overrides, entry in zip(runs, record.data[record.folder]):
+        print(announce(entry), flush=True)
+        status, interrupted = run_point(point_command(overrides, conf_dir, pytest_options))
+        statuses.append(status)
+        record.run_ended(entry, status)
+        if interrupted:
+            raise KeyboardInterrupt
+    return statuses
 
 
 def run_point(command: list[str]) -> tuple[int, bool]:

@@ -21,11 +21,10 @@ import yaml
 from harness.gates.registry import SweepContext
 from harness.gates.verdict import Verdict
 from harness.config.compose import Experiment
-from harness.record.recorder import Recorder
 from harness.measure.registry import in_scope, read
 from harness.report.tables import Row, metric_table
-from harness.record.secrets import Redactor
-from harness.record.store import FINISHED, INTERRUPTED, RUNNING, RecordError, record_in, read_run, safe_name
+from harness.record.store import RunData, safe_name
+from harness.sweep.runs import WholeRunsRecord
 
 
 
@@ -84,60 +83,30 @@ def arm_gpus(record: Path, arm: str) -> int | None:
         return None
 
 
-class SweepRecord:
+class SweepRecord(WholeRunsRecord):
     """The sweep's folder (the one record writer's kind "sweep") and its sweep.json, rewritten
-    (atomically) after every point."""
+    (atomically) after every point: the points' bookkeeping is harness/sweep/runs.py's."""
+
+    kind, folder = "sweep", "points"
 
     def __init__(self, experiment: Experiment, command: list[str], pytest_options: list[str]):
         """`experiment`: the first point's, whose name and record.root the sweep's folder takes."""
-        self.recorder = Recorder(experiment, kind="sweep")
+        super().__init__(experiment, command, pytest_options=pytest_options)
         self.plain_arm = experiment.plain_arm  # what the sweep gates' speedups are against
-        self.data: dict[str, Any] = {"experiment": experiment.name, **self.recorder.status_fields(RUNNING),
-                                     "command": experiment.shown_command(command), "pytest_options": pytest_options, "exit_status": None,
-                                     "points": []}
 
-    @property
-    def path(self) -> Path:
-        """Absolute: every point's record.root is inside it, and a point may run elsewhere (a SLURM node)."""
-        return self.recorder.path.absolute()
-
-    @property
-    def redactor(self) -> Redactor:
-        return self.recorder.redactor
-
-    def point_root(self, label: str) -> Path:
-        return self.path / "points" / label
-
-    def add_point(self, label: str, overrides: list[str], swept: list[str]) -> dict[str, Any]:
-        entry = {"label": label, "swept": swept, "overrides": overrides, "record": None,
-                 "exit_status": None, "status": "not_run", "arms": {}}
-        self.data["points"].append(entry)
-        return entry
-
-    def point_ended(self, entry: dict[str, Any], exit_status: int | None) -> None:
-        """What the point's run record says, read back now that its pytest has exited."""
-        entry["exit_status"] = exit_status
-        record = record_in(self.point_root(entry["label"]))
-        if record is None:
-            entry["status"] = "no_record"
-        else:
-            entry["record"] = str(record.relative_to(self.path))
-            try:
-                run = read_run(record)
-                entry["status"], entry["arms"] = run.status, headline(run.data)
-                if failed_gates(run.data):
-                    entry["failed_gates"] = failed_gates(run.data)
-                for arm, figures in entry["arms"].items():
-                    figures["concurrency"] = arm_concurrency(record, arm)
-                    figures["gpus"] = arm_gpus(record, arm)
-            except RecordError as exc:
-                entry["status"], entry["error"] = "unreadable", str(exc)
-        self.save()
+    def read_back(self, entry: dict[str, Any], record: Path, run: RunData) -> None:
+        """Per arm its headline figures, concurrency and GPUs; the run's failed gates."""
+        entry["arms"] = headline(run.data)
+        if failed_gates(run.data):
+            entry["failed_gates"] = failed_gates(run.data)
+        for arm, figures in entry["arms"].items():
+            figures["concurrency"] = arm_concurrency(record, arm)
+            figures["gpus"] = arm_gpus(record, arm)
 
     def point_failed(self, entry: dict[str, Any], reason: str, log: str | None) -> None:
         """A point whose job (SLURM, submitit) ended without the point's exit status: failed,
         with why and where its job's log is; whatever record the point began is read back."""
-        self.point_ended(entry, None)
+        self.run_ended(entry, None)
         entry.update(status="job_failed", error=reason, job_log=log)
         self.save()
 
@@ -150,17 +119,8 @@ class SweepRecord:
         """The sweep gates' verdicts, kept in sweep.json's `sweep_gates`."""
         self.data["sweep_gates"] = [v.to_json() for v in verdicts]
 
-    def learn_secrets(self, overrides: list[str]) -> None:
-        """The secrets the overrides carry (`server.env.HF_TOKEN=...`): kept in memory, where
-        the points' commands need them, but never written."""
-        self.recorder.learn_secrets(overrides)
-
-    def save(self) -> None:
-        self.recorder.write_data(self.data)
-
     def finish(self, exit_status: int, interrupted: bool) -> None:
-        self.data.update(self.recorder.status_fields(INTERRUPTED if interrupted else FINISHED), exit_status=exit_status,
-                         crossovers=crossovers(self.data["points"]))
+        self.close(exit_status, interrupted, crossovers=crossovers(self.data["points"]))
         self.save()
         self.recorder.write_summary(summary(self.redactor.data(self.data)))
 

@@ -18,14 +18,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional
 
-import jinja2
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, NullLocator
 
-from harness.record.atomic import atomic_write
 from harness.record.store import FINISHED, INTERRUPTED
 from harness.measure.registry import OUTPUT_RATE, STEADY, metric, read
-from harness.report.html import ARM_COLORS, TEMPLATES, ReportError, figure_uri, show
+from harness.report.html import ARM_COLORS, figure_uri, show
+from harness.report.page import ReportError, render, write_page
 from harness.gates.sweep import others_of, point_concurrency
 from harness.report.tables import Row, metric_table
 
@@ -39,14 +38,7 @@ def write_sweep_report(sweep_dir: Path, out: Optional[Path] = None) -> Path:
     sweep_dir = Path(sweep_dir)
     data = read_sweep(sweep_dir)
     out = Path(out) if out is not None else sweep_dir / "report.html"
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
-                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    html = env.get_template("sweep_report.html.j2").render(**sweep_context(data, sweep_dir.name))
-    try:
-        atomic_write(out, html)
-    except OSError as exc:
-        raise ReportError(f"cannot write the report to {out} ({exc.strerror or exc}).") from None
-    return out
+    return write_page(out, render("sweep_report.html.j2", sweep_context(data, sweep_dir.name)))
 
 
 def read_sweep(sweep_dir: Path) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """`specgate calibrate` (harness/calibrate/): its checks before anything starts, the profile it
 writes from the runs, an arm measured too rarely, and an interrupted calibration. The runs here
-are stand-ins for each run's pytest (harness.calibrate.driver.run_point) that write a record as
-a run does; the whole path with real runs is tests/calibrate/test_calibrate_run.py (slow)."""
+are stand-ins for each run's pytest (harness.sweep.point.run_point: a calibration runs its runs as
+a sweep's points) that write a record as a run does; the whole path with real runs is tests/calibrate/test_calibrate_run.py (slow)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import signal
 import time
 
 from harness import cli
-from harness.calibrate import driver
+from harness.sweep import point
 from harness.run.compose import compose
 from harness.gates.profile import NoiseProfile
 from harness.record.store import record_kind
@@ -52,7 +52,7 @@ class FakeRuns:
 
 
 def calibrate(tmp_path, monkeypatch, fake: FakeRuns, *extra: str) -> int:
-    monkeypatch.setattr(driver, "run_point", fake)
+    monkeypatch.setattr(point, "run_point", fake)
     return cli.main(["calibrate", "+exp=sim_smoke", "backend=process", "telemetry=off",
                      f"record.root={tmp_path / 'runs'}", *extra])
 
@@ -96,6 +96,17 @@ def test_the_runs_become_a_noise_profile_that_gate_baseline_reads(tmp_path, monk
     reference = resolve_reference(experiment)
     assert reference.kind == "calibration" and reference.runs == () and reference.notes == ()
     assert reference.profile.arms.keys() == {"baseline", "eagle3"}
+
+
+def test_specgate_report_writes_the_calibration_kinds_own_page(tmp_path, monkeypatch, capsys):
+    fake = FakeRuns(unmeasured={1: {"eagle3"}, 2: {"eagle3"}})  # eagle3: no profile, and why
+    calibrate(tmp_path, monkeypatch, fake, "calibrate.runs=4")
+    folder = calibration(tmp_path)
+    assert cli.main(["report", str(folder)]) == 0
+    page = (folder / "report.html").read_text()
+    assert "<h1>Calibration: sim_smoke</h1>" in page and "<td>run_3</td><td>0</td><td>finished</td>" in page
+    assert "<td>baseline</td><td>output_tok_s</td><td>4</td>" in page  # the summary's own rows
+    assert "eagle3</strong>: measured in 2 of 4 runs" in page
 
 
 def test_an_arm_measured_in_fewer_than_three_runs_has_no_profile_and_exit_1(tmp_path, monkeypatch, capsys):
