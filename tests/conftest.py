@@ -42,8 +42,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=rank)  # stable: the order within each file stays
 
 
-# the longest files of the first pass, by `make test`'s --durations (a sweep each, ~3 min on 2 cores)
-LONGEST_FILES = ("sweep/test_sweep_steady.py", "schedule/test_schedule_sim.py", "sweep/test_sweep_crossover.py")
+# the longest files of the first pass, by `make test`'s --durations (two sweeps, 2-3 min on 2 cores, and a run)
+LONGEST_FILES = ("sweep/test_sweep_crossover.py", "schedule/test_schedule_sim.py", "e2e/test_steady_window.py")
 
 
 @pytest.hookimpl(tryfirst=True)
