@@ -33,28 +33,23 @@ run: install-run
 	$(BIN)/pytest suites/ +exp=sim_smoke
 
 # The project's own tests (including end-to-end runs of the suites in subprocesses), in two
-# passes: the tests that can share the machine on $(WORKERS) pytest-xdist workers, a test file
-# per worker (so a module's shared run starts once; the files that start whole runs first,
-# tests/conftest.py), then, one at a time, the tests marked
-# to be alone (SERIAL: a benchmark's ratios, vLLM's CPU build using every core, `specgate
-# clean`). The tests mostly wait on servers (one at a time, CI's 2 cores sat at a load of
-# 0.7): two workers use them; three were 2 minutes faster but made the machine busy enough
-# that every run found another test assuming a quiet one. Both passes always run; the first
-# failure's status is the exit status. The slowest tests are listed, to keep the suite lean
-# (CI: 2 cores, 90 minutes).
+# passes (scripts/make_test.sh): the tests that can share the machine on $(WORKERS)
+# pytest-xdist workers while the real engine's set-up (Chromium, vLLM's CPU build, the tiny
+# models and heads) runs beside them at the lowest priority; then, one at a time, the tests
+# that need that set-up or must be alone (a benchmark's ratios, vLLM's CPU build using every
+# core, `specgate clean`). The tests mostly wait on servers (one at a time, CI's 2 cores sat
+# at a load of 0.7): two workers use them. Both passes always run; the first failure's status
+# is the exit status. The slowest tests are listed, to keep the suite lean (CI: 2 cores, 90
+# minutes; docs/ci.md).
 WORKERS ?= 2
-SERIAL  := serial or benchmark_reduced or real_engine
-test: install
-	@status=0; \
-	$(BIN)/pytest tests/ -q -n $(WORKERS) --dist loadfile --no-loadscope-reorder -m "not ($(SERIAL))" --durations=25 || status=$$?; \
-	$(BIN)/pytest tests/ -q -m "$(SERIAL)" --durations=10 || { s=$$?; [ $$status -ne 0 ] || status=$$s; }; \
-	exit $$status
+test: install-run
+	WORKERS=$(WORKERS) bash scripts/make_test.sh
 
 # The inner loop: every test that does not start a whole run (servers, the suites or
 # `specgate run|sweep|capacity|replay` in a subprocess), on $(WORKERS) workers. Whole runs carry
 # one of these markers (tests/support/runs.py refuses to start one under a test without it);
 # `make test` runs them.
-FAST_LANE := not slow and not cluster and not real_engine and not benchmark_reduced and not serial
+FAST_LANE := not slow and not cluster and not real_engine and not benchmark_reduced and not serial and not engine_setup
 test-fast: install-run
 	$(BIN)/pytest tests/ -q -n $(WORKERS) --dist loadfile --no-loadscope-reorder -m "$(FAST_LANE)"
 

