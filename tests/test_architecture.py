@@ -294,3 +294,31 @@ def test_the_architecture_page_names_every_record_kind_and_command_the_code_has(
     cli_line = next(line for line in page.splitlines() if line.startswith("harness/cli.py"))
     listed = set(re.search(r"`specgate ([\w |]+)`", cli_line).group(1).replace(" ", "").split("|"))
     assert commands and listed == commands, listed ^ commands
+
+
+def test_only_the_servers_know_docker_and_only_the_telemetry_knows_nvml():
+    """The page's rules: only harness/servers/ imports the Docker SDK, only harness/telemetry/
+    NVML's binding (a backend or a source is added there, and the rest never learns of it)."""
+    for package, library in (("harness.servers", "docker"), ("harness.telemetry", "pynvml")):
+        users = {name for name, tree in modules().items()
+                 if any(m == library or m.startswith(f"{library}.") for m in imported_names(tree))}
+        stray = sorted(u for u in users if not u.startswith(f"{package}."))
+        assert users and not stray, f"{library} imported outside {package}: {stray}"
+
+
+def every_module_paths(page: str) -> list[str]:
+    """The path each line of the page's "Every module" block starts with (a list's first, its comma aside)."""
+    block = page.split("## Every module", 1)[1].split("```")[1]
+    return [line.split()[0].rstrip(",") for line in block.strip().splitlines()]
+
+
+def test_the_every_module_map_names_each_package_and_only_paths_that_exist():
+    """The map under "Every module" names every package and top-level module of harness/ (its
+    folder or one of its modules), and no path that is not there (a module moved or renamed)."""
+    named = every_module_paths(PAGE.read_text(encoding="utf-8"))
+    gone = [path for path in named if not (HARNESS.parent / path).exists()]
+    assert not gone, f"docs/architecture.md's Every module names what is not there: {gone}"
+    nodes = {node.replace(".", "/") for node in package_graph() if node != "harness"}
+    wanted = {f"{node}/" if (HARNESS.parent / node).is_dir() else f"{node}.py" for node in nodes}
+    unnamed = sorted(w for w in wanted if not any(path.startswith(w) for path in named))
+    assert not unnamed, f"docs/architecture.md's Every module does not name {unnamed}"
