@@ -1,6 +1,8 @@
-"""Records on disk: a run's `<record.root>/<UTC timestamp>_<exp>/` (a sweep's and a capacity
-search's carry `_sweep` and `_capacity`: harness/record/kinds.py), written atomically, secrets
-redacted; and the one reader (a record's kind, a run's results.json, its history).
+"""Records on disk: a run's `<record.root>/<UTC timestamp>_<exp>/` (the other kinds' carry their
+suffix, `_sweep`, `_capacity`, `_ab`, `_calibration`: harness/record/kinds.py), written atomically,
+secrets redacted; and the one reader (a record's kind, a run's results.json, its history). An
+arm's block of results.json is read into the type it was written from by
+harness/measure/metrics.py's read_result (the measurement sits above the records).
 
 Layout (see README "Reading a run record"):
     config.yaml          the composed experiment (before arm overrides)
@@ -42,7 +44,7 @@ RUN_STATUSES = (RUNNING, FINISHED, INTERRUPTED)
 
 
 class RunRecord:
-    """One record's folder (a run's, a sweep's or a capacity search's: `kind`), made now; every
+    """One record's folder (a run's, or another kind's: `kind`, harness/record/kinds.py), made now; every
     file in it written atomically through its redactor."""
 
     def __init__(self, root: Path, exp_name: str, redactor: Redactor | None = None, now: datetime | None = None,
@@ -116,7 +118,7 @@ class RecordError(Exception):
 
 
 def record_kind(path: Path) -> str | None:
-    """What a record folder is (run, sweep or capacity), by the JSON it holds; None for a path
+    """What a record folder is (run, sweep, capacity, ab or calibration), by the JSON it holds; None for a path
     that is no record folder (each kind's reader then says why in its own words)."""
     kind = kind_of(Path(path))
     return None if kind is None else kind.name
