@@ -2,14 +2,15 @@
 records, it appears in results and repeats (results.json read back into the same type),
 the run summary, `specgate compare`, a reference-run gate (with its interval), sweep.json
 and the sweep's summary and page, each capacity probe and the capacity summary and page, an
-A/B's paired verdict (with its interval), ab.json, its summary and page, and the run report:
-every place on small in-memory records, no server. Its entry naming the steady and timeslice windows,
+A/B's paired verdict (with its interval), ab.json, its summary and page, a history of runs
+(table and page) and the run report: every place on small in-memory records, no server. Its entry naming the steady and timeslice windows,
 it is found with its interval over the whole load, the steady window and each timeslice,
 and drawn in the report's timeline (issue 32: windows are a parameter of the registry)."""
 
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from types import SimpleNamespace
 
 import numpy as np
@@ -24,6 +25,8 @@ from harness.capacity import report as capacity_report
 from harness.capacity.driver import probe_figures
 from harness.config.schema import GateConfig
 from harness.gates import ab as ab_gate, reference, registry as gate_registry
+from harness.history.folder import read_history
+from harness.history.report import history_text, write_history_page
 from harness.load import LoadResult, RequestRecord
 from harness.measure import registry
 from harness.measure.metrics import combine_repeats, read_result, summarize
@@ -37,6 +40,7 @@ from harness.report.html import render_report
 from harness.report.summary import format_summary
 from harness.sweep import record as sweep_record
 from harness.sweep import report as sweep_report
+from tests.history.records import START, write_run
 
 PATH, LABEL, COLUMN = "output_tokens.p50", "output tokens p50", "out tokens p50"
 
@@ -190,6 +194,22 @@ def test_the_run_report_shows_it(output_tokens_p50, tmp_path):
                                                        "arms": {"eagle3": {"status": "measured", **result.to_json()}}}))
     page = render_report(read_run(tmp_path))
     assert LABEL in page and f"{result.figures[PATH]:.1f}" in page
+
+
+def test_a_history_of_runs_shows_it(output_tokens_p50, tmp_path):
+    """`specgate history DIR --metric PATH`: each run's figure read back from its results.json,
+    in the table and on the page."""
+    results = [summarize("eagle3", load(seed, 60.0)) for seed in (1, 2, 3)]
+    for hour, result in enumerate(results):
+        write_run(tmp_path, START + timedelta(hours=hour), {"eagle3": {"status": "measured", **result.to_json()}})
+    history = read_history(tmp_path, [PATH])
+    assert [value for _, value in history.series("eagle3", PATH)] == \
+        [pytest.approx(r.figures[PATH], abs=1e-4) for r in results]
+    shown = [f"{r.figures[PATH]:.1f}" for r in results]
+    text = history_text(history)
+    assert LABEL in text and all(value in text for value in shown)
+    page = write_history_page(history).read_text()
+    assert LABEL in page and all(value in page for value in shown)
 
 
 def ended_in(loaded: LoadResult, start_ms: float, end_ms: float) -> list[int]:
