@@ -213,7 +213,8 @@ def read_result(arm: str, block: dict[str, Any]) -> Optional[ArmResult]:
         for path in paths:
             value = read(block, resolve(path))
             result.figures[path] = None if value is None else float(value)
-    for m in set_metrics():
+    written = {key: i for i, key in enumerate(block)}  # the arm set them in its order: kept, so the bytes round-trip
+    for m in sorted(set_metrics(), key=lambda m: written.get(m.path, len(written))):
         value = read(block, m)
         if value is not None:
             result.figures[m.path] = float(value)

@@ -246,3 +246,22 @@ def test_figures_break_down_by_the_prompts_category():
     assert twice.categories["code"]["requests"] == 2
     assert twice.categories["code"]["accept_length"] == pytest.approx(2.5)
     assert json.loads(json.dumps(res.to_json()))["categories"]["prose"]["accept_length"] == pytest.approx(1.5)
+
+
+def test_results_json_reads_back_into_the_same_type_byte_for_byte():
+    """read_result: an arm's block of results.json is the ArmResult it was written from; the
+    figures the arm set (cache hit rate before J/token, as a run sets them) keep their order,
+    and a record written before (J/token only in the gpu block) reads under the path."""
+    from harness.measure.metrics import read_result
+
+    a = summarize("eagle3", spec_load(), server_accept_length=None)
+    a.figures["prefix_cache_hit_rate"], a.figures["joules_per_token"] = 0.25, 0.125
+    both = combine_repeats("eagle3", [a, summarize("eagle3", spec_load())])
+    for result in (a, both):
+        written = json.dumps(result.to_json(), indent=2)
+        back = read_result("eagle3", json.loads(written))
+        assert json.dumps(back.to_json(), indent=2) == written
+        assert back.value("ttft_ms.p99") == result.to_json()["ttft_ms"]["p99"] and back.requests_ok == result.requests_ok
+    old = {"output_tok_s": 50.0, "requests": {"ok": 2, "failed": 0}, "gpu": {"energy": {"joules_per_token": 0.5}}}
+    assert read_result("eagle3", old).value("joules_per_token") == 0.5
+    assert read_result("eagle3", {"status": "server_failed"}) is None  # an arm that was not measured
