@@ -24,7 +24,7 @@ def test_form_encoded_post_is_refused_with_400(arm_run):
     """The debugging session's curl without Content-Type: refused, in the engine's own 400 shape."""
     response = arm_run.client.post_form("/v1/chat/completions", chat_body(arm_run))
     assert response.status_code == 400, f"a form-encoded POST got {response.status_code}, not 400"
-    message = engine_of(arm_run.cfg).bad_request_message(response.json())
+    message = engine_of(arm_run.arm.typed).bad_request_message(response.json())
     assert CONTENT_TYPE_MESSAGE in message
 
 
@@ -59,7 +59,7 @@ def test_official_openai_client_streams(arm_run):
 
 
 def test_native_generate_reports_meta_info(arm_run):
-    engine = engine_of(arm_run.cfg)
+    engine = engine_of(arm_run.arm.typed)
     if "generate" not in engine.apis:
         pytest.skip(f"{engine.name} has no native /generate")
     body = {"text": PROMPT, "sampling_params": {"max_new_tokens": 24, "temperature": 0}}

@@ -18,8 +18,8 @@ def test_configured_environment_reached_every_server_process(arm_run, runner):
     except ServerError as exc:
         pytest.skip(str(exc))
     runner.note_environment(arm_run.name, processes, sorted(expected))
-    engine = engine_of(arm_run.cfg)
-    least = engine.min_processes(arm_run.cfg)
+    engine = engine_of(arm_run.arm.typed)
+    least = engine.min_processes(arm_run.arm.typed)
     assert len(processes) >= least, (
         f"found {len(processes)} server processes, expected at least {least} for {engine.name} at "
         f"tp_size {arm_run.cfg.server.tp_size}: " + "; ".join(p.describe() for p in processes))

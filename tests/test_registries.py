@@ -4,6 +4,8 @@ sweep launchers (harness/sweep/launchers.py LAUNCHERS), engines' options blocks.
 
 from __future__ import annotations
 
+import dataclasses
+import typing
 from pathlib import Path
 
 import pytest
@@ -11,7 +13,7 @@ import yaml
 
 from harness.config.compose import ConfigError
 from harness.run.compose import compose
-from harness.config.schema import BackendConfig, ServerConfig
+from harness.config.schema import ENGINE_BLOCKS, BackendConfig, ServerConfig
 from harness.engines import ENGINE_OPTIONS, ENGINES
 from harness.servers import BACKENDS, make_server
 from harness.servers.base import ServerError
@@ -30,8 +32,8 @@ def test_an_unknown_backend_is_refused_naming_the_registered_ones(tmp_path):
     with pytest.raises(ConfigError, match="attach") as raised:
         compose(["+exp=sim_smoke", "backend.kind=kubernetes"])
     assert all(kind in str(raised.value) for kind in BACKENDS)
-    cfg = compose(["+exp=sim_smoke"]).arm("baseline").cfg
-    cfg = type(cfg)(content={**cfg, "backend": {**cfg.backend, "kind": "kubernetes"}})
+    cfg = compose(["+exp=sim_smoke"]).arm("baseline").typed
+    cfg = dataclasses.replace(cfg, backend=dataclasses.replace(cfg.backend, kind="kubernetes"))
     with pytest.raises(ServerError, match="backend 'kubernetes' is not available; valid: docker, process, attach"):
         make_server("baseline", cfg, tmp_path / "server.log", session=None)
 
@@ -51,6 +53,9 @@ def test_each_launcher_is_registered_once_under_its_hydra_target():
 
 
 def test_each_engines_options_are_a_block_of_the_server_schema():
-    fields = ServerConfig.__dataclass_fields__
+    """The schema (the config's floor) declares the blocks, the engine classes name their types:
+    each engine with options has its block, of its type, and the schema has no other."""
+    hints = typing.get_type_hints(ServerConfig)
     for name, options in ENGINE_OPTIONS.items():
-        assert ENGINES[name].options is options and name in fields
+        assert ENGINES[name].options is options and hints[name] == typing.Optional[options], name
+    assert set(ENGINE_BLOCKS) == set(ENGINE_OPTIONS)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from harness.config.compose import Arm, ConfigError, Experiment, override_key, shown_overrides
+from harness.config.compose import Arm, ConfigError, Experiment, override_key
 from harness.run.compose import compose
 from harness.gates.baseline_match import differences
 from harness.run.preflight import preflight
@@ -58,7 +58,7 @@ class ABPlan:
     def describe(self, side: str) -> str:
         """The side's own overrides as they may be shown: secrets as fingerprints."""
         experiment = self.sides[side]
-        shown = shown_overrides(self.own[side], experiment.base, [arm.cfg for arm in experiment.arms])
+        shown = experiment.shown(self.own[side])
         return " ".join(shown) or "the common config"
 
     @classmethod

@@ -14,12 +14,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 from harness import __version__
 from harness.ab.plan import SIDES, ABPlan
-from harness.config.compose import Arm, Experiment
+from harness.config.compose import Experiment
 from harness.gates.reference import comparisons
 from harness.gates.verdict import Verdict
 from harness.record.recorder import Recorder
@@ -35,11 +36,10 @@ def record_experiment(plan: ABPlan) -> Experiment:
     """The experiment the record writer is given: one 'arm' per measurement, each with its
     side's composed config, so every server's config is in the record as a run's is."""
     rounds = [None] if plan.keep_up else list(range(plan.rounds))
-    arms = [Arm(measurement_name(name, side, r), plan.arm(side, name).cfg,
-                [*plan.own[side], *plan.arm(side, name).overrides], plan.arm(side, name).choices)
+    arms = [dataclasses.replace(plan.arm(side, name), name=measurement_name(name, side, r),
+                                overrides=[*plan.own[side], *plan.arm(side, name).overrides])
             for r in rounds for name in plan.arm_names for side in SIDES]
-    base = plan.base
-    return Experiment(base.name, base.description, base.base, arms, plan.common)
+    return dataclasses.replace(plan.base, arms=arms, overrides=plan.common)
 
 
 class ABRecord:

@@ -5,7 +5,9 @@ into an `Experiment`: one config per arm, typed and checked against the schema. 
 user can get wrong here raises `ConfigError` with one sentence that names the key and the
 valid choices. What a config's names refer to (gates, engines, backends, datasets ...) is
 checked above the registries that own them: `harness.run.compose.compose` is both, the
-composition every caller uses.
+composition every caller uses. What the composition needs to know of the engines (where a
+config's secrets sit, how an older shape reads today) it is handed as `Registries`, so this
+package imports nothing above the floor.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import difflib
 import re
 import typing
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, MutableMapping
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -31,12 +33,10 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from harness import PROJECT_ROOT
-from harness.engines import ENGINE_OPTIONS, ENGINES
-from harness.engines.legacy import upgrade_config
 from harness.config import schema
 from harness.config.numbers import NumberError, check_numbers
 from harness.secrets import BOOK, FINGERPRINT, Policy, leaves, masked_override
-from harness.config.schema import SpecgateConfig
+from harness.config.schema import ENGINE_BLOCKS, SpecgateConfig
 
 DEFAULT_CONF_DIR = PROJECT_ROOT / "conf"
 DEFAULT_ARM = "default"
@@ -59,17 +59,35 @@ class ConfigError(Exception):
     """A config the user wrote cannot be composed or validated (one sentence)."""
 
 
+@dataclass(frozen=True)
+class Registries:
+    """What composing needs from the registries above the config (harness/run/compose.py hands
+    it in): `policy_of(cfg)`, where a config's secrets sit (its engine's readable flags and
+    variables), and `upgrade(cfg)`, a config in an older shape (old build kinds, old server
+    keys) rewritten in place as today's (harness/engines/legacy.py)."""
+
+    policy_of: Callable[[DictConfig], Policy]
+    upgrade: Callable[[MutableMapping[str, Any]], Any]
+
+
 @dataclass
 class Arm:
     name: str
     cfg: DictConfig  # the fully composed config of this arm (read-only; secrets as fingerprints)
     overrides: list[str]  # the arm's own overrides on top of the experiment, as typed
     choices: dict[str, str]  # group -> option picked, e.g. {"drafter": "eagle3_k25"}
+    policy: Policy  # where this arm's secrets sit (its engine's readable flags), decided when it was composed
+    # the same config as the schema's dataclasses, made once here: what engines and servers read
+    # (the DictConfig stays for what needs OmegaConf: interpolation, the record's YAML)
+    typed: SpecgateConfig = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.typed = OmegaConf.to_object(self.cfg)
 
     @property
     def shown_overrides(self) -> list[str]:
         """The arm's overrides as they may be written or printed: secrets as fingerprints."""
-        return shown_overrides(self.overrides, self.cfg)
+        return shown_overrides(self.overrides, [self.policy])
 
 
 @dataclass
@@ -78,19 +96,24 @@ class Experiment:
     description: str
     base: DictConfig  # the composed config before arm overrides
     arms: list[Arm]
+    policy: Policy  # where the base config's secrets sit
     overrides: list[str] = field(default_factory=list)  # from the command line, as typed (secrets in clear)
 
     @property
     def shown_overrides(self) -> list[str]:
         """The command line as it may be written or printed: secrets as fingerprints."""
-        return shown_overrides(self.overrides, self.base, [arm.cfg for arm in self.arms])
+        return self.shown(self.overrides)
+
+    def shown(self, overrides: list[str]) -> list[str]:
+        """Overrides that apply to every arm (the command line's, an A/B side's), as they may be
+        written or printed: a flag's value readable only where every arm's engine reads it."""
+        return shown_overrides(overrides, [self.policy, *(arm.policy for arm in self.arms)])
 
     def shown_command(self, tokens: list[str]) -> list[str]:
         """A command line (`specgate sweep ... +server.env.X=V -k ...`) as a record may hold it:
         each override's secrets as fingerprints, options as they are."""
         is_override = [("=" in t and not t.startswith("-")) for t in tokens]
-        shown = iter(shown_overrides([t for t, o in zip(tokens, is_override) if o], self.base,
-                                     [arm.cfg for arm in self.arms]))
+        shown = iter(self.shown([t for t, o in zip(tokens, is_override) if o]))
         return [next(shown) if o else t for t, o in zip(tokens, is_override)]
 
     def arm(self, name: str) -> Arm:
@@ -197,7 +220,7 @@ def is_sweep(override: str) -> bool:
         return False  # compose says what is wrong with it
 
 
-def compose_config(overrides: list[str], conf_dir: Path = DEFAULT_CONF_DIR) -> tuple[DictConfig, dict[str, str]]:
+def compose_config(overrides: list[str], conf_dir: Path, registries: Registries) -> tuple[DictConfig, dict[str, str]]:
     """One Hydra composition; returns the config (without `hydra`) and the group choices."""
     conf_dir = Path(conf_dir).resolve()
     if not (conf_dir / "config.yaml").is_file():
@@ -220,7 +243,7 @@ def compose_config(overrides: list[str], conf_dir: Path = DEFAULT_CONF_DIR) -> t
     choices = {k: str(v) for k, v in cfg.hydra.runtime.choices.items() if not k.startswith("hydra")}
     with open_dict(cfg):
         del cfg["hydra"]
-        upgrade_config(cfg)  # a conf tree (or command line) in an older shape: build kinds, server keys
+        registries.upgrade(cfg)  # a conf tree (or command line) in an older shape: build kinds, server keys
     OmegaConf.set_readonly(cfg, True)
     return cfg, choices
 
@@ -266,7 +289,7 @@ def in_optional_block(path: list[str], node: type = SpecgateConfig) -> bool:
     """Whether `path` is a block the schema types Optional[a dataclass] (null by default), or
     a key inside one; an engine's options block (`server.vllm`) is not: a key set inside it
     on another engine's server is refused (:func:`inside_null_block`)."""
-    if len(path) > 1 and path[0] == "server" and path[1] in ENGINE_OPTIONS:
+    if len(path) > 1 and path[0] == "server" and path[1] in ENGINE_BLOCKS:
         return False
     for part in path:
         kind = typing.get_type_hints(node).get(part) if dataclasses.is_dataclass(node) else None
@@ -296,7 +319,7 @@ def typed_entry_at(path: list[str], node: type = SpecgateConfig) -> int | None:
     return None
 
 
-def compose_typed(overrides: list[str], conf_dir: Path = DEFAULT_CONF_DIR) -> Experiment:
+def compose_typed(overrides: list[str], conf_dir: Path, registries: Registries) -> Experiment:
     """Compose the experiment the overrides name, and each of its arms, checked against the
     schema (keys, types, bounds, references between arms). The names a config gives of things
     that registries own (gates, engines, backends, datasets ...) are checked above those
@@ -308,7 +331,7 @@ def compose_typed(overrides: list[str], conf_dir: Path = DEFAULT_CONF_DIR) -> Ex
     check_added_keys(overrides, conf_dir)
     check_deleted_keys(overrides, conf_dir)
     check_empty_gates(overrides)
-    base, _ = compose_config(overrides, conf_dir)
+    base, _ = compose_config(overrides, conf_dir, registries)
     arm_specs = OmegaConf.to_container(base.arms) or {DEFAULT_ARM: []}
     arms = []
     for name, arm_overrides in arm_specs.items():
@@ -316,32 +339,28 @@ def compose_typed(overrides: list[str], conf_dir: Path = DEFAULT_CONF_DIR) -> Ex
         try:
             check_added_keys(list(arm_overrides), conf_dir)
             check_deleted_keys(list(arm_overrides), conf_dir)
-            cfg, choices = compose_config(merged, conf_dir)
+            cfg, choices = compose_config(merged, conf_dir, registries)
         except ConfigError as exc:
             raise ConfigError(f"arm '{name}': {exc}") from None
-        arms.append(Arm(name=name, cfg=masked(resolve_auto_telemetry(cfg)), overrides=list(arm_overrides),
-                        choices=choices))
-    experiment = Experiment(
-        name=base.name, description=base.description, base=masked(resolve_auto_telemetry(base)), arms=arms,
-        overrides=list(overrides),
-    )
+        cfg = resolve_auto_telemetry(cfg)
+        policy = registries.policy_of(cfg)
+        arms.append(Arm(name=name, cfg=masked(cfg, policy), overrides=list(arm_overrides), choices=choices,
+                        policy=policy))
+    base = resolve_auto_telemetry(base)
+    policy = registries.policy_of(base)
+    experiment = Experiment(name=base.name, description=base.description, base=masked(base, policy), arms=arms,
+                            policy=policy, overrides=list(overrides))
     publish(experiment)
     validate(experiment)
     return experiment
 
 
-def policy_of(cfg: DictConfig) -> Policy:
-    """Where this config's secrets sit: its engine's readable flags, the readable variables."""
-    every_engines_env = tuple(p for engine in ENGINES.values() for p in engine.readable_env)  # as the scrubber reads them
-    return Policy.for_engine(ENGINES.get(cfg.server.engine), (*every_engines_env, *cfg.record.readable_env))
-
-
-def masked(cfg: DictConfig) -> DictConfig:
-    """`cfg` with every secret, by where it sits, as its fingerprint (harness/secrets.py);
+def masked(cfg: DictConfig, policy: Policy) -> DictConfig:
+    """`cfg` with every secret, by where it sits (`policy`), as its fingerprint (harness/secrets.py);
     the values stay in the process's BOOK for the launch. Only the changed leaves are set, so
     the config keeps its interpolations and types."""
     plain = OmegaConf.to_container(cfg, resolve=True)
-    changes = changed_leaves(plain, policy_of(cfg).mask(plain))
+    changes = changed_leaves(plain, policy.mask(plain))
     if not changes:
         return cfg
     OmegaConf.set_readonly(cfg, False)
@@ -360,11 +379,9 @@ def changed_leaves(before: Any, after: Any, path: str = "") -> list[tuple[str, A
     return [] if before == after else [(path, after)]
 
 
-def shown_overrides(overrides: list[str], *cfgs: Any) -> list[str]:
+def shown_overrides(overrides: list[str], policies: list[Policy]) -> list[str]:
     """Overrides with their secrets as fingerprints: a flag's value is readable only where every
-    config's engine reads it (the command line applies to every arm)."""
-    configs = [c for group in cfgs for c in (group if isinstance(group, list) else [group])]
-    policies = [policy_of(cfg) for cfg in configs]
+    config's policy reads it (the command line applies to every arm)."""
     policy = policies[0]
     common = [f for f in policy.readable_flags if all(f in p.readable_flags for p in policies)]
     shared = Policy(readable_env=policy.readable_env, readable_flags=tuple(common),
@@ -484,7 +501,7 @@ def validate(experiment: Experiment) -> None:
 
 
 def validate_arm(arm: Arm) -> None:
-    cfg = arm.cfg
+    cfg = arm.typed
     attached = cfg.backend.kind == "attach"  # a server someone else started: no build of ours
     if attached and not cfg.backend.url:
         raise ConfigError("backend=attach needs backend.url=http://HOST:PORT (the running server)")
@@ -513,7 +530,7 @@ def validate_arm(arm: Arm) -> None:
     check_cancel(workload.cancel, None if own_lengths else workload.max_tokens)
 
 
-def check_cancel(cancel: typing.Any, max_tokens: int | None = None) -> None:
+def check_cancel(cancel: schema.CancelConfig, max_tokens: int | None = None) -> None:
     """workload.cancel cuts each chosen request at one point: after so many tokens or so many ms;
     ``max_tokens``: what every request asks for (None when a dataset or trace says per request)."""
     both_or_neither = (cancel.after_tokens is None) == (cancel.after_ms is None)
@@ -529,10 +546,10 @@ def check_cancel(cancel: typing.Any, max_tokens: int | None = None) -> None:
                           f"{max_tokens}: every request would end before its cut, and none be cancelled")
 
 
-def check_shared_prefix(workload: DictConfig) -> None:
+def check_shared_prefix(workload: schema.WorkloadConfig) -> None:
     """workload.shared_prefix is a prompt source of its own: another one set beside it would
     be silently ignored, so it is a mistake (its numbers' bounds are the schema's)."""
-    others = [key for key in ("dataset", "prompt", "input_len") if workload[key] is not None]
+    others = [key for key in ("dataset", "prompt", "input_len") if getattr(workload, key) is not None]
     if others:
         raise ConfigError(f"workload.shared_prefix is a prompt source of its own, but workload.{others[0]} is set too: "
                           f"set workload.{others[0]}=null (or drop workload.shared_prefix)")
@@ -614,7 +631,7 @@ def inside_null_block(overrides: list[str]) -> str | None:
     (server.vllm.* on a server of another engine): the one null block of the schema."""
     for override in overrides:
         parts = override_key(override).lstrip("+~").split(".")
-        if len(parts) > 2 and parts[0] == "server" and parts[1] in ENGINE_OPTIONS:
+        if len(parts) > 2 and parts[0] == "server" and parts[1] in ENGINE_BLOCKS:
             return (f"{override_key(override)}: server.{parts[1]} is null here, as the server is not a "
                     f"{parts[1]} server (server.<engine>.* holds the options of that engine's servers only)")
     return None

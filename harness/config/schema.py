@@ -1,17 +1,19 @@
-"""Typed schema of the config tree (registered in Hydra's ConfigStore by config.py).
+"""Typed schema of the config tree (registered in Hydra's ConfigStore by compose.py).
 
 Every group in conf/ is checked against one of these dataclasses at compose time, so a
-mistyped key or a value of the wrong type stops the run before anything starts.
+mistyped key or a value of the wrong type stops the run before anything starts. They are
+also the code's type of a config: each arm's is made once as these dataclasses (`Arm.typed`),
+which engines and servers read. The floor of the package graph: it imports only leaves.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, make_dataclass
+from dataclasses import dataclass, field, fields
 from typing import Any, Dict, List, Optional
 
 from harness.bounds import INT64_MAX, Bounds, bounded, free_form  # noqa: F401  (Bounds: the schema's type of a bound)
-from harness.engines import ENGINE_OPTIONS
-from harness.load.limits import (MAX_CLIENT_PROCESSES, MAX_IN_FLIGHT, MAX_LOAD_S, MAX_OUTPUT_TOKENS, MAX_PROMPT_TOKENS,
+from harness.config.engine_options import SimModelConfig, VLLMOptions
+from harness.limits import (MAX_CLIENT_PROCESSES, MAX_IN_FLIGHT, MAX_LOAD_S, MAX_OUTPUT_TOKENS, MAX_PROMPT_TOKENS,
                                  MAX_REPEATS, MAX_REQUESTS, MAX_ROUNDS, MAX_TOP_LOGPROBS, MIN_TIMESLICE_S)
 
 
@@ -76,10 +78,17 @@ class SharedServerConfig:
     env: Dict[str, str] = field(default_factory=dict)
 
 
-# server.<engine>: each engine's options block of the type its class names (null: not set)
-ServerConfig = make_dataclass("ServerConfig", [(key, Optional[options], field(default=None))
-                                               for key, options in ENGINE_OPTIONS.items()],
-                              bases=(SharedServerConfig,))
+@dataclass
+class ServerConfig(SharedServerConfig):
+    """server.<engine>: each engine's options block, of the type its class names as `options`
+    (harness/engines; tests/test_registries.py keeps the two in step); null: not set."""
+
+    vllm: Optional[VLLMOptions] = None
+    sim: Optional[SimModelConfig] = None
+
+
+# the names of those blocks (server.vllm, ...): a key inside one is refused on another engine's server
+ENGINE_BLOCKS = tuple(f.name for f in fields(ServerConfig) if f.name not in {g.name for g in fields(SharedServerConfig)})
 
 
 @dataclass

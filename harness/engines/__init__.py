@@ -4,8 +4,7 @@ Only this package names an engine (tests/engines/test_engines.py)."""
 
 from __future__ import annotations
 
-from omegaconf import DictConfig
-
+from harness.config.schema import DrafterConfig, SpecgateConfig
 from harness.engines.base import Engine, EngineConfigError, Launch
 from harness.engines.sglang import SGLang
 from harness.engines.sim import Simulator
@@ -16,12 +15,12 @@ ENGINES: dict[str, Engine] = {engine.name: engine for engine in (SGLang(), VLLM(
 ENGINE_OPTIONS: dict[str, type] = {name: engine.options for name, engine in ENGINES.items() if engine.options}
 
 
-def engine_of(cfg: DictConfig) -> Engine:
+def engine_of(cfg: SpecgateConfig) -> Engine:
     """The engine named by server.engine (config validation has rejected unknown names)."""
     return ENGINES[cfg.server.engine]
 
 
-def schedule_forms(drafter: DictConfig, ranges: list[tuple[int, int, int]]) -> dict[str, dict]:
+def schedule_forms(drafter: DrafterConfig, ranges: list[tuple[int, int, int]]) -> dict[str, dict]:
     """A schedule (first, last, k per batch-size range) in the form each real engine takes it."""
     forms = {name: engine.schedule_form(drafter, ranges) for name, engine in ENGINES.items()}
     return {name: form for name, form in forms.items() if form is not None}

@@ -47,8 +47,7 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from omegaconf import DictConfig
-
+from harness.config.schema import DrafterConfig, SpecgateConfig
 from harness.engines.readiness import HttpWaitStrategy
 
 if TYPE_CHECKING:
@@ -156,31 +155,31 @@ class Engine:
     prefix_cache_reset_route: ClassVar[str | None] = None  # POST route that empties its prefix cache, if any
 
     # --- starting a server -------------------------------------------------------------
-    def launch(self, cfg: DictConfig, port: int, host: str, in_container: bool) -> Launch:
+    def launch(self, cfg: SpecgateConfig, port: int, host: str, in_container: bool) -> Launch:
         raise NotImplementedError
 
-    def environment(self, cfg: DictConfig) -> dict[str, str]:
+    def environment(self, cfg: SpecgateConfig) -> dict[str, str]:
         """The server's environment on top of the backend's: the NCCL preset, server.env."""
         env = {k: str(v) for k, v in cfg.nccl.env.items()}
         env.update({k: str(v) for k, v in cfg.server.env.items()})
         return env
 
-    def shm_size(self, cfg: DictConfig) -> str | None:
+    def shm_size(self, cfg: SpecgateConfig) -> str | None:
         """/dev/shm a container needs when backend.shm_size is not set (None: docker's default)."""
         return None
 
-    def min_processes(self, cfg: DictConfig) -> int:
+    def min_processes(self, cfg: SpecgateConfig) -> int:
         """The fewest processes a healthy server of this config has."""
         return 1
 
-    def check(self, cfg: DictConfig) -> None:
+    def check(self, cfg: SpecgateConfig) -> None:
         """Raise EngineConfigError when this engine cannot serve `cfg`."""
         if cfg.workload.api not in self.apis:
             raise EngineConfigError(f"workload.api={cfg.workload.api} is not served by {self.name}; "
                                     f"valid: {', '.join(self.apis)}")
         drafter = cfg.drafter
         if drafter.algorithm is not None:
-            missing = [k for k in self.drafter_keys if drafter[k] is None]
+            missing = [k for k in self.drafter_keys if getattr(drafter, k) is None]
             if missing:
                 raise EngineConfigError(f"drafter '{drafter.name}' sets algorithm {drafter.algorithm} "
                                         f"but not {', '.join(missing)}")
@@ -209,13 +208,13 @@ class Engine:
         """Per-request speculative counts in one parsed stream event (None: none here)."""
         return None
 
-    def token_counter(self, cfg: DictConfig) -> "CountTokens | None":
+    def token_counter(self, cfg: SpecgateConfig) -> "CountTokens | None":
         """The token count of the server's output text, exact, for cross-checking its usage;
         None (the default) where only an approximation exists: re-tokenizing a real
         model's output is not its generated count."""
         return None
 
-    def prompt_tokenizer(self, cfg: DictConfig, base_url: str, model: str) -> "PromptTokenizer | None":
+    def prompt_tokenizer(self, cfg: SpecgateConfig, base_url: str, model: str) -> "PromptTokenizer | None":
         """What counts a prompt's tokens as this server will: its ``tokenize_route`` by
         default; None where neither that nor an exact local count exists."""
         if self.tokenize_route is None:
@@ -225,14 +224,14 @@ class Engine:
         return server_tokenizer(base_url, self.tokenize_route, model)
 
     # --- the prefix cache ----------------------------------------------------------------
-    def prefix_cache_reset_unavailable(self, cfg: DictConfig) -> str | None:
+    def prefix_cache_reset_unavailable(self, cfg: SpecgateConfig) -> str | None:
         """Why this engine's server, as configured, has no route that empties its prefix
         cache (None: it has one)."""
         if self.prefix_cache_reset_route is None:
             return f"engine {self.name} has no route that resets its prefix cache"
         return None
 
-    def reset_prefix_cache(self, client: "ServerClient", cfg: DictConfig) -> CacheReset:
+    def reset_prefix_cache(self, client: "ServerClient", cfg: SpecgateConfig) -> CacheReset:
         """Empty the server's prefix cache (with nothing in flight): POST its route and read
         the answer (``prefix_cache_reset_done``)."""
         from harness.http_client import ClientError
@@ -282,7 +281,7 @@ class Engine:
         raise NotImplementedError
 
     # --- deploying a schedule (specgate schedule) ----------------------------------------
-    def schedule_form(self, drafter: DictConfig, ranges: list[tuple[int, int, int]]) -> dict[str, Any] | None:
+    def schedule_form(self, drafter: DrafterConfig, ranges: list[tuple[int, int, int]]) -> dict[str, Any] | None:
         """How this engine takes a k per batch-size range (first, last, k; k 0 = plain
         decoding) for `drafter`: {engine, args, note, ...; files: {name: JSON} to write beside
         the schedule}; None when it is no engine to deploy (the simulator)."""
@@ -295,15 +294,15 @@ class PythonEngine(Engine):
 
     module: ClassVar[str]
 
-    def launch(self, cfg: DictConfig, port: int, host: str, in_container: bool) -> Launch:
+    def launch(self, cfg: SpecgateConfig, port: int, host: str, in_container: bool) -> Launch:
         python = (cfg.build.image_python if in_container else cfg.build.python) or (
             DEFAULT_IMAGE_PYTHON if in_container else sys.executable)
         return Launch([python, "-m", cfg.build.module or self.module], self.args(cfg, port, host))
 
-    def args(self, cfg: DictConfig, port: int, host: str) -> list[str]:
+    def args(self, cfg: SpecgateConfig, port: int, host: str) -> list[str]:
         raise NotImplementedError
 
-    def environment(self, cfg: DictConfig) -> dict[str, str]:
+    def environment(self, cfg: SpecgateConfig) -> dict[str, str]:
         env = super().environment(cfg)
         env["PYTHONUNBUFFERED"] = "1"  # the log shows what the server printed up to a crash
         # Python engines rename their workers with setproctitle, which by default

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from omegaconf import DictConfig
-
+from harness.config.schema import DrafterConfig, SpecgateConfig
 from harness.engines.base import ITL_PER_TOKEN, PER_REQUEST, CounterWindow, PrometheusNames, PythonEngine
 
 if TYPE_CHECKING:
@@ -71,7 +70,7 @@ class SGLang(PythonEngine):
     # every release: an older server's 404 stops the arm in one sentence
     tokenize_route = "/tokenize"
 
-    def args(self, cfg: DictConfig, port: int, host: str) -> list[str]:
+    def args(self, cfg: SpecgateConfig, port: int, host: str) -> list[str]:
         server, drafter = cfg.server, cfg.drafter
         args = ["--model-path", server.model_path, "--tp-size", str(server.tp_size),
                 "--host", host, "--port", str(port)]
@@ -86,7 +85,7 @@ class SGLang(PythonEngine):
                      "--speculative-num-draft-tokens", str(drafter.num_draft_tokens)]
         return args + [str(a) for a in server.extra_args]
 
-    def min_processes(self, cfg: DictConfig) -> int:
+    def min_processes(self, cfg: SpecgateConfig) -> int:
         return cfg.server.tp_size + 1  # the server, one scheduler per TP rank (and a detokenizer)
 
     def request_extras(self, api: str) -> dict[str, Any]:
@@ -148,7 +147,7 @@ class SGLang(PythonEngine):
         except (TypeError, ValueError):
             return None
 
-    def schedule_form(self, drafter: DictConfig, ranges: list[tuple[int, int, int]]) -> dict[str, Any]:
+    def schedule_form(self, drafter: DrafterConfig, ranges: list[tuple[int, int, int]]) -> dict[str, Any]:
         """SGLang 0.5.23 (read from its source, srt/speculative/adaptive_spec_params.py; not run
         here): for EAGLE and EAGLE3 with a chain (topk 1), `--speculative-adaptive` with a JSON
         `--speculative-adaptive-config` of batch-size tiers ({"<lowest batch>": {"candidate_steps":
@@ -177,7 +176,7 @@ class SGLang(PythonEngine):
                 "note": (f"SGLang takes one k per server for {algorithm} (its adaptive mode is EAGLE/EAGLE3 with "
                          f"topk 1 only): run one server per batch-size range and route by load")}
 
-    def speculative_args(self, drafter: DictConfig, k: int) -> list[str]:
+    def speculative_args(self, drafter: DrafterConfig, k: int) -> list[str]:
         """The drafter's flags with k draft steps, a chain verifying k + 1 tokens."""
         args = ["--speculative-algorithm", str(drafter.algorithm)]
         if drafter.model_path:

@@ -4,12 +4,10 @@ by one JSON `--speculative-config`, reported only as cumulative /metrics counter
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
-
-from harness.bounds import INT64_MAX, bounded
+from harness.config.engine_options import VLLMOptions
+from harness.config.schema import DrafterConfig, SpecgateConfig
 from harness.engines.base import (ITL_PER_STEP, METRICS_WINDOW, CounterWindow, EngineConfigError, PrometheusNames,
                                   PythonEngine)
 
@@ -17,15 +15,6 @@ from harness.engines.base import (ITL_PER_STEP, METRICS_WINDOW, CounterWindow, E
 DEFAULT_SHM_SIZE = "1g"
 ONE_PLUS_ACCEPTED = ("the server's counters: 1 + Δ accepted draft tokens ÷ Δ drafts over the /metrics window "
                      "(the target's own token per draft step; no prefill token)")
-
-
-@dataclass
-class VLLMOptions:
-    """vLLM's own options, `server.vllm` (null: vLLM's default)."""
-
-    dtype: Optional[str] = None  # --dtype (e.g. float32 on CPU)
-    max_model_len: Optional[int] = bounded(None, low=1, high=INT64_MAX)  # --max-model-len
-    max_num_seqs: Optional[int] = bounded(None, low=1, high=INT64_MAX)  # --max-num-seqs
 
 
 # A drafter config names its algorithm as SGLang spells it (--speculative-algorithm), so one
@@ -38,16 +27,14 @@ def vllm_method(algorithm: str) -> str:
     return VLLM_METHODS.get(str(algorithm).upper(), str(algorithm))
 
 
-def speculative_config(drafter: DictConfig) -> dict:
+def speculative_config(drafter: DrafterConfig) -> dict:
     """vLLM's --speculative-config from a drafter config: method, num_speculative_tokens =
     num_steps (a chain of that many drafted tokens per step), the model when there is one,
     then the drafter's vllm_speculative_config keys (e.g. prompt_lookup_max for ngram)."""
     config = {"method": vllm_method(drafter.algorithm), "num_speculative_tokens": int(drafter.num_steps)}
     if drafter.model_path:
         config["model"] = drafter.model_path
-    # plain containers: a list value (num_speculative_tokens_per_batch_size) is a ListConfig, which json refuses
-    config.update(OmegaConf.to_container(drafter.vllm_speculative_config, resolve=True)
-                  if drafter.get("vllm_speculative_config") else {})
+    config.update(drafter.vllm_speculative_config)
     return config
 
 
@@ -95,13 +82,13 @@ class VLLM(PythonEngine):
     version_routes = ("/version",)
     tokenize_route = "/tokenize"  # entrypoints/serve/tokenize: {"model", "prompt", "add_special_tokens": true}
 
-    def args(self, cfg: DictConfig, port: int, host: str) -> list[str]:
+    def args(self, cfg: SpecgateConfig, port: int, host: str) -> list[str]:
         server, drafter = cfg.server, cfg.drafter
         args = ["--model", server.model_path, "--host", host, "--port", str(port),
                 "--tensor-parallel-size", str(server.tp_size)]
         if server.served_model_name:
             args += ["--served-model-name", server.served_model_name]
-        own = server.get(self.name) or VLLMOptions()
+        own = server.vllm or VLLMOptions()
         for flag, value in (("--dtype", own.dtype), ("--max-model-len", own.max_model_len),
                             ("--max-num-seqs", own.max_num_seqs)):
             if value is not None:
@@ -110,7 +97,7 @@ class VLLM(PythonEngine):
             args += ["--speculative-config", json.dumps(speculative_config(drafter))]
         return args + [str(a) for a in server.extra_args]
 
-    def check(self, cfg: DictConfig) -> None:
+    def check(self, cfg: SpecgateConfig) -> None:
         """Besides the base checks: vLLM drafts a chain (one candidate per step), so a drafter
         written for SGLang's tree (eagle_topk > 1) or with num_draft_tokens other than
         num_steps + 1 would be served as something else than it says."""
@@ -126,15 +113,15 @@ class VLLM(PythonEngine):
                                     f"num_steps={drafter.num_steps}; vLLM's chain verifies num_steps + 1 = "
                                     f"{int(drafter.num_steps) + 1} tokens per step")
 
-    def shm_size(self, cfg: DictConfig) -> str | None:
+    def shm_size(self, cfg: SpecgateConfig) -> str | None:
         return DEFAULT_SHM_SIZE
 
-    def min_processes(self, cfg: DictConfig) -> int:
+    def min_processes(self, cfg: SpecgateConfig) -> int:
         # the API server and its engine core; with tp > 1 one worker per rank besides
         tp = cfg.server.tp_size
         return 2 + (tp if tp > 1 else 0)
 
-    def prefix_cache_reset_unavailable(self, cfg: DictConfig) -> str | None:
+    def prefix_cache_reset_unavailable(self, cfg: SpecgateConfig) -> str | None:
         """vLLM serves /reset_prefix_cache only in dev mode; a server specgate starts has it
         when server.env sets VLLM_SERVER_DEV_MODE=1 (an attached one is asked: a 404 says)."""
         if cfg.backend.kind != "attach" and str(self.environment(cfg).get("VLLM_SERVER_DEV_MODE", "")) != "1":
@@ -171,7 +158,7 @@ class VLLM(PythonEngine):
             acceptance_per_position=[accepted_there / drafts for accepted_there in counters.per_position()],
         )
 
-    def schedule_form(self, drafter: DictConfig, ranges: list[tuple[int, int, int]]) -> dict[str, Any]:
+    def schedule_form(self, drafter: DrafterConfig, ranges: list[tuple[int, int, int]]) -> dict[str, Any]:
         """vLLM 0.32's dynamic speculative decoding (config/speculative.py,
         v1/spec_decode/dynamic/utils.py): `num_speculative_tokens_per_batch_size`, a list of
         [first, last, k] inclusive batch-size ranges, the first from 1, sorted, not

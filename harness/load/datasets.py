@@ -36,7 +36,7 @@ from typing import Any, Iterator
 
 from harness import project_path
 from harness.load.conversation import Conversation, Message
-from harness.load.limits import MAX_OUTPUT_TOKENS
+from harness.limits import MAX_OUTPUT_TOKENS
 
 PROMPT_FIELDS = ('"prompt" (a string), "turns" (a list of strings), "messages" (an OpenAI chat list) '
                  'or "conversations" (ShareGPT)')

@@ -33,7 +33,7 @@ from typing import Any
 
 from harness import project_path
 from harness.load.datasets import file_digest, workload_file
-from harness.load.limits import MAX_LOAD_S, MAX_OUTPUT_TOKENS, MAX_PROMPT_TOKENS
+from harness.limits import MAX_LOAD_S, MAX_OUTPUT_TOKENS, MAX_PROMPT_TOKENS
 
 BURSTGPT_COLUMNS = ("Timestamp", "Request tokens", "Response tokens")  # the ones read; the rest are passed over
 MOONCAKE_FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")

@@ -20,7 +20,7 @@ from typing import Any, Iterable, Optional
 
 import numpy as np
 
-from harness.load.limits import MAX_TIMESLICES
+from harness.limits import MAX_TIMESLICES
 from harness.measure.registry import TIMESLICE, figures_over
 from harness.measure.window import Window, chunked, repeat_of
 

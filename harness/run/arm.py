@@ -70,8 +70,8 @@ class ArmSession:
     def __init__(self, arm: Arm, outcome: ArmOutcome, recorder: Recorder, session: Session,
                  progress: Callable[[Any], None] | None = None):
         self.arm, self.outcome, self.recorder, self.progress = arm, outcome, recorder, progress
-        self.engine: Engine = engine_of(arm.cfg)
-        self.server: Server = make_server(arm.name, arm.cfg, recorder.server_log(arm.name), session, recorder.scrub)
+        self.engine: Engine = engine_of(arm.typed)
+        self.server: Server = make_server(arm.name, arm.typed, recorder.server_log(arm.name), session, recorder.scrub)
         self.client: ServerClient | None = None
         self.model = ""
         self.streamed: list[tuple[float, int]] = []  # (arrival, tokens) of every chunk: joules per token
@@ -177,7 +177,7 @@ class ArmSession:
     def load_plan(self, workload: Any) -> LoadPlan:
         """`workload` against this arm's server, with its engine's hooks: the typed plan the load runs."""
         return LoadPlan.of(workload, self.server.base_url, self.model, request_extras=self.request_extras,
-                           spec_details=self.engine.spec_details, count_tokens=self.engine.token_counter(self.arm.cfg),
+                           spec_details=self.engine.spec_details, count_tokens=self.engine.token_counter(self.arm.typed),
                            prompt_tokenizer=self.prompt_tokenizer())
 
     def prompt_tokenizer(self) -> PromptTokenizer | None:
@@ -191,7 +191,7 @@ class ArmSession:
             return None
         if workload.tokenizer:  # config validation has read it once already
             return local_tokenizer(workload.tokenizer)
-        return self.engine.prompt_tokenizer(self.arm.cfg, self.server.base_url, self.model)
+        return self.engine.prompt_tokenizer(self.arm.typed, self.server.base_url, self.model)
 
     def check_agreement(self, result: ArmResult, server_side: dict[str, Any], repeat: int) -> None:
         """This repeat's client figures against the server's own over the same requests
@@ -272,7 +272,7 @@ class ArmSession:
         if not self.arm.cfg.workload.reset_prefix_cache:
             done = CacheReset(False, None, "workload.reset_prefix_cache=false: the cache was left as the load before left it")
         else:
-            done = self.engine.reset_prefix_cache(self.client, self.arm.cfg)
+            done = self.engine.reset_prefix_cache(self.client, self.arm.typed)
         self.outcome.prefix_cache_resets.append({"repeat": repeat, **flags, **done.to_json()})
 
     def metrics_snapshot(self) -> Snapshot | None:

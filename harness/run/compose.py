@@ -7,7 +7,8 @@ mismatched reference, the lossless comparison), engines (their own checks), back
 kinds, telemetry sources, request APIs, and the files a workload reads (datasets, traces,
 tokenizers) or the Ray cluster it names. Each mistake raises `ConfigError` with one sentence, as the schema's own do. Every
 driver, the CLI and the plugin compose through here; a replay checks a recorded experiment
-with `validate`.
+with `validate`. What composing itself needs of the engines (where a config's secrets sit, how an
+older shape reads today) is handed to the config package from here, as `REGISTRIES`.
 """
 
 from __future__ import annotations
@@ -16,20 +17,22 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from harness.config.compose import (BASELINE_MISMATCH, DEFAULT_CONF_DIR, Arm, ConfigError, Experiment, compose_typed,
-                                    remote_engine)
+from harness.config.compose import (BASELINE_MISMATCH, DEFAULT_CONF_DIR, Arm, ConfigError, Experiment, Registries,
+                                    compose_typed, remote_engine)
 from harness.config import compose as typed
 from harness.config.schema import BUILD_KINDS
 from harness.engines import ENGINES, EngineConfigError
+from harness.engines.legacy import upgrade_config
 from harness.gates.reference import INCONCLUSIVE
 from harness.gates.registry import GateConfigError, check_gate_config
 from harness.load.datasets import DatasetError, load_dataset
-from harness.load.limits import MAX_TIMESLICES
+from harness.limits import MAX_TIMESLICES
 from harness.load.ray_clients import PLACEMENTS, RayAddressError, check_address
 from harness.load.requests import REQUEST_FUNCS
 from harness.load.sizing import SizingError, local_tokenizer
 from harness.load.trace import TraceError, replay_of
 from harness.servers import BACKENDS
+from harness.secrets import Policy
 from harness.telemetry.base import NOT_SAMPLING, SOURCES
 
 KNOWN_KINDS = {
@@ -39,10 +42,19 @@ KNOWN_KINDS = {
 }
 
 
+def policy_of(cfg: DictConfig) -> Policy:
+    """Where this config's secrets sit: its engine's readable flags, the readable variables."""
+    every_engines_env = tuple(p for engine in ENGINES.values() for p in engine.readable_env)  # as the scrubber reads them
+    return Policy.for_engine(ENGINES.get(cfg.server.engine), (*every_engines_env, *cfg.record.readable_env))
+
+
+REGISTRIES = Registries(policy_of=policy_of, upgrade=upgrade_config)
+
+
 def compose(overrides: list[str], conf_dir: Path = DEFAULT_CONF_DIR) -> Experiment:
     """Compose the experiment the overrides name, and each of its arms: typed against the
     schema, and every name checked against what owns it."""
-    experiment = compose_typed(overrides, conf_dir)
+    experiment = compose_typed(overrides, conf_dir, REGISTRIES)
     check_names(experiment)
     return experiment
 
@@ -94,7 +106,7 @@ def check_arm_names(arm: Arm) -> None:
     if workload.api not in REQUEST_FUNCS:
         raise ConfigError(f"workload.api '{workload.api}' is unknown; valid: {', '.join(REQUEST_FUNCS)}")
     try:
-        engine.check(cfg)
+        engine.check(arm.typed)
     except EngineConfigError as exc:
         raise ConfigError(f"arm '{arm.name}': {exc}") from None
     if workload.trace is None and workload.shared_prefix is None and workload.dataset is not None:

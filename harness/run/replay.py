@@ -15,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from harness.config.compose import Arm, ConfigError, Experiment, explain, masked, override_key, publish
-from harness.run.compose import compose, validate
+from harness.run.compose import compose, policy_of, validate
 from harness.gates.reference import allowed_change, noise_band
 from harness.measure.registry import metric_value, noise_metrics
 from harness.engines.legacy import upgrade_config
@@ -69,11 +69,13 @@ def replay_experiment(run_dir: Path, overrides: list[str], conf_dir: Path) -> tu
     for name in (base_data.get("arms") or {"default": []}):
         cfg = apply_overrides(typed(read_yaml(run_dir / "arms" / name / "config.yaml"), f"arm '{name}'"), overrides)
         OmegaConf.set_readonly(cfg, True)
-        check_secrets_given(masked(cfg), f"arm '{name}'")
-        arms.append(Arm(name=name, cfg=cfg, overrides=list(arm_overrides.get(name, [])), choices={}))
+        policy = policy_of(cfg)
+        check_secrets_given(masked(cfg, policy), f"arm '{name}'")
+        arms.append(Arm(name=name, cfg=cfg, overrides=list(arm_overrides.get(name, [])), choices={}, policy=policy))
     OmegaConf.set_readonly(base, True)
-    experiment = Experiment(name=base.name, description=base.description, base=masked(base), arms=arms,
-                            overrides=list(recorded_overrides.get("command_line") or []) + list(overrides))
+    policy = policy_of(base)
+    experiment = Experiment(name=base.name, description=base.description, base=masked(base, policy), arms=arms,
+                            policy=policy, overrides=list(recorded_overrides.get("command_line") or []) + list(overrides))
     publish(experiment)
     validate(experiment)
     check_datasets_unchanged(experiment, run_dir)

@@ -109,7 +109,7 @@ class Runner:
         engine = (arm.cfg.backend.kind, arm.cfg.backend.docker_host)
         if engine not in self.cleaned_engines:
             try:
-                remove_dead_sessions_containers(arm.cfg, self.session)
+                remove_dead_sessions_containers(arm.typed, self.session)
             except ImageError as exc:
                 arm_session.fail("server_failed", f"arm '{arm.name}': {exc}")
             self.cleaned_engines.add(engine)

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from omegaconf import DictConfig, OmegaConf
 
+from harness.config.schema import DrafterConfig
 from harness.record.store import RecordError, read_run, safe_name, RunData
 
 SWEEP_FILE = "sweep.json"
@@ -32,7 +32,7 @@ class Cell:
     speedup: float  # output tok/s over the plain arm's in the same point (sweep.json's figure)
     point: str  # the point's label
     run: RunData  # the point's run record (both arms' requests)
-    drafter: DictConfig  # the arm's drafter config as it ran
+    drafter: DrafterConfig  # the arm's drafter config as it ran
 
 
 @dataclass
@@ -116,20 +116,32 @@ def cell_of(sweep: Path, point: dict[str, Any], arm: str, plain_arm: str, grid: 
                             f"plain arm that made no tokens); the schedule needs both")
     run = read_point(sweep, point)
     cfg = arm_config(run, arm, label)
-    if not cfg.drafter.algorithm or cfg.drafter.num_steps is None:
-        raise ScheduleError(f"point {label}'s arm '{arm}' does not speculate (drafter '{cfg.drafter.name}'), "
+    drafter = drafter_of(cfg, arm, label)
+    if not drafter.algorithm or drafter.num_steps is None:
+        raise ScheduleError(f"point {label}'s arm '{arm}' does not speculate (drafter '{drafter.name}'), "
                             f"so it has no k to schedule")
-    grid.engine = str(cfg.server.engine)
-    return Cell(int(figures["concurrency"]), int(cfg.drafter.num_steps), float(figures["speedup"]), label, run,
-                cfg.drafter)
+    grid.engine = str((cfg.get("server") or {}).get("engine"))
+    return Cell(int(figures["concurrency"]), int(drafter.num_steps), float(figures["speedup"]), label, run, drafter)
 
 
-def arm_config(run: RunData, arm: str, label: str) -> DictConfig:
+def arm_config(run: RunData, arm: str, label: str) -> dict[str, Any]:
+    """The arm's config as its record wrote it (interpolations resolved then)."""
     path = run.path.parent / "arms" / safe_name(arm) / "config.yaml"
     try:
-        return OmegaConf.create(yaml.safe_load(path.read_text(encoding="utf-8")))
+        cfg = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError, ValueError):
-        raise ScheduleError(f"point {label}'s arm '{arm}' has no readable config ({path})") from None
+        cfg = None
+    if not isinstance(cfg, dict):
+        raise ScheduleError(f"point {label}'s arm '{arm}' has no readable config ({path})")
+    return cfg
+
+
+def drafter_of(cfg: dict[str, Any], arm: str, label: str) -> DrafterConfig:
+    """The arm's drafter as the schema types it: what an engine's schedule form reads."""
+    try:
+        return DrafterConfig(**(cfg.get("drafter") or {}))
+    except TypeError as exc:  # a key today's schema does not have
+        raise ScheduleError(f"point {label}'s arm '{arm}' has a drafter config today's schema cannot read ({exc})") from None
 
 
 def check_shape(grid: Grid) -> None:

@@ -7,25 +7,24 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from omegaconf import DictConfig
-
+from harness.config.schema import SpecgateConfig
 from harness.servers.base import Server, ServerError
 from harness.servers.labels import Session
 
 
-def docker_server(arm_name: str, cfg: DictConfig, log_path: Path, session: Session, scrub=None) -> Server:
+def docker_server(arm_name: str, cfg: SpecgateConfig, log_path: Path, session: Session, scrub=None) -> Server:
     from harness.servers.docker import DockerServer  # each backend's module only when it is asked for
 
     return DockerServer(arm_name, cfg, log_path, session, scrub)
 
 
-def process_server(arm_name: str, cfg: DictConfig, log_path: Path, session: Session, scrub=None) -> Server:
+def process_server(arm_name: str, cfg: SpecgateConfig, log_path: Path, session: Session, scrub=None) -> Server:
     from harness.servers.process import ProcessServer
 
     return ProcessServer(arm_name, cfg, log_path, scrub)
 
 
-def attached_server(arm_name: str, cfg: DictConfig, log_path: Path, session: Session, scrub=None) -> Server:
+def attached_server(arm_name: str, cfg: SpecgateConfig, log_path: Path, session: Session, scrub=None) -> Server:
     from harness.servers.attach import AttachedServer
 
     return AttachedServer(arm_name, cfg, log_path, scrub)
@@ -36,7 +35,7 @@ BACKENDS: dict[str, Callable[..., Server]] = {"docker": docker_server, "process"
                                               "attach": attached_server}
 
 
-def make_server(arm_name: str, cfg: DictConfig, log_path: Path, session: Session, scrub=None) -> Server:
+def make_server(arm_name: str, cfg: SpecgateConfig, log_path: Path, session: Session, scrub=None) -> Server:
     """The backend named by `backend.kind` (config validation has rejected unknown kinds);
     `scrub` redacts each line of the server's log before it is written."""
     if cfg.backend.kind not in BACKENDS:
@@ -44,7 +43,7 @@ def make_server(arm_name: str, cfg: DictConfig, log_path: Path, session: Session
     return BACKENDS[cfg.backend.kind](arm_name, cfg, log_path, session, scrub)
 
 
-def remove_dead_sessions_containers(cfg: DictConfig, session: Session) -> list[str]:
+def remove_dead_sessions_containers(cfg: SpecgateConfig, session: Session) -> list[str]:
     """Once per Docker engine and session, before the first server: remove the containers
     that dead specgate sessions left behind. Returns their names (for the log)."""
     if cfg.backend.kind != "docker":

@@ -12,8 +12,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from omegaconf import DictConfig
-
+from harness.config.schema import SpecgateConfig
 from harness.secrets import BOOK
 from harness.http_client import ClientError, ServerClient, ServerRefused
 from harness.engines import engine_of
@@ -25,12 +24,12 @@ RETRY_PAUSE_S = 0.5
 
 
 class AttachedServer(Server):
-    def __init__(self, name: str, cfg: DictConfig, log_path: Path, scrub=None):
+    def __init__(self, name: str, cfg: SpecgateConfig, log_path: Path, scrub=None):
         super().__init__(name, log_path, scrub)
         self.cfg = cfg
         self.base_url = BOOK.reveal(cfg.backend.url).rstrip("/")  # a URL's user and password: the client needs them
         self.timeout_s = cfg.backend.startup_timeout_s
-        self.health_timeout_s = float(cfg.backend.get("health_timeout_s") or 30.0)
+        self.health_timeout_s = cfg.backend.health_timeout_s
         self.readiness = engine_of(cfg).readiness().with_startup_timeout(self.timeout_s)
         self.healthy = False
         self.gone = ""  # how the last liveness check found it gone, in words

@@ -15,9 +15,8 @@ from pathlib import Path
 import docker
 import docker.errors
 from docker.types import DeviceRequest, Ulimit
-from omegaconf import DictConfig
-
 from harness.config.compose import remote_engine_host
+from harness.config.schema import SpecgateConfig
 from harness.secrets import BOOK
 from harness.engines import engine_of
 from harness.engines.base import DEFAULT_IMAGE_PYTHON, Launch
@@ -54,7 +53,7 @@ def unreachable_publish(docker_host: str | None, publish_host: str) -> str | Non
     return None
 
 
-def device_requests(cfg: DictConfig) -> list[DeviceRequest]:
+def device_requests(cfg: SpecgateConfig) -> list[DeviceRequest]:
     if cfg.server.gpus is not None:
         return [DeviceRequest(device_ids=[str(g) for g in cfg.server.gpus], capabilities=[["gpu"]])]
     if cfg.server.requires_gpu:
@@ -62,7 +61,7 @@ def device_requests(cfg: DictConfig) -> list[DeviceRequest]:
     return []
 
 
-def read_only_mounts(cfg: DictConfig) -> dict[str, dict[str, str]]:
+def read_only_mounts(cfg: SpecgateConfig) -> dict[str, dict[str, str]]:
     """Model and drafter checkpoints at the same path inside, read-only (absolute paths
     only: the simulator's model path is just a name). On a remote engine the paths are the
     engine's machine's, so they cannot be checked from here."""
@@ -84,7 +83,7 @@ def venv_site_packages(python: str, image_python: str) -> Path:
     return path
 
 
-def host_venv_mounts(cfg: DictConfig) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
+def host_venv_mounts(cfg: SpecgateConfig) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
     """(volumes, environment) that bring the engine in from the host, when the image has none.
 
     build.kind host_venv: the image is only Debian with the right python3 and the engine's
@@ -98,7 +97,7 @@ def host_venv_mounts(cfg: DictConfig) -> tuple[dict[str, dict[str, str]], dict[s
 
 
 class DockerServer(Server):
-    def __init__(self, name: str, cfg: DictConfig, log_path: Path, session: Session, scrub=None):
+    def __init__(self, name: str, cfg: SpecgateConfig, log_path: Path, session: Session, scrub=None):
         super().__init__(name, log_path, scrub)
         self.cfg = cfg
         self.session = session

@@ -12,8 +12,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from omegaconf import DictConfig
-
+from harness.config.schema import SpecgateConfig
 from harness.secrets import BOOK
 from harness.engines import engine_of
 from harness.servers.base import Server, ServerError
@@ -34,7 +33,7 @@ def die_with_parent() -> None:
 
 
 class ProcessServer(Server):
-    def __init__(self, name: str, cfg: DictConfig, log_path: Path, scrub=None):
+    def __init__(self, name: str, cfg: SpecgateConfig, log_path: Path, scrub=None):
         super().__init__(name, log_path, scrub)
         self.cfg = cfg
         self.port = cfg.server.port or free_port(cfg.server.host)

@@ -212,7 +212,7 @@ def true_capacity(arm, limit_ms: float, maximum: int) -> int:
     arm's server is started with (its own flags, parsed as the simulator parses them). Every
     request generates max_tokens: the first from prefill, the rest in steps, or in cycles of
     exactly the accept length when the drafter is always right (sim_capacity's)."""
-    flags = engine_of(arm.cfg).args(arm.cfg, 0, "127.0.0.1")
+    flags = engine_of(arm.typed).args(arm.typed, 0, "127.0.0.1")
     model = SimModel.from_args(sim_parse_args(flags))
     assert not model.speculative or all(p == 1.0 for p in model.accept_probs)  # else the truth is not exact
     decoded = arm.cfg.workload.max_tokens - 1

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import re
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -91,7 +92,7 @@ def test_the_rule_catches_what_it_forbids():
 
 # --------------------------------------------------------------------------- each engine
 def arm_cfg(exp: str, arm: str, *overrides: str):
-    return compose([f"+exp={exp}", *overrides]).arm(arm).cfg
+    return compose([f"+exp={exp}", *overrides]).arm(arm).typed  # what an engine takes: the schema's types
 
 
 def test_each_engine_launches_its_own_command():
@@ -109,7 +110,7 @@ def test_each_engine_launches_its_own_command():
     config = launch.args[launch.args.index("--speculative-config") + 1]
     assert '"num_speculative_tokens": 3' in config and "--tp-size" not in launch.args
 
-    real = compose(["+exp=eagle_k2"]).arm("eagle3").cfg
+    real = compose(["+exp=eagle_k2"]).arm("eagle3").typed
     args = engine_of(real).launch(real, 30000, host="0.0.0.0", in_container=True).args
     assert "--speculative-draft-model-path" in args and not any(a.startswith("--sim-") for a in args)
 
@@ -119,11 +120,11 @@ def test_each_engine_brings_its_environment_and_process_count():
     env = engine_of(sim).environment(sim)
     assert env["SPT_NOENV"] == "1" and env["PYTHONUNBUFFERED"] == "1"
     assert {k: env[k] for k in sim.nccl.env} == {k: str(v) for k, v in sim.nccl.env.items()}
-    k2 = compose(["+exp=eagle_k2_sim"]).arm("eagle3").cfg
+    k2 = compose(["+exp=eagle_k2_sim"]).arm("eagle3").typed
     assert engine_of(k2).min_processes(k2) == 9  # the server and 8 TP workers
     vllm = arm_cfg("vllm_cpu_smoke", "plain")
     assert ENGINES["vllm"].min_processes(vllm) == 2  # API server + engine core
-    assert ENGINES["vllm"].min_processes(OmegaConf.merge(vllm, {"server": {"tp_size": 4}})) == 6
+    assert ENGINES["vllm"].min_processes(replace(vllm, server=replace(vllm.server, tp_size=4))) == 6
     assert ENGINES["vllm"].shm_size(vllm) == "1g" and ENGINES["sglang"].shm_size(vllm) is None
 
 
@@ -233,7 +234,7 @@ class ShellWrapped(Engine):
 def test_an_engine_that_is_not_a_python_module_runs(tmp_path, monkeypatch):
     monkeypatch.setitem(ENGINES, ShellWrapped.name, ShellWrapped())
     cfg = compose(["+exp=sim_smoke", "backend=process", "server.engine=shell_wrapped", "telemetry=off",
-                   "build.engine=shell_wrapped"]).arm("baseline").cfg
+                   "build.engine=shell_wrapped"]).arm("baseline").typed
     server = ProcessServer("baseline", cfg, tmp_path / "server.log")
     try:
         server.start()
@@ -252,19 +253,19 @@ def test_each_engine_has_its_own_options_block_and_the_old_shared_keys_still_wor
     from harness.engines import ENGINE_OPTIONS
 
     assert set(ENGINE_OPTIONS) == {"sim", "vllm"} and {"sim", "vllm"} <= {f for f in ServerConfig.__dataclass_fields__}
-    vllm = compose(["+exp=vllm_cpu_smoke"]).arm("draft_self").cfg
+    vllm = compose(["+exp=vllm_cpu_smoke"]).arm("draft_self").typed
     assert (vllm.server.vllm.dtype, vllm.server.vllm.max_num_seqs, vllm.server.max_num_seqs) == ("float32", 8, None)
     args = engine_of(vllm).launch(vllm, 31000, host="127.0.0.1", in_container=False).args
     assert args[args.index("--max-num-seqs") + 1] == "8" and args[args.index("--dtype") + 1] == "float32"
     # the old spelling of a vLLM option, on the command line of a config written today: read into the block
-    old = compose(["+exp=vllm_cpu_smoke", "server.max_num_seqs=4"]).arm("draft_self").cfg
+    old = compose(["+exp=vllm_cpu_smoke", "server.max_num_seqs=4"]).arm("draft_self").typed
     assert (old.server.vllm.max_num_seqs, old.server.max_num_seqs, old.server.vllm.dtype) == (4, None, "float32")
     args = engine_of(old).launch(old, 31000, host="127.0.0.1", in_container=False).args
     assert args[args.index("--max-num-seqs") + 1] == "4"
-    new = compose(["+exp=vllm_cpu_smoke", "server.vllm.max_model_len=512"]).arm("draft_self").cfg
+    new = compose(["+exp=vllm_cpu_smoke", "server.vllm.max_model_len=512"]).arm("draft_self").typed
     assert new.server.vllm.max_model_len == 512
     # another engine's config has no vLLM block, and a stray option of its never reaches its launch
-    sim = compose(["+exp=sim_smoke"]).arm("eagle3").cfg
+    sim = compose(["+exp=sim_smoke"]).arm("eagle3").typed
     assert sim.server.vllm is None and sim.server.sim is not None
 
 

@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 import pytest
-from omegaconf import OmegaConf
 from openai import OpenAI
 from openai.types import Completion
 
@@ -22,7 +21,7 @@ from harness.engines import ENGINES
 from harness.load import LoadPlan, RequestRecord, run_load
 from harness.load.crosscheck import SLACK_TOKENS, StreamTally, usage_problem
 from harness.load.requests import Sampling, _json_instead_of_stream, make_session, request_func
-from harness.config.schema import WorkloadConfig
+from harness.config.schema import BackendConfig, SpecgateConfig, WorkloadConfig
 from harness.sim.tokens import count_output_tokens, plan_output, render
 
 from tests.support.fake_openai import FakeOpenAI
@@ -126,7 +125,7 @@ def test_the_simulators_tokenizer_counts_its_output_exactly():
 
 def test_only_a_simulator_we_started_lends_its_tokenizer():
     def cfg(kind):
-        return OmegaConf.create({"backend": {"kind": kind}})
+        return SpecgateConfig(backend=BackendConfig(kind=kind))
 
     assert ENGINES["sim"].token_counter(cfg("process")) is count_output_tokens
     assert ENGINES["sim"].token_counter(cfg("docker")) is count_output_tokens

@@ -89,7 +89,7 @@ class FakeClient:
 
 
 def cfg(*overrides: str):
-    return compose(["+exp=sim_smoke", *overrides]).arm("baseline").cfg
+    return compose(["+exp=sim_smoke", *overrides]).arm("baseline").typed
 
 
 def test_each_engine_owns_its_reset_route():

@@ -58,7 +58,7 @@ def test_each_repeat_has_its_own_time_axis_and_warm_up_is_left_out():
 def test_a_load_too_long_for_its_slice_width_gets_wider_slices_not_a_memory_error():
     # record.timeslice_s far below the load's length: 1e-9 s over 0.24 s was 2.4e8 slices (MemoryError)
     lines = [line(0.0, 20, 10.0)]
-    from harness.load.limits import MAX_TIMESLICES
+    from harness.limits import MAX_TIMESLICES
     block = timeslices_block(lines, 1e-9)
     slices = block["repeats"][0]["slices"]
     assert len(slices) <= MAX_TIMESLICES + 1 and block["slice_s"] > 1e-9

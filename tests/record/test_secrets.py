@@ -90,7 +90,7 @@ def test_every_flag_an_engine_writes_itself_is_readable():
         experiment = compose([f"+exp={exp}"])
         for arm in experiment.arms:
             engine = ENGINES[arm.cfg.server.engine]
-            args = engine.args(arm.cfg, 8000, "127.0.0.1")
+            args = engine.args(arm.typed, 8000, "127.0.0.1")
             assert not [a for a in args if FINGERPRINT.search(a)], (exp, arm.name, args)
             assert Policy.for_engine(engine).mask_args(args, "x") == args, (exp, arm.name)
 
@@ -314,7 +314,7 @@ def test_secrets_of_every_class_reach_no_byte_of_a_run_and_harmless_values_stay_
 def test_a_url_user_or_password_of_an_attached_server_reaches_no_byte(tmp_path):
     from harness.servers.process import ProcessServer
 
-    cfg = compose([*QUICK]).arm("baseline").cfg
+    cfg = compose([*QUICK]).arm("baseline").typed
     server = ProcessServer("baseline", cfg, tmp_path / "sim.log")
     server.start()
     try:

@@ -69,11 +69,11 @@ def test_the_schedule_in_vllms_and_sglangs_forms(tmp_path):
 
 
 def test_sglang_serves_an_ngram_schedule_as_one_server_per_range(tmp_path):
+    from harness.config.schema import DrafterConfig
     from harness.engines import ENGINES
-    from omegaconf import OmegaConf
 
-    drafter = OmegaConf.create({"name": "ngram_k3", "algorithm": "NGRAM", "model_path": None, "num_steps": 3,
-                                "eagle_topk": 1, "vllm_speculative_config": {"prompt_lookup_max": 4}})
+    drafter = DrafterConfig(name="ngram_k3", algorithm="NGRAM", model_path=None, num_steps=3, eagle_topk=1,
+                            vllm_speculative_config={"prompt_lookup_max": 4})
     form = ENGINES["sglang"].schedule_form(drafter, [(1, 2, 3), (3, 8, 0)])
     assert [(s["first"], s["last"], s["k"]) for s in form["servers"]] == [(1, 2, 3), (3, 8, 0)]
     assert form["servers"][1]["args"] == ["--max-running-requests", "8"]  # k=0: no speculative flags
@@ -149,13 +149,13 @@ def test_the_vllm_forms_overrides_serve_the_table_back(tmp_path):
 
     sweep = write_sweep(tmp_path, CLEAR, engine="vllm")
     data, _ = make_schedule(sweep)
-    cfg = compose(["+exp=vllm_cpu_schedule", *data["forms"]["vllm"]["overrides"]]).arm("ngram").cfg
+    cfg = compose(["+exp=vllm_cpu_schedule", *data["forms"]["vllm"]["overrides"]]).arm("ngram").typed
     args = ENGINES["vllm"].args(cfg, 8000, "127.0.0.1")
     config = json.loads(args[args.index("--speculative-config") + 1])
     assert config == {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 4, "prompt_lookup_min": 2,
                       "num_speculative_tokens_per_batch_size": [[1, 2, 2], [3, 8, 1], [9, 16, 0]]}
     # plain decoding everywhere: the same arm served without speculation
-    plain = compose(["+exp=vllm_cpu_schedule", "drafter=none"]).arm("ngram").cfg
+    plain = compose(["+exp=vllm_cpu_schedule", "drafter=none"]).arm("ngram").typed
     assert "--speculative-config" not in ENGINES["vllm"].args(plain, 8000, "127.0.0.1")
 
 

@@ -6,8 +6,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from omegaconf import OmegaConf
-
+from harness.config.schema import BackendConfig, ServerConfig, SpecgateConfig
 from harness.servers.attach import AttachedServer
 
 
@@ -43,9 +42,9 @@ def health_server():
 
 
 def attached(url: str, tmp_path, health_timeout_s: float) -> AttachedServer:
-    cfg = OmegaConf.create({"backend": {"kind": "attach", "url": url, "startup_timeout_s": 5,
-                                        "health_timeout_s": health_timeout_s},
-                            "server": {"engine": "sim"}})
+    cfg = SpecgateConfig(backend=BackendConfig(kind="attach", url=url, startup_timeout_s=5,
+                                               health_timeout_s=health_timeout_s),
+                         server=ServerConfig(engine="sim"))
     return AttachedServer("arm", cfg, tmp_path / "server.log")
 
 

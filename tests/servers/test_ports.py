@@ -30,7 +30,7 @@ def test_a_listening_port_is_taken_on_its_address_and_on_every_address_and_its_h
 
 
 def _cfg(port: int):
-    return compose(["+exp=sim_smoke", "backend=process", "telemetry=off", f"server.port={port}"]).arm("baseline").cfg
+    return compose(["+exp=sim_smoke", "backend=process", "telemetry=off", f"server.port={port}"]).arm("baseline").typed
 
 
 def test_a_process_server_refuses_a_port_another_process_listens_on_before_starting(listener, tmp_path):

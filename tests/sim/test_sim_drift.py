@@ -79,13 +79,11 @@ def test_the_server_runs_every_step_at_its_starts_speed():
 
 
 def test_server_sim_drift_keys_reach_the_simulators_flags():
-    from omegaconf import OmegaConf
+    from harness.config.engine_options import SimModelConfig
+    from harness.engines.sim import sim_args
 
-    from harness.engines.sim import SimModelConfig, sim_args
-
-    cfg = OmegaConf.structured(SimModelConfig(drift_speed_sd=0.1, drift_wander_sd=0.02, drift_wander_s=5.0,
-                                              drift_jitter_sd=0.01, drift_seed=5, drift_machine_sd=0.03,
-                                              drift_machine_s=60.0, drift_machine_seed=9))
+    cfg = SimModelConfig(drift_speed_sd=0.1, drift_wander_sd=0.02, drift_wander_s=5.0, drift_jitter_sd=0.01,
+                         drift_seed=5, drift_machine_sd=0.03, drift_machine_s=60.0, drift_machine_seed=9)
     model = SimModel.from_args(parse_args(["--model-path", "m", *sim_args(cfg)]))
     assert model.drift == DriftModel(speed_sd=0.1, wander_sd=0.02, wander_s=5.0, jitter_sd=0.01, seed=5,
                                      machine_sd=0.03, machine_s=60.0, machine_seed=9)
@@ -131,7 +129,7 @@ def test_the_gpu_box_preset_drifts_every_arm_as_documented():
 
     experiment = compose(["+exp=sim_smoke", "+drift=gpu_box"])
     for arm in experiment.arms:
-        drift = truth_model(arm.cfg).drift
+        drift = truth_model(arm.typed).drift
         assert (drift.speed_sd, drift.machine_sd, drift.machine_s, drift.wander_sd, drift.jitter_sd) == \
             (0.01, 0.03, 120.0, 0.0, 0.03)
         assert drift.seed is not None  # each start draws its own, logged

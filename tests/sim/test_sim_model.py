@@ -172,12 +172,12 @@ def test_the_experiments_knee_reaches_the_server_flags():
     from harness.run.compose import compose
     from harness.engines.sim import sim_args, truth_model
 
-    crossover = compose(["+exp=sim_crossover"]).arm("eagle3").cfg
+    crossover = compose(["+exp=sim_crossover"]).arm("eagle3").typed
     flags = sim_args(crossover.server.sim)
     assert flags[flags.index("--sim-compute-knee-tokens") + 1] == "12.0"
     assert truth_model(crossover).expected_crossover_batch() == pytest.approx(5.527, abs=0.001)
-    assert "--sim-compute-knee-tokens" not in sim_args(compose(["+exp=sim_smoke"]).arm("eagle3").cfg.server.sim)
-    seed_box = truth_model(compose(["+exp=eagle_k2_sim"]).arm("eagle3").cfg)
+    assert "--sim-compute-knee-tokens" not in sim_args(compose(["+exp=sim_smoke"]).arm("eagle3").typed.server.sim)
+    seed_box = truth_model(compose(["+exp=eagle_k2_sim"]).arm("eagle3").typed)
     assert seed_box.expected_speedup(1) == pytest.approx(2.0 * 12.2 / 29.9, abs=0.001)  # unchanged at concurrency 1
     assert seed_box.expected_speedup(16) == pytest.approx(seed_box.expected_speedup(1))  # 48 tokens: under the knee
     assert seed_box.expected_speedup(64) < 0.5  # 192 tokens: the verify pass is past its knee, plain is not

@@ -39,7 +39,7 @@ def sweep(tmp_path_factory):
 
 
 def truth():
-    return truth_model(compose(OVERRIDES).arm("eagle3").cfg)
+    return truth_model(compose(OVERRIDES).arm("eagle3").typed)
 
 
 def test_the_measured_crossover_is_within_one_swept_point_of_the_truth(sweep):
@@ -76,7 +76,7 @@ def test_the_knee_shows_in_the_measured_break_even_at_every_point(sweep):
     """Break-even = measured verify cycle / measured plain step, both at the point's concurrency:
     flat (1.87) below the knee, then growing as the verify pass turns compute-bound."""
     _, _, data = sweep
-    model, plain = truth(), truth_model(compose(OVERRIDES).arm("baseline").cfg)
+    model, plain = truth(), truth_model(compose(OVERRIDES).arm("baseline").typed)
     for point in data["points"]:
         eagle3 = point["arms"]["eagle3"]
         c = eagle3["concurrency"]

@@ -5,6 +5,7 @@ never a run that exhausts the machine's memory or waits for ever.
 
 Each is far beyond any real load, and small enough that what specgate builds for a load of
 that size (prompts, request records, slices, Parquet columns) fits in a shared machine's memory.
+Imports nothing of the project, so the config's schema, the load and the figures read one copy.
 """
 
 from __future__ import annotations
