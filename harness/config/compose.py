@@ -412,7 +412,7 @@ def check_empty_gates(overrides: list[str]) -> None:
 def check_added_keys(overrides: list[str], conf_dir: Path) -> None:
     """`+key=value` adds a key, which Hydra allows anywhere: a typo (`+workload.max_tokns=5`)
     would be silently ignored. Only keys the schema knows may be added (and anything under
-    a free-form mapping such as server.env or gate.min_output_tok_s); `+exp=NAME` adds a group."""
+    a free-form mapping such as server.env or a per-arm gate threshold); `+exp=NAME` adds a group."""
     for override in overrides:
         if not override.startswith("+") or "=" not in override:
             continue

@@ -6,7 +6,7 @@ schema gives it bounds (``bounded(...)`` in harness/config/schema.py) must be wi
 The walk follows the schema's types: dataclasses field by field, ``Dict[str, X]`` value by
 value, ``List[X]`` item by item, ``Optional[X]`` when set; ``Any`` blocks (free-form
 engine options) are searched for non-finite numbers only. A field's bounds apply to every
-number beneath it (``gate.min_output_tok_s: {arm: tok/s}`` bounds each arm's floor). Every
+number beneath it (a per-arm gate threshold, ``{arm: value}``, bounds each arm's value). Every
 number field of the schema has bounds (tests/config/test_numbers.py walks it with
 :func:`number_fields`), and no integer is past int64 (what Parquet, numpy and the engines hold).
 """
