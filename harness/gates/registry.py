@@ -14,7 +14,9 @@ capacity.py) plus its field in ``harness.config.schema``; ``harness.gates`` impo
 module, so the registry is whole whenever the package is imported.
 
 An arm gate with no threshold for the arm is a *skipped* verdict with that reason, never a
-silent pass; a threshold on something that was not measured is a failure. A sweep or capacity
+silent pass; a threshold on something that was not measured is a failure. A gate that judges
+the server's figures declares them (``trust=``, harness/gates/trust.py Trust), and the registry
+applies the trust guards to its verdicts, in one order: the gate itself never calls them. A sweep or capacity
 gate that is not configured judges nothing.
 """
 

@@ -21,7 +21,7 @@ STATUS_WORDS = {"not_evaluable": "NOT EVALUABLE"}
 
 @dataclass
 class Verdict:
-    name: str  # the gate, e.g. "min_output_tok_s" or "max_ttft_ms.p99"
+    name: str  # the gate, e.g. "min_speedup" or "max_ttft_ms.p99"
     arm: str
     passed: bool | None  # None: skipped or not evaluable (see detail)
     value: float | None
