@@ -29,8 +29,8 @@ from harness.measure.acceptance import acceptance_by, combine_acceptance_by
 from harness.load import LoadResult, RequestRecord
 from harness.load.cancel import cancel_figures, combine_cancel_figures
 from harness.load.client_health import combine_client_blocks
-from harness.measure.registry import (Metric, all_metrics, computed_figures, metric_value, noise_metrics, put, read,
-                                      resolve)
+from harness.measure.registry import (Metric, all_metrics, computed_figures, metric_value, noise_metrics, number, put,
+                                      read, resolve)
 from harness.measure.samples import PerRequest
 
 
@@ -114,12 +114,12 @@ class ArmResult:
     @classmethod
     def of(cls, arm: str, **values: Any) -> "ArmResult":
         """A result made by hand (a test's, a benchmark's): fields by name, and metrics by path,
-        a distribution as its Stat (``ttft_ms=Stat(...)``), a dotted path with ``__`` for ``.``."""
+        a distribution as its Stat (``ttft_ms=Stat(...)``)."""
         names = {f.name for f in fields(cls)}
         result = cls(arm, **{k: v for k, v in values.items() if k in names})
         for key, value in values.items():
             if key not in names:
-                result.set(key.replace("__", "."), value)
+                result.set(key, value)
         return result
 
     def value(self, path: str) -> Optional[float]:
@@ -144,6 +144,7 @@ class ArmResult:
         return {"ok": self.requests_ok, "failed": self.requests_failed}
 
     def to_json(self) -> dict:
+        measured = set(measured_paths())
         return {
             "repeats": self.repeats,
             "noise": self.noise,
@@ -168,7 +169,7 @@ class ArmResult:
             **({"cancel": dict(self.cancel)} if self.cancel else {}),
             **({"other_models": dict(self.other_models)} if self.other_models else {}),
             # the metrics the arm set, flat under their path, to the digits records have always kept
-            **{path: _r(value, 6) for path, value in self.figures.items() if path not in measured_paths()},
+            **{path: _r(value, 6) for path, value in self.figures.items() if path not in measured},
         }
 
     def measured_json(self) -> dict:
@@ -186,8 +187,9 @@ class ArmResult:
 
 
 def measured_metrics() -> list[Metric]:
-    """The registered metrics an arm's requests give: those ArmResult computes in summarize."""
-    return registry_figures()
+    """The registered metrics an arm's requests give, computed in summarize (not between arms,
+    not a block of the result's own: its `steady` block, its `requests` counts)."""
+    return computed_figures({f.name for f in fields(ArmResult)} | {"requests"})
 
 
 def is_distribution(entry: Metric) -> bool:
@@ -211,13 +213,12 @@ def read_result(arm: str, block: dict[str, Any]) -> Optional[ArmResult]:
     for m in measured_metrics():
         paths = [f"{m.family}.{s}" for s in STATS] if is_distribution(m) else [m.path]
         for path in paths:
-            value = read(block, resolve(path))
-            result.figures[path] = None if value is None else float(value)
+            result.figures[path] = number(read(block, resolve(path)))
     written = {key: i for i, key in enumerate(block)}  # the arm set them in its order: kept, so the bytes round-trip
     for m in sorted(set_metrics(), key=lambda m: written.get(m.path, len(written))):
-        value = read(block, m)
+        value = number(read(block, m))
         if value is not None:
-            result.figures[m.path] = float(value)
+            result.figures[m.path] = value
     requests = block.get("requests") or {}
     result.requests_ok, result.requests_failed = int(requests.get("ok") or 0), int(requests.get("failed") or 0)
     for name in READ_AS_IS:
@@ -320,17 +321,11 @@ def other_models(measured: list[RequestRecord], asked: str) -> dict[str, int]:
     return dict(Counter(r.model for r in measured if r.model is not None and r.model != asked))
 
 
-def registry_figures() -> list[Metric]:
-    """The registered metrics an arm's requests give (not between arms, not a block of the
-    result's own: its `steady` block, its `requests` counts)."""
-    return computed_figures({f.name for f in fields(ArmResult)} | {"requests"})
-
-
 def fill_figures(result: ArmResult, lines: list[dict]) -> None:
     """The registry's metrics from the successful measured requests, as request lines (the
     shape requests.jsonl and a columnar reader give them in); a distribution's statistics
     from one reading of its values."""
-    entries = registry_figures()
+    entries = measured_metrics()
     for m in entries:
         if is_distribution(m):
             if m.family not in result.counts:
