@@ -4,7 +4,8 @@ registry of them (`LAUNCHERS`, by the class name of the launcher config's `_targ
 A launcher says which Hydra launcher it stands for, what it adds to every point's job
 (`job_overrides`), how the jobs it submitted are followed (`jobs`, harness/sweep/jobs.py),
 whether the points run on this machine (then this machine is checked for them before the
-sweep starts), and runs the sweep's points (`run`). `basic` runs each point's pytest in
+sweep starts), runs the sweep's points (`run`), and how one job of the Hydra app runs its
+point (`run_job`: a submitit job waits on it, a Ray task runs it under Ray's cancellation). `basic` runs each point's pytest in
 turn here; the submitit and Ray launchers run the Hydra app harness/sweep/app.py with
 `--multirun` (harness/sweep/launch.py). A new launcher is one class here and a line in
 `LAUNCHERS`; nothing else branches on which launcher runs a sweep.
@@ -20,7 +21,7 @@ from typing import ClassVar
 from harness.config.compose import launcher_config, ConfigError, override_key
 from harness.sweep import point
 from harness.sweep.jobs import LocalJobs, SlurmJobs
-from harness.sweep import ray_cluster
+from harness.sweep import ray_cluster, ray_task
 from harness.sweep.launch import run_launched
 from harness.sweep.plan import SweepPlan
 from harness.sweep.point import point_environment
@@ -62,6 +63,11 @@ class Launcher:
         app, harness/sweep/launch.py); KeyboardInterrupt once a Ctrl-C stopped them. The driver
         closes the record (harness/sweep/driver.py)."""
         run_launched(sweep, self)
+
+    def run_job(self, command: list[str], output_dir: Path) -> int:
+        """Inside one job of the Hydra app (harness/sweep/app.py): its point's pytest (`command`)
+        run to its end, its exit status (`output_dir`: the job's own folder)."""
+        return point.run_in_job(command)
 
 
 class BasicLauncher(Launcher):
@@ -140,6 +146,9 @@ class RayLauncher(Launcher):
 
     def app_environment(self) -> dict[str, str]:
         return {**point_environment(), **ray_cluster.RAY_ENV}
+
+    def run_job(self, command: list[str], output_dir: Path) -> int:
+        return ray_task.run_point_as_task(command, output_dir)
 
     def jobs(self, app: subprocess.Popen, job_name: str) -> ray_cluster.RayJobs:
         return ray_cluster.RayJobs(app.pid, self.record_path / "launcher.log")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from harness import PROJECT_ROOT, SUITES_DIR
 from harness.config.compose import SweepPoint, override_key
-from harness.interrupts import sigint_ignored
+from harness.interrupts import ignore_time_limit_signal, sigint_ignored
 from harness.record.secrets import Redactor
 from harness.sweep.junit import point_options
 
@@ -76,6 +76,27 @@ def run_in_turn(record, runs: list[list[str]], conf_dir: Path, pytest_options: l
         if interrupted:
             raise KeyboardInterrupt
     return statuses
+
+
+def run_in_job(command: list[str]) -> int:
+    """The point's pytest in this job's process group: the engine's signals (scancel's
+    SIGTERM, the local executor's SIGINT to the group) reach it directly, and it stops its
+    servers as it would under Ctrl-C; this job only waits for it (a second signal from here
+    could cut that teardown short).
+
+    Near the time limit submitit's own signal (SIGUSR2, `signal_delay_s` before it) raises in
+    this job instead: the point is then stopped as by a Ctrl-C, its servers with it, before
+    the job ends with submitit's error and SLURM kills whatever is left."""
+    child = subprocess.Popen(command, env=point_environment(), preexec_fn=ignore_time_limit_signal)
+    try:
+        while True:
+            try:
+                return child.wait()
+            except KeyboardInterrupt:
+                continue
+    except BaseException:
+        signal_until_gone(child)
+        raise
 
 
 def run_point(command: list[str]) -> tuple[int, bool]:
