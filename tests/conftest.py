@@ -10,8 +10,10 @@ import subprocess
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import pytest
+from filelock import FileLock
 
 from tests.support import runs
 
@@ -73,25 +75,56 @@ class WholeRun:
     def results(self) -> dict:
         return json.loads((self.record / "results.json").read_text())
 
+    def to_json(self) -> dict:
+        proc = self.proc
+        return {"args": proc.args, "returncode": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr,
+                "root": str(self.root), "marker": self.marker}
 
-def _sim_smoke(tmp_path_factory: pytest.TempPathFactory, name: str, *overrides: str) -> WholeRun:
-    root = tmp_path_factory.mktemp(name)
+    @classmethod
+    def from_json(cls, data: dict) -> "WholeRun":
+        proc = subprocess.CompletedProcess(data["args"], data["returncode"], data["stdout"], data["stderr"])
+        return cls(proc, Path(data["root"]), data["marker"])
+
+
+def _sim_smoke(root: Path, *overrides: str) -> WholeRun:
     marker = f"e2e-{uuid.uuid4().hex[:8]}"
     proc = runs.run_suites("+exp=sim_smoke", f"record.root={root}", f"server.model_path={marker}", "-v", *overrides)
     return WholeRun(proc, root, marker)
 
 
+def shared_run(tmp_path_factory: pytest.TempPathFactory, worker_id: str, name: str,
+               make: Callable[[Path], WholeRun]) -> WholeRun:
+    """One run for the whole pass, whichever worker asks first: a session fixture is made once
+    per pytest-xdist worker, so two workers would each start the same run. The first to ask
+    makes it under a lock in the pass's shared folder; the others wait and read what it left
+    (the records are only read by the tests that share them). A run that raised is made again."""
+    if worker_id == "master":  # no xdist: the session is the pass
+        return make(tmp_path_factory.mktemp(name))
+    shared = tmp_path_factory.getbasetemp().parent  # every worker's base folder lies in it
+    saved = shared / f"{name}.json"
+    with FileLock(str(saved) + ".lock"):
+        if saved.is_file():
+            return WholeRun.from_json(json.loads(saved.read_text()))
+        root = shared / name
+        root.mkdir(exist_ok=True)
+        run = make(root)
+        saved.write_text(json.dumps(run.to_json()))
+        return run
+
+
 # One sim_smoke run per backend serves every test that only reads what such a run leaves
-# (its exit status, output, record): one run instead of one per test. A test that needs
-# a run of its own (other overrides, an interruption) still starts one.
+# (its exit status, output, record): one run instead of one per test, and one per pass
+# instead of one per worker. A test that needs a run of its own (other overrides, an
+# interruption) still starts one.
 @pytest.fixture(scope="session")
-def sim_smoke_on_docker(tmp_path_factory) -> WholeRun:
+def sim_smoke_on_docker(tmp_path_factory, worker_id) -> WholeRun:
     """`pytest suites/ +exp=sim_smoke -v` on the default (docker) backend."""
-    return _sim_smoke(tmp_path_factory, "sim_smoke_docker")
+    return shared_run(tmp_path_factory, worker_id, "sim_smoke_docker", _sim_smoke)
 
 
 @pytest.fixture(scope="session")
-def sim_smoke_on_processes(tmp_path_factory) -> WholeRun:
+def sim_smoke_on_processes(tmp_path_factory, worker_id) -> WholeRun:
     """`pytest suites/ +exp=sim_smoke backend=process nccl=pcie_tuned -v -rA`: the process
     backend, with an NCCL preset its processes must carry."""
-    return _sim_smoke(tmp_path_factory, "sim_smoke_process", "backend=process", "nccl=pcie_tuned", "-rA")
+    return shared_run(tmp_path_factory, worker_id, "sim_smoke_process",
+                      lambda root: _sim_smoke(root, "backend=process", "nccl=pcie_tuned", "-rA"))

@@ -391,16 +391,27 @@ def test_a_starved_client_is_flagged_client_bound_and_an_ordinary_one_is_not(sim
 
 
 @pytest.mark.slow
-def test_sim_smoke_records_the_client_block_and_keeps_up(sim_smoke_on_docker):
+def test_sim_smoke_records_the_client_block_and_its_verdict_says_what_its_figures_do(sim_smoke_on_docker):
+    """Every arm's client block is recorded, and its verdict, the client_bound gate and the
+    summary say the same thing. Whether this run's client kept up is the machine's: on a
+    quiet one it does; beside other tests' runs it may honestly not (the event loop stalled),
+    and then it must say so, never pass. That an ordinary load keeps up and a starved one is
+    flagged is asked alone (the serial test above)."""
     proc, tmp_path = sim_smoke_on_docker.proc, sim_smoke_on_docker.root  # every suite, test_throughput's among them
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     results = json.loads((tmp_path / "latest" / "results.json").read_text())
+    summary = (tmp_path / "latest" / "summary.md").read_text()
+    assert "## Client health" in summary
     for arm in ("baseline", "eagle3"):
         client = results["arms"][arm]["client"]
         print(arm, json.dumps(client))
         assert client["loop_lag_ms"]["n"] > 10 and client["send_gap_ms"]["n"] == 4 and client["cpu"]["wall_s"] > 0
-        assert client["client_bound"] is False and client["verdict"].startswith("the client kept up")
         [gate] = [g for g in results["gates"] if g["name"] == "client_bound" and g["arm"] == arm]
-        assert gate["status"] == "passed"
-    summary = (tmp_path / "latest" / "summary.md").read_text()
-    assert "## Client health" in summary and "- eagle3: ok: event-loop lag" in summary
+        if client["client_bound"]:
+            assert client["verdict"].startswith("client-bound: ") and client["client_bound_figures"], client
+            assert gate["status"] == "inconclusive" and "not the server's" in gate["detail"], gate
+            assert f"- {arm}: CLIENT-BOUND: event-loop lag" in summary
+        else:
+            assert client["client_bound"] is False and client["verdict"].startswith("the client kept up"), client
+            assert gate["status"] == "passed", gate
+            assert f"- {arm}: ok: event-loop lag" in summary
