@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from harness.history.changepoints import DEFAULT_ALPHA, DEFAULT_PERMUTATIONS, ChangePoint, change_points
+from harness.measure.metrics import read_result
 from harness.measure.registry import OUTPUT_RATE, Metric, compared_by_default, metric_value, number, read, resolve
 from harness.record.kinds import KINDS
 from harness.record.store import RecordError, RunData, read_run
@@ -59,7 +60,10 @@ class Run:
         if not isinstance(block, dict):
             return None
         entry = known_metric(path)
-        return number(read(block, entry, self.results.get("plain_arm")) if entry else metric_value(block, path))
+        if entry is None or entry.between_arms:  # not an arm's own figure: the block's key (cross-arm: _vs_<plain>)
+            return number(read(block, entry, self.results.get("plain_arm")) if entry else metric_value(block, path))
+        result = read_result(arm, block)  # the one reader of an arm's block, old spellings too
+        return None if result is None else number(metric_value(result, path))
 
 
 @dataclass
