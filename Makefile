@@ -48,10 +48,10 @@ test: install-run
 # The inner loop: every test that does not start a whole run (servers, the suites or
 # `specgate run|sweep|capacity|replay` in a subprocess), on $(WORKERS) workers. Whole runs carry
 # one of these markers (tests/support/runs.py refuses to start one under a test without it);
-# `make test` runs them.
+# `make test` runs them. Python's bytecode cache is on here as in make test (scripts/make_test.sh).
 FAST_LANE := not slow and not cluster and not real_engine and not benchmark_reduced and not serial and not engine_setup
 test-fast: install-run
-	$(BIN)/pytest tests/ -q -n $(WORKERS) --dist loadfile --no-loadscope-reorder -m "$(FAST_LANE)"
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest tests/ -q -n $(WORKERS) --dist loadfile --no-loadscope-reorder -m "$(FAST_LANE)"
 
 # A single-node SLURM cluster on this machine (root, Debian): `specgate sweep ...
 # hydra/launcher=submitit_slurm` runs its points as SLURM jobs here. Idempotent; the SLURM

@@ -18,6 +18,10 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 WORKERS=${WORKERS:-2}
+# Python's bytecode cache on (a sandbox may switch it off): every worker and every whole run's
+# subprocesses would otherwise compile the project's modules, and pytest rewrite every test
+# file's asserts, anew each time they start
+unset PYTHONDONTWRITEBYTECODE
 BIN=.venv/bin
 SECOND="serial or benchmark_reduced or real_engine or engine_setup"
 LOG=.cache/real-engine-setup.log
