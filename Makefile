@@ -37,21 +37,23 @@ run: install-run
 # pytest-xdist workers while the real engine's set-up (Chromium, vLLM's CPU build, the tiny
 # models and heads) runs beside them at the lowest priority; then, one at a time, the tests
 # that need that set-up or must be alone (a benchmark's ratios, vLLM's CPU build using every
-# core, `specgate clean`). The tests mostly wait on servers (one at a time, CI's 2 cores sat
-# at a load of 0.7): two workers use them. Both passes always run; the first failure's status
+# core, `specgate clean`). The whole runs mostly wait on servers (two workers left CI's 2 cores
+# at a load of 0.7): four workers use them. Both passes always run; the first failure's status
 # is the exit status. The slowest tests are listed, to keep the suite lean (CI: 2 cores, 90
 # minutes; docs/ci.md).
-WORKERS ?= 2
+WORKERS ?= 4
 test: install-run
 	WORKERS=$(WORKERS) bash scripts/make_test.sh
 
 # The inner loop: every test that does not start a whole run (servers, the suites or
-# `specgate run|sweep|capacity|replay` in a subprocess), on $(WORKERS) workers. Whole runs carry
+# `specgate run|sweep|capacity|replay` in a subprocess), on $(FAST_WORKERS) workers (its tests
+# compute rather than wait: one per core). Whole runs carry
 # one of these markers (tests/support/runs.py refuses to start one under a test without it);
 # `make test` runs them. Python's bytecode cache is on here as in make test (scripts/make_test.sh).
+FAST_WORKERS ?= 2
 FAST_LANE := not slow and not cluster and not real_engine and not benchmark_reduced and not serial and not engine_setup
 test-fast: install-run
-	env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest tests/ -q -n $(WORKERS) --dist loadfile --no-loadscope-reorder -m "$(FAST_LANE)"
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest tests/ -q -n $(FAST_WORKERS) --dist loadfile --no-loadscope-reorder -m "$(FAST_LANE)"
 
 # A single-node SLURM cluster on this machine (root, Debian): `specgate sweep ...
 # hydra/launcher=submitit_slurm` runs its points as SLURM jobs here. Idempotent; the SLURM
