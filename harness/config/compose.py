@@ -470,8 +470,9 @@ def resolve_auto_telemetry(cfg: DictConfig) -> DictConfig:
     return cfg
 
 
-def remote_engine(cfg: DictConfig) -> str | None:
-    """The host of the arm's Docker engine when it is reached over the network, else None."""
+def remote_engine(cfg: SpecgateConfig | DictConfig) -> str | None:
+    """The host of the arm's Docker engine when it is reached over the network, else None (the
+    typed config, or the composed one while it is being resolved)."""
     return remote_engine_host(cfg.backend.docker_host) if cfg.backend.kind == "docker" else None
 
 

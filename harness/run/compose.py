@@ -20,7 +20,7 @@ from omegaconf import DictConfig
 from harness.config.compose import (BASELINE_MISMATCH, DEFAULT_CONF_DIR, Arm, ConfigError, Experiment, Registries,
                                     compose_typed, remote_engine)
 from harness.config import compose as typed
-from harness.config.schema import BUILD_KINDS
+from harness.config.schema import BUILD_KINDS, SpecgateConfig, WorkloadConfig
 from harness.engines import ENGINES, EngineConfigError
 from harness.engines.legacy import upgrade_config
 from harness.gates.reference import INCONCLUSIVE
@@ -85,7 +85,7 @@ def check_names(experiment: Experiment) -> None:
 
 
 def check_arm_names(arm: Arm) -> None:
-    cfg = arm.cfg
+    cfg = arm.typed
     for group, kind in (("backend", cfg.backend.kind), ("build", cfg.build.kind), ("telemetry", cfg.telemetry.source)):
         if kind not in KNOWN_KINDS[group]:
             valid = ", ".join(sorted(KNOWN_KINDS[group]))
@@ -106,7 +106,7 @@ def check_arm_names(arm: Arm) -> None:
     if workload.api not in REQUEST_FUNCS:
         raise ConfigError(f"workload.api '{workload.api}' is unknown; valid: {', '.join(REQUEST_FUNCS)}")
     try:
-        engine.check(arm.typed)
+        engine.check(cfg)
     except EngineConfigError as exc:
         raise ConfigError(f"arm '{arm.name}': {exc}") from None
     if workload.trace is None and workload.shared_prefix is None and workload.dataset is not None:
@@ -160,7 +160,7 @@ def check_lossless(experiment: Experiment) -> None:
 def check_remote_engine(arm: Arm) -> None:
     """A remote engine's server must be reachable from here, and its GPUs are not this
     machine's: NVML or nvidia-smi here would sample the wrong GPUs (or none)."""
-    cfg, remote = arm.cfg, remote_engine(arm.cfg)
+    cfg, remote = arm.typed, remote_engine(arm.typed)
     if remote is None:
         return
     from harness.servers.docker import LOOPBACK, unreachable_publish  # the docker SDK only for a docker engine
@@ -183,13 +183,13 @@ def check_dataset(dataset: str) -> None:
         raise ConfigError(str(exc)) from None
 
 
-def check_trace(workload) -> None:
+def check_trace(workload: WorkloadConfig) -> None:
     """workload.trace must be a readable, sorted trace whose window holds requests, replayed
     at its own times from one load process: found here, before any server starts."""
     for key, why in (("request_rate", "its arrivals are the trace's timestamps"),
                      ("duration_s", "its requests are the trace's (bound them with workload.trace_end_s or "
                                     "workload.num_prompts)")):
-        if workload[key] is not None:
+        if getattr(workload, key) is not None:
             raise ConfigError(f"workload.{key} cannot be set with workload.trace: {why}; set workload.{key}=null")
     if workload.client_processes > 1:
         raise ConfigError(f"workload.client_processes={workload.client_processes}: a trace replay runs in one load "
@@ -200,7 +200,7 @@ def check_trace(workload) -> None:
         raise ConfigError(str(exc)) from None
 
 
-def check_timeslices(cfg: DictConfig) -> None:
+def check_timeslices(cfg: SpecgateConfig) -> None:
     """record.timeslice_s cuts each load into slices (harness/measure/timeslices.py): where the
     load's length is known before it starts (workload.duration_s, a trace replay's schedule),
     more than MAX_TIMESLICES of them is refused here; any other load's slices are widened to fit."""
@@ -226,7 +226,7 @@ def check_tokenizer(folder: str) -> None:
         raise ConfigError(str(exc)) from None
 
 
-def check_client_placement(workload) -> None:
+def check_client_placement(workload: WorkloadConfig) -> None:
     """workload.client_placement: local or ray; a Ray cluster named must answer now."""
     if workload.client_placement not in PLACEMENTS:
         raise ConfigError(f"workload.client_placement={workload.client_placement}: one of {', '.join(PLACEMENTS)}")

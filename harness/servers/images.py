@@ -40,14 +40,14 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 import docker
 import docker.errors
 
 from harness import PROJECT_ROOT
 from harness.secrets import BOOK
-from harness.config.schema import BUILD_KINDS
+from harness.config.schema import BUILD_KINDS, BuildConfig
 from harness.servers.base import ImageError  # defined there: a run catches it without loading the docker SDK
 
 REPO = PROJECT_ROOT
@@ -132,10 +132,10 @@ def engine_hint(where: str) -> str:
     return "start one with scripts/ensure_docker.sh (as root; `make install` runs it) or set DOCKER_HOST"
 
 
-def ensure_image(build_cfg: Any, client: docker.DockerClient, progress: Progress | None = None) -> ImageInfo:
+def ensure_image(build_cfg: BuildConfig, client: docker.DockerClient, progress: Progress | None = None) -> ImageInfo:
     """The image `build_cfg` asks for, on `client`'s engine: reused, pulled or built."""
     say = progress or (lambda _line: None)
-    kind = _get(build_cfg, "kind")
+    kind = build_cfg.kind
     if kind == "simulator":
         return ensure_sim_image(client, say, _build_args(build_cfg))
     if kind == "release":
@@ -196,11 +196,11 @@ def ensure_sim_base(client: docker.DockerClient, say: Progress) -> ImageInfo:
 
 
 # ----------------------------------------------------------------------- host_venv
-def build_context_dir(build_cfg: Any) -> Path:
+def build_context_dir(build_cfg: BuildConfig) -> Path:
     """build.context: a folder of the repository (or an absolute one) with the recipe's files."""
-    name = _get(build_cfg, "context", None)
+    name = build_cfg.context
     if not name:
-        raise ImageError(f"build.context is not set; build.kind={_get(build_cfg, 'kind')} needs the folder "
+        raise ImageError(f"build.context is not set; build.kind={build_cfg.kind} needs the folder "
                          f"of its recipe (e.g. containers/<name>)")
     path = Path(name) if Path(name).is_absolute() else REPO / name
     if not path.is_dir():
@@ -208,9 +208,9 @@ def build_context_dir(build_cfg: Any) -> Path:
     return path
 
 
-def host_venv_base_tag(build_cfg: Any) -> str:
+def host_venv_base_tag(build_cfg: BuildConfig) -> str:
     context = build_context_dir(build_cfg)
-    suite = _get(build_cfg, "suite", None)
+    suite = build_cfg.suite
     if not suite:
         raise ImageError("build.suite is not set; build.kind=host_venv needs the Debian suite whose python3 "
                          "matches the host venv (e.g. bookworm for python 3.11)")
@@ -220,12 +220,12 @@ def host_venv_base_tag(build_cfg: Any) -> str:
     return rootfs_tag(f"specgate/{context.name}-base", str(suite), packages)
 
 
-def ensure_host_venv_image(build_cfg: Any, client: docker.DockerClient, say: Progress) -> ImageInfo:
+def ensure_host_venv_image(build_cfg: BuildConfig, client: docker.DockerClient, say: Progress) -> ImageInfo:
     """Only a Debian with the right python3 and the engine's C libraries: the engine itself
     is the host venv's site-packages, which servers/docker.py mounts read-only."""
     tag = host_venv_base_tag(build_cfg)
     context = build_context_dir(build_cfg)
-    return ensure_rootfs_image(tag, str(_get(build_cfg, "suite")), context / "base-packages.txt",
+    return ensure_rootfs_image(tag, str(build_cfg.suite), context / "base-packages.txt",
                                f"{context.name}-base", client, say)
 
 
@@ -309,13 +309,13 @@ def ensure_sim_image(client: docker.DockerClient, say: Progress, build_args: Map
 
 
 # ----------------------------------------------------------------------- patched
-def patched_context(build_cfg: Any, base_ref: str, base_id: str | None = None) -> "BuildContext":
+def patched_context(build_cfg: BuildConfig, base_ref: str, base_id: str | None = None) -> "BuildContext":
     context = build_context_dir(build_cfg)
     files: dict[str, Path | bytes] = {"Dockerfile": context / "Dockerfile", "apply-patches.sh": context / "apply-patches.sh"}
     for name, path in files.items():
         if not path.is_file():
             raise ImageError(f"build.context {context} has no {name}")
-    patches = list(_get(build_cfg, "patches", None) or [])
+    patches = list(build_cfg.patches)
     for index, name in enumerate(patches):
         path = (REPO / name) if not Path(name).is_absolute() else Path(name)
         if not path.is_file():
@@ -324,7 +324,7 @@ def patched_context(build_cfg: Any, base_ref: str, base_id: str | None = None) -
     if not patches:
         files["patches/"] = b""  # the Dockerfile COPYs the folder; an empty one is fine
     args = {"BASE_IMAGE": base_ref, **_build_args(build_cfg)}
-    git_ref = _get(build_cfg, "git_ref", None)
+    git_ref = build_cfg.git_ref
     if git_ref:
         args["GIT_REF"] = str(git_ref)
     # The base's id is part of the hash (not only its tag): a re-pulled or re-loaded
@@ -332,7 +332,7 @@ def patched_context(build_cfg: Any, base_ref: str, base_id: str | None = None) -
     return BuildContext(files, args, extra={"base_id": base_id or ""})
 
 
-def ensure_patched_image(build_cfg: Any, client: docker.DockerClient, say: Progress) -> ImageInfo:
+def ensure_patched_image(build_cfg: BuildConfig, client: docker.DockerClient, say: Progress) -> ImageInfo:
     base_ref = _required_image(build_cfg)
     try:
         base = ensure_release_image(base_ref, client, say)
@@ -442,26 +442,14 @@ def prune_sim_images(client: docker.DockerClient, say: Progress) -> list[str]:
 
 
 # ----------------------------------------------------------------------- helpers
-def _get(cfg: Any, key: str, default: Any = ...) -> Any:
-    if isinstance(cfg, Mapping):
-        value = cfg.get(key, default)
-    else:
-        value = getattr(cfg, key, default)  # OmegaConf's missing-key error is an AttributeError
-    if value is ...:
-        raise ImageError(f"build.{key} is not set")
-    return value
+def _build_args(build_cfg: BuildConfig) -> dict[str, str]:
+    return {str(k): str(v) for k, v in build_cfg.build_args.items()}
 
 
-def _build_args(cfg: Any) -> dict[str, str]:
-    args = _get(cfg, "build_args", None) or {}
-    return {str(k): str(v) for k, v in dict(args).items()}
-
-
-def _required_image(cfg: Any) -> str:
-    ref = _get(cfg, "image", None)
-    if not ref:
-        raise ImageError(f"build.image is not set; build.kind={_get(cfg, 'kind')} needs a release image tag (build.image)")
-    return str(ref)
+def _required_image(build_cfg: BuildConfig) -> str:
+    if not build_cfg.image:
+        raise ImageError(f"build.image is not set; build.kind={build_cfg.kind} needs a release image tag (build.image)")
+    return str(build_cfg.image)
 
 
 def _split_ref(ref: str) -> tuple[str, str]:

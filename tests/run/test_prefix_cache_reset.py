@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 from omegaconf import OmegaConf
 
+from harness.config.schema import SpecgateConfig, WorkloadConfig
 from harness.engines.base import CacheReset
 from harness.engines.sglang import SGLang
 from harness.measure.server_metrics import parse
@@ -18,7 +19,9 @@ TEXT = '# TYPE sglang:generation_tokens counter\nsglang:generation_tokens_total{
 
 def session(reset: bool, calls: list[str]) -> ArmSession:
     s = ArmSession.__new__(ArmSession)  # no server: only the window's order is under test
-    s.arm = SimpleNamespace(name="a", cfg=OmegaConf.create({"workload": {"reset_prefix_cache": reset}}))
+    workload = {"reset_prefix_cache": reset}
+    s.arm = SimpleNamespace(name="a", cfg=OmegaConf.create({"workload": workload}),
+                            typed=SpecgateConfig(workload=WorkloadConfig(**workload)))
     s.outcome = ArmOutcome("a")
     s.client = object()
     s.engine = SimpleNamespace(reset_prefix_cache=lambda client, cfg: calls.append("reset")

@@ -15,6 +15,7 @@ import sys
 import tarfile
 import time
 import uuid
+from dataclasses import replace
 from pathlib import Path
 from typing import Iterator
 
@@ -22,6 +23,7 @@ import docker
 import pytest
 import requests
 
+from harness.config.schema import BuildConfig
 from harness.servers import images
 from harness.servers.images import BuildContext, ImageError, ImageInfo, docker_client, ensure_image
 
@@ -82,7 +84,7 @@ def test_sim_context_holds_only_the_simulator() -> None:
 
 
 def test_debootstrapped_bases_are_named_by_suite_and_packages(tmp_path: Path) -> None:
-    sim, vllm = images.sim_base_tag(), images.host_venv_base_tag({"context": "containers/vllm-cpu", "suite": "bookworm"})
+    sim, vllm = images.sim_base_tag(), images.host_venv_base_tag(BuildConfig(context="containers/vllm-cpu", suite="bookworm"))
     assert sim.startswith("specgate/sim-base:") and vllm.startswith("specgate/vllm-cpu-base:")
     assert sim.split(":")[1] != vllm.split(":")[1]
     (tmp_path / "packages.txt").write_text("python3  # a comment\nlibnuma1\n")
@@ -125,19 +127,19 @@ def test_patched_context_follows_patches_and_base(tmp_path: Path) -> None:
     one, two = tmp_path / "one.patch", tmp_path / "two.patch"
     one.write_text("--- a/x\n+++ b/x\n")
     two.write_text("--- a/y\n+++ b/y\n")
-    cfg = {"kind": "patched", "image": "lmsysorg/sglang:v0.5.23", "patches": [str(one), str(two)],
-           "context": "containers/sglang", "git_ref": None, "build_args": {}}
-    context = images.patched_context(cfg, cfg["image"], "sha256:aaa")
+    cfg = BuildConfig(kind="patched", image="lmsysorg/sglang:v0.5.23", patches=[str(one), str(two)],
+                      context="containers/sglang")
+    context = images.patched_context(cfg, cfg.image, "sha256:aaa")
     assert [n for n in context.files if n.startswith("patches/")] == ["patches/000-one.patch", "patches/001-two.patch"]
     base = context.content_hash()
-    assert images.patched_context(cfg, cfg["image"], "sha256:aaa").content_hash() == base
-    assert images.patched_context(cfg, cfg["image"], "sha256:bbb").content_hash() != base  # re-pulled base
-    assert images.patched_context({**cfg, "patches": [str(two), str(one)]}, cfg["image"], "sha256:aaa").content_hash() != base
-    assert images.patched_context({**cfg, "git_ref": "v0.5.24"}, cfg["image"], "sha256:aaa").build_args["GIT_REF"] == "v0.5.24"
+    assert images.patched_context(cfg, cfg.image, "sha256:aaa").content_hash() == base
+    assert images.patched_context(cfg, cfg.image, "sha256:bbb").content_hash() != base  # re-pulled base
+    assert images.patched_context(replace(cfg, patches=[str(two), str(one)]), cfg.image, "sha256:aaa").content_hash() != base
+    assert images.patched_context(replace(cfg, git_ref="v0.5.24"), cfg.image, "sha256:aaa").build_args["GIT_REF"] == "v0.5.24"
     one.write_text("--- a/x\n+++ b/x\n@@\n")
-    assert images.patched_context(cfg, cfg["image"], "sha256:aaa").content_hash() != base
+    assert images.patched_context(cfg, cfg.image, "sha256:aaa").content_hash() != base
     with pytest.raises(ImageError, match="patch nope.patch .* is not a file"):
-        images.patched_context({**cfg, "patches": ["nope.patch"]}, cfg["image"])
+        images.patched_context(replace(cfg, patches=["nope.patch"]), cfg.image)
 
 
 @pytest.mark.parametrize("layout", ["checkout", "wheel"])
@@ -200,8 +202,8 @@ def test_build_is_reused_when_unchanged(client: docker.DockerClient, tmp_path: P
 
 
 def test_sim_image_is_labelled_and_reused(client: docker.DockerClient) -> None:
-    info = ensure_image({"kind": "simulator"}, client)
-    again = ensure_image({"kind": "simulator", "build_args": {}}, client)
+    info = ensure_image(BuildConfig(kind="simulator"), client)
+    again = ensure_image(BuildConfig(kind="simulator", build_args={}), client)
     assert isinstance(info, ImageInfo) and not again.built and again.id == info.id
     assert info.tag.startswith("specgate/sim:")
     for tag in (info.tag, images.sim_base_tag()):
@@ -209,7 +211,7 @@ def test_sim_image_is_labelled_and_reused(client: docker.DockerClient) -> None:
 
 
 def test_sim_image_runs_the_simulator(client: docker.DockerClient) -> None:
-    info = ensure_image({"kind": "simulator"}, client)
+    info = ensure_image(BuildConfig(kind="simulator"), client)
     container = client.containers.run(
         info.tag,
         ["--model-path", "sim/model", "--host", "0.0.0.0", "--port", "30000", "--sim-startup-s", "0.2"],
@@ -247,7 +249,7 @@ def test_sim_image_runs_the_simulator(client: docker.DockerClient) -> None:
 def test_missing_release_fails_fast_in_one_sentence(client: docker.DockerClient) -> None:
     started = time.monotonic()
     with pytest.raises(ImageError) as caught:
-        ensure_image({"kind": "release", "image": MISSING}, client)
+        ensure_image(BuildConfig(kind="release", image=MISSING), client)
     assert time.monotonic() - started < images.PULL_TIMEOUT_S + 10  # never a hang
     message = str(caught.value)
     assert message.startswith(f"image {MISSING} is neither on this engine nor pullable (")
@@ -255,8 +257,7 @@ def test_missing_release_fails_fast_in_one_sentence(client: docker.DockerClient)
 
 
 def test_patched_with_missing_base_fails_in_one_sentence(client: docker.DockerClient) -> None:
-    cfg = {"kind": "patched", "image": MISSING, "context": "containers/sglang", "patches": [], "git_ref": None,
-           "build_args": {}}
+    cfg = BuildConfig(kind="patched", image=MISSING, context="containers/sglang")
     with pytest.raises(ImageError) as caught:
         ensure_image(cfg, client)
     message = str(caught.value)
@@ -266,22 +267,16 @@ def test_patched_with_missing_base_fails_in_one_sentence(client: docker.DockerCl
 
 def test_unknown_kind_is_one_sentence(client: docker.DockerClient) -> None:
     with pytest.raises(ImageError, match=r"build.kind='nope' has no image; valid kinds: simulator, release, patched, host_venv"):
-        ensure_image({"kind": "nope"}, client)
+        ensure_image(BuildConfig(kind="nope"), client)
 
 
-def test_omegaconf_build_node(client: docker.DockerClient) -> None:
-    from omegaconf import OmegaConf
-
-    cfg = OmegaConf.create({"kind": "release", "image": MISSING, "build_args": {}})
-    OmegaConf.set_struct(cfg, True)  # as composed configs are: a missing key raises
-    with pytest.raises(ImageError, match="neither on this engine"):
-        ensure_image(cfg, client)
-    with pytest.raises(ImageError, match="build.image is not set"):
-        ensure_image(OmegaConf.create({"kind": "release"}), client)
+def test_a_release_without_its_image_is_one_sentence(client: docker.DockerClient) -> None:
+    with pytest.raises(ImageError, match="build.image is not set; build.kind=release needs a release image tag"):
+        ensure_image(BuildConfig(kind="release"), client)
 
 
 def test_prune_removes_only_sim_images_of_other_code(client: docker.DockerClient) -> None:
-    current = ensure_image({"kind": "simulator"}, client)
+    current = ensure_image(BuildConfig(kind="simulator"), client)
     base = images.sim_base_tag()
     other = images.build_image(images.sim_context(base, {"SPECGATE_TEST": uuid.uuid4().hex}), images.SIM_REPO,
                                "sim", client, lambda _: None)  # stands for an older simulator
