@@ -1,35 +1,27 @@
 """A real engine in the loop: vLLM's CPU build serving a tiny local model, plain and with
-draft_model speculation at both bounds, through every suite. Takes minutes; deselect
-locally with `-m "not real_engine"` (CI always runs it; `make install` sets it up)."""
-
-import json
+every drafter it has, through every suite, one arm in a container (the run is
+tests/engines/conftest.py's, shared with test_vllm_eagle3.py). Here: what holds for any
+engine and drafter: the suites pass, draft-model speculation at both bounds, the prefix cache
+emptied per load, the client's numbers against vLLM's own, lossless under greedy, the docker
+backend. Takes minutes; deselect locally with `-m "not real_engine"` (CI always runs it;
+`make install` sets it up)."""
 
 import pytest
 
-from harness.record.requests import read_lines
-from tests.support.runs import run_suites
+from tests.engines.conftest import IN_A_CONTAINER
 
 pytestmark = pytest.mark.real_engine
-
-
-@pytest.fixture(scope="module")
-def vllm_run(tmp_path_factory):
-    root = tmp_path_factory.mktemp("vllm-runs")
-    proc = run_suites("+exp=vllm_cpu_smoke", f"record.root={root}", "-v", "-rs", timeout=1500)
-    results = json.loads((root / "latest" / "results.json").read_text()) if (root / "latest").exists() else {}
-    lines = read_lines(root / "latest") if (root / "latest").exists() else []
-    return proc, results, lines
+SPECULATIVE = ("eagle3", "eagle3_random", "ngram", "draft_self", "draft_random")
 
 
 def test_every_suite_passes_against_vllm(vllm_run):
-    proc, _, _ = vllm_run
+    proc = vllm_run.proc
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
     assert "test_native_generate_reports_meta_info[plain] SKIPPED" in proc.stdout  # vLLM has no /generate
 
 
 def test_speculation_bounds_are_measured(vllm_run):
-    _, results, _ = vllm_run
-    arms = results["arms"]
+    arms = vllm_run.results["arms"]
     k = 3  # num_speculative_tokens
     assert arms["draft_self"]["accept_length"] >= 0.9 * (k + 1), arms["draft_self"]
     assert arms["draft_self"]["accept_length_source"] == "server_metrics_window"
@@ -40,15 +32,13 @@ def test_speculation_bounds_are_measured(vllm_run):
 def test_each_load_starts_from_vllms_emptied_prefix_cache(vllm_run):
     """vllm_tiny serves vLLM's dev route (VLLM_SERVER_DEV_MODE=1): every arm's load asked it
     to empty its prefix cache before the /metrics baseline, and vLLM said it did."""
-    _, results, _ = vllm_run
-    for name, arm in results["arms"].items():
+    for name, arm in vllm_run.results["arms"].items():
         resets = arm.get("prefix_cache_resets")
         assert resets and all(r["reset"] and r["route"] == "POST /reset_prefix_cache" for r in resets), (name, resets)
 
 
 def test_client_numbers_agree_with_vllms_own_histograms(vllm_run):
-    _, results, _ = vllm_run
-    for name, arm in results["arms"].items():
+    for name, arm in vllm_run.results["arms"].items():
         [server] = arm["server_metrics"]
         assert arm["output_tok_s"] > 0
         # The client's TTFT includes the HTTP round trip the server does not see: a little more, same order.
@@ -69,31 +59,32 @@ def test_client_numbers_agree_with_vllms_own_histograms(vllm_run):
 
 
 def test_speculation_is_lossless_under_greedy(vllm_run):
-    """Both draft arms generate, token for token, what the plain arm did: compared by the
+    """Every drafter generates, token for token, what the plain arm did: compared by the
     token ids vLLM returned, with its top-2 logprobs kept at every position."""
-    _, results, lines = vllm_run
+    results, lines = vllm_run.results, vllm_run.lines
+    measured = [line for line in lines if not line["warmup"]]
+    per_arm = len([line for line in measured if line["arm"] == "plain"])
     verdicts = {(g["name"], g["arm"]): g for g in results["gates"]}
-    for arm in ("draft_self", "draft_random"):
+    for arm in SPECULATIVE:
         verdict = verdicts[("lossless", arm)]
         assert verdict["status"] == "passed" and verdict["value"] == 1.0, verdict["detail"]
-        assert "6 of 6 requests generated exactly what they did in plain" in verdict["detail"], verdict["detail"]
-    measured = [line for line in lines if not line["warmup"]]
-    assert len(measured) == 3 * 6
+        assert f"{per_arm} of {per_arm} requests generated exactly what they did in plain" in verdict["detail"], verdict["detail"]
+    assert per_arm >= 10 and {line["arm"] for line in measured} == {"plain", *SPECULATIVE}
+    assert len(measured) == per_arm * (1 + len(SPECULATIVE))
     for line in measured:
-        assert len(line["token_ids"]) == len(line["top_logprobs"]) == line["completion_tokens"] == 48, line["arm"]
+        assert len(line["token_ids"]) == len(line["top_logprobs"]) == line["completion_tokens"] == 32, line["arm"]
         assert all(len(top) >= 2 for top in line["top_logprobs"]), line["arm"]
 
 
-def test_vllm_runs_in_a_container_too(tmp_path):
+def test_vllm_runs_in_a_container_too(vllm_run):
     """The docker backend with the CPU build: a debootstrapped bookworm image (built once,
-    then reused by its hash) running the host venv's vLLM, mounted read-only."""
-    proc = run_suites("+exp=vllm_cpu_smoke", "backend=docker", f"record.root={tmp_path}", "-k", "draft_self",
-                      timeout=900)
-    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
-    record = (tmp_path / "latest").resolve()
-    arm = json.loads((record / "results.json").read_text())["arms"]["draft_self"]
+    then reused by its hash) running the host venv's vLLM, mounted read-only; its containers
+    are gone when the run ends."""
+    arm = vllm_run.results["arms"][IN_A_CONTAINER]
     assert arm["accept_length"] >= 3.6, arm
     assert arm["server"]["image"]["tag"].startswith("specgate/vllm-cpu-base:"), arm["server"]
+    assert all("image" not in other["server"] for name, other in vllm_run.results["arms"].items()
+               if name != IN_A_CONTAINER), "only one arm runs in a container"
     docker = pytest.importorskip("docker")
-    left = docker.from_env().containers.list(all=True, filters={"label": f"specgate.record={record}"})
+    left = docker.from_env().containers.list(all=True, filters={"label": f"specgate.record={vllm_run.record}"})
     assert not left, [c.name for c in left]
