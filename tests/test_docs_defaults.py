@@ -32,7 +32,8 @@ import yaml
 from omegaconf import OmegaConf
 
 from harness import PROJECT_ROOT as ROOT
-from harness.config.compose import compose_config
+from harness.config.compose import DEFAULT_CONF_DIR, compose_config
+from harness.run.compose import REGISTRIES
 from harness.config.schema import SpecgateConfig
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -125,7 +126,7 @@ def anchors(page: Path) -> set[str]:
 
 @pytest.fixture(scope="module")
 def default_config():
-    return compose_config([])
+    return compose_config([], DEFAULT_CONF_DIR, REGISTRIES)
 
 
 def test_the_pages_quote_defaults_in_the_checkable_form():
