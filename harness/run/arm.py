@@ -148,6 +148,7 @@ class ArmSession:
         """One load of `workload` (the arm's, or a capacity probe's) on the running server:
         the requests kept (with `flags` on each line) and the load's figures."""
         before: list[Snapshot | None] = []  # the server's counters once the warm-up is done
+        load: LoadResult | None = None
         try:  # each repeat's load is its own GPU window; its warm-up is not load
             load = run_load(self.load_plan(workload), progress=progress,
                             on_tokens_flowing=sampler.mark_load_start if sampler else None,
@@ -161,7 +162,11 @@ class ArmSession:
             self.fail("server_failed", f"arm '{self.arm.name}': {exc}")
         finally:
             if sampler is not None:
-                sampler.mark_load_end()
+                # the window closes when the last measured request ended, not when run_load
+                # returns: its clients wind down after that (Ray actors report back, processes
+                # join), and samples of that idle GPU taken "under load" failed a short load's
+                # utilization floor where it should have been too short to judge
+                sampler.mark_load_end(load.end_time if load is not None and load.measured else None)
         self.keep_requests(repeat, load, **flags)
         self.streamed += chunk_arrivals(load.records)
         result = summarize(self.arm.name, load, self.server_accept_length(), self.arm.cfg.record.steady_min_fraction)

@@ -66,3 +66,39 @@ def test_the_summary_says_when_a_load_did_not_start_from_an_emptied_cache():
     sentence = cache_not_reset("a", [{"repeat": 0, "reset": True},
                                      {"repeat": 1, "reset": False, "reason": "HTTP 400: Flush cache failed."}])
     assert sentence == "a: the prefix cache was not reset before 1 of 2 load(s): HTTP 400: Flush cache failed."
+
+
+class Stop(Exception):
+    """Ends run_workload once the load's GPU window is closed: only the window is under test."""
+
+
+def test_the_gpu_window_closes_when_the_last_measured_request_ended_not_when_the_clients_wound_down(monkeypatch):
+    """run_load returns after its clients wind down (Ray actors report back, processes join):
+    samples of the idle GPU in between were taken "under load" and failed a short load's
+    utilization floor. The window now ends at the last measured request's end."""
+    import time
+
+    from harness.load.records import LoadResult, RequestRecord
+    from harness.telemetry.sampler import Sampler
+
+    marks: list[tuple[str, float | None]] = []
+    sampler = Sampler.__new__(Sampler)
+    sampler.mark_load_start = lambda t=None: marks.append(("start", t))
+    sampler.mark_load_end = lambda t=None: marks.append(("end", t))
+    t0 = time.perf_counter()
+    done = LoadResult([RequestRecord(0, warmup=False, send_time=t0, chunk_times=[t0 + 0.1])], t0, t0 + 0.2, "chat", "m")
+
+    def run_load(plan, progress, on_tokens_flowing, on_measured_start):
+        on_tokens_flowing(t0 + 0.1)
+        time.sleep(0.3)  # the clients wind down after the last request ended
+        return done
+
+    monkeypatch.setattr("harness.run.arm.run_load", run_load)
+    s = ArmSession.__new__(ArmSession)
+    s.load_plan = lambda workload: None
+    s.keep_requests = lambda *args, **kwargs: (_ for _ in ()).throw(Stop())
+    try:
+        s.run_workload(None, 0, sampler, progress=None)
+    except Stop:
+        pass
+    assert marks == [("start", t0 + 0.1), ("end", t0 + 0.2)]
