@@ -99,19 +99,23 @@ def arm_config(settings: Settings, slowdown: float, machine: int = 0):
     """The arm's config; `machine` is the box's state (server.sim.drift_machine_seed): runs on
     main stand for CI runs on different days, each its own; an A/B's rounds share one."""
     cfg = copy.deepcopy(composed(settings))
+    OmegaConf.set_readonly(cfg, False)
     for key in ("decode_step_ms", "verify_base_ms"):  # a slower GPU step, plain and speculative alike
-        cfg["server"]["sim"][key] *= 1.0 + slowdown
+        cfg.server.sim[key] *= 1.0 + slowdown
     if settings.drift != "none":
-        cfg["server"]["sim"]["drift_machine_seed"] = machine
-    return OmegaConf.create(cfg)
+        cfg.server.sim.drift_machine_seed = machine
+    return cfg
 
 
 @functools.lru_cache(maxsize=None)
-def composed(settings: Settings) -> dict:
-    """The benchmark's arm, composed once (Hydra takes a second or two per composition)."""
+def composed(settings: Settings):
+    """The benchmark's arm, composed once (Hydra takes a second or two per composition): the
+    schema's structured config, resolved, so that a server takes it typed (OmegaConf.to_object)."""
     overrides = ["+exp=sim_smoke", "backend=process", "telemetry=off", f"record.root={settings.cache / 'records'}",
                  *WORKLOAD, *DRIFTS[settings.drift], *(f"gate.{o}" for o in settings.gate)]
-    return OmegaConf.to_container(compose(overrides).arm("baseline").cfg, resolve=True)
+    cfg = copy.deepcopy(compose(overrides).arm("baseline").cfg)
+    OmegaConf.resolve(cfg)
+    return cfg
 
 
 def measure(settings: Settings, key: str, slowdown: float, machine: int) -> Run:
@@ -121,7 +125,7 @@ def measure(settings: Settings, key: str, slowdown: float, machine: int) -> Run:
         with gzip.open(file, "rb") as f:
             return pickle.load(f)
     cfg = arm_config(settings, slowdown, machine)
-    server = ProcessServer("baseline", cfg, settings.cache / "logs" / f"{key}.log")
+    server = ProcessServer("baseline", OmegaConf.to_object(cfg), settings.cache / "logs" / f"{key}.log")
     try:
         server.start()
         engine = engine_of(cfg)
