@@ -53,12 +53,18 @@ def test_the_record_says_how_to_reproduce_it(first_run):
 
 @pytest.mark.slow
 def test_junit_xml_carries_each_gates_numbers(first_run):
-    _, _, junit, _, _ = first_run
+    """Each gate's status, threshold and value, as the record has them. The speedup passes on a
+    quiet machine; beside other tests' runs its two repeats may honestly spread more than
+    gate.max_cv (seen at a load of 5: `unreliable`), and then the JUnit says that, not passed."""
+    _, record, junit, _, _ = first_run
     tree = ET.parse(junit)
     props = {p.get("name"): p.get("value") for p in tree.iter("property")}
-    assert props["min_speedup[eagle3].status"] == "passed"
-    assert float(props["min_speedup[eagle3].threshold"]) == 1.1
-    assert float(props["min_speedup[eagle3].value"]) > 1.1
+    (verdict,) = [g for g in json.loads((record / "results.json").read_text())["gates"]
+                  if (g["name"], g["arm"]) == ("min_speedup", "eagle3")]
+    assert props["min_speedup[eagle3].status"] == verdict["status"] in ("passed", "unreliable"), verdict
+    assert float(props["min_speedup[eagle3].threshold"]) == 1.1 == verdict["threshold"]
+    assert float(props["min_speedup[eagle3].value"]) == pytest.approx(verdict["value"])
+    assert verdict["status"] != "passed" or verdict["value"] > 1.1
 
 
 @pytest.mark.slow
