@@ -14,7 +14,6 @@ for submitit's local executor.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -81,7 +80,7 @@ def keep_logs(temp_dir: Path, into: Path, redact) -> None:
                 target = into / log.relative_to(session / "logs")
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_text(redact(log.read_text(encoding="utf-8", errors="replace")), encoding="utf-8")
-    shutil.rmtree(temp_dir, ignore_errors=True)
+    ray_clients.remove_ray_folder(str(temp_dir))
 
 
 class RayJobs:
