@@ -19,6 +19,7 @@ KEPT_ENV_VARS = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONPATH", "VIRT
 
 _PR_SET_NAME = 15
 _PR_SET_PDEATHSIG = 1
+_PR_SET_TIMERSLACK = 29
 
 
 def set_process_name(name: str) -> None:
@@ -26,6 +27,14 @@ def set_process_name(name: str) -> None:
     with contextlib.suppress(Exception):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_NAME, name.encode()[:15], 0, 0, 0)
+
+
+def fine_timer_slack(nanoseconds: int = 1000) -> None:
+    """Let this process's sleeps end within a microsecond of their deadline (Linux groups
+    timer wake-ups within 50 us by default): the scheduler's steps sleep to an absolute time."""
+    with contextlib.suppress(Exception):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_TIMERSLACK, nanoseconds, 0, 0, 0)
 
 
 def die_with_parent(parent_pid: int) -> None:
