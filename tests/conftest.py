@@ -5,12 +5,14 @@ sim_smoke runs that several areas read."""
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
+import tempfile
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import pytest
 from filelock import FileLock
@@ -128,3 +130,15 @@ def sim_smoke_on_processes(tmp_path_factory, worker_id) -> WholeRun:
     backend, with an NCCL preset its processes must carry."""
     return shared_run(tmp_path_factory, worker_id, "sim_smoke_process",
                       lambda root: _sim_smoke(root, "backend=process", "nccl=pcie_tuned", "-rA"))
+
+
+@pytest.fixture
+def own_ray_folders(monkeypatch) -> Iterator[Callable[[], set[Path]]]:
+    """The Ray folders (specgate-ray-*) the test's runs make, and only theirs: its subprocesses
+    get a private TMPDIR, since other workers' Ray tests make their own in /tmp meanwhile (a
+    folder of another test's sweep, seen in /tmp during a Ctrl-C test, failed make test).
+    Short, for the Unix sockets Ray puts under it (107 bytes at most)."""
+    home = Path(tempfile.mkdtemp(prefix="t", dir="/tmp"))
+    monkeypatch.setenv("TMPDIR", str(home))
+    yield lambda: set(home.glob("specgate-ray-*"))
+    shutil.rmtree(home, ignore_errors=True)

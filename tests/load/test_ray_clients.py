@@ -121,10 +121,9 @@ def test_actors_that_cannot_reach_the_server_stop_the_load_before_it_starts(two_
 
 @pytest.mark.slow
 @pytest.mark.cluster
-def test_a_run_with_ray_actors_records_and_states_their_clock_offsets(tmp_path):
+def test_a_run_with_ray_actors_records_and_states_their_clock_offsets(tmp_path, own_ray_folders):
     from tests.support.runs import specgate
 
-    before = set(Path("/tmp").glob("specgate-ray-*"))
     done = specgate("run", "+exp=sim_smoke", "backend=process", "workload.num_prompts=8", "workload.max_tokens=32",
                     "workload.concurrency=2", "workload.client_processes=2", "workload.client_placement=ray",
                     f"record.root={tmp_path}", timeout=300)
@@ -136,7 +135,7 @@ def test_a_run_with_ray_actors_records_and_states_their_clock_offsets(tmp_path):
         assert [a["slot"] for a in actors] == [0, 1] and all("clock_uncertainty_ms" in a for a in actors)
     summary = (record / "summary.md").read_text()
     assert summary.count("2 client process(es) as Ray actors on 1 node(s)") == 2 and "clock offset" in summary
-    assert set(Path("/tmp").glob("specgate-ray-*")) - before == set()  # the run's Ray instance went with it
+    assert own_ray_folders() == set()  # the run's Ray instance went with it
 
 
 def actors_running(session: int) -> bool:
@@ -154,7 +153,7 @@ def actors_running(session: int) -> bool:
 
 @pytest.mark.slow
 @pytest.mark.cluster
-def test_ctrl_c_keeps_what_the_actors_had_finished_and_leaves_no_ray(tmp_path):
+def test_ctrl_c_keeps_what_the_actors_had_finished_and_leaves_no_ray(tmp_path, own_ray_folders):
     import signal
     import subprocess
     import time
@@ -164,7 +163,6 @@ def test_ctrl_c_keeps_what_the_actors_had_finished_and_leaves_no_ray(tmp_path):
     from tests.support.runs import start_specgate
     from tests.sweep.test_sweep_launchers import WITH_SIGINT, finished, wait_for
 
-    before = set(Path("/tmp").glob("specgate-ray-*"))
     process = start_specgate("run", "+exp=sim_smoke", "backend=process", "workload.num_prompts=40",
                              "workload.max_tokens=300", "workload.concurrency=2", "workload.client_processes=2",
                              "workload.client_placement=ray", f"record.root={tmp_path}", prefix=WITH_SIGINT,
@@ -178,4 +176,4 @@ def test_ctrl_c_keeps_what_the_actors_had_finished_and_leaves_no_ray(tmp_path):
     (record,) = tmp_path.glob("2*_sim_smoke")
     assert json.loads((record / "results.json").read_text())["status"] == "interrupted"
     assert pq.read_table(record / "arms" / "baseline" / "requests.parquet").num_rows > 0
-    assert set(Path("/tmp").glob("specgate-ray-*")) - before == set()
+    assert own_ray_folders() == set()

@@ -39,13 +39,9 @@ def test_a_ray_address_that_does_not_answer_is_one_sentence_before_anything_star
     assert list(tmp_path.iterdir()) == []
 
 
-def ray_temp_dirs() -> set[Path]:
-    return set(Path("/tmp").glob("specgate-ray-*"))
-
-
 @pytest.mark.cluster
-def test_two_points_as_ray_tasks_with_nothing_secret_in_what_ray_writes(tmp_path):
-    runs, before = tmp_path / "runs", ray_temp_dirs()
+def test_two_points_as_ray_tasks_with_nothing_secret_in_what_ray_writes(tmp_path, own_ray_folders):
+    runs = tmp_path / "runs"
     secret = "hf_raysecret0123456789"
     status, output = finished(sweep(runs, "workload.concurrency=1,2", "hydra/launcher=ray",
                                     f"+server.env.HF_TOKEN={secret}", '+server.env.FOO_CFG="K9ray sp"',
@@ -65,7 +61,7 @@ def test_two_points_as_ray_tasks_with_nothing_secret_in_what_ray_writes(tmp_path
                        for value in (secret, "k1-ray-aaaaaa", "k2-ray-bbbbbb", "K9ray sp", "K9ray\\ sp", "ghpRAY88"))]
     assert holding == []
     # the sweep's Ray instance and its folder are gone with it
-    assert ray_temp_dirs() - before == set() and leftover(sweep_dir) is None
+    assert own_ray_folders() == set() and leftover(sweep_dir) is None
 
 
 def point_worker(session: int, marker: str) -> int | None:
@@ -116,8 +112,8 @@ def test_a_point_whose_ray_worker_died_is_failed_with_rays_reason_and_the_other_
 
 
 @pytest.mark.cluster
-def test_ctrl_c_stops_every_point_and_the_ray_instance(tmp_path):
-    runs, before = tmp_path / "runs", ray_temp_dirs()
+def test_ctrl_c_stops_every_point_and_the_ray_instance(tmp_path, own_ray_folders):
+    runs = tmp_path / "runs"
     process = sweep(runs, "workload.concurrency=1,2", LONG, "hydra/launcher=ray")
     sweep_dir = wait_for(lambda: next(runs.glob("*_sweep"), None), 60, "sweep folder")
     session = wait_for(lambda: app_session(sweep_dir), 60, "Ray driver")
@@ -137,7 +133,7 @@ def test_ctrl_c_stops_every_point_and_the_ray_instance(tmp_path):
     from harness.sweep.ray_cluster import session_members
 
     assert session_members(session) == [] and leftover(sweep_dir) is None
-    assert ray_temp_dirs() - before == set()
+    assert own_ray_folders() == set()
     assert "status **interrupted**" in (sweep_dir / "summary.md").read_text()
 
 
