@@ -129,7 +129,9 @@ def test_eagle_k2_sim_fails_its_gates_for_the_right_reasons(tmp_path, marker):
     assert speedup["passed"] is False and "eagle3 is slower than baseline" in speedup["detail"]
     even = verdicts[("accept_length_at_least_break_even", "eagle3")]
     assert even["passed"] is False and "below break-even" in even["detail"]
-    assert 2.3 <= even["threshold"] <= 2.6  # 29.9 ms / 12.2 ms = 2.45
+    # 29.9 ms / 12.2 ms = 2.45; each measured on the load, so a busy machine moves it (2.62 beside
+    # vLLM's runs in make test): the reason is right within 12 %
+    assert 2.15 <= even["threshold"] <= 2.75, even["threshold"]
     assert verdicts[("min_output_tok_s", "baseline")]["passed"] is True
     assert_honest_agreement(base) and assert_honest_agreement(eagle)
     assert "eagle3 is slower than baseline" in proc.stdout and "below break-even" in proc.stdout

@@ -91,22 +91,24 @@ def test_replay_reruns_the_recorded_config_and_prints_the_drift(first_run, tmp_p
 @pytest.mark.slow
 def test_a_slower_server_fails_the_baseline_gate_naming_the_regression(first_run, tmp_path):
     _, record, _, _, _ = first_run
-    # 20 % slower: one run against one reference run fails only beyond gate.run_to_run_floor (12 %)
-    proc = run_suites("--replay", str(record), "server.sim.decode_step_ms=4.8", f"gate.baseline={record}",
+    # 50 % slower. One run against one reference run fails only beyond gate.run_to_run_floor
+    # (12 %), with its interval: a 20 % slower step was inconclusive on a busy machine (its
+    # interval reached below 12 % with the two runs measured under different loads), where
+    # the test is about naming a regression, not about the smallest one a busy box can see
+    proc = run_suites("--replay", str(record), "server.sim.decode_step_ms=6.0", f"gate.baseline={record}",
                       f"record.root={tmp_path}", "-k", "baseline and not eagle3")
     assert proc.returncode == 1, proc.stdout[-3000:]
     assert "baseline: tpot_ms.p50 regressed: tpot_ms.p50" in proc.stdout and "95% interval" in proc.stdout
     verdicts = json.loads((tmp_path / "latest" / "results.json").read_text())["gates"]
     compared = {v["name"]: v for v in verdicts if v["arm"] == "baseline" and v["name"].startswith("baseline.")}
-    for name in ("baseline.tpot_ms.p50", "baseline.itl_ms.p50"):  # the decode step's own figures, 20 % slower
+    for name in ("baseline.tpot_ms.p50", "baseline.itl_ms.p50"):  # the decode step's own figures, 50 % slower
         v = compared[name]
-        assert v["status"] == "failed" and 0.15 < v["value"] / v["baseline"] - 1 < 0.25, v
+        assert v["status"] == "failed" and 0.35 < v["value"] / v["baseline"] - 1 < 0.65, v
         assert 0.0 < v["interval"][0] <= v["interval"][1], v  # the regression's interval, all of it worse
-    # Throughput is ~17 % lower too. Its verdict depends on the noise band, the spread of both
-    # runs' two repeats, and the floor: on a quiet machine it fails; on a busy one the band can
-    # reach 10 % and more (the allowed change is at least the noise band).
+    # Throughput is about a third lower too (the prefill is not slower); its verdict depends
+    # on the noise band, the spread of both runs' two repeats, and the floor.
     tok = compared["baseline.output_tok_s"]
-    assert 0.12 < 1 - tok["value"] / tok["baseline"] < 0.24, tok
+    assert 0.2 < 1 - tok["value"] / tok["baseline"] < 0.45, tok
 
 
 @pytest.mark.slow

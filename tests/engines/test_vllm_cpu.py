@@ -8,6 +8,7 @@ backend. Takes minutes; deselect locally with `-m "not real_engine"` (CI always 
 
 import pytest
 
+from harness.measure.agreement import TTFT
 from tests.engines.conftest import IN_A_CONTAINER
 
 pytestmark = pytest.mark.real_engine
@@ -43,13 +44,21 @@ def test_client_numbers_agree_with_vllms_own_histograms(vllm_run):
         assert arm["output_tok_s"] > 0
         # The client's TTFT includes the HTTP round trip the server does not see: a little more, same order.
         assert server["ttft_mean_ms"] <= arm["ttft_ms"]["mean"] * 1.05 + 1, (name, server, arm["ttft_ms"])
-        assert arm["ttft_ms"]["mean"] <= server["ttft_mean_ms"] * 3 + 50, (name, server, arm["ttft_ms"])
+        client = arm["client"]
+        if "ttft_ms.mean" in client["client_bound_figures"]:
+            # a starved client (beside make test's first pass: event-loop lag p99 0.5-1 s, a
+            # client TTFT of 235 ms against vLLM's 32) reads its first chunks late: the harness
+            # must say the figure is the client's, and say the two sides disagree
+            assert TTFT in {d["metric"] for d in arm["client_server_disagreement"]} or \
+                arm["ttft_ms"]["mean"] <= server["ttft_mean_ms"] * 3 + 50, (name, client)
+        else:
+            assert arm["ttft_ms"]["mean"] <= server["ttft_mean_ms"] * 3 + 50, (name, server, arm["ttft_ms"])
         # Decode time per token: the client's first-to-last-chunk span vs the sum of the server's
         # inter-token latencies over the same requests (vLLM observes those per engine step).
         # On 2 cores vLLM's busy loop can stall the client's event loop for as long as a request
         # decodes (seen: lag p99 115 ms beside a 120 ms span); the harness must then say the
         # decode figures are the client's, and they are not held against the server's.
-        client, lag = arm["client"], arm["client"]["loop_lag_ms"]["p99"]
+        lag = client["loop_lag_ms"]["p99"]
         if lag > 20 and lag >= 0.1 * (arm["e2e_ms"]["mean"] - arm["ttft_ms"]["mean"]):  # gate.client_bound's defaults
             assert "decode_step_ms" in client["client_bound_figures"], (name, client)
             continue
