@@ -229,9 +229,10 @@ def test_continuous_usage_stats(request: pytest.FixtureRequest, spec: bool):
     assert sglext["usage"] is None and usage["usage"]["completion_tokens"] == 60
     if spec:
         assert max(steps[1:]) > 1  # a verify cycle emits several tokens in one chunk
-        # one chunk per verify cycle plus the prefill token's (fewer if a slow handler coalesced steps)
-        # (a clean clone's first, cold run on 2 cores coalesced 5 of 33 cycles: allow a third)
-        assert len(steps) - 1 <= sglext["sglext"]["spec_tokens_details"]["spec_verify_ct"] < len(steps) + max(5, len(steps) // 3)
+        # one chunk per verify cycle plus the prefill token's, fewer where a slow handler coalesced
+        # cycles: on a busy 2-core machine 5 of 33 and 9 of 33 were; a stream sent in a few batches
+        # (or cycles counted as tokens: 60) still fails
+        assert len(steps) - 1 <= sglext["sglext"]["spec_tokens_details"]["spec_verify_ct"] < len(steps) + max(5, len(steps) // 2)
 
     # continuous_usage_stats alone: per-chunk usage, no final usage chunk (should_include_usage).
     body["stream_options"] = {"continuous_usage_stats": True}

@@ -225,7 +225,9 @@ def test_sim_source_and_sampler_across_a_load(sim: Sim):
     assert uuids == [sim_uuid(1), sim_uuid(0)]
     gpus = source.open(gpu_uuids=uuids)
     assert [g.index for g in gpus] == [1, 0] and gpus[0].sm_clock_max_mhz == 2617.0
-    sampler = Sampler(source, interval_s=0.05, ramp_in_s=0.5)
+    # a ramp-in of 1 s: on a busy 2-core machine a sampler's thread went 0.5 s without a
+    # sample (none in a 0.5 s ramp-in, 18 over the load after it)
+    sampler = Sampler(source, interval_s=0.05, ramp_in_s=1.0)
     sampler.start()
     try:
         time.sleep(0.5)
@@ -233,7 +235,7 @@ def test_sim_source_and_sampler_across_a_load(sim: Sim):
         try:
             assert stream.first.wait(10)
             sampler.mark_load_start()
-            time.sleep(2.0)
+            time.sleep(3.0)
             sampler.mark_load_end()
         finally:
             stream.close()
