@@ -424,9 +424,9 @@ def end_local_ray(temp_dir: str) -> None:
 
 def remove_ray_folder(temp_dir: str, within_s: float = RAY_FOLDER_GRACE_S) -> None:
     """Remove a Ray instance's own folder. ray.shutdown signals its processes and returns
-    before they have all ended: on a busy machine a log monitor or raylet still writes there
-    while the folder is removed, which then stays (seen after a Ctrl-C in make test). So
-    remove until it is gone, and say so if it outlives the grace."""
+    before they have all ended, and a log monitor or raylet still writing there while the
+    folder is removed would keep it (one rmtree with its errors ignored said nothing of it).
+    So remove until it is gone, and say so if it outlives the grace."""
     deadline = time.monotonic() + within_s
     while True:
         shutil.rmtree(temp_dir, ignore_errors=True)

@@ -22,19 +22,21 @@ _PR_SET_PDEATHSIG = 1
 _PR_SET_TIMERSLACK = 29
 
 
+def _prctl(option: int, value: Any) -> None:
+    """Linux's prctl(2) on this process; best effort (another OS, a refused option: nothing)."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
+
+
 def set_process_name(name: str) -> None:
     """Set /proc/self/comm (what ps/top show), like SGLang's ``sglang::scheduler``."""
-    with contextlib.suppress(Exception):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_NAME, name.encode()[:15], 0, 0, 0)
+    _prctl(_PR_SET_NAME, name.encode()[:15])
 
 
 def fine_timer_slack(nanoseconds: int = 1000) -> None:
     """Let this process's sleeps end within a microsecond of their deadline (Linux groups
     timer wake-ups within 50 us by default): the scheduler's steps sleep to an absolute time."""
-    with contextlib.suppress(Exception):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_TIMERSLACK, nanoseconds, 0, 0, 0)
+    _prctl(_PR_SET_TIMERSLACK, nanoseconds)
 
 
 def die_with_parent(parent_pid: int) -> None:
@@ -43,9 +45,7 @@ def die_with_parent(parent_pid: int) -> None:
     PR_SET_PDEATHSIG makes the kernel signal us; the ppid-watch thread is the
     portable backup (and covers a race where the parent died before prctl ran).
     """
-    with contextlib.suppress(Exception):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent_pid:
         os._exit(0)
 
