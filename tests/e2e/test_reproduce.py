@@ -103,8 +103,13 @@ def test_a_slower_server_fails_the_baseline_gate_naming_the_regression(first_run
     compared = {v["name"]: v for v in verdicts if v["arm"] == "baseline" and v["name"].startswith("baseline.")}
     for name in ("baseline.tpot_ms.p50", "baseline.itl_ms.p50"):  # the decode step's own figures, 50 % slower
         v = compared[name]
-        assert v["status"] == "failed" and 0.35 < v["value"] / v["baseline"] - 1 < 0.65, v
+        assert 0.35 < v["value"] / v["baseline"] - 1 < 0.65, v
         assert 0.0 < v["interval"][0] <= v["interval"][1], v  # the regression's interval, all of it worse
+    assert compared["baseline.tpot_ms.p50"]["status"] == "failed"
+    # an ITL is the gap between chunks, which a starved client stretches: where either run was
+    # client-bound (a busy machine, its reference run), the harness says so instead of failing
+    itl = compared["baseline.itl_ms.p50"]
+    assert itl["status"] == "failed" or (itl["status"] == "inconclusive" and "client-bound" in itl["detail"]), itl
     # Throughput is about a third lower too (the prefill is not slower); its verdict depends
     # on the noise band, the spread of both runs' two repeats, and the floor.
     tok = compared["baseline.output_tok_s"]
