@@ -17,6 +17,16 @@ from harness.servers.processes import live_processes
 
 # slurmstepd's last words in a job's log, e.g. `*** JOB 12 ON vm CANCELLED AT ... DUE TO TIME LIMIT ***`
 STEPD_LINE = re.compile(r"\*\*\* (JOB|STEP) \S+ ON \S+ (CANCELLED|FAILED|PREEMPTED|NODE FAIL)[^*]*\*\*\*")
+# submitit's, as its handler catches the engine's signal near the time limit (SIGUSR2) or on a preemption
+SUBMITIT_SIGNAL_LINE = re.compile(r"Caught signal \S+ on \S+: this job is (?:timed-out|preempted)\.")
+# what the engine did to a job, read off its words (its state, slurmstepd's or submitit's line,
+# submitit's UncompletedJobError), the first that matches: a time limit's `CANCELLED AT ... DUE TO
+# TIME LIMIT` ran out of time, not merely cancelled
+ENDED_BY = ((re.compile(r"TIMEOUT|TimeLimit|DUE TO TIME LIMIT|timed-out"), "ran out of time"),
+            (re.compile(r"PREEMPT|[Pp]reempt"), "was preempted"),
+            (re.compile(r"NODE_FAIL|NODE FAIL|NodeDown"), "lost its node"),
+            (re.compile(r"CANCELLED|[Cc]ancel"), "was cancelled"))
+COMPLETING_WAIT_S = 10  # a job still COMPLETING (its processes ending) is asked again this long
 
 
 def submitted_jobs(submitit_dir: Path) -> dict[int, Path]:
@@ -40,15 +50,32 @@ def job_log(folder: Path) -> Path | None:
     return next((log for log in logs if log.stat().st_size), logs[0] if logs else None)
 
 
-def failure_in_log(log: Path | None) -> str | None:
-    """The engine's or the task's last word in a job log: slurmstepd's line, else the
-    sentence the point's pytest refused its config with, else a Python traceback's last line."""
+def log_lines(log: Path | None) -> list[str]:
     if log is None or not log.is_file():
-        return None
-    lines = [line.strip() for line in log.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
+        return []
+    return [line.strip() for line in log.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
+
+
+def engine_in_log(log: Path | None) -> str | None:
+    """The engine's own word in a job log: slurmstepd's line (the job's, `JOB 5 ON vm CANCELLED
+    AT ...`, before its step's), else submitit's on catching the engine's signal (`Caught signal
+    SIGUSR2 on vm: this job is timed-out.`)."""
+    lines = log_lines(log)
     said = [m.group(0).strip("* ") for m in map(STEPD_LINE.search, lines) if m]
-    if said:  # the job's line (`JOB 5 ON vm CANCELLED AT ...`) before its step's
+    if said:
         return sorted(said, key=lambda words: not words.startswith("JOB"))[0]
+    caught = [m.group(0) for m in map(SUBMITIT_SIGNAL_LINE.search, lines) if m]
+    return caught[-1] if caught else None
+
+
+def failure_in_log(log: Path | None) -> str | None:
+    """The engine's or the task's last word in a job log: the engine's (slurmstepd's line,
+    submitit's on its signal), else the sentence the point's pytest refused its config with,
+    else a Python traceback's last line."""
+    said = engine_in_log(log)
+    if said:
+        return said
+    lines = log_lines(log)
     usage = [line.removeprefix("ERROR: ") for line in lines if line.startswith("ERROR: specgate: ")]
     if usage:  # the point's pytest refused its config on that node (exit 4): its one sentence
         return usage[-1]
@@ -73,6 +100,17 @@ def failed_result(folder: Path) -> str | None:
             value.return_value  # a failed JobReturn raises what the task raised
         except Exception as exc:
             return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def ended_by_engine(*words: str | None) -> str | None:
+    """What the engine did to a job (`ran out of time`, `was preempted`, `lost its node`, `was
+    cancelled`), from the engine's words only (its state, a log's engine_in_log, submitit's
+    UncompletedJobError), never a task's own output: a point's `TimeoutError` is no time limit."""
+    for said in filter(None, words):
+        for pattern, what in ENDED_BY:
+            if pattern.search(said):
+                return what
     return None
 
 
@@ -116,14 +154,23 @@ class SlurmJobs(SubmititJobs):
 
     def state(self, folder: Path) -> str | None:
         """`CANCELLED`, `TIMEOUT`, `NODE_FAIL`...: what slurmctld still remembers of the job
-        (for MinJobAge after it ended; the folder's name is the job id submitit got)."""
-        done = subprocess.run(["scontrol", "--oneliner", "show", "job", folder.name],
-                              capture_output=True, text=True, timeout=30)
-        found = re.search(r"JobState=(\S+)(?: Reason=(\S+))?", done.stdout)
-        if not found:
-            return None
-        state, reason = found.groups()
+        (for MinJobAge after it ended; the folder's name is the job id submitit got). A job
+        still COMPLETING (its processes being ended) is asked again for COMPLETING_WAIT_S; if it
+        is still ending then, its Reason (`TimeLimit`) is all it says."""
+        deadline = time.monotonic() + COMPLETING_WAIT_S
+        while True:
+            done = subprocess.run(["scontrol", "--oneliner", "show", "job", folder.name],
+                                  capture_output=True, text=True, timeout=30)
+            found = re.search(r"JobState=(\S+)(?: Reason=(\S+))?", done.stdout)
+            if not found:
+                return None
+            state, reason = found.groups()
+            if state != "COMPLETING" or time.monotonic() > deadline:
+                break
+            time.sleep(1)
         if state == "COMPLETED":  # the batch script ended normally: says nothing of the point
+            return None
+        if state == "COMPLETING" and reason in (None, "None"):  # not ended yet, and no reason given
             return None
         # the Reason of a cancelled job is only why it last waited (`Resources`): left out
         said = reason not in (None, "None") and not state.startswith("CANCELLED")

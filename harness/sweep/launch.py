@@ -6,7 +6,9 @@ sweeper and launcher do the fan-out. Meanwhile it watches the points' folders (a
 filesystem, for SLURM) and writes each point into sweep.json as it ends.
 
 A job that ends without its point's exit status (cancelled, out of time, its node lost, the
-task raised) is a failed point with the engine's reason and the path of its log. Ctrl-C
+task raised) is a failed point with the engine's reason and the path of its log; a point
+whose pytest recorded its exit status before the engine ended or signalled its job keeps it,
+and gets the same reason (`its job ran out of time: ...`). Ctrl-C
 (or SIGTERM) cancels every job of the sweep and waits until none is left.
 """
 
@@ -23,7 +25,7 @@ from harness.interrupts import sigint_ignored
 from harness.record.atomic import atomic_write
 from harness.record.secrets import Redactor
 from harness.servers.log import ServerLog
-from harness.sweep.jobs import failure_in_log, wait_until_none
+from harness.sweep.jobs import ended_by_engine, engine_in_log, failure_in_log, wait_until_none
 from harness.sweep.plan import SweepPlan
 from harness.sweep.point import EXIT_STATUS_FILE
 from harness.sweep.record import SweepRecord
@@ -132,27 +134,47 @@ def collect(record: SweepRecord, entries: list[dict]) -> None:
 
 def explain_the_rest(record: SweepRecord, entries: list[dict], jobs, app_status: int | None,
                      otherwise: str = "its job ended without the point's exit status") -> None:
-    """Every point without an exit status failed: why, from the engine and the job's log."""
+    """Every point without an exit status failed: why, from the engine and the job's log. A
+    point with one keeps it (and its record's status), and gets an `error` too where the
+    engine ended or signalled its job (out of time, cancelled, preempted, its node lost: the
+    point's pytest, stopped like a Ctrl-C, may have exited 2 first), or its log says why it
+    stopped (its config refused on the node)."""
     folders = jobs.folders(record.path / "points")
     for num, entry in enumerate(entries):
         folder = folders.get(num)
         log = jobs.log(folder) if folder else None
-        if entry["exit_status"] is not None:  # the point ended; say so too if its job was cancelled
-            entry["job_log"] = str(log.relative_to(record.path)) if log else None
-            if failure_in_log(log):
-                entry["error"] = failure_in_log(log)
+        shown_log = str(log.relative_to(record.path)) if log else None
+        if entry["exit_status"] is not None:
+            entry["job_log"] = shown_log
+            why = job_reason(jobs, folder, log) if folder else None
+            if why:
+                entry["error"] = why
+                print(f"specgate sweep: point {entry['label']} exited {entry['exit_status']}: {why}",
+                      file=sys.stderr, flush=True)
             continue
         if folder is None:
             why = failure_in_log(record.path / "launcher.log")  # e.g. sbatch's own refusal
             reason = (f"no job was submitted for it{': ' + why if why else ''} "
                       f"(the launcher exited {app_status}; see launcher.log)")
         else:
-            # what the task raised, as submitit kept it, before anything read off the log
-            words = [jobs.state(folder), jobs.failed_result(folder) or failure_in_log(log)]
-            reason = "; ".join(w for w in words if w) or otherwise
-        record.point_failed(entry, reason, str(log.relative_to(record.path)) if log else None)
+            reason = job_reason(jobs, folder, log) or otherwise
+        record.point_failed(entry, reason, shown_log)
         print(f"specgate sweep: point {entry['label']} failed: {reason}", file=sys.stderr, flush=True)
     record.save()
+
+
+def job_reason(jobs, folder: Path, log: Path | None) -> str | None:
+    """Why a point's job ended as it did: the engine's state (`SLURM job 12 TIMEOUT (TimeLimit)`),
+    then what the task raised as submitit kept it, else the log's last word; led by what the
+    engine did to the job (`its job ran out of time: ...`) where the engine's own words say.
+    None when neither says anything (a job that COMPLETED, with a clean log)."""
+    state, raised, in_log = jobs.state(folder), jobs.failed_result(folder), failure_in_log(log)
+    submitits = raised if raised and "UncompletedJobError" in raised else None  # not the task's own
+    what = ended_by_engine(state, engine_in_log(log), submitits)
+    words = "; ".join(w for w in (state, raised or in_log) if w)
+    if not words:
+        return None
+    return f"its job {what}: {words}" if what else words
 
 
 def drop_pickles(submitit_dir: Path) -> None:
