@@ -142,12 +142,15 @@ def write_files(folder: Path, tel: Telemetry) -> None:
 
 def plot_png(path: str | os.PathLike, tel: Telemetry) -> None:
     """SM clock and power against time, one line per GPU, the load window shaded (the
-    ramp-in lighter).  Agg canvas directly: no global backend switch, no display needed."""
+    ramp-in lighter).  Agg canvas directly: no global backend switch, no display needed.
+    Fixed margins, not a layout engine: `layout="constrained"` doubled the cost of every
+    arm's plot (0.33 s against 0.15 s of CPU), paid once per arm of every run."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     t0 = _t0(tel)
-    fig = Figure(figsize=(10, 6.5), dpi=110, layout="constrained")
+    fig = Figure(figsize=(10, 6.5), dpi=110)
+    fig.subplots_adjust(left=0.08, right=0.98, bottom=0.08, top=0.93, hspace=0.08)
     FigureCanvasAgg(fig)
     ax_clk, ax_pow = fig.subplots(2, 1, sharex=True)
     infos = {g.uuid: g for g in tel.gpus}
