@@ -67,17 +67,22 @@ def test_make_test_fast_leaves_out_every_whole_run_marker_and_nothing_else():
     assert '-m "$(FAST_LANE)"' in recipe and "tests/" in recipe, recipe
 
 
-def test_make_test_runs_every_test_in_one_of_its_two_passes():
-    """The first pass takes what the second leaves, by the same expression, and the second
-    comes after the real engine's set-up, which it waits for."""
+def test_make_test_runs_every_test_in_one_of_its_passes():
+    """The first pass takes what the others leave, by the same expressions; the tests that need
+    the real engine start once its set-up is done (beside the first pass), and those that must
+    run alone after both."""
     makefile = (ROOT / "Makefile").read_text()
     assert "bash scripts/make_test.sh" in makefile.split("\ntest: install-run", 1)[1].split("\n\n", 1)[0]
     script = (ROOT / "scripts" / "make_test.sh").read_text()
-    (second,) = re.findall(r'^SECOND="(.+)"$', script, re.M)
-    assert {"serial", "engine_setup", "real_engine"} <= set(second.split(" or ")), second
-    first, later = script.split('wait "$setup"', 1)
-    assert '-m "not ($SECOND)"' in first and '-m "$SECOND"' in later, script
-    assert "ensure_vllm_cpu.sh" in first and "ensure_chromium.sh" in first
+    (engine,) = re.findall(r'^ENGINE="(.+)"$', script, re.M)
+    (alone,) = re.findall(r'^ALONE="(.+)"$', script, re.M)
+    assert set(engine.split(" or ")) == {"real_engine", "engine_setup"}, engine
+    assert set(alone.split(" or ")) == {"serial", "benchmark_reduced"}, alone
+    assert re.findall(r'^SECOND="(.+)"$', script, re.M) == ["$ENGINE or $ALONE"]
+    first, later = script.split('if wait "$setup"', 1)
+    assert '-m "not ($SECOND)"' in first and "ensure_vllm_cpu.sh" in first and "ensure_chromium.sh" in first
+    engine_pass, last = later.split('wait "$first"', 1)
+    assert '-m "$ENGINE"' in engine_pass and '-m "$ALONE"' in last, script
 
 
 def test_what_needs_the_real_engines_set_up_is_marked_so():
