@@ -2,7 +2,9 @@
 reading and the reference-run gate all run on a synthetic record (the report and the gate on
 one written before too, as requests.jsonl), and what each costs in memory grows by far less
 per request than the JSONL readers did (~125 KB a request for the report of 125,000). The full benchmark (10k and 100k requests) writes
-benchmarks/results/record_scale.md."""
+benchmarks/results/record_scale.md. It judges peak memory (GNU time's %M of each reader's own
+process) and exit statuses, never time, so it runs beside other tests (marked slow, not
+benchmark_reduced: make test runs those alone after everything else)."""
 
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ def costs(tmp_path: Path, requests: int, layout: str, commands=record_scale.COMM
     return {c: record_scale.measure(c, layout, requests, record, record, tmp_path) for c in commands}
 
 
-@pytest.mark.benchmark_reduced
+@pytest.mark.slow  # memory, not time: it shares the machine (module docstring)
 def test_every_reader_runs_and_its_memory_grows_little_per_request(tmp_path):
     small, large = costs(tmp_path, SMALL, "parquet"), costs(tmp_path, LARGE, "parquet")
     for command in record_scale.COMMANDS:
@@ -37,7 +39,7 @@ def test_every_reader_runs_and_its_memory_grows_little_per_request(tmp_path):
         assert growth_kb < KB_PER_REQUEST, (command, small[command], large[command])
 
 
-@pytest.mark.benchmark_reduced
+@pytest.mark.slow  # memory, not time: it shares the machine (module docstring)
 def test_a_jsonl_record_runs_through_the_readers_of_requests(tmp_path):
     found = costs(tmp_path, SMALL, "jsonl", ("report", "gate"))
     assert all(m.returncode == 0 for m in found.values()), found
