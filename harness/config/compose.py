@@ -12,6 +12,12 @@ package imports nothing above the floor.
 
 from __future__ import annotations
 
+import collections
+import contextlib
+import copy
+import hashlib
+import importlib.resources
+import io
 import itertools
 import dataclasses
 import os
@@ -25,10 +31,15 @@ from urllib.parse import urlparse
 
 from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
+from hydra.core.config_search_path import ConfigSearchPath
 from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
+from hydra.core.object_type import ObjectType
+from hydra.core.plugins import Plugins
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
+from hydra.plugins.config_source import ConfigLoadError, ConfigResult, ConfigSource
+from hydra.plugins.search_path_plugin import SearchPathPlugin
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -225,11 +236,43 @@ def compose_config(overrides: list[str], conf_dir: Path, registries: Registries)
     conf_dir = Path(conf_dir).resolve()
     if not (conf_dir / "config.yaml").is_file():
         raise ConfigError(f"no config tree at {conf_dir} (expected {conf_dir / 'config.yaml'})")
+    key = (tuple(overrides), str(conf_dir), tree_fingerprint(conf_dir), id(registries), os.getcwd(),
+           hash(frozenset(os.environ.items())))
+    if key not in _composed:
+        _composed[key] = composed_once(list(overrides), conf_dir, registries)
+        if len(_composed) > COMPOSED_KEPT:
+            _composed.popitem(last=False)
+    _composed.move_to_end(key)
+    cfg, choices = _composed[key]
+    return copy.deepcopy(cfg), dict(choices)
+
+
+# The compositions of this process, by everything a composition reads: the overrides, the
+# whole tree's text, the registries, the working folder and the environment (an interpolation
+# in a defaults list is resolved while composing). A composition is a tenth of a second and a
+# copy a hundredth: a process that composes an experiment again (a test suite, which composes
+# sim_smoke a hundred times) gets a copy of the first. Failures are not kept.
+COMPOSED_KEPT = 256  # compositions, the least recently used forgotten first (~0.2 MB each)
+_composed: collections.OrderedDict[tuple, tuple[DictConfig, dict[str, str]]] = collections.OrderedDict()
+
+
+def tree_fingerprint(conf_dir: Path) -> str:
+    """A digest of every file under `conf_dir`, by path and text (a file edited, added or
+    removed changes it)."""
+    digest = hashlib.blake2b(digest_size=16)
+    for root, dirs, files in os.walk(conf_dir):
+        dirs.sort()
+        for name in sorted(files):
+            path = os.path.join(root, name)
+            with open(path, "rb") as f:
+                digest.update(f"{os.path.relpath(path, conf_dir)}\0".encode() + f.read() + b"\0")
+    return digest.hexdigest()
+
+
+def composed_once(overrides: list[str], conf_dir: Path, registries: Registries) -> tuple[DictConfig, dict[str, str]]:
     overrides, entries = split_new_entries(list(overrides))
-    GlobalHydra.instance().clear()
     try:
-        with initialize_config_dir(config_dir=str(conf_dir), version_base=None):
-            cfg = hydra_compose(config_name="config", overrides=overrides, return_hydra_config=True)
+        cfg = hydra_config(conf_dir, overrides)
         for entry in entries:  # merged, as the experiment's own YAML would be (new keys allowed
             OmegaConf.set_struct(cfg, False)  # in the mapping only: the schema types still refuse typos)
             cfg = OmegaConf.merge(cfg, entry)
@@ -238,8 +281,6 @@ def compose_config(overrides: list[str], conf_dir: Path, registries: Registries)
         raise ConfigError(explain(exc, conf_dir)) from None
     except (AssertionError, AttributeError) as exc:  # OmegaConf's, when a key is set inside a null block
         raise ConfigError(inside_null_block(overrides) or f"cannot apply the overrides: {exc}") from None
-    finally:
-        GlobalHydra.instance().clear()
     choices = {k: str(v) for k, v in cfg.hydra.runtime.choices.items() if not k.startswith("hydra")}
     with open_dict(cfg):
         del cfg["hydra"]
@@ -715,14 +756,10 @@ def first_line(text: str) -> str:
 def launcher_config(launcher_overrides: list[str], conf_dir: Path):
     """Hydra's own `hydra.launcher` node for these overrides (hydra/launcher=submitit_slurm ...),
     composed here so that only this package calls Hydra's compose API."""
-    GlobalHydra.instance().clear()
     try:
-        with initialize_config_dir(config_dir=str(conf_dir), version_base=None):
-            cfg = hydra_compose(config_name="config", overrides=launcher_overrides, return_hydra_config=True)
+        cfg = hydra_config(conf_dir, launcher_overrides)
     except (HydraException, OmegaConfBaseException, ValueError) as exc:
         raise ConfigError(f"launcher: {one_sentence(str(exc))}") from None
-    finally:
-        GlobalHydra.instance().clear()
     return cfg.hydra.launcher
 
 
@@ -731,3 +768,170 @@ def one_sentence(message: str) -> str:
     first, *rest = message.replace("In 'hydra/config': ", "").splitlines()
     listed = re.search(r"Available options in '[^']+':\n((?:\t.*\n?)+)", message)
     return first + (f"; available: {', '.join(listed.group(1).split())}" if listed else "")
+
+
+# --- one Hydra composition, without the work it repeats ----------------------------------
+
+
+def hydra_config(conf_dir: Path, overrides: list[str]) -> DictConfig:
+    """Hydra's composition of `config` under `conf_dir` with these overrides, its `hydra` node
+    included; Hydra's and OmegaConf's exceptions pass through."""
+    GlobalHydra.instance().clear()
+    try:
+        with parsed_yaml_kept(), initialize_config_dir(config_dir=str(conf_dir), version_base=None):
+            return hydra_compose(config_name="config", overrides=overrides, return_hydra_config=True)
+    finally:
+        GlobalHydra.instance().clear()
+
+
+# Each composition reads some thirty YAML files (this tree's and Hydra's own hydra/conf), most of
+# them the same from one composition to the next: an experiment composes once and once per arm,
+# and its arms differ in a group or two. Parsing is a third of a composition. The two sources
+# below are Hydra's file and package sources (its core_plugins) with each file's parse kept,
+# keyed by the file's text: a file that changed is parsed again, and every load hands Hydra a
+# copy of its own (Hydra edits what it loads: it takes the `defaults` list out).
+PARSED_YAML_KEPT = 1024  # texts; beyond it the store starts over (a test suite's throwaway trees)
+_parsed: dict[str, DictConfig] = {}
+
+
+def parsed_yaml(text: str) -> DictConfig:
+    """A copy of `text` parsed as OmegaConf.load parses a file (the parse kept for the next)."""
+    parsed = _parsed.get(text)
+    if parsed is None:
+        parsed = OmegaConf.load(io.StringIO(text))
+        if len(_parsed) >= PARSED_YAML_KEPT:
+            _parsed.clear()
+        _parsed[text] = parsed
+    return copy.deepcopy(parsed)
+
+
+class KeptFileSource(ConfigSource):
+    """A config folder on disk (Hydra's `file://`, what initialize_config_dir gives), its parses kept."""
+
+    @staticmethod
+    def scheme() -> str:
+        return "specgate-file"
+
+    def _where(self, config_path: str) -> str:
+        return os.path.realpath(os.path.join(self.path, config_path))
+
+    def load_config(self, config_path: str) -> ConfigResult:
+        full_path = self._where(self._normalize_file_name(config_path))
+        if not os.path.exists(full_path):
+            raise ConfigLoadError(f"Config not found : {full_path}")
+        with open(full_path, encoding="utf-8") as f:
+            text = f.read()
+        return ConfigResult(config=parsed_yaml(text), path=f"{self.scheme()}://{self.path}", provider=self.provider,
+                            header=ConfigSource._get_header_dict(text[:512]))
+
+    def available(self) -> bool:
+        return self.is_group("")
+
+    def is_group(self, config_path: str) -> bool:
+        return os.path.isdir(self._where(config_path))
+
+    def is_config(self, config_path: str) -> bool:
+        return os.path.isfile(self._where(self._normalize_file_name(config_path)))
+
+    def list(self, config_path: str, results_filter: ObjectType | None) -> list[str]:
+        files: list[str] = []
+        for name in os.listdir(self._where(config_path)):
+            self._list_add_result(files=files, file_path=os.path.join(config_path, name), file_name=name,
+                                  results_filter=results_filter)
+        return sorted(set(files))
+
+
+class KeptPackageSource(ConfigSource):
+    """A config package (Hydra's `pkg://`, its own hydra.conf), its parses kept."""
+
+    def __init__(self, provider: str, path: str) -> None:
+        super().__init__(provider=provider, path=path)
+        self.path = self.path.replace("/", ".").rstrip(".")
+
+    @staticmethod
+    def scheme() -> str:
+        return "specgate-pkg"
+
+    def _files(self) -> Any:
+        try:
+            return importlib.resources.files(self.path)
+        except (ValueError, ModuleNotFoundError, TypeError):
+            return None
+
+    def load_config(self, config_path: str) -> ConfigResult:
+        name = self._normalize_file_name(config_path)
+        files = self._files()
+        res = files.joinpath(name) if files is not None else None
+        if res is None or not res.exists():
+            raise ConfigLoadError(f"Config not found : {name}")
+        text = res.read_text(encoding="utf-8")
+        return ConfigResult(config=parsed_yaml(text), path=f"{self.scheme()}://{self.path}", provider=self.provider,
+                            header=ConfigSource._get_header_dict(text[:512]))
+
+    def available(self) -> bool:
+        files = self._files()
+        return files is not None and any(f.name == "__init__.py" and f.is_file() for f in files.iterdir())
+
+    def is_group(self, config_path: str) -> bool:
+        files = self._files()
+        res = files.joinpath(config_path) if files is not None else None
+        return bool(res is not None and res.exists() and res.is_dir())
+
+    def is_config(self, config_path: str) -> bool:
+        files = self._files()
+        res = files.joinpath(self._normalize_file_name(config_path)) if files is not None else None
+        return bool(res is not None and res.exists() and res.is_file())
+
+    def list(self, config_path: str, results_filter: ObjectType | None) -> list[str]:
+        files: list[str] = []
+        for res in self._files().joinpath(config_path).iterdir():
+            self._list_add_result(files=files, file_path=f"{config_path}/{res.name}", file_name=res.name,
+                                  results_filter=results_filter)
+        return sorted(set(files))
+
+
+KEPT_SCHEMES = {"file": KeptFileSource.scheme(), "pkg": KeptPackageSource.scheme()}
+_keeping = False
+
+
+class KeepParsedYaml(SearchPathPlugin):
+    """While specgate composes (only then: the sweep's Hydra app keeps Hydra's own sources), the
+    search path's file and package sources are read through the two above."""
+
+    def manipulate_search_path(self, search_path: ConfigSearchPath) -> None:
+        if not _keeping:
+            return
+        for element in search_path.get_path():
+            scheme, sep, rest = element.path.partition("://")
+            if not sep:  # a bare folder (initialize_config_dir's) is a file source to Hydra
+                scheme, rest = "file", element.path
+            if scheme in KEPT_SCHEMES:
+                element.path = f"{KEPT_SCHEMES[scheme]}://{rest}"
+
+
+def _same_store(store: ConfigStore, memo: dict) -> ConfigStore:
+    return store
+
+
+@contextlib.contextmanager
+def parsed_yaml_kept() -> typing.Iterator[None]:
+    """Hydra (1.3.8) also deep-copies its whole ConfigStore at every composition (its caching
+    repository copies the repository, whose structured source holds the store: hydra PR 2928
+    looks the store up instead), which is a tenth of a composition here: while specgate
+    composes, a copy of the store is the store. Every load from it is still a deep copy
+    (ConfigStore.load), so nothing composed can change what is stored."""
+    global _keeping
+    plugins = Plugins.instance()
+    for plugin in (KeptFileSource, KeptPackageSource, KeepParsedYaml):
+        if plugin not in plugins.discover(SearchPathPlugin if plugin is KeepParsedYaml else ConfigSource):
+            plugins.register(plugin)
+    had_own = "__deepcopy__" in vars(ConfigStore)
+    if not had_own:
+        ConfigStore.__deepcopy__ = _same_store
+    _keeping = True
+    try:
+        yield
+    finally:
+        _keeping = False
+        if not had_own:
+            del ConfigStore.__deepcopy__
