@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import itertools
 import re
 from pathlib import Path
@@ -30,10 +31,18 @@ def module_name(path: Path) -> str:
 
 
 def modules() -> dict[str, ast.Module]:
+    """Every module of harness/, parsed (read-only: the tests walk the trees, never change them)."""
+    return dict(parsed_modules())
+
+
+@functools.cache
+def parsed_modules() -> dict[str, ast.Module]:
+    # parsed once per pass: a dozen tests read the same ~200 files, which do not change under them
     return {module_name(p): ast.parse(p.read_text(), str(p)) for p in sorted(HARNESS.rglob("*.py"))}
 
 
-def imported_names(tree: ast.Module) -> set[str]:
+@functools.cache  # by the tree's identity: each parsed module is walked once per pass
+def imported_names(tree: ast.Module) -> frozenset[str]:
     """Every module an import statement names, anywhere in the file (deferred imports too);
     `from a import b` names a.b as well, in case b is a module."""
     names = set()
@@ -43,7 +52,7 @@ def imported_names(tree: ast.Module) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names.add(node.module)
             names.update(f"{node.module}.{alias.name}" for alias in node.names)
-    return names
+    return frozenset(names)
 
 
 def import_graph() -> dict[str, set[str]]:
