@@ -373,6 +373,10 @@ def compose_typed(overrides: list[str], conf_dir: Path, registries: Registries) 
     check_deleted_keys(overrides, conf_dir)
     check_empty_gates(overrides)
     base, _ = compose_config(overrides, conf_dir, registries)
+    try:  # a number the experiment or the command line got wrong, before every arm is composed with it
+        check_numbers(base)  # (validate checks the base first too: the same sentence, sooner)
+    except NumberError as exc:
+        raise ConfigError(str(exc)) from None
     arm_specs = OmegaConf.to_container(base.arms) or {DEFAULT_ARM: []}
     arms = []
     for name, arm_overrides in arm_specs.items():
