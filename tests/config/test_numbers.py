@@ -29,17 +29,20 @@ def composed():
 
 @pytest.mark.parametrize("path", [path for path, _ in numeric_paths()])
 def test_nan_and_infinity_are_refused_for_every_number_of_the_schema(composed, path):
+    cfg = OmegaConf.to_container(composed)
+    node = cfg
+    *parents, leaf = path.split(".")
+    for key in parents:
+        if node[key] is None:  # an engine's block is null on another engine's server: give it one
+            node[key] = {}
+        node = node[key]
+    node[leaf] = math.nan  # past OmegaConf's int type, which refuses nan itself ('not a valid integer')
+    untyped = OmegaConf.create(cfg)  # made once (the costly part); its nodes take any value
     for value in (math.nan, math.inf, -math.inf):
-        cfg = OmegaConf.to_container(composed)
-        node = cfg
-        *parents, leaf = path.split(".")
-        for key in parents:
-            if node[key] is None:  # an engine's block is null on another engine's server: give it one
-                node[key] = {}
-            node = node[key]
-        node[leaf] = value  # past OmegaConf's int type, which refuses nan itself ('not a valid integer')
+        OmegaConf.update(untyped, path, value, merge=False)
+        assert OmegaConf.select(untyped, path) is value
         with pytest.raises(NumberError) as caught:
-            check_numbers(OmegaConf.create(cfg))
+            check_numbers(untyped)
         message = str(caught.value)
         assert message.startswith(f"{path} must be ") and message.endswith(f"got {value}"), message
 

@@ -221,7 +221,9 @@ def test_the_client_closes_the_stream_and_the_server_frees_the_slot(sim, api, wh
 
 
 def test_split_and_open_loops_cancel_the_same_requests(sim):
-    base = dict(num_prompts=16, concurrency=4, seed=5, warmup_requests=0, cancel=cut(0.4, after_tokens=5), **LONG)
+    # 60 tokens, twelve times the cut: every request not chosen outlives it (LONG's 300 only made this take 5 s)
+    base = dict(num_prompts=16, concurrency=4, seed=5, warmup_requests=0, cancel=cut(0.4, after_tokens=5),
+                **{**LONG, "max_tokens": 60})
     loads = [wl(**base), wl(**base, client_processes=2), wl(**base, request_rate=50.0)]
     cut_sets = []
     for w in loads:
