@@ -5,11 +5,12 @@ the official client can stream, and a native /generate, where the engine has one
 meta_info."""
 
 import pytest
-from openai import OpenAI
-from openai.types import Completion
-from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from harness.engines import engine_of
+
+# The `openai` package takes ~0.9 s to import (its types are pydantic models): each test below
+# imports what it uses, so that collecting the suites (every run, `--collect-only`, `-k` for
+# another suite) does not pay for it.
 
 CONTENT_TYPE_MESSAGE = "Unsupported Media Type: Only 'application/json' is allowed"
 PROMPT = "Count from 1 to 10"
@@ -29,6 +30,8 @@ def test_form_encoded_post_is_refused_with_400(arm_run):
 
 
 def test_json_chat_completion_is_an_openai_chat_completion(arm_run):
+    from openai.types.chat import ChatCompletion
+
     response = arm_run.client.post_json("/v1/chat/completions", chat_body(arm_run))
     assert response.status_code == 200, response.text
     completion = ChatCompletion.model_validate(response.json())
@@ -37,6 +40,8 @@ def test_json_chat_completion_is_an_openai_chat_completion(arm_run):
 
 
 def test_chat_stream_chunks_are_openai_chunks(arm_run):
+    from openai.types.chat import ChatCompletionChunk
+
     body = chat_body(arm_run, stream=True, stream_options={"include_usage": True})
     events = arm_run.client.stream_events("/v1/chat/completions", body)
     chunks = [ChatCompletionChunk.model_validate(event) for event in events]
@@ -45,6 +50,8 @@ def test_chat_stream_chunks_are_openai_chunks(arm_run):
 
 
 def test_completion_is_an_openai_completion(arm_run):
+    from openai.types import Completion
+
     body = {"model": arm_run.model, "prompt": PROMPT, "max_tokens": 16, "temperature": 0}
     response = arm_run.client.post_json("/v1/completions", body)
     assert response.status_code == 200, response.text
@@ -52,6 +59,8 @@ def test_completion_is_an_openai_completion(arm_run):
 
 
 def test_official_openai_client_streams(arm_run):
+    from openai import OpenAI
+
     client = OpenAI(base_url=f"{arm_run.server.base_url}/v1", api_key="specgate-not-a-key", max_retries=0, timeout=60)
     stream = client.chat.completions.create(**chat_body(arm_run), stream=True)
     text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
