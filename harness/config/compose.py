@@ -372,7 +372,7 @@ def compose_typed(overrides: list[str], conf_dir: Path, registries: Registries) 
     check_added_keys(overrides, conf_dir)
     check_deleted_keys(overrides, conf_dir)
     check_empty_gates(overrides)
-    base, _ = compose_config(overrides, conf_dir, registries)
+    base, base_choices = compose_config(overrides, conf_dir, registries)
     try:  # a number the experiment or the command line got wrong, before every arm is composed with it
         check_numbers(base)  # (validate checks the base first too: the same sentence, sooner)
     except NumberError as exc:
@@ -384,7 +384,10 @@ def compose_typed(overrides: list[str], conf_dir: Path, registries: Registries) 
         try:
             check_added_keys(list(arm_overrides), conf_dir)
             check_deleted_keys(list(arm_overrides), conf_dir)
-            cfg, choices = compose_config(merged, conf_dir, registries)
+            if picks_what_the_base_has(list(arm_overrides), overrides, base_choices):
+                cfg, choices = copy.deepcopy(base), dict(base_choices)  # Hydra would compose it again
+            else:
+                cfg, choices = compose_config(merged, conf_dir, registries)
         except ConfigError as exc:
             raise ConfigError(f"arm '{name}': {exc}") from None
         cfg = resolve_auto_telemetry(cfg)
@@ -398,6 +401,24 @@ def compose_typed(overrides: list[str], conf_dir: Path, registries: Registries) 
     publish(experiment)
     validate(experiment)
     return experiment
+
+
+GROUP_PICK = re.compile(r"^([A-Za-z_][\w/]*)=([A-Za-z0-9_][\w.-]*)$")  # `drafter=none`: a group, an option
+
+
+def picks_what_the_base_has(arm_overrides: list[str], overrides: list[str], base_choices: dict[str, str]) -> bool:
+    """Whether each of the arm's own overrides that the command line leaves it (merge_overrides)
+    picks, in a config group, the option the base already has (`baseline: [drafter=none]` where
+    the experiment's drafter is none): Hydra then composes the same defaults list, so the arm's
+    config is the base's, and composing it again would only take the time."""
+    given = {override_key(o) for o in overrides}
+    for override in arm_overrides:
+        if override_key(override) in given:
+            continue  # the command line's own wins over the arm's
+        pick = GROUP_PICK.match(override)
+        if pick is None or pick[2] == "null" or base_choices.get(pick[1]) != pick[2]:
+            return False
+    return True
 
 
 def masked(cfg: DictConfig, policy: Policy) -> DictConfig:

@@ -1,18 +1,21 @@
 """What composing keeps from one composition to the next (harness/config/compose.py): each YAML
-file's parse, by its text, and each whole composition, by everything it reads. Neither may ever
-hand out a stale or shared config, nor leave Hydra changed outside specgate's compositions."""
+file's parse, by its text, and each whole composition, by everything it reads; and an arm that
+only picks what the base already has, which is not composed again. None of it may ever hand out
+a stale, shared or other config, nor leave Hydra changed outside specgate's compositions."""
 
 from __future__ import annotations
 
 import shutil
 
+import pytest
 from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
 from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
-from harness.config.compose import DEFAULT_CONF_DIR, compose_config
+from harness.config.compose import (DEFAULT_CONF_DIR, compose_config, masked, merge_overrides,
+                                    picks_what_the_base_has, resolve_auto_telemetry)
 from harness.run.compose import REGISTRIES, compose
 
 EXP = "+exp=sim_smoke"
@@ -73,3 +76,25 @@ def test_hydra_is_left_as_it_was_outside_specgates_compositions():
     finally:
         GlobalHydra.instance().clear()
     assert [source.schema for source in cfg.hydra.runtime.config_sources] == ["pkg", "file", "structured"]
+
+
+@pytest.mark.parametrize("name", ["sim_smoke", "vllm_cpu_smoke", "sim_env_scrubbed"])
+def test_an_arm_that_picks_what_the_base_has_is_the_config_hydra_composes_for_it(name):
+    """`baseline: [drafter=none]` where the experiment's drafter is none is not composed again
+    (compose_typed hands the arm the base's config): it must be what Hydra composes for it."""
+    overrides = [f"+exp={name}", "workload.max_tokens=77"]
+    experiment = compose(overrides)
+    for arm in experiment.arms:
+        cfg, choices = compose_config(merge_overrides(arm.overrides, overrides), DEFAULT_CONF_DIR, REGISTRIES)
+        assert OmegaConf.to_yaml(arm.cfg) == OmegaConf.to_yaml(masked(resolve_auto_telemetry(cfg), arm.policy)), arm.name
+        assert arm.choices == choices, arm.name
+
+
+def test_only_picks_of_the_options_the_base_has_stand_for_the_base():
+    base = {"drafter": "none", "workload": "count_to_100"}
+    assert picks_what_the_base_has(["drafter=none"], [], base)
+    assert picks_what_the_base_has([], [], base)
+    assert picks_what_the_base_has(["drafter=eagle3_k25"], ["drafter=none"], base)  # the command line's wins
+    for own in (["drafter=eagle3_k25"], ["drafter=none", "workload.max_tokens=9"], ["~drafter"], ["+drafter=none"],
+                ["drafter=null"], ["nccl=default"], ["hydra/launcher=basic"], ["drafter@x=none"]):
+        assert not picks_what_the_base_has(own, [], base), own
