@@ -14,6 +14,7 @@ number field of the schema has bounds (tests/config/test_numbers.py walks it wit
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import typing
 from typing import Any
@@ -38,7 +39,7 @@ def walk(value: Any, hint: Any, path: str, bounds: Bounds | None) -> None:
         return
     hint = optional_inner(hint)
     if dataclasses.is_dataclass(hint) and isinstance(value, dict):
-        hints = typing.get_type_hints(hint)
+        hints = type_hints(hint)
         for field in dataclasses.fields(hint):
             if field.name in value:
                 walk(value[field.name], hints[field.name], join(path, field.name), field.metadata.get("bounds"))
@@ -64,6 +65,13 @@ def check_number(path: str, value: float, bounds: Bounds | None) -> None:
         raise NumberError(f"{path} must be {bounds.describe()}, got {shown}")
     if isinstance(value, int) and not -INT64_MAX - 1 <= value <= INT64_MAX:
         raise NumberError(f"{path} must be an integer that fits in 64 bits (at most {INT64_MAX}), got {shown}")
+
+
+@functools.cache
+def type_hints(schema: type) -> dict[str, Any]:
+    """A schema dataclass's field types, resolved once (typing.get_type_hints evaluates every
+    annotation anew: half of a check of a whole config's numbers)."""
+    return typing.get_type_hints(schema)
 
 
 def optional_inner(hint: Any) -> Any:
