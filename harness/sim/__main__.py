@@ -54,6 +54,11 @@ async def _serve(server: SimServer) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     ns = parse_args(argv)
+    try:
+        model = SimModel.from_args(ns)
+    except ValueError as exc:  # a value no server would start with: refused like a bad flag, in its sentence
+        print(f"python -m harness.sim: error: {exc}", file=sys.stderr)
+        return 2
     ns.launch_command = shlex.join([sys.executable, "-m", "harness.sim", *argv])
     logging.basicConfig(
         level=getattr(logging, str(ns.log_level).upper(), logging.INFO),
@@ -63,7 +68,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     for flag in ns.ignored_flags:
         logger.info(f"ignoring unsupported flag {flag}")
-    model = SimModel.from_args(ns)
     logger.info(f"server_args: model_path={ns.model_path}, served_model_name={ns.served_model_name}, tp_size={ns.tp_size}, "
                 f"speculative_algorithm={ns.speculative_algorithm}, host={ns.host}, port={ns.port}")
     logger.info(f"sim model: {model}")

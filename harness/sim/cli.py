@@ -66,6 +66,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sim-lossy-rate", type=_share, default=0.0,
                    help="fault switch: this share of accepted draft tokens comes out as the runner-up token "
                         "(speculation that is not lossless; seeded, the same positions every run)")
+    p.add_argument("--sim-forced-accept-rates", default=None,
+                   help="benchmark only: accept drafts at these per-position unconditional rates, one per draft "
+                        "step (vLLM's synthetic_acceptance_rates), whatever the drafter proposes; every token after "
+                        "the first is then a filler and a request runs to max_tokens (SGLang's own way, a mean "
+                        "length, is its env SGLANG_SIMULATE_ACC_LEN; see harness/sim/model.py)")
     _bool_flag(p, "--sim-fail-after-abort", "fault switch: once a client disconnects mid-stream, answer every later "
                "generation request with a 500 (an engine whose abort path broke its scheduler)")
     _bool_flag(p, "--sim-record-emissions", "keep each streaming request's arrival and chunk emission times "

@@ -34,13 +34,29 @@ any batch the simulator runs, so they stay memory-bound. Prefill already costs p
 (``prefill_ms_per_token``) and is left as it is. No knee (``None`` or 0) is the plain model
 above, exactly. :meth:`SimModel.expected_speedup` and :meth:`SimModel.expected_crossover_batch`
 give the truth a sweep over concurrency measures.
+
+**Forced acceptance (benchmark only).** SGLang can accept drafts at a set rate whatever the
+drafter proposes (srt/speculative/eagle_utils.py ``_generate_simulated_accept_index``), and so
+can the simulator: with ``SGLANG_SIMULATE_ACC_LEN=L`` (env; on when > 0) each verify step draws
+one length ``n`` in [1, num_steps + 1] for the *whole batch* by ``SGLANG_SIMULATE_ACC_METHOD``:
+``multinomial`` (SGLang's default) rounds a normal(L, 1) clamped to the range, whose mean is not
+L near the ends; ``match-expected`` draws the two lengths around L so the mean is L exactly.
+``--sim-forced-accept-rates r1,r2,...`` (the simulator's own; vLLM's synthetic_acceptance_rates)
+gives per-position unconditional rates instead: each request, each cycle, accepts position i
+with probability r_i / r_(i-1). Either way the drafts and the model's output do not matter any
+more: every token after the first is a filler (harness/sim/tokens.py) and a request runs to its
+max_tokens. :meth:`SimModel.expected_accept_length` is then the forced mode's exact mean.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
+import random
 from dataclasses import dataclass, field
+from typing import Mapping
 
 from harness.sim.drift import DriftModel
 
@@ -50,6 +66,10 @@ CROSSOVER_GRID = 2000
 
 # Algorithms that SGLang runs as draft-then-verify speculative decoding.
 SPECULATIVE_ALGORITHMS = frozenset({"EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "MTP"})
+
+# SGLang's simulated acceptance: its env knobs and the methods it knows (others: ValueError)
+SIMULATE_ACC_LEN, SIMULATE_ACC_METHOD = "SGLANG_SIMULATE_ACC_LEN", "SGLANG_SIMULATE_ACC_METHOD"
+MULTINOMIAL, MATCH_EXPECTED = "multinomial", "match-expected"
 
 
 def parse_accept_probs(text: str | list[float] | tuple[float, ...]) -> list[float]:
@@ -72,6 +92,59 @@ def parse_accept_by_text(text: str | dict) -> dict[str, list[float]]:
     if not isinstance(data, dict):
         raise ValueError("--sim-accept-by-text needs a JSON object {marker text: [probabilities]}")
     return {str(marker): parse_accept_probs(probs) for marker, probs in data.items() if str(marker)}
+
+
+def forced_from_env(env: Mapping[str, str]) -> tuple[float | None, str]:
+    """SGLang's simulated acceptance as its environment sets it: (mean length or None, method).
+    The length is on only above 0 (SGLang's default, -1, is off); the method defaults to
+    multinomial, as SGLang's does."""
+    text = str(env.get(SIMULATE_ACC_LEN) or "").strip()
+    method = str(env.get(SIMULATE_ACC_METHOD) or "").strip() or MULTINOMIAL
+    if not text:
+        return None, method
+    try:
+        length = float(text)
+    except ValueError:
+        raise ValueError(f"{SIMULATE_ACC_LEN}={text!r} is not a number") from None
+    return (length if length > 0 else None), method  # NaN is not > 0: off, as in SGLang
+
+
+def parse_forced_rates(text: str | list[float] | None) -> list[float] | None:
+    """``"0.8,0.5"`` (--sim-forced-accept-rates) into floats; None or empty: not set."""
+    if text is None:
+        return None
+    if isinstance(text, (list, tuple)):
+        return [float(v) for v in text] or None
+    try:
+        values = [float(v) for v in str(text).split(",") if v.strip()]
+    except ValueError:
+        raise ValueError(f"--sim-forced-accept-rates {text!r} is not a comma list of numbers") from None
+    return values or None
+
+
+def check_forced(length: float | None, method: str, rates: list[float] | None, num_steps: int) -> None:
+    """Refuse (ValueError, one sentence) what SGLang or vLLM would refuse of a forced acceptance."""
+    if length is not None and rates is not None:
+        raise ValueError(f"{SIMULATE_ACC_LEN} and --sim-forced-accept-rates both force the acceptance: set one")
+    if length is not None and not math.isfinite(length):
+        raise ValueError(f"{SIMULATE_ACC_LEN}={length} is not a finite number of tokens")
+    if length is not None and method not in (MULTINOMIAL, MATCH_EXPECTED):
+        raise ValueError(f"{SIMULATE_ACC_METHOD}={method!r} is not one of SGLang's methods "
+                         f"({MULTINOMIAL}, {MATCH_EXPECTED})")
+    if rates is None:
+        return
+    if len(rates) != num_steps:
+        raise ValueError(f"--sim-forced-accept-rates has {len(rates)} rate(s) but a cycle drafts {num_steps} "
+                         f"token(s): give one per draft position")
+    if any(not 0.0 <= r <= 1.0 for r in rates):
+        raise ValueError(f"--sim-forced-accept-rates {rates} has a rate outside [0, 1]")
+    if any(later > earlier for earlier, later in zip(rates, rates[1:])):
+        raise ValueError(f"--sim-forced-accept-rates {rates} increases, but each is the share of cycles that "
+                         f"accept that position and every one before it")
+
+
+def _normal_cdf(z: float) -> float:
+    return 0.5 * (1.0 + math.erf(z / math.sqrt(2.0)))
 
 
 def fit_accept_probs(probs: list[float], num_steps: int) -> list[float]:
@@ -109,17 +182,29 @@ class SimModel:
     drift: DriftModel = field(default_factory=DriftModel)  # how the box drifts (drift.py); none by default
     page_size: int = 1  # the prefix cache's page in tokens (SGLang's --page-size; harness/sim/prefix_cache.py)
     prefix_cache: bool = True  # False: --disable-radix-cache, no prompt is ever cached
+    # Forced acceptance (module doc; only when speculative): SGLANG_SIMULATE_ACC_LEN's mean length
+    # (None: off) and its method, or --sim-forced-accept-rates' unconditional rate per draft position
+    forced_accept_length: float | None = None
+    forced_accept_method: str = MULTINOMIAL
+    forced_accept_rates: list[float] | None = None
 
     def __post_init__(self) -> None:
         # Keep exactly one conditional probability per draft step.
         self.accept_probs = fit_accept_probs(parse_accept_probs(self.accept_probs), self.num_steps)
         self.accept_by_text = {marker: fit_accept_probs(probs, self.num_steps)
                                for marker, probs in parse_accept_by_text(self.accept_by_text).items()}
+        self.forced_accept_rates = parse_forced_rates(self.forced_accept_rates)
+        if self.forced_accept_length is not None and not self.forced_accept_length > 0:
+            self.forced_accept_length = None  # SGLang's off (its default is -1)
+        if self.speculative:  # a plain server drafts nothing: SGLang never reads these then
+            check_forced(self.forced_accept_length, self.forced_accept_method, self.forced_accept_rates, self.num_steps)
 
     # ----------------------------------------------------------------- building
     @classmethod
-    def from_args(cls, ns: argparse.Namespace) -> "SimModel":
-        """Build from the parsed command line (see ``harness.sim.cli``)."""
+    def from_args(cls, ns: argparse.Namespace, env: Mapping[str, str] | None = None) -> "SimModel":
+        """Build from the parsed command line (see ``harness.sim.cli``) and the environment
+        the server runs in (SGLang's simulated acceptance; default: this process's)."""
+        forced_length, forced_method = forced_from_env(os.environ if env is None else env)
         algo = getattr(ns, "speculative_algorithm", None)
         speculative = bool(algo) and str(algo).upper() in SPECULATIVE_ALGORITHMS
         num_steps = getattr(ns, "speculative_num_steps", None)
@@ -151,6 +236,9 @@ class SimModel:
                              ns.sim_drift_machine_s, ns.sim_drift_machine_seed).seeded(),
             page_size=max(1, int(getattr(ns, "page_size", None) or 1)),
             prefix_cache=not getattr(ns, "disable_radix_cache", False),
+            forced_accept_length=forced_length,
+            forced_accept_method=forced_method,
+            forced_accept_rates=parse_forced_rates(getattr(ns, "sim_forced_accept_rates", None)),
         )
 
     # ------------------------------------------------------------------ timing
@@ -199,14 +287,54 @@ class SimModel:
 
     def expected_accept_length(self, probs: list[float] | None = None) -> float:
         """Expected tokens per cycle: 1 + sum_i prod_{j<=i} p_j (1.0 without speculation);
-        ``probs`` a content's own (:meth:`accept_probs_for`), else the default."""
+        ``probs`` a content's own (:meth:`accept_probs_for`), else the default. Under forced
+        acceptance the forced mode's mean, whatever the content."""
         if not self.speculative:
             return 1.0
+        if self.forced:
+            return self.forced_accept_mean()
         total, run = 1.0, 1.0
         for p in (self.accept_probs if probs is None else probs):
             run *= p
             total += run
         return total
+
+    # ------------------------------------------------------- forced acceptance
+    @property
+    def forced(self) -> bool:
+        """Whether acceptance is forced (and drafts, and the model's output, no longer matter)."""
+        return self.speculative and (self.forced_accept_length is not None or self.forced_accept_rates is not None)
+
+    def forced_accept_mean(self) -> float:
+        """The forced mode's exact mean tokens per cycle. multinomial: n = round(clamp(x, 1, K+1))
+        with x ~ normal(L, 1), so n >= j + 1 exactly when x >= j + 0.5 (j = 1..K), and
+        E[n] = 1 + sum_j P(x >= j + 0.5); match-expected: L clamped; rates: 1 + their sum."""
+        if self.forced_accept_rates is not None:
+            return 1.0 + sum(self.forced_accept_rates)
+        length, top = self.forced_accept_length, self.num_steps + 1
+        if self.forced_accept_method == MATCH_EXPECTED:
+            return min(max(length, 1.0), top)
+        return 1.0 + sum(1.0 - _normal_cdf(j + 0.5 - length) for j in range(1, top))
+
+    def draw_forced_length(self, rng: random.Random) -> int:
+        """One verify step's tokens (bonus included) for the whole batch, drawn as SGLang's
+        _generate_simulated_accept_index draws it."""
+        length, top = self.forced_accept_length, self.num_steps + 1
+        if self.forced_accept_method == MATCH_EXPECTED:
+            length = min(max(length, 1.0), top)
+            lower = int(length)
+            upper = lower + 1 if lower < top else lower
+            return upper if rng.random() < length - lower else lower
+        return int(round(min(max(rng.gauss(length, 1.0), 1.0), top)))
+
+    def forced_conditional_probs(self) -> list[float]:
+        """The forced rates as each position's acceptance given every earlier one's (r_i / r_(i-1)),
+        the form the scheduler's chain draw takes (after a rate of 0 nothing more is reached)."""
+        probs, before = [], 1.0
+        for rate in self.forced_accept_rates or ():
+            probs.append(rate / before if before > 0 else 0.0)
+            before = rate
+        return probs
 
     def expected_tokens_per_s(self, batch: int = 1) -> float:
         """Steady-state decode throughput of a full batch of ``batch`` requests (all requests)."""
@@ -223,6 +351,12 @@ class SimModel:
         if not self.speculative:
             return 1.0
         return self.expected_accept_length() * self.decode_step_ms(batch) / self.verify_cycle_ms(batch)
+
+    def break_even_accept_length(self, batch: float = 1) -> float:
+        """The accept length at which speculation's throughput equals plain decoding's at a
+        running batch of ``batch``: verify cycle / plain step (where :meth:`expected_speedup`,
+        accept length x plain step / verify cycle, is 1)."""
+        return self.verify_cycle_ms(batch) / self.decode_step_ms(batch)
 
     def expected_crossover_batch(self) -> float | None:
         """The highest running batch (real-valued, 1 to max_running_requests) at which

@@ -14,7 +14,11 @@ histogram)`` only when it finishes; ``flipped``: the positions whose accepted dr
 verifier let through wrong, ``--sim-lossy-rate``, usually none).
 
 Which tokens come out never depends on speculation: a cycle only decides how many of the
-request's next positions are emitted at once (harness/sim/tokens.py renders them).
+request's next positions are emitted at once (harness/sim/tokens.py renders them). Forced
+acceptance (harness/sim/model.py) is the exception, as in SGLang: a cycle's length is then set,
+not drawn from the drafts (one length per step for the whole batch by SGLANG_SIMULATE_ACC_LEN,
+or per request by --sim-forced-accept-rates), and every token it yields is the filler, so a
+request's plan is made ``forced`` (no EOS: it runs to max_new_tokens).
 """
 
 from __future__ import annotations
@@ -96,6 +100,10 @@ class Scheduler:
         self.drift = Drift(model.drift)  # how much slower or faster than the model each step runs
         self.cache = PrefixCache(model.page_size, model.prefix_cache)
         self.prefilled: list[tuple[int, int, int]] = []  # the last prefill step's (rid, prompt, cached tokens)
+        # Forced acceptance: the batch-wide length's own draws (one per step, seeded like the rest),
+        # and per-position rates as the chain draw's conditional probabilities
+        self.forced_rng = random.Random(f"forced/{model.seed}")
+        self.forced_probs = model.forced_conditional_probs() if model.forced_accept_rates is not None else None
 
     # ----------------------------------------------------------------- inbox
     def _handle(self, msg: tuple) -> None:
@@ -106,7 +114,10 @@ class Scheduler:
             # on how requests happen to be batched.
             rng = random.Random((self.model.seed << 32) ^ self.arrivals)
             self.arrivals += 1
-            req = SimRequest(rid, prompt_tokens, max_new, natural_len, OutputPlan(*plan), rng,
+            plan = OutputPlan(*plan)
+            if self.model.forced:  # its tokens after the first are fillers, never the EOS (tokens.py)
+                plan, natural_len = plan._replace(forced=True), -1
+            req = SimRequest(rid, prompt_tokens, max_new, natural_len, plan, rng,
                              accept_probs=tuple(accept_probs or ()), hashes=tuple(hashes))
             req.histogram = [0] * (self.model.num_steps + 1)
             self.waiting.append(req)
@@ -160,16 +171,12 @@ class Scheduler:
         done = []
         if m.speculative:
             duration = m.verify_cycle_ms(batch) * self.drift.factor() / 1000.0
+            # SGLang's simulated acceptance: one length for every request of this step
+            batch_n = m.draw_forced_length(self.forced_rng) if m.forced_accept_length is not None else None
             for r in self.running.values():
-                rand = r.rng.random
-                accepted = 0
-                for p in r.accept_probs or m.accept_probs:
-                    if rand() < p:
-                        accepted += 1
-                    else:
-                        break
+                accepted = self._accepted(r) if batch_n is None else batch_n - 1
                 n = min(1 + accepted, r.remaining())
-                flipped = self._lossy_flips(r, min(accepted, n))
+                flipped = () if m.forced else self._lossy_flips(r, min(accepted, n))  # forced: fillers anyway
                 r.verify_ct += 1
                 r.correct_drafts += n - 1
                 r.histogram[n - 1] += 1
@@ -192,6 +199,17 @@ class Scheduler:
         for rid in done:
             del self.running[rid]
         return duration, items
+
+    def _accepted(self, r: SimRequest) -> int:
+        """Drafts one cycle of ``r`` accepts: each position with its probability given every
+        earlier one's -- the forced rates', else its content's, else the model's."""
+        rand = r.rng.random
+        accepted = 0
+        for p in self.forced_probs if self.forced_probs is not None else (r.accept_probs or self.model.accept_probs):
+            if rand() >= p:
+                break
+            accepted += 1
+        return accepted
 
     def _lossy_flips(self, r: SimRequest, drafted: int) -> tuple[int, ...]:
         """Which of this cycle's ``drafted`` accepted draft tokens (the request's next

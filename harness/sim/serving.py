@@ -308,6 +308,8 @@ def _matched(finish: dict | None) -> Any:
 def _open(request: web.Request, engine: EngineClient, p: GenParams, rid: str | None):
     """Submit the request; the app closes the generator when the handler ends, so a
     client that disconnects mid-stream aborts its request at once (SGLang's abort task)."""
+    if engine.model.forced:  # the scheduler emits fillers (tokens.py); its logprobs are rendered from this plan
+        p.plan = p.plan._replace(forced=True)
     gen = engine.generate(p.prompt_tokens, p.max_new_tokens, p.plan, p.stream, rid=rid,
                           accept_probs=engine.model.accept_probs_for(p.text), cache_tokens=p.cache_tokens)
     request[GEN_KEY] = gen

@@ -30,6 +30,13 @@ speculative server generates exactly what a plain one does (it is lossless), unl
 runner-up token instead (:func:`render`'s ``flipped``; which positions is drawn by
 :func:`lossy_draw`, from the seed, the prompt's plan and the position).
 
+Under forced acceptance (``SGLANG_SIMULATE_ACC_LEN`` or ``--sim-forced-accept-rates``,
+harness/sim/model.py) the output is not the model's any more, as in SGLang, which fills every
+token its verify step yields with id 100 (``predict.fill_(100)``): the plan is ``forced`` and
+every token after the first (the prefill's, still the model's own) is ``FILLER_TEXT`` = " the",
+id ``FILLER_TOKEN_ID`` = 100 (word 0, one piece), never the EOS, so such a request always runs
+to its ``max_new_tokens``.
+
 Logprobs (asked for with ``logprobs`` / ``top_logprobs`` / ``return_logprob``): at every
 position the model is sure of its token (``TOP_LOGPROB``); its runner-up is
 ``RUNNER_UP_LOGPROB`` (a margin of 2.9 nats, far from a near-tie) and each further
@@ -52,6 +59,7 @@ WORD_TOKEN_BASE = 100
 MAX_COUNT = 1_000_000
 TOP_LOGPROB = -0.1  # the model's own token at every position
 RUNNER_UP_LOGPROB = -3.0  # its second choice; each further alternative is one nat less likely
+FILLER_TOKEN_ID = WORD_TOKEN_BASE  # what a forced verify step yields: SGLang's fill id, 100 (WORDS[0])
 
 _PIECE_RE = re.compile(r"\s*\w+|\s*[^\w\s]|\s+")
 _COUNT_RE = re.compile(r"count\s+from\s+1\s+to\s+(\d+)", re.IGNORECASE)
@@ -63,6 +71,7 @@ WORDS: tuple[str, ...] = tuple(
     morning someone can compare numbers against yesterday with calm confidence
     because reproducible benchmarks make careful people happy again at night when quiet servers finally sleep deep inside racks""".split()
 )  # 64 words: stepping by 7 (coprime) visits all of them
+FILLER_TEXT = " " + WORDS[0]  # FILLER_TOKEN_ID's text: never the first token, so always with its space
 
 
 def split_pieces(text: str) -> list[str]:
@@ -95,10 +104,11 @@ class OutputPlan(NamedTuple):
     count_n: int  # 0: no count, words only
     word_start: int
     ignore_eos: bool
+    forced: bool = False  # forced acceptance: every token after the first is the filler (no EOS)
 
     def natural_length(self) -> int:
         """Tokens until (and including) the EOS; -1 if the output never ends by itself."""
-        if self.count_n and not self.ignore_eos:
+        if self.count_n and not self.ignore_eos and not self.forced:
             return 2 * self.count_n
         return -1
 
@@ -113,6 +123,8 @@ def plan_output(prompt_text: str, ignore_eos: bool = False) -> OutputPlan:
 
 def _piece(plan: OutputPlan, i: int) -> tuple[str, int]:
     """Text and id of output token ``i``."""
+    if plan.forced and i > 0:
+        return FILLER_TEXT, FILLER_TOKEN_ID
     count_len = 2 * plan.count_n - 1 if plan.count_n else 0
     if i < count_len:
         if i & 1:
