@@ -65,5 +65,7 @@ class Simulator(SGLang):
 
 def truth_model(cfg: SpecgateConfig) -> SimModel:
     """The timing model a simulator started for this arm's config runs (its own launch flags,
-    parsed as the simulator parses them): the truth a test measures the harness against."""
-    return SimModel.from_args(parse_args(Simulator().args(cfg, 0, "127.0.0.1")))
+    parsed as the simulator parses them, in the environment it is started with: SGLang's simulated
+    acceptance is an env): the truth a test measures the harness against."""
+    engine = Simulator()
+    return SimModel.from_args(parse_args(engine.args(cfg, 0, "127.0.0.1")), env=engine.environment(cfg))
