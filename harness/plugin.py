@@ -268,7 +268,8 @@ def gate_context(arm_run: ArmRun, runner: Runner) -> GateContext:
                        history=runner.history_arms(arm_run.name), profile=runner.reference.profile,
                        arm_requests={name: o.request_lines for name, o in runner.outcomes.items()},
                        server_windows=arm_run.outcome.server_windows, arm_gpus=runner.gpu,
-                       telemetry_source=arm_run.cfg.telemetry.source)
+                       telemetry_source=arm_run.cfg.telemetry.source,
+                       benchmark_only={a.name: a.benchmark_only for a in runner.experiment.arms if a.benchmark_only})
 
 
 def gate_tests(suite: str) -> dict[str, Callable[..., None]]:

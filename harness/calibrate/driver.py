@@ -26,7 +26,7 @@ from harness.exit_status import INTERRUPTED
 from harness.calibrate.record import CalibrationRecord
 from harness.config.compose import ConfigError, Experiment, is_sweep
 from harness.run.compose import compose
-from harness.gates.baseline_match import LOAD_SIZE_KEYS, identity
+from harness.gates.baseline_match import LOAD_SIZE_KEYS, arm_identity
 from harness.gates.profile import NoiseProfile
 from harness.measure.registry import compared_by_default
 from harness.record.recorder import utc_now
@@ -94,7 +94,7 @@ def what_was_measured(experiment: Experiment) -> tuple[dict[str, dict], dict[str
     identities, sizes = {}, {}
     for arm in experiment.arms:
         cfg = OmegaConf.to_container(arm.cfg, resolve=True)
-        identities[arm.name] = identity(cfg)
+        identities[arm.name] = arm_identity(arm, digest=False)
         sizes[arm.name] = {k: v for k, v in (cfg.get("workload") or {}).items() if k in LOAD_SIZE_KEYS}
     return identities, sizes
 

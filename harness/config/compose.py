@@ -88,6 +88,9 @@ class Arm:
     overrides: list[str]  # the arm's own overrides on top of the experiment, as typed
     choices: dict[str, str]  # group -> option picked, e.g. {"drafter": "eagle3_k25"}
     policy: Policy  # where this arm's secrets sit (its engine's readable flags), decided when it was composed
+    # what forces this arm's acceptance, in words (its engine's reading, set by harness/run/compose.py
+    # once the engine is known); None: the drafter's own. Such an arm is benchmark-only
+    benchmark_only: str | None = field(default=None, compare=False)
     # the same config as the schema's dataclasses, made once here: what engines and servers read
     # (the DictConfig stays for what needs OmegaConf: interpolation, the record's YAML)
     typed: SpecgateConfig = field(init=False, repr=False, compare=False)

@@ -47,6 +47,7 @@ class BuildConfig:
     image_python: Optional[str] = None  # the interpreter inside the image (null = python3)
     module: Optional[str] = None  # python -m <module> (null = the engine's own)
     version: Optional[str] = None  # the release this build stands for (recorded)
+    device: Optional[str] = None  # what the build computes on: cpu | cuda | rocm (null: not said); what a mode needs is checked against it
     context: Optional[str] = None  # patched, host_venv: the recipe's folder (repo-relative), e.g. containers/vllm-cpu
     suite: Optional[str] = None  # host_venv: the Debian suite of the base image (its python3 must be the venv's)
     patches: List[str] = field(default_factory=list)  # patched: patch files (repo-relative)
@@ -107,6 +108,15 @@ class DrafterConfig:
     num_draft_tokens: Optional[int] = bounded(None, low=1, high=1024)
     # extra keys of vLLM's --speculative-config (e.g. prompt_lookup_max for ngram); SGLang ignores them
     vllm_speculative_config: Dict[str, Any] = free_form()
+    # Benchmark only (docs/forced-acceptance.md): the engine accepts drafts at this mean length
+    # per verify cycle (tokens, the bonus one included), whatever the drafter proposes, by its
+    # own mechanism: SGLang's (and the simulator's) SGLANG_SIMULATE_ACC_LEN, vLLM's synthetic
+    # rejection sampling (GPU builds only). Its outputs are not the model's, so the arm is
+    # benchmark-only: no quality gate can pass it. null: the drafter's real acceptance.
+    forced_accept_length: Optional[float] = bounded(None, low=1, high=1025)
+    # or per draft position, vLLM's synthetic_acceptance_rates: the unconditional share of cycles
+    # that accept that position and every one before it (non-increasing, one per draft step)
+    forced_accept_rates: Optional[List[float]] = bounded(None, low=0, high=1)
 
 
 @dataclass

@@ -183,6 +183,50 @@ class Engine:
             if missing:
                 raise EngineConfigError(f"drafter '{drafter.name}' sets algorithm {drafter.algorithm} "
                                         f"but not {', '.join(missing)}")
+        self.check_forced_acceptance(cfg)
+
+    def check_forced_acceptance(self, cfg: SpecgateConfig) -> None:
+        """drafter.forced_accept_length / forced_accept_rates as every engine reads them: one of
+        the two, within what a cycle of this drafter can yield; then whether this engine (and
+        build) can force acceptance at all (:meth:`forced_unsupported`). A plain arm drafts
+        nothing, so there is nothing of it to force (the command line reaches every arm)."""
+        drafter = cfg.drafter
+        length, rates = drafter.forced_accept_length, drafter.forced_accept_rates
+        if length is not None and rates is not None:
+            raise EngineConfigError("drafter.forced_accept_length and drafter.forced_accept_rates both force the "
+                                    "acceptance: set one (a mean length, or a rate per draft position)")
+        if not drafter.algorithm or (length is None and rates is None and self.forced_by_hand(cfg) is None):
+            return
+        steps = int(drafter.num_steps or 0)
+        if length is not None and not 1.0 <= float(length) <= steps + 1:
+            raise EngineConfigError(f"drafter.forced_accept_length={length:g} is outside [1, {steps + 1}]: a cycle of "
+                                    f"drafter '{drafter.name}' ({steps} draft steps) yields 1 to {steps + 1} tokens")
+        if rates is not None:
+            check_forced_rates(list(rates), steps, drafter.name)
+        if (why := self.forced_unsupported(cfg)) is not None:
+            raise EngineConfigError(why)
+
+    def forced_acceptance(self, cfg: SpecgateConfig) -> str | None:
+        """What forces this arm's acceptance, in words (None: the drafter's own acceptance):
+        specgate's drafter key, or this engine's own knob set by hand. Such an arm is
+        benchmark-only: its outputs are not the model's, its accept length is the one set."""
+        drafter = cfg.drafter
+        if not drafter.algorithm:
+            return None
+        if drafter.forced_accept_length is not None:
+            return f"drafter.forced_accept_length={drafter.forced_accept_length:g}"
+        if drafter.forced_accept_rates is not None:
+            return f"drafter.forced_accept_rates={[float(r) for r in drafter.forced_accept_rates]}"
+        return self.forced_by_hand(cfg)
+
+    def forced_by_hand(self, cfg: SpecgateConfig) -> str | None:
+        """This engine's own forced-acceptance knob, set in the config by hand (server.env,
+        an engine option, extra_args), in words; None: none set (or none exists)."""
+        return None
+
+    def forced_unsupported(self, cfg: SpecgateConfig) -> str | None:
+        """Why this engine, as configured, cannot force acceptance (None: it can)."""
+        return f"engine {self.name} has no forced acceptance; drop drafter.forced_accept_length/_rates"
 
     def readiness(self) -> HttpWaitStrategy:
         """How a server of this engine is known to be ready (backends set the timeout)."""
@@ -286,6 +330,18 @@ class Engine:
         decoding) for `drafter`: {engine, args, note, ...; files: {name: JSON} to write beside
         the schedule}; None when it is no engine to deploy (the simulator)."""
         return None
+
+
+def check_forced_rates(rates: list[float], steps: int, drafter: str) -> None:
+    """vLLM's synthetic_acceptance_rates rules, which every engine keeps: one unconditional
+    rate per draft step (the share of cycles accepting that position and all before it), so
+    they never increase."""
+    if len(rates) != steps:
+        raise EngineConfigError(f"drafter.forced_accept_rates has {len(rates)} rate(s); drafter '{drafter}' drafts "
+                                f"{steps} token(s) a cycle, so give one per draft position")
+    if any(later > earlier for earlier, later in zip(rates, rates[1:])):
+        raise EngineConfigError(f"drafter.forced_accept_rates={rates} increases; each is the share of cycles that "
+                                f"accept that position and every one before it, so they never increase")
 
 
 class PythonEngine(Engine):

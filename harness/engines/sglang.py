@@ -16,6 +16,13 @@ TOKENS_PER_VERIFY = ("the server's counters: Δ generation tokens ÷ Δ verify c
                      "over its verify cycles)")
 
 
+# SGLang's simulated acceptance (srt/environ.py; srt/speculative/eagle_utils.py
+# _generate_simulated_accept_index): a mean accept length per verify step, > 0 to turn it on,
+# and how each step's length is drawn ("multinomial", its default, misses the mean near the
+# ends; "match-expected" draws the two lengths around it so the mean is the one asked)
+SIMULATE_ACC_LEN, SIMULATE_ACC_METHOD = "SGLANG_SIMULATE_ACC_LEN", "SGLANG_SIMULATE_ACC_METHOD"
+MATCH_EXPECTED = "match-expected"
+
 # what SGLang's adaptive speculative decoding serves (adaptive_unsupported_reason, 0.5.23)
 ADAPTIVE_ALGORITHMS = ("EAGLE", "EAGLE3")
 ADAPTIVE_CONFIG_FILE = "sglang_adaptive.json"  # written beside schedule.json
@@ -84,6 +91,31 @@ class SGLang(PythonEngine):
                      "--speculative-eagle-topk", str(drafter.eagle_topk),
                      "--speculative-num-draft-tokens", str(drafter.num_draft_tokens)]
         return args + [str(a) for a in server.extra_args]
+
+    def environment(self, cfg: SpecgateConfig) -> dict[str, str]:
+        """drafter.forced_accept_length as SGLang's own simulated acceptance (env, read by
+        srt/speculative: each verify step accepts a length drawn for the whole batch), by the
+        method whose mean is the length asked, unless server.env names another."""
+        env = super().environment(cfg)
+        length = cfg.drafter.forced_accept_length
+        if cfg.drafter.algorithm and length is not None:
+            env[SIMULATE_ACC_LEN] = f"{float(length):g}"
+            env.setdefault(SIMULATE_ACC_METHOD, MATCH_EXPECTED)
+        return env
+
+    def forced_by_hand(self, cfg: SpecgateConfig) -> str | None:
+        """SGLANG_SIMULATE_ACC_LEN set in server.env (or the NCCL preset's env): active above 0."""
+        value = PythonEngine.environment(self, cfg).get(SIMULATE_ACC_LEN)
+        try:
+            return f"server.env.{SIMULATE_ACC_LEN}={value}" if value is not None and float(value) > 0 else None
+        except ValueError:
+            return f"server.env.{SIMULATE_ACC_LEN}={value}"  # SGLang refuses it at start; never judged as quality
+
+    def forced_unsupported(self, cfg: SpecgateConfig) -> str | None:
+        if cfg.drafter.forced_accept_rates is not None:
+            return (f"{self.name} forces acceptance by a mean length only ({SIMULATE_ACC_LEN}), not per draft "
+                    f"position: use drafter.forced_accept_length")
+        return None
 
     def min_processes(self, cfg: SpecgateConfig) -> int:
         return cfg.server.tp_size + 1  # the server, one scheduler per TP rank (and a detokenizer)

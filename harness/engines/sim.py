@@ -42,7 +42,20 @@ class Simulator(SGLang):
     readable_flags = SGLang.readable_flags + ("--sim-*",)  # SGLang's flags, and its timing model's
 
     def args(self, cfg: SpecgateConfig, port: int, host: str) -> list[str]:
-        return super().args(cfg, port, host) + (sim_args(cfg.server.sim) if cfg.server.sim is not None else [])
+        args = super().args(cfg, port, host) + (sim_args(cfg.server.sim) if cfg.server.sim is not None else [])
+        rates = cfg.drafter.forced_accept_rates
+        if cfg.drafter.algorithm and rates is not None:  # its own per-position mechanism (vLLM's semantics)
+            args += ["--sim-forced-accept-rates", ",".join(f"{float(r):g}" for r in rates)]
+        return args
+
+    def forced_unsupported(self, cfg: SpecgateConfig) -> str | None:
+        return None  # a mean length as SGLang takes it (env), per-position rates by its own flag
+
+    def forced_by_hand(self, cfg: SpecgateConfig) -> str | None:
+        """SGLang's env, or its own --sim-forced-accept-rates in server.extra_args."""
+        if "--sim-forced-accept-rates" in [str(a).split("=", 1)[0] for a in cfg.server.extra_args]:
+            return "server.extra_args --sim-forced-accept-rates"
+        return super().forced_by_hand(cfg)
 
     def schedule_form(self, drafter: DrafterConfig, ranges: list[tuple[int, int, int]]) -> None:
         return None  # nothing to deploy: a schedule measured here is written in the real engines' forms

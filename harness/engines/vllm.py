@@ -23,6 +23,13 @@ ONE_PLUS_ACCEPTED = ("the server's counters: 1 + Δ accepted draft tokens ÷ Δ 
 VLLM_METHODS = {"EAGLE3": "eagle3", "EAGLE": "eagle", "NGRAM": "ngram", "STANDALONE": "draft_model", "MTP": "mtp"}
 
 
+V1_MULTIPROCESSING = "VLLM_ENABLE_V1_MULTIPROCESSING"  # "0": the engine core runs in the API server's process
+SYNTHETIC = "synthetic"  # rejection_sample_method: drafts accepted at set rates (benchmark only)
+CPU_HAS_NO_SYNTHETIC = ("vLLM's CPU build has no synthetic (forced) acceptance: its sampler asserts 'Synthetic "
+                        "acceptance not supported with CPU sampling' at the first request; sweep draft models of "
+                        "graded agreement instead (docs/forced-acceptance.md)")
+
+
 def vllm_method(algorithm: str) -> str:
     return VLLM_METHODS.get(str(algorithm).upper(), str(algorithm))
 
@@ -35,7 +42,36 @@ def speculative_config(drafter: DrafterConfig) -> dict:
     if drafter.model_path:
         config["model"] = drafter.model_path
     config.update(drafter.vllm_speculative_config)
+    config.update(synthetic_acceptance(drafter))
     return config
+
+
+def synthetic_acceptance(drafter: DrafterConfig) -> dict:
+    """drafter.forced_accept_length/_rates as vLLM's synthetic rejection sampling (0.32,
+    config/speculative.py): drafts accepted at the rates set, whatever they are."""
+    if drafter.forced_accept_length is not None:
+        return {"rejection_sample_method": SYNTHETIC, "synthetic_acceptance_length": float(drafter.forced_accept_length)}
+    if drafter.forced_accept_rates is not None:
+        return {"rejection_sample_method": SYNTHETIC,
+                "synthetic_acceptance_rates": [float(r) for r in drafter.forced_accept_rates]}
+    return {}
+
+
+def hand_set_speculative_configs(cfg: SpecgateConfig) -> list[dict]:
+    """The --speculative-config JSON objects a config sets by hand: the drafter's
+    vllm_speculative_config, and any --speculative-config in server.extra_args."""
+    found = [dict(cfg.drafter.vllm_speculative_config)]
+    extra = [str(a) for a in cfg.server.extra_args]
+    for index, arg in enumerate(extra):
+        text = arg.split("=", 1)[1] if arg.startswith("--speculative-config=") else (
+            extra[index + 1] if arg == "--speculative-config" and index + 1 < len(extra) else None)
+        try:
+            value = json.loads(text) if text is not None else None
+        except ValueError:
+            value = None
+        if isinstance(value, dict):
+            found.append(value)
+    return found
 
 
 class VLLM(PythonEngine):
@@ -113,13 +149,24 @@ class VLLM(PythonEngine):
                                     f"num_steps={drafter.num_steps}; vLLM's chain verifies num_steps + 1 = "
                                     f"{int(drafter.num_steps) + 1} tokens per step")
 
+    def forced_by_hand(self, cfg: SpecgateConfig) -> str | None:
+        """rejection_sample_method: synthetic in a --speculative-config set by hand."""
+        if any(c.get("rejection_sample_method") == SYNTHETIC for c in hand_set_speculative_configs(cfg)):
+            return "rejection_sample_method=synthetic in vLLM's --speculative-config"
+        return None
+
+    def forced_unsupported(self, cfg: SpecgateConfig) -> str | None:
+        return CPU_HAS_NO_SYNTHETIC if cfg.build.device == "cpu" else None
+
     def shm_size(self, cfg: SpecgateConfig) -> str | None:
         return DEFAULT_SHM_SIZE
 
     def min_processes(self, cfg: SpecgateConfig) -> int:
-        # the API server and its engine core; with tp > 1 one worker per rank besides
+        # the API server and its engine core (one process when VLLM_ENABLE_V1_MULTIPROCESSING=0
+        # runs the core inside it); with tp > 1 one worker per rank besides
         tp = cfg.server.tp_size
-        return 2 + (tp if tp > 1 else 0)
+        in_process = self.environment(cfg).get(V1_MULTIPROCESSING) == "0"
+        return (1 if in_process else 2) + (tp if tp > 1 else 0)
 
     def prefix_cache_reset_unavailable(self, cfg: SpecgateConfig) -> str | None:
         """vLLM serves /reset_prefix_cache only in dev mode; a server specgate starts has it

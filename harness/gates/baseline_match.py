@@ -53,9 +53,16 @@ def identity(cfg: Mapping[str, Any], digest: bool = False) -> dict[str, Any]:
     return found
 
 
-def arm_identity(cfg: Any) -> dict[str, Any]:
-    """This run's arm's identity, dataset digest included: what results.json records of it."""
-    return identity(OmegaConf.to_container(cfg, resolve=True), digest=True)
+ACCEPTANCE, OWN_ACCEPTANCE = "acceptance", "the drafter's own"
+
+
+def arm_identity(arm: Any, digest: bool = True) -> dict[str, Any]:
+    """This run's arm's identity (with ``digest``, the dataset's included: what results.json
+    records of it), and whose acceptance it measured: the drafter's own, or one forced for a
+    benchmark (what forces it, in words); a forced record is no reference for a real one."""
+    found = identity(OmegaConf.to_container(arm.cfg, resolve=True), digest=digest)
+    found[ACCEPTANCE] = f"forced: {arm.benchmark_only}" if arm.benchmark_only else OWN_ACCEPTANCE
+    return found
 
 
 def model_name(path: Any) -> Any:
@@ -113,7 +120,7 @@ def run_differences(experiment: Experiment, run: RunData) -> dict[str, list[str]
         recorded = recorded_identity(run, arm.name)
         if recorded is None:
             continue
-        diff = identity_differences(arm_identity(arm.cfg), recorded)
+        diff = identity_differences(arm_identity(arm), recorded)
         if diff and run.data.get("fingerprint_key") not in (None, key_id()) and any(FINGERPRINT.search(d) for d in diff):
             diff.append("the reference's secrets were fingerprinted with another key (another machine's): set "
                         "SPECGATE_FINGERPRINT_KEY to that key to compare them")
@@ -189,8 +196,7 @@ def check_profile(experiment: Experiment, profile: NoiseProfile) -> list[str]:
              f"({profile.uncovered.get(arm.name, 'not in the calibrated experiment')})"
              for arm in experiment.arms if arm.name not in profile.arms]
     diffs = {arm.name: d for arm in shared
-             if (d := identity_differences(identity(OmegaConf.to_container(arm.cfg, resolve=True)),
-                                           profile.arms[arm.name].identity))}
+             if (d := identity_differences(arm_identity(arm, digest=False), profile.arms[arm.name].identity))}
     if not diffs:
         return notes
     arm, diff = next(iter(diffs.items()))

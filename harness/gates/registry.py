@@ -60,6 +60,8 @@ class GateContext:
     arm_requests: dict = field(default_factory=dict)  # every measured arm's request lines in this run (speedup intervals)
     server_windows: list = field(default_factory=list)  # the server's /metrics differenced, one per repeat
     arm_gpus: dict = field(default_factory=dict)  # every arm's telemetry block in this run (a speedup's other arm)
+    # arm -> what forces its acceptance (a benchmark-only arm, harness/engines Engine.forced_acceptance)
+    benchmark_only: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -102,6 +104,9 @@ class Gate:
     scope: Scope = "arm"
     validate: Callable[[Any, list[str], str | None], None] | None = None  # (section, arms, plain arm): its own checks
     trust: Any = None  # what its verdicts judge, for the trust guards (harness/gates/trust.py Trust); None: no guard
+    # a quality gate: (ctx) -> the arms whose own acceptance and outputs its verdicts rest on, for
+    # the arm under test (none where it is not configured for it); None: it judges speed or health
+    quality: Callable[[Any], list[str]] | None = None
 
     @property
     def section(self) -> str:
@@ -121,12 +126,15 @@ def no_arms(gate: Any) -> list[str]:
 
 def register(name: str, suite: Suite | None, keys: tuple[str, ...], arms: Callable[[Any], list[str]] = no_arms,
              needs_plain_arm: bool = False, scope: Scope = "arm",
-             validate: Callable[[Any, list[str], str | None], None] | None = None, trust: Any = None) -> Callable:
+             validate: Callable[[Any, list[str], str | None], None] | None = None, trust: Any = None,
+             quality: Callable[[Any], list[str]] | None = None) -> Callable:
     """Add a gate to the registry (a decorator); names are unique. An arm gate belongs to a
     suite; a sweep or capacity gate to none (its driver judges it). `trust` (a
     harness.gates.trust.Trust: the figures its verdicts judge, the side they compare with):
     the registry applies the trust guards to every verdict the gate gives, so the gate only
-    computes its verdicts; the decorator returns the guarded check, the one every caller gets."""
+    computes its verdicts; `quality` (the arms whose acceptance it judges, :func:`own_acceptance`):
+    a benchmark-only arm among them fails it, said why, before it judges anything. The decorator
+    returns the guarded check, the one every caller gets."""
     if (suite is None) != (scope != "arm"):
         raise ValueError(f"gate '{name}': an arm gate names its suite, a {scope} gate none")
 
@@ -134,9 +142,35 @@ def register(name: str, suite: Suite | None, keys: tuple[str, ...], arms: Callab
         if name in GATES:
             raise ValueError(f"gate '{name}' is registered twice")
         checked = check if trust is None else guarded(check, trust)
-        GATES[name] = Gate(name, suite, checked, keys, arms, needs_plain_arm, scope, validate, trust)
+        checked = checked if quality is None else quality_guarded(name, checked, quality)
+        GATES[name] = Gate(name, suite, checked, keys, arms, needs_plain_arm, scope, validate, trust, quality)
         return checked
     return add
+
+
+def own_acceptance(key: str) -> Callable[[Any], list[str]]:
+    """A quality gate configured per arm (`gate.<key>: {arm: ...}`) judges the acceptance of
+    the arm it is configured for."""
+    def arms(ctx: Any) -> list[str]:
+        return [ctx.arm] if ctx.arm in (getattr(ctx.gate, key) or {}) else []
+    return arms
+
+
+def quality_guarded(name: str, check: Callable[[Any], list[Verdict]], quality: Callable[[Any], list[str]]) -> Callable:
+    """`check`, unless an arm whose acceptance it would judge had it forced for a benchmark:
+    then one failed verdict that says which arm and what forced it. Asked for on that arm, a
+    quality verdict cannot pass: the outputs are not the model's, the accept length the one set."""
+    @functools.wraps(check)
+    def judged(ctx: Any) -> list[Verdict]:
+        forced = [(arm, ctx.benchmark_only[arm]) for arm in quality(ctx) if arm in (ctx.benchmark_only or {})]
+        if not forced:
+            return check(ctx)
+        said = "; ".join(f"arm '{arm}' forces its acceptance ({why})" for arm, why in dict(forced).items())
+        return [Verdict(name, ctx.arm, False, None, None,
+                        f"{ctx.arm}: {name} judges the drafter's real acceptance, and {said}: a benchmark-only arm, "
+                        f"whose outputs are not the model's and whose accept length is the one set; drop "
+                        f"gate.{name} for it, or the forcing")]
+    return judged
 
 
 def guarded(check: Callable[[Any], list[Verdict]], trust: Any) -> Callable[[Any], list[Verdict]]:

@@ -12,7 +12,7 @@ from harness.measure.server_metrics import missing_note
 from harness.measure.registry import OUTPUT_RATE, STEADY, break_even_accept_length, cycle_and_step, speedup, speedup_missing, throughputs
 from harness.gates.verdict import inconclusive_passes, Verdict, skipped, not_configured, fmt, at_least, at_most, outward
 from harness.gates.trust import Figures, Side, Trust, one
-from harness.gates.registry import GateConfigError, GateContext, register, keyed_arms, unmeasured
+from harness.gates.registry import GateConfigError, GateContext, register, keyed_arms, own_acceptance, unmeasured
 from harness.measure.stream_steps import DEFINITION as STREAM_DEFINITION, StreamSteps, stream_steps
 
 
@@ -26,7 +26,7 @@ def overall_accept_length(name: str) -> Figures:
 
 
 @register("min_accept_length", "speculative", ("min_accept_length",), keyed_arms("min_accept_length"),
-          trust=Trust(overall_accept_length))
+          trust=Trust(overall_accept_length), quality=own_acceptance("min_accept_length"))
 def min_accept_length(ctx: GateContext) -> list[Verdict]:
     """Accept length (run-scoped, token-weighted) at least gate.min_accept_length[arm]."""
     name, arm, gate = "min_accept_length", ctx.arm, ctx.gate
@@ -59,7 +59,7 @@ def per_category_floors(threshold: Any) -> dict[str, float]:
 
 
 @register("max_accept_length", "speculative", ("max_accept_length",), keyed_arms("max_accept_length"),
-          trust=Trust(one("accept_length")))
+          trust=Trust(one("accept_length")), quality=own_acceptance("max_accept_length"))
 def max_accept_length(ctx: GateContext) -> list[Verdict]:
     """Accept length at most gate.max_accept_length[arm] (a draft that must not be accepted)."""
     name, arm, gate = "max_accept_length", ctx.arm, ctx.gate
@@ -80,7 +80,8 @@ def shares_in_unit_range(gate: Any, arms: list[str], plain_arm: str | None) -> N
 
 
 @register("min_acceptance_per_position", "speculative", ("min_acceptance_per_position",),
-          keyed_arms("min_acceptance_per_position"), validate=shares_in_unit_range)
+          keyed_arms("min_acceptance_per_position"), validate=shares_in_unit_range,
+          quality=own_acceptance("min_acceptance_per_position"))
 def min_acceptance_per_position(ctx: GateContext) -> list[Verdict]:
     """The share of drafts whose position i was accepted at least
     gate.min_acceptance_per_position[arm][i-1], one verdict per position given: from the
@@ -235,7 +236,13 @@ def lossless_arms(gate: Any) -> list[str]:
     return [str(a) for a in gate.lossless] + [str(g.against) for g in gate.lossless.values()]
 
 
-@register("lossless", "speculative", ("lossless",), lossless_arms)
+def lossless_compared(ctx: GateContext) -> list[str]:
+    """The arm the lossless gate is configured for, and the arm it compares outputs with."""
+    spec = ctx.gate.lossless.get(ctx.arm)
+    return [] if spec is None else [ctx.arm, str(spec.against)]
+
+
+@register("lossless", "speculative", ("lossless",), lossless_arms, quality=lossless_compared)
 def lossless(ctx: GateContext) -> list[Verdict]:
     """Under greedy decoding each request generates exactly what it did in the `against`
     arm, for at least gate.lossless[arm].min_exact_match of the requests both completed."""

@@ -228,7 +228,8 @@ def arm_row(arm: str, result: Any, columns: list[Metric], plain_arm: Optional[st
                       "bad": column.count and column.better == "lower" and bool(value),
                       "client_bound": key in bound})
     status = text(result.get("status")) or "unknown"
-    return {"arm": arm, "status": status, "status_class": status_class(status), "cells": cells}
+    return {"arm": arm, "status": status, "status_class": status_class(status), "cells": cells,
+            "benchmark_only": text(result.get("benchmark_only"))}
 
 
 def status_class(status: str) -> str:
@@ -258,6 +259,7 @@ def arm_card(record_dir: Path, arm: str, result: Any) -> dict[str, Any]:
     errors = result.get("errors") if isinstance(result.get("errors"), dict) else {}
     return {"name": arm, "status": status, "status_class": status_class(status),
             "error": text(result.get("error")), "errors": [(text(m), text(c)) for m, c in errors.items()],
+            "benchmark_only": text(result.get("benchmark_only")),
             "server": server_facts(result), "gpus": gpu_facts(result.get("gpu")) + energy_facts(result),
             "telemetry_png": png_file_uri(record_dir / "arms" / arm / "telemetry.png")}
 

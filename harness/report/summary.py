@@ -104,6 +104,8 @@ def format_summary(experiment, results: dict[str, ArmResult], arm_status: dict[s
     if any(bound_figures(r) for r in results.values()):
         lines.append(f"\n{CLIENT_BOUND_MARK} client-bound: the figure is the client's own lag, not the server's "
                      f"(see Client health).")
+    lines += [f"\n{benchmark_only_words(arm.name, arm.benchmark_only)}" for arm in getattr(experiment, "arms", ())
+              if getattr(arm, "benchmark_only", None)]
     for arm in experiment.arm_names:
         r = results.get(arm)
         if r is not None and r.accept_length_source == "server_cumulative":
@@ -146,6 +148,12 @@ def format_summary(experiment, results: dict[str, ArmResult], arm_status: dict[s
     lines += ["", line + "."]
     lines += not_evaluated_section(not_evaluated or [])
     return "\n".join(lines) + "\n"
+
+
+def benchmark_only_words(arm: str, why: str) -> str:
+    """A forced-acceptance arm, said wherever its figures are shown."""
+    return (f"**{arm} is benchmark-only**: its acceptance is forced ({why}), so its outputs are not the model's "
+            f"and its accept length is the one set; its speed is measured, its quality never judged.")
 
 
 def gated_headline(verdicts: list) -> str:

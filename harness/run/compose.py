@@ -109,6 +109,7 @@ def check_arm_names(arm: Arm) -> None:
         engine.check(cfg)
     except EngineConfigError as exc:
         raise ConfigError(f"arm '{arm.name}': {exc}") from None
+    arm.benchmark_only = engine.forced_acceptance(cfg)
     if workload.trace is None and workload.shared_prefix is None and workload.dataset is not None:
         check_dataset(workload.dataset)
     if workload.tokenizer is not None:

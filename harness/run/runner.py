@@ -80,7 +80,7 @@ class Runner:
         """Start the arm's server and measure its workload; the server stays up until close_arm."""
         arm = self.experiment.arm(name)
         outcome = self.outcomes[name] = ArmOutcome(name, backend=arm.cfg.backend.kind, choices=arm.choices,
-                                                   identity=arm_identity(arm.cfg))
+                                                   identity=arm_identity(arm))
         record = self.start_record()
         self.session.run, self.session.record = record.name, str(record.resolve())
         arm_session = self.open_sessions[name] = ArmSession(arm, outcome, self.recorder, self.session, self.progress)
@@ -188,6 +188,8 @@ class Runner:
                 if missing:  # a zero or missing rate divides nothing: the speedup is missing, said why
                     versus[f"speedup_missing_vs_{plain}"] = missing
             arms[arm.name] = outcome.to_json(versus) if arm.name in self.outcomes else {"status": "not_run"}
+            if arm.benchmark_only:  # its acceptance was forced: a speed figure, never a quality one
+                arms[arm.name]["benchmark_only"] = arm.benchmark_only
             energy_ratio = joules_per_token_ratio(outcome.gpu, self.gpu.get(plain)) if arm.name != plain else None
             if energy_ratio is not None:  # a cross-arm figure, keyed as speedup_vs_<plain> is
                 arms[arm.name][f"joules_per_token_vs_{plain}"] = energy_ratio

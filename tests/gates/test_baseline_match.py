@@ -98,10 +98,10 @@ def lone_results(folder: Path, identities: dict[str, dict]) -> Path:
 def test_a_lone_results_json_carries_what_identifies_its_measurement(experiment, tmp_path):
     # at another concurrency: refused as for its record folder, with no config.yaml beside it
     from harness.gates.baseline_match import arm_identity
-    other = {a: {**arm_identity(experiment.arm(a).cfg), "workload.concurrency": 64} for a in experiment.arm_names}
+    other = {a: {**arm_identity(experiment.arm(a)), "workload.concurrency": 64} for a in experiment.arm_names}
     with pytest.raises(ConfigError, match=r"workload.concurrency: 64 there, \d+ here"):
         check_baseline(experiment, [read_run(lone_results(tmp_path / "x", other))])
-    same = {a: arm_identity(experiment.arm(a).cfg) for a in experiment.arm_names}
+    same = {a: arm_identity(experiment.arm(a)) for a in experiment.arm_names}
     assert check_baseline(experiment, [read_run(lone_results(tmp_path / "y", same))])[1] == []
 
 
@@ -110,7 +110,7 @@ def test_an_edited_dataset_at_the_same_path_is_another_workload(tmp_path):
     data = tmp_path / "prompts.jsonl"
     data.write_text('{"prompt": "count to ten"}\n')
     experiment = compose(["+exp=sim_smoke", f"workload.dataset={data}"])
-    recorded = {a: arm_identity(experiment.arm(a).cfg) for a in experiment.arm_names}
+    recorded = {a: arm_identity(experiment.arm(a)) for a in experiment.arm_names}
     reference = read_run(lone_results(tmp_path / "ref", recorded))
     assert check_baseline(experiment, [reference])[1] == []
     data.write_text('{"prompt": "write a long story"}\n')  # same path, other prompts

@@ -330,10 +330,10 @@ def test_the_arm_identity_carries_the_traces_sha256(tmp_path):
     trace = tmp_path / "t.jsonl"
     shutil.copy(MOONCAKE, trace)
     experiment = compose(["+exp=sim_trace", f"workload.trace={trace}"])
-    identity = arm_identity(experiment.arms[0].cfg)
+    identity = arm_identity(experiment.arms[0])
     assert identity["workload.trace_sha256"] == trace_digest(trace) and identity["workload.trace"] == str(trace)
     trace.write_text(trace.read_text().replace('"output_length": 22', '"output_length": 23', 1))
-    assert arm_identity(experiment.arms[0].cfg)["workload.trace_sha256"] != identity["workload.trace_sha256"]
+    assert arm_identity(experiment.arms[0])["workload.trace_sha256"] != identity["workload.trace_sha256"]
 
 
 # --- end to end ------------------------------------------------------------------------------------
