@@ -3,6 +3,7 @@ native /generate route, an OpenAI error object at the top level of its 400s."""
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 from harness.config.schema import DrafterConfig, SpecgateConfig
@@ -104,12 +105,19 @@ class SGLang(PythonEngine):
         return env
 
     def forced_by_hand(self, cfg: SpecgateConfig) -> str | None:
-        """SGLANG_SIMULATE_ACC_LEN set in server.env (or the NCCL preset's env): active above 0."""
-        value = PythonEngine.environment(self, cfg).get(SIMULATE_ACC_LEN)
+        """SGLANG_SIMULATE_ACC_LEN set in server.env (or the NCCL preset's env), or inherited from
+        specgate's own environment by a server it starts as a process: active above 0."""
+        configured = PythonEngine.environment(self, cfg)
+        if SIMULATE_ACC_LEN in configured:
+            where, value = "server.env.", configured[SIMULATE_ACC_LEN]
+        elif cfg.backend.kind == "process" and SIMULATE_ACC_LEN in os.environ:
+            where, value = "specgate's environment (backend=process passes it on): ", os.environ[SIMULATE_ACC_LEN]
+        else:
+            return None
         try:
-            return f"server.env.{SIMULATE_ACC_LEN}={value}" if value is not None and float(value) > 0 else None
+            return f"{where}{SIMULATE_ACC_LEN}={value}" if float(value) > 0 else None
         except ValueError:
-            return f"server.env.{SIMULATE_ACC_LEN}={value}"  # SGLang refuses it at start; never judged as quality
+            return f"{where}{SIMULATE_ACC_LEN}={value}"  # SGLang refuses it at start; never judged as quality
 
     def forced_unsupported(self, cfg: SpecgateConfig) -> str | None:
         if cfg.drafter.forced_accept_rates is not None:

@@ -111,6 +111,13 @@ def test_sglangs_env_set_by_hand_marks_the_arm():
     assert arm("sim_smoke", "baseline", "++server.env.SGLANG_SIMULATE_ACC_LEN=3").benchmark_only is None  # drafts nothing
 
 
+def test_sglangs_env_inherited_by_a_process_server_marks_the_arm(monkeypatch):
+    monkeypatch.setenv("SGLANG_SIMULATE_ACC_LEN", "2")
+    inherited = arm("sim_smoke", "eagle3", "backend=process").benchmark_only
+    assert inherited == "specgate's environment (backend=process passes it on): SGLANG_SIMULATE_ACC_LEN=2"
+    assert arm("sim_smoke", "eagle3").benchmark_only is None  # a container does not inherit it
+
+
 def test_a_forced_arm_is_another_identity_than_a_real_one():
     real, forced = arm("sim_smoke", "eagle3"), arm("sim_smoke", "eagle3", "drafter.forced_accept_length=2.5")
     assert arm_identity(real)["acceptance"] == "the drafter's own"
