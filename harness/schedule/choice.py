@@ -5,32 +5,27 @@ by definition): dividing by the plain arm that ran beside it takes out what the 
 between points. The point is the ratio of the two arms' per-window token rates' means, on
 the basis of sweep.json's `speedup` (the steady windows where both arms had one), and its
 interval the same ratio over their bootstrap resamples, drawn as the min_speedup gate draws
-them (harness/gates/change.py, harness/measure/estimate.py: the same evidence, resamples and
-seed): one estimator, so the point lies inside its interval. It is sweep.json's figure up to
-that figure's rounding (a record without rates keeps sweep.json's, with no interval). The
-fastest candidate is **decided** when, against every other candidate, the interval of the
-ratio of their speedups lies above 1; else the candidates whose ratio interval reaches 1 are
-**within noise** of it, and any of them is as good a choice as the data can tell.
+them (harness/gates/arm_speedup.py, over harness/gates/change.py and harness/measure/estimate.py:
+the same evidence, resamples and seed): one estimator, so the point lies inside its interval.
+It is sweep.json's figure up to that figure's rounding (a record without rates keeps
+sweep.json's, with no interval). The fastest candidate is **decided** when, against every
+other candidate, the interval of the ratio of their speedups lies above 1; else the
+candidates whose ratio interval reaches 1 are **within noise** of it, and any of them is as
+good a choice as the data can tell.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
 
-from harness.gates.change import BOOTSTRAP_RESAMPLES, CONFIDENCE, MIN_SAMPLES, evidence, resampled
-from harness.measure.estimate import around
-from harness.measure.registry import OUTPUT_RATE, STEADY
-from harness.measure.samples import COLUMNS
-from harness.measure.steady import rate_evidence as steady_rates
-from harness.record.requests import read_lines
+from harness.gates.arm_speedup import estimate_speedup, interval
+from harness.gates.change import BOOTSTRAP_RESAMPLES, CONFIDENCE
 from harness.schedule.grid import Cell, Grid
 
 PLAIN_K = 0  # plain decoding as a candidate (vLLM's schedule spells it so too)
-METRIC = OUTPUT_RATE
 
 
 @dataclass
@@ -79,48 +74,10 @@ def choose_at(concurrency: int, cells: list[Cell], grid: Grid, confidence: float
 
 def candidate(cell: Cell, grid: Grid, confidence: float, seed: int) -> Candidate:
     """The cell's speedup with its interval: the gate's (seed 0) for the interval shown, and
-    independent replicas (seed per cell) for comparing cells with each other."""
-    found = Candidate(cell.k, cell.speedup, cell.point)
-    mine, theirs = rate_samples(cell, grid)
-    few = min(e.groups_count if e is not None else 0 for e in (mine, theirs))
-    if few < MIN_SAMPLES:
-        found.why = f"only {few} time windows of token rates in an arm, fewer than the {MIN_SAMPLES} an interval needs"
-        return found
-    if theirs.value():  # the point is the statistic of exactly the rates resampled
-        found.speedup = mine.value() / theirs.value()
-    found.interval = interval(replicas(theirs, mine, 0), found.speedup, confidence)
-    found.replicas = replicas(theirs, mine, seed + 1)
-    return found
-
-
-def rate_samples(cell: Cell, grid: Grid):
-    """Both arms' per-window token rates on the basis of the point's speedup (sweep.json's
-    figure): each steady window's when the run measured the speedup on it, the whole load's
-    otherwise, as the min_speedup gate draws them, so the interval is the figure's own."""
-    blocks = cell.run.arms
-    if (blocks.get(grid.arm) or {}).get(f"basis_vs_{grid.plain_arm}") == STEADY:
-        lines = read_lines(cell.run.path.parent)
-        by_arm = {arm: [line for line in lines if line.get("arm") == arm] for arm in (grid.arm, grid.plain_arm)}
-        return tuple(steady_rates(by_arm[arm], (blocks.get(arm) or {}).get("steady") or {}, cell.concurrency)
-                     for arm in (grid.arm, grid.plain_arm))
-    return (evidence(METRIC, cell.run.request_columns(grid.arm, COLUMNS)),
-            evidence(METRIC, cell.run.request_columns(grid.plain_arm, COLUMNS)))
-
-
-def replicas(plain, spec, seed: int) -> np.ndarray:
-    """Bootstrap replicas of spec's tok/s over plain's, drawn as judge() draws them."""
-    rng = np.random.default_rng(seed)
-    old, new = resampled(plain, rng, BOOTSTRAP_RESAMPLES), resampled(spec, rng, BOOTSTRAP_RESAMPLES)
-    return new / old
-
-
-def interval(values: np.ndarray, point: float, confidence: float) -> Optional[list[float]]:
-    """The replicas' interval around `point` (estimate.around), rounded outwards to 4
-    decimals so rounding never leaves the point outside it."""
-    ends = around(values, point, confidence)
-    if ends is None:
-        return None
-    return [math.floor(ends[0] * 1e4) / 1e4, math.ceil(ends[1] * 1e4) / 1e4]
+    independent replicas (seed per cell) for comparing cells with each other
+    (harness/gates/arm_speedup.py, the estimator the sweep's break-even shares)."""
+    found = estimate_speedup(cell.run, grid.arm, grid.plain_arm, seed + 1, cell.speedup, cell.concurrency, confidence)
+    return Candidate(cell.k, found.speedup, cell.point, found.replicas, found.interval, found.why)
 
 
 def compared(best: Candidate, other: Candidate, confidence: float) -> dict:
