@@ -6,8 +6,10 @@
     sweep.json    the points: overrides, record, exit status, and per arm the headline figures
                   read from the point's results.json; `status` running, finished or interrupted
     summary.md    point x arm: the headline figures and the gate verdict counts, where
-                  each speculative arm stops paying (its crossover, see `crossovers`) and the
-                  sweep gates' verdicts (`sweep_gates`, harness/gates/sweep.py)
+                  each speculative arm stops paying (its crossover, see `crossovers`), the
+                  measured break-even accept length per concurrency (`break_even_accept_length`,
+                  harness/sweep/break_even.py) and the sweep gates' verdicts (`sweep_gates`,
+                  harness/gates/sweep.py)
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from harness.config.compose import Experiment
 from harness.measure.registry import in_scope, read
 from harness.report.tables import Row, metric_table
 from harness.record.store import RunData, safe_name
+from harness.sweep.break_even import measured_break_even
 from harness.sweep.runs import WholeRunsRecord
 
 
@@ -39,6 +42,8 @@ def headline(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
         figures.update({m.path: read(block, m, plain) for m in in_scope("sweep")})
         if plain and name != plain:  # what its speedup and break-even rest on (steady | whole)
             figures["basis"] = block.get(f"basis_vs_{plain}")
+        if block.get("benchmark_only"):  # its acceptance was forced: a speed figure, never a quality one
+            figures["benchmark_only"] = block["benchmark_only"]
         verdicts = [g.get("status") for g in gates if g.get("arm") == name]
         figures.update(gates_passed=verdicts.count("passed"), gates_failed=verdicts.count("failed"))
         arms[name] = figures
@@ -120,7 +125,9 @@ class SweepRecord(WholeRunsRecord):
         self.data["sweep_gates"] = [v.to_json() for v in verdicts]
 
     def finish(self, exit_status: int, interrupted: bool) -> None:
-        self.close(exit_status, interrupted, crossovers=crossovers(self.data["points"]))
+        points = self.data["points"]
+        self.close(exit_status, interrupted, crossovers=crossovers(points),
+                   break_even_accept_length=measured_break_even(self.path, points, self.plain_arm))
         self.save()
         self.recorder.write_summary(summary(self.redactor.data(self.data)))
 
@@ -163,6 +170,13 @@ def crossing(curve: list[tuple[int, float]]) -> dict[str, Any]:
     return {"pays_through": last_c, "words": f"pays at every concurrency swept, up to {last_c} ({last_s:.2f}x there)"}
 
 
+def break_even_label(entry: dict[str, Any]) -> str:
+    """Which curve a measured break-even is of: `concurrency 4, k=2 with workload.input_len=64`."""
+    k = f", k={entry['k']}" if entry.get("k") is not None else ""
+    others = f" with {', '.join(entry['with'])}" if entry.get("with") else ""
+    return f"concurrency {entry.get('concurrency')}{k}{others}"
+
+
 def cell(value: Any) -> str:
     if value is None:
         return "–"
@@ -187,6 +201,9 @@ def summary(data: dict[str, Any]) -> str:
         lines += ["", "## Where speculation pays", ""]
         lines += [f"- {x['arm']}{' with ' + ', '.join(x['with']) if x['with'] else ''}: {x['words']}"
                   for x in data["crossovers"]]
+    if data.get("break_even_accept_length"):
+        lines += ["", "## Break-even accept length (measured)", ""]
+        lines += [f"- {break_even_label(x)}: {x['words']}" for x in data["break_even_accept_length"]]
     if data.get("sweep_gates"):
         lines += ["", "## Sweep gates", ""]
         lines += [f"- {Verdict.from_json(v, 'sweep').line()}" for v in data["sweep_gates"]]

@@ -1,7 +1,10 @@
 """`specgate report SWEEP_DIR`: one self-contained HTML page for a sweep record: the break-even map.
 
 It reads the sweep's sweep.json (harness/sweep/record.py) and shows: the verdict (points'
-exit statuses and sweep gates), each speculative arm's crossover in words, the speedup over
+exit statuses and sweep gates), each speculative arm's crossover in words, the measured
+break-even accept length per concurrency (harness/sweep/break_even.py: speedup against accept
+length, and the break-even against concurrency beside the formula's and the real drafter's
+accept length), the speedup over
 the plain arm against concurrency (a line at 1.0, the crossover marked), throughput per GPU against
 throughput per user for every arm on one chart with its Pareto frontier, the accept length
 against the break-even accept length per point, the sweep gates' verdicts and the point x arm
@@ -27,6 +30,7 @@ from harness.report.html import ARM_COLORS, figure_uri, show
 from harness.report.page import ReportError, render, write_page
 from harness.gates.sweep import others_of, point_concurrency
 from harness.report.tables import Row, metric_table
+from harness.sweep.record import break_even_label
 
 PASSED, FAILED, NOT_EVALUABLE = "passed", "failed", "not_evaluable"  # sweep.json's verdict statuses
 
@@ -57,6 +61,7 @@ def sweep_context(data: dict[str, Any], label: str) -> dict[str, Any]:
     points = [p for p in data["points"] if isinstance(p, dict)]
     gates = [v for v in data.get("sweep_gates") or [] if isinstance(v, dict)]
     crossovers = [x for x in data.get("crossovers") or [] if isinstance(x, dict)]
+    break_even = [x for x in data.get("break_even_accept_length") or [] if isinstance(x, dict)]
     curves = speedup_curves(points)
     pareto = pareto_points(points)
     return {
@@ -65,6 +70,9 @@ def sweep_context(data: dict[str, Any], label: str) -> dict[str, Any]:
         "facts": facts(data, points),
         "verdict": verdict(data, points, gates),
         "crossovers": [f"{x.get('arm')}{with_words(x.get('with'))} {x.get('words', '')}" for x in crossovers],
+        "break_even": [f"{break_even_label(x)}: {x.get('words', '')}" for x in break_even],
+        "break_even_speedup_chart": break_even_speedup_chart(break_even),
+        "break_even_map_chart": break_even_map_chart(break_even),
         "gates": [gate_row(v) for v in gates],
         "pareto_chart": pareto_chart(pareto),
         "pareto_frontier": frontier_words(pareto),
@@ -233,6 +241,147 @@ def accept_chart(curves: dict) -> Optional[str]:
     concurrency_axis(ax, shown)
     ax.legend(fontsize=9, frameon=False)
     return figure_uri(fig)
+
+
+# --- the break-even accept length measured (sweep.json's break_even_accept_length) ------------
+
+def break_even_series(entry: dict[str, Any]) -> str:
+    """Which line an entry is on in the map over concurrency: its k and other swept keys."""
+    parts = ([f"k={entry['k']}"] if entry.get("k") is not None else []) + list(entry.get("with") or [])
+    return ", ".join(parts)
+
+
+def break_even_speedup_chart(entries: list[dict[str, Any]]) -> Optional[str]:
+    """Speedup against the measured accept length, one line per group (concurrency) with each
+    point's interval, a line at 1.0, the measured break-even marked on it with its interval
+    (an arrow where an end is open), and the real drafters' arms as stars."""
+    shown = [e for e in entries if valid_points(e)]
+    if not shown:
+        return None
+    fig = Figure(figsize=(9, 4.8), layout="constrained")
+    ax = fig.subplots()
+    ax.axhline(1.0, color="#444444", lw=1.2, ls="--", label="1.0x: speculation breaks even")
+    for index, entry in enumerate(shown):
+        color = ARM_COLORS[(index + 1) % len(ARM_COLORS)]
+        series = break_even_series(entry)
+        label = f"concurrency {entry.get('concurrency')}" + (f" ({series})" if series else "")
+        found = valid_points(entry)
+        xs, ys = [p[0] for p in found], [p[1] for p in found]
+        errors = [[y - (p[2] or [y, y])[0] for p, y in zip(found, ys)], [(p[2] or [y, y])[1] - y for p, y in zip(found, ys)]]
+        ax.errorbar(xs, ys, yerr=errors, marker="o", lw=2, capsize=3, color=color, label=label)
+        mark_break_even(ax, entry, color, min(xs), max(xs))
+        for real in entry.get("real") or []:
+            if isinstance(real.get("accept_length"), (int, float)) and isinstance(real.get("speedup"), (int, float)):
+                ax.plot([real["accept_length"]], [real["speedup"]], marker="*", markersize=17, color=color,
+                        markeredgecolor="black", ls="none", zorder=6)
+    ax.plot([], [], marker="*", markersize=13, color="#bbbbbb", markeredgecolor="black", ls="none",
+            label="a real drafter's arm (acceptance not forced)")
+    ax.set(title="Speedup over plain decoding against the measured accept length",
+           xlabel="accept length (tokens per verify cycle, as measured)", ylabel="speedup (output tok/s ratio)")
+    highest = max(p[1] for e in shown for p in valid_points(e))
+    ax.set_ylim(0.0, max(1.2, highest) * 1.12)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=9, frameon=False, loc="upper left")
+    return figure_uri(fig)
+
+
+def valid_points(entry: dict[str, Any]) -> list[list]:
+    """The entry's [accept length, speedup, interval] whose first two are numbers."""
+    return [p for p in entry.get("points") or [] if isinstance(p, list) and len(p) == 3
+            and all(isinstance(v, (int, float)) for v in p[:2])]
+
+
+def mark_break_even(ax, entry: dict[str, Any], color: str, lowest: float, highest: float) -> None:
+    """The measured break-even on the 1.0 line, its interval as a bar along it (to the swept
+    range's end and an arrow where that end is open)."""
+    at = entry.get("measured")
+    if not isinstance(at, (int, float)):
+        return
+    low, high = entry.get("interval") or (at, at)
+    left, right = low if low is not None else lowest, high if high is not None else highest
+    ax.plot([left, right], [1.0, 1.0], color=color, lw=5, alpha=0.45, solid_capstyle="butt", zorder=4)
+    for end, open_, marker in ((left, low is None, "<"), (right, high is None, ">")):
+        if open_:
+            ax.plot([end], [1.0], marker=marker, markersize=9, color=color, zorder=5)
+    ax.plot([at], [1.0], marker="X", markersize=12, color=color, markeredgecolor="black", zorder=6)
+    ax.annotate(f"{at:.2f}", (at, 1.0), textcoords="offset points", xytext=(6, -16), color=color,
+                fontsize=10, fontweight="bold")
+
+
+def break_even_map_chart(entries: list[dict[str, Any]]) -> Optional[str]:
+    """Accept length against concurrency, per series (k, other swept keys): the measured
+    break-even with its interval band, the formula's (verify cycle ÷ plain step) dashed, and the
+    real drafters' measured accept length overlaid: above the band, speculation pays."""
+    series: dict[str, list[dict[str, Any]]] = {}
+    for entry in entries:
+        if isinstance(entry.get("concurrency"), int):
+            series.setdefault(break_even_series(entry), []).append(entry)
+    if not series:
+        return None
+    fig = Figure(figsize=(9, 4.8), layout="constrained")
+    ax = fig.subplots()
+    for index, (name, found) in enumerate(series.items()):
+        color = ARM_COLORS[(index + 1) % len(ARM_COLORS)]
+        found = sorted(found, key=lambda e: e["concurrency"])
+        draw_measured(ax, found, color, name)
+        formula = [(e["concurrency"], e["formula"]) for e in found if isinstance(e.get("formula"), (int, float))]
+        if formula:
+            ax.plot(*zip(*formula), marker="s", lw=1.5, ls="--", color=color,
+                    label=f"break-even by formula (verify cycle ÷ plain step){', ' + name if name else ''}")
+        draw_real(ax, found, index)
+    ax.set(title="Break-even accept length by concurrency: measured, formula, and the real drafter",
+           ylabel="accept length (tokens per verify cycle)")
+    concurrency_axis(ax, {name: [(e["concurrency"], e) for e in found] for name, found in series.items()})
+    ax.legend(fontsize=9, frameon=False)
+    return figure_uri(fig)
+
+
+def draw_measured(ax, found: list[dict[str, Any]], color: str, name: str) -> None:
+    """The measured break-even per concurrency and its interval as a band (an open end drawn to
+    the swept accept lengths' end); a concurrency with no crossing marked where it lies: a
+    triangle up past the highest length swept, down below the lowest."""
+    measured = [e for e in found if isinstance(e.get("measured"), (int, float))]
+    if measured:
+        xs = [e["concurrency"] for e in measured]
+        low = [band_end(e, 0) for e in measured]
+        high = [band_end(e, 1) for e in measured]
+        ax.fill_between(xs, low, high, color=color, alpha=0.2, lw=0)
+        ax.errorbar(xs, [e["measured"] for e in measured],
+                    yerr=[[m - lo for m, lo in zip((e["measured"] for e in measured), low)],
+                          [hi - m for m, hi in zip((e["measured"] for e in measured), high)]],
+                    marker="o", lw=2.2, capsize=4, color=color,
+                    label=f"break-even measured, with its interval{', ' + name if name else ''}")
+    for entry in found:
+        lengths = [p[0] for p in valid_points(entry)]
+        if entry.get("measured") is None and lengths:
+            pays = all(p[1] >= 1.0 for p in valid_points(entry))
+            ax.plot([entry["concurrency"]], [min(lengths) if pays else max(lengths)], marker="v" if pays else "^",
+                    markersize=10, color=color, ls="none")
+
+
+def band_end(entry: dict[str, Any], end: int) -> float:
+    """An end of the entry's interval; where it is open (or missing), the swept lengths' end."""
+    interval = entry.get("interval") or [None, None]
+    if isinstance(interval[end], (int, float)):
+        return interval[end]
+    if not entry.get("interval"):
+        return entry["measured"]
+    lengths = [p[0] for p in valid_points(entry)] or [entry["measured"]]
+    return min(lengths) if end == 0 else max(lengths)
+
+
+def draw_real(ax, found: list[dict[str, Any]], index: int) -> None:
+    """Each real drafter's arm: its measured accept length per concurrency, stars."""
+    arms: dict[str, list[tuple[int, float]]] = {}
+    for entry in found:
+        for real in entry.get("real") or []:
+            if isinstance(real.get("accept_length"), (int, float)):
+                arms.setdefault(str(real.get("arm")), []).append((entry["concurrency"], real["accept_length"]))
+    for offset, (arm, values) in enumerate(arms.items()):
+        color = ARM_COLORS[(index + offset + 3) % len(ARM_COLORS)]
+        values = sorted(set(values))
+        ax.plot([c for c, _ in values], [v for _, v in values], marker="*", markersize=15, lw=1.5, color=color,
+                markeredgecolor="black", label=f"{arm}: its accept length (pays where above the band)")
 
 
 # --- throughput per GPU against throughput per user -----------------------------------------
