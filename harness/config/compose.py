@@ -568,6 +568,13 @@ def validate(experiment: Experiment) -> None:
     names = set(experiment.arm_names)
     if experiment.plain_arm is not None and experiment.plain_arm not in names:
         raise ConfigError(f"plain_arm '{experiment.plain_arm}' is not an arm; arms: {', '.join(sorted(names))}")
+    for name in experiment.base.break_even_arms:
+        if name not in names or name == experiment.plain_arm:
+            what = "the plain arm, which drafts nothing" if name == experiment.plain_arm else "not an arm"
+            raise ConfigError(f"break_even_arms names '{name}', {what}; name speculative arms of: "
+                              f"{', '.join(sorted(names - {experiment.plain_arm}))}")
+    if experiment.base.break_even_arms and experiment.plain_arm is None:
+        raise ConfigError("break_even_arms needs plain_arm: a break-even is where speculation's speed equals plain decoding's")
     for arm in experiment.arms:
         validate_arm(arm)
 

@@ -400,4 +400,9 @@ class SpecgateConfig:
     name: str = "default"  # experiment name (set by exp/*.yaml)
     description: str = ""  # one line, shown by `specgate list`
     plain_arm: Optional[str] = None  # the plain-decoding arm for speedup / break-even
+    # the speculative arms whose speedups against their accept lengths make the measured break-even
+    # curve (harness/sweep/break_even.py): arms that differ only in how much they accept, sharing
+    # one drafter's cost (forced lengths, or draft models of graded agreement of one shape); the
+    # other speculative arms are shown against it. Empty: the arms whose acceptance is forced
+    break_even_arms: List[str] = field(default_factory=list)
     arms: Dict[str, List[str]] = field(default_factory=dict)  # arm -> overrides; empty = one arm "default"

@@ -64,23 +64,30 @@ class Observation:
     interval: Optional[list[float]] = None
     why: str = ""  # why its speedup has no replicas
     source: Optional[tuple[RunData, str, int, tuple[list[int], list[int]]]] = None  # run, arm, concurrency, seeds
+    name: str = ""  # the arm's own name (arm without the swept keys)
 
 
 # --- the observations, from the points' records -----------------------------------------------
 
 def measured_break_even(sweep: Path, points: list[dict[str, Any]], plain_arm: Optional[str],
+                        curve_arms: list[str] | tuple[str, ...] = (),
                         confidence: float = CONFIDENCE) -> list[dict[str, Any]]:
     """sweep.json's `break_even_accept_length`: one entry per group of two or more observations
-    (only those are estimated: a sweep with one speculative arm per curve costs nothing here)."""
+    of the curve's arms (only those are estimated: a sweep with one per curve costs nothing here).
+    The curve's arms are `curve_arms` (the experiment's break_even_arms), else the forced ones:
+    arms of different drafters cost differently per cycle, so they are never one curve unasked;
+    every other speculative arm at the group's concurrency is listed beside it (`real`)."""
     if not plain_arm:
         return []
     groups = observations(Path(sweep), points, plain_arm)
+    on_curve = (lambda o: (o.name or o.arm) in curve_arms) if curve_arms else (lambda o: o.forced is not None)
     entries = []
     for key, found in sorted(groups.items(), key=lambda g: (g[0][2], g[0][1] or 0, g[0][0])):
-        if len(found) < 2:
+        curve = [o for o in found if on_curve(o)]
+        if len(curve) < 2:
             continue  # one accept length: no curve to cross
-        real = [o for (c, _, w), there in groups.items() if (c, w) == (key[0], key[2]) for o in there if o.forced is None]
-        entries.append(analysed(key, [estimated(o, plain_arm, confidence) for o in found], real, confidence))
+        real = [o for (c, _, w), there in groups.items() if (c, w) == (key[0], key[2]) for o in there if not on_curve(o)]
+        entries.append(analysed(key, [estimated(o, plain_arm, confidence) for o in curve], real, confidence))
     return entries
 
 
@@ -134,7 +141,7 @@ def observation(arm: str, figures: Any, plain_arm: str, acceptance: list[str]) -
         return None
     label = f"{arm} ({', '.join(acceptance)})" if acceptance else arm
     return Observation(label, length, speedup, number(read(figures, metric("break_even_accept_length"))),
-                       figures.get("benchmark_only"))
+                       figures.get("benchmark_only"), name=arm)
 
 
 def estimated(found: Observation, plain_arm: str, confidence: float) -> Observation:

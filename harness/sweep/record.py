@@ -98,6 +98,7 @@ class SweepRecord(WholeRunsRecord):
         """`experiment`: the first point's, whose name and record.root the sweep's folder takes."""
         super().__init__(experiment, command, pytest_options=pytest_options)
         self.plain_arm = experiment.plain_arm  # what the sweep gates' speedups are against
+        self.break_even_arms = list(experiment.base.break_even_arms)  # the measured break-even's curve
 
     def read_back(self, entry: dict[str, Any], record: Path, run: RunData) -> None:
         """Per arm its headline figures, concurrency and GPUs; the run's failed gates."""
@@ -127,7 +128,8 @@ class SweepRecord(WholeRunsRecord):
     def finish(self, exit_status: int, interrupted: bool) -> None:
         points = self.data["points"]
         self.close(exit_status, interrupted, crossovers=crossovers(points),
-                   break_even_accept_length=measured_break_even(self.path, points, self.plain_arm))
+                   break_even_accept_length=measured_break_even(self.path, points, self.plain_arm,
+                                                                        self.break_even_arms))
         self.save()
         self.recorder.write_summary(summary(self.redactor.data(self.data)))
 

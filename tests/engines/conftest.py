@@ -20,7 +20,9 @@ from tests.support.runs import run_suites
 # image is a debootstrapped bookworm (built once, then reused by its hash) running the host
 # venv's vLLM, mounted read-only. The arm is the experiment's own, plus the backend.
 IN_A_CONTAINER = "draft_self"
-CONTAINER_ARM = f'arms.{IN_A_CONTAINER}=["drafter=vllm_draft_self","backend=docker"]'
+# vLLM's own process layout there (API server, engine core, worker), the others in one process
+CONTAINER_ARM = (f'arms.{IN_A_CONTAINER}=["drafter=vllm_draft_self","backend=docker",'
+                 f'"server.env.VLLM_ENABLE_V1_MULTIPROCESSING=\'1\'"]')
 
 
 @dataclass

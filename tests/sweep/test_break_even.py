@@ -160,13 +160,19 @@ def test_arms_of_a_point_group_by_concurrency_and_k_and_the_real_drafter_is_over
         "eagle3": (1200.0, 2.4, 2, None),
         "k3": (1100.0, 2.9, 3, None),  # alone at its k: no curve, but a real drafter's arm at c
     }, c, rng) for n, c in enumerate((1, 6))]
-    found = measured_break_even(tmp_path, points, "baseline")
+    found = measured_break_even(tmp_path, points, "baseline")  # unasked, the curve is the forced arms
     assert [(e["concurrency"], e["k"], e["with"]) for e in found] == [(1, 2, []), (6, 2, [])]
     for entry in found:
+        assert entry["arms"] == ["acc_lo", "acc_hi"]
+        assert [r["arm"] for r in entry["real"]] == ["eagle3", "k3"]
+        assert 1.5 < entry["measured"] < 3.0
+    asked = measured_break_even(tmp_path, points, "baseline", ["acc_hi", "eagle3", "acc_lo"])  # break_even_arms
+    assert [(e["concurrency"], e["k"], e["with"]) for e in asked] == [(1, 2, []), (6, 2, [])]
+    for entry in asked:
         assert entry["arms"] == ["acc_lo", "eagle3", "acc_hi"]  # by measured accept length
         assert [p[0] for p in entry["points"]] == [1.5, 2.4, 3.0]
         assert all(p[2] is not None and p[2][0] <= p[1] <= p[2][1] for p in entry["points"])
-        assert [r["arm"] for r in entry["real"]] == ["eagle3", "k3"]
+        assert [r["arm"] for r in entry["real"]] == ["k3"]
         assert entry["formula"] == 2.0
         assert 1.5 < entry["measured"] < 2.4 and entry["interval"][0] <= entry["measured"] <= entry["interval"][1]
     assert measured_break_even(tmp_path, points, None) == []  # no plain arm: no speedup
@@ -201,9 +207,12 @@ def test_a_drafter_choice_swept_is_one_curve_per_k(tmp_path):
     points = [write_point(tmp_path, n, ["workload.concurrency=2", f"drafter={name}"], {
         "baseline": (1000.0, None, None, None), "spec": (rate, length, 3, None)}, 2, rng)
         for n, (name, length, rate) in enumerate((("draft_random", 1.1, 600.0), ("draft_self", 3.9, 1900.0)))]
-    (entry,) = measured_break_even(tmp_path, points, "baseline")
+    # drafters of their own acceptance: one curve only when asked (break_even_arms), since two
+    # drafters may cost differently per cycle
+    assert measured_break_even(tmp_path, points, "baseline") == []
+    (entry,) = measured_break_even(tmp_path, points, "baseline", ["spec"])
     assert (entry["k"], entry["arms"]) == (3, ["spec (drafter=draft_random)", "spec (drafter=draft_self)"])
-    assert [r["arm"] for r in entry["real"]] == entry["arms"]  # graded drafters: nothing forced
+    assert entry["real"] == []
 
 
 def test_one_speculative_arm_per_curve_makes_no_entry(tmp_path):
@@ -266,3 +275,17 @@ def test_the_report_draws_both_charts_with_open_ends_and_no_crossings():
     assert context["break_even_speedup_chart"].startswith("data:image/png;base64,")
     assert context["break_even_map_chart"].startswith("data:image/png;base64,")
     assert sweep_context({**data, "break_even_accept_length": []}, "x")["break_even_map_chart"] is None
+
+
+@pytest.mark.parametrize("overrides, said", [
+    (["break_even_arms=[acc_2_25,nope]"], "break_even_arms names 'nope', not an arm"),
+    (["break_even_arms=[baseline]"], "break_even_arms names 'baseline', the plain arm"),
+    (["break_even_arms=[acc_3]", "plain_arm=null"], "break_even_arms needs plain_arm"),
+])
+def test_break_even_arms_name_speculative_arms_of_an_experiment_with_a_plain_arm(overrides, said):
+    from harness.config.compose import ConfigError
+    from harness.run.compose import compose
+
+    with pytest.raises(ConfigError, match=said):
+        compose(["+exp=sim_break_even", *overrides])
+    assert compose(["+exp=sim_break_even", "break_even_arms=[acc_3,eagle3]"]).base.break_even_arms == ["acc_3", "eagle3"]

@@ -3,14 +3,11 @@ concurrencies on the simulator, whose truth is verify cycle ÷ plain step at the
 (SimModel, from the arms' own configs), then `specgate report` on that sweep's record. One sweep
 (2 points x 5 arms, 2 s loads) serves every test here.
 
-The arms vary their acceptance by `drafter.forced_accept_length` where the simulator honours it
-(harness/sim/model.py's forced acceptance); on a simulator without it, by their accept model
-(`server.sim.accept_probs`: accept length 1 + p1 + p1 p2), which moves the accept length the same
-way: the analysis reads each arm's measured accept length either way."""
+The curve's arms force their acceptance (`drafter.forced_accept_length`, SGLang's simulated
+acceptance as the simulator honours it); the real drafter's arm is shown beside the curve."""
 
 from __future__ import annotations
 
-import functools
 import json
 import time
 
@@ -25,22 +22,12 @@ from tests.support.runs import specgate
 pytestmark = pytest.mark.slow  # one real sweep serves every test here
 CONCURRENCY = (1, 6)  # truth 1.875 (below the knee) and 2.56 (the verify pass compute-bound)
 BASE = ["+exp=sim_break_even", "backend=process"]
-FORCED_ARMS = ("acc_1_5", "acc_2_25", "acc_3")
-# the same accept lengths by the accept model: 1 + 0.4 + 0.1, 1 + 0.75 + 0.5, 1 + 1 + 1
-BY_ACCEPT_MODEL = [f"arms.{arm}=['drafter=eagle3_k25','server.sim.accept_probs=[{probs}]']"
-                   for arm, probs in zip(FORCED_ARMS, ("0.4,0.25", "0.75,0.6666667", "1.0,1.0"))]
+FORCED_ARMS = ("acc_1_5", "acc_2_25", "acc_3")  # the curve (break_even_arms unset: the forced arms)
 ENTRY_KEYS = {"concurrency", "k", "arms", "with", "measured", "interval", "formula", "points", "words", "real"}
 
 
-@functools.cache
-def forced() -> bool:
-    """Whether this simulator forces acceptance (the model its server would run says so); asked
-    when the sweep starts, not when the file is collected (a composition costs a few 100 ms)."""
-    return bool(getattr(truth_model(compose(BASE).arm("acc_2_25").typed), "forced", False))
-
-
 def overrides() -> list[str]:
-    return BASE if forced() else [*BASE, *BY_ACCEPT_MODEL]
+    return BASE
 
 
 @pytest.fixture(scope="module")
@@ -49,8 +36,7 @@ def sweep(tmp_path_factory):
     started = time.monotonic()
     done = specgate("sweep", *overrides(), f"workload.concurrency={','.join(map(str, CONCURRENCY))}",
                     f"record.root={runs}", "-p", "no:cacheprovider", "--no-progress", "-q", timeout=400)
-    print(f"sweep of {len(CONCURRENCY)} points x 5 arms ({'forced' if forced() else 'accept model'}) took "
-          f"{time.monotonic() - started:.1f} s")
+    print(f"sweep of {len(CONCURRENCY)} points x 5 arms took {time.monotonic() - started:.1f} s")
     (sweep_dir,) = runs.iterdir()
     return done, sweep_dir, json.loads((sweep_dir / "sweep.json").read_text())
 
@@ -88,15 +74,15 @@ def test_sweep_json_has_every_field_and_the_real_drafter_beside_the_forced_arms(
     _, _, data = sweep
     for c, entry in entries(data).items():
         assert set(entry) == ENTRY_KEYS and entry["k"] == 2 and entry["with"] == []
-        assert sorted(entry["arms"]) == sorted([*FORCED_ARMS, "eagle3"])
+        assert entry["arms"] == list(FORCED_ARMS)  # by measured accept length
         assert [p[0] for p in entry["points"]] == sorted(p[0] for p in entry["points"])
         assert all(p[2] is not None and p[2][0] <= p[1] <= p[2][1] for p in entry["points"])
         real = {r["arm"]: r for r in entry["real"]}
-        assert set(real) == ({"eagle3"} if forced() else {*FORCED_ARMS, "eagle3"})
+        assert set(real) == {"eagle3"}  # the real drafter, beside the curve
         assert real["eagle3"]["accept_length"] == pytest.approx(2.4, abs=0.15)  # sim's accept_probs 0.8, 0.75
     for point in data["points"]:
         marked = {arm for arm, figures in point["arms"].items() if figures.get("benchmark_only")}
-        assert marked == (set(FORCED_ARMS) if forced() else set()), point["label"]
+        assert marked == set(FORCED_ARMS), point["label"]
 
 
 def test_the_summary_says_the_measured_break_even_per_concurrency(sweep):
