@@ -184,8 +184,26 @@ def analysed(key: Key, found: list[Observation], real: list[Observation], confid
              "points": [[rounded(o.accept_length), rounded(o.speedup), o.interval] for o in found],
              "real": [{"arm": o.arm, "accept_length": rounded(o.accept_length), "speedup": rounded(o.speedup)}
                       for o in real]}
-    entry["words"] = words(found, point, ends, why, entry["formula"])
+    entry["extrapolated"] = rounded(extrapolated(found)) if point in (BELOW, ABOVE) else None
+    entry["words"] = words(found, point, ends, why, entry["formula"]) + beyond_words(entry["extrapolated"], k)
     return entry
+
+
+def extrapolated(found: list[Observation]) -> Optional[float]:
+    """Where the line through the origin that the speedups follow (throughput is accept length ÷
+    a cycle that costs the same whatever is accepted) reaches 1.0x: least squares, so an answer
+    for a curve that never crosses inside the swept lengths. Extrapolated, never measured."""
+    lengths, speedups = np.array([o.accept_length for o in found]), np.array([o.speedup for o in found])
+    slope = float(np.dot(lengths, speedups) / np.dot(lengths, lengths))
+    return 1.0 / slope if slope > 0 else None
+
+
+def beyond_words(guess: Optional[float], k: Optional[int]) -> str:
+    if guess is None:
+        return ""
+    reach = "" if k is None or guess <= k + 1 else (
+        f", past {k + 1}, the most a cycle of k={k} yields: no acceptance pays at this drafter's cost")
+    return f"; about {guess:.2f} on the line through the origin its speedups follow (extrapolated, not measured){reach}"
 
 
 def crossing(lengths: list[float], speedups: list[float]) -> Optional[float]:

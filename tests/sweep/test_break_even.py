@@ -107,10 +107,17 @@ def test_the_high_end_opens_when_replicas_pay_nowhere():
 def test_no_crossing_says_whether_it_pays_everywhere_or_nowhere():
     pays = entry_of([Observation("a", 1.5, 1.12), Observation("b", 3.0, 2.2)])
     assert pays["measured"] is None and pays["interval"] is None
-    assert pays["words"] == "pays at every accept length swept, down to 1.50 (1.12x)"
+    # the line through the origin: slope (1.5 x 1.12 + 3 x 2.2) / (1.5^2 + 3^2) = 0.736, so 1.0x at 1.36
+    assert pays["extrapolated"] == pytest.approx(1 / ((1.5 * 1.12 + 3.0 * 2.2) / (1.5 ** 2 + 3.0 ** 2)), abs=1e-4)
+    assert pays["words"] == ("pays at every accept length swept, down to 1.50 (1.12x); about 1.36 on the line through "
+                             "the origin its speedups follow (extrapolated, not measured)")
     loses = entry_of([Observation("a", 1.5, 0.5, 2.6), Observation("b", 3.0, 0.87, 2.4)])
-    assert loses["measured"] is None
-    assert loses["words"] == "does not pay at any accept length swept, up to 3.00 (0.87x): break-even above it; formula 2.50"
+    assert loses["measured"] is None  # slope (1.5 x 0.5 + 3 x 0.87) / 11.25
+    assert loses["extrapolated"] == pytest.approx(11.25 / (1.5 * 0.5 + 3.0 * 0.87), abs=1e-4)
+    assert loses["words"] == ("does not pay at any accept length swept, up to 3.00 (0.87x): break-even above it; "
+                              "formula 2.50; about 3.35 on the line through the origin its speedups follow "
+                              "(extrapolated, not measured), past 3, the most a cycle of k=2 yields: no acceptance "
+                              "pays at this drafter's cost")
     falls = entry_of([Observation("a", 1.5, 1.1), Observation("b", 3.0, 0.9)])
     assert falls["measured"] is None and falls["words"].startswith("no break-even: the speedup does not rise")
 

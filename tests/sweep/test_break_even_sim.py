@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow  # one real sweep serves every test here
 CONCURRENCY = (1, 6)  # truth 1.875 (below the knee) and 2.56 (the verify pass compute-bound)
 BASE = ["+exp=sim_break_even", "backend=process"]
 FORCED_ARMS = ("acc_1_5", "acc_2_25", "acc_3")  # the curve (break_even_arms unset: the forced arms)
-ENTRY_KEYS = {"concurrency", "k", "arms", "with", "measured", "interval", "formula", "points", "words", "real"}
+ENTRY_KEYS = {"concurrency", "k", "arms", "with", "measured", "interval", "formula", "points", "words", "real", "extrapolated"}
 
 
 def overrides() -> list[str]:
