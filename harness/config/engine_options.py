@@ -58,3 +58,7 @@ class VLLMOptions:
     dtype: Optional[str] = None  # --dtype (e.g. float32 on CPU)
     max_model_len: Optional[int] = bounded(None, low=1, high=INT64_MAX)  # --max-model-len
     max_num_seqs: Optional[int] = bounded(None, low=1, high=INT64_MAX)  # --max-num-seqs
+    # --per-request-spec-decode-metrics (vLLM 0.32): summary | detailed | none; given to a
+    # speculative arm only (vLLM refuses it without --speculative-config): each streamed
+    # request then carries its own verify steps and accepted drafts (harness/engines/vllm.py)
+    per_request_spec_metrics: Optional[str] = None

@@ -272,8 +272,9 @@ class GateConfig:
     # per arm, with workload.cancel: the server kept serving after the client cancelled requests
     # (a request sent after the first cancellation completed, none sent after one failed)
     check_serving_after_cancel: bool = True
-    # the per-request and the server-counter accept length of one window may differ by this
-    # fraction of the larger (null: not compared); only where both sources exist
+    # the accept lengths of one window by up to three sources (the requests' own counts, the
+    # server's counters, the stream) may differ by this fraction of the largest (null: not
+    # compared); only where two sources or more exist
     max_accept_length_source_gap: Optional[float] = bounded(0.02, low=0, below=1, example="0.02: 2 %")
     repeats: int = bounded(1, low=1, high=MAX_REPEATS)  # run each arm's workload this many times on the same server; metrics become medians
     max_cv: float = bounded(0.05, above=0)  # a gated metric whose coefficient of variation over the repeats exceeds this is unreliable

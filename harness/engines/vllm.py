@@ -1,5 +1,7 @@
 """vLLM (`python -m vllm.entrypoints.openai.api_server`): speculative decoding configured
-by one JSON `--speculative-config`, reported only as cumulative /metrics counters."""
+by one JSON `--speculative-config`, reported as cumulative /metrics counters and, when the
+server runs with `--per-request-spec-decode-metrics summary|detailed` (vLLM 0.32), per
+request on a stream's final usage chunk (`metrics.speculative_decoding`)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ from harness.engines.base import (ITL_PER_STEP, METRICS_WINDOW, CounterWindow, E
 
 # docker's default /dev/shm is 64 MB; 1 GB is what vLLM's CPU build was seen working with
 DEFAULT_SHM_SIZE = "1g"
+PER_REQUEST_FLAG = "--per-request-spec-decode-metrics"
+PER_REQUEST_LEVELS = ("summary", "detailed", "none")  # none: vLLM's default, no per-request stats
 ONE_PLUS_ACCEPTED = ("the server's counters: 1 + Δ accepted draft tokens ÷ Δ drafts over the /metrics window "
                      "(the target's own token per draft step; no prefill token)")
 
@@ -131,6 +135,8 @@ class VLLM(PythonEngine):
                 args += [flag, str(value)]
         if drafter.algorithm:
             args += ["--speculative-config", json.dumps(speculative_config(drafter))]
+            if own.per_request_spec_metrics is not None:
+                args += [PER_REQUEST_FLAG, own.per_request_spec_metrics]
         return args + [str(a) for a in server.extra_args]
 
     def check(self, cfg: SpecgateConfig) -> None:
@@ -139,6 +145,14 @@ class VLLM(PythonEngine):
         num_steps + 1 would be served as something else than it says."""
         super().check(cfg)
         drafter = cfg.drafter
+        level = (cfg.server.vllm or VLLMOptions()).per_request_spec_metrics
+        if level is not None and level not in PER_REQUEST_LEVELS:
+            raise EngineConfigError(f"server.vllm.per_request_spec_metrics={level} is not one of vLLM's levels: "
+                                    f"{', '.join(PER_REQUEST_LEVELS)}")
+        if not drafter.algorithm and any(str(a).split("=", 1)[0] == PER_REQUEST_FLAG for a in cfg.server.extra_args):
+            raise EngineConfigError(f"{PER_REQUEST_FLAG} in server.extra_args reaches a plain arm, which vLLM refuses "
+                                    f"without --speculative-config; set server.vllm.per_request_spec_metrics instead "
+                                    f"(given to speculative arms only)")
         if not drafter.algorithm:
             return
         if drafter.eagle_topk is not None and int(drafter.eagle_topk) != 1:
@@ -186,6 +200,26 @@ class VLLM(PythonEngine):
         except (ValueError, AttributeError):
             return f"its answer is not the JSON {{\"success\": ...}} vLLM gives: {body.strip()[:120]}"
         return None if success is True else "vLLM answered success=false (blocks still held by running requests)"
+
+    def spec_details(self, event: dict) -> dict | None:
+        """vLLM 0.32's per-request speculative stats (entrypoints/.../serving.py: the final usage
+        chunk's ``metrics.speculative_decoding``, RequestSpecDecodeMetrics.to_dict; sent only
+        under --per-request-spec-decode-metrics, with stream_options.include_usage, for n = 1):
+        its verify steps (``num_spec_steps``), the drafts they accepted
+        (``num_accepted_draft_tokens``), ``acceptance_histogram`` (index j: steps that accepted
+        exactly j drafts) and ``mean_acceptance_length`` (1 + accepted ÷ steps). The line's
+        accept length is then vLLM's own: 1 + Σ accepted ÷ Σ steps, no prefill token, the same
+        count as its /metrics counters (window_spec_stats)."""
+        metrics = event.get("metrics")
+        spec = metrics.get("speculative_decoding") if isinstance(metrics, dict) else None
+        if not isinstance(spec, dict):
+            return None
+        steps, accepted = spec.get("num_spec_steps"), spec.get("num_accepted_draft_tokens")
+        if not (type(steps) is int and type(accepted) is int and 0 <= accepted):
+            return None
+        return {"spec_verify_ct": steps, "spec_accepted_drafts": accepted,
+                "spec_accept_length": spec.get("mean_acceptance_length"),
+                "spec_correct_drafts_histogram": spec.get("acceptance_histogram")}
 
     def window_spec_stats(self, counters: CounterWindow) -> dict[str, Any]:
         """1 + Δ accepted draft tokens ÷ Δ drafts: per draft step, its accepted tokens plus

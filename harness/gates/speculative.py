@@ -13,6 +13,7 @@ from harness.measure.registry import OUTPUT_RATE, STEADY, break_even_accept_leng
 from harness.gates.verdict import inconclusive_passes, Verdict, skipped, not_configured, fmt, at_least, at_most, outward
 from harness.gates.trust import Figures, Side, Trust, one
 from harness.gates.registry import GateConfigError, GateContext, register, keyed_arms, own_acceptance, unmeasured
+from harness.measure.samples import ACCEPTED_DEFINITION, TOKENS_DEFINITION, accept_definition, accept_tokens
 from harness.measure.stream_steps import DEFINITION as STREAM_DEFINITION, StreamSteps, stream_steps
 
 
@@ -260,16 +261,18 @@ def lossless(ctx: GateContext) -> list[Verdict]:
     return [Verdict(name, arm, rate is not None and rate >= floor, rate, floor, detail)]
 
 
-PER_REQUEST_DEFINITION = ("the requests' own counts: Σ completion tokens ÷ Σ spec_verify_ct over the measured "
-                          "requests (each request's first, prefill-produced token included)")
+PER_REQUEST_DEFINITION = TOKENS_DEFINITION  # SGLang's and the simulator's; vLLM's per-request stats: ACCEPTED_DEFINITION
 
 
 def per_request_accept_length(lines: list[dict]) -> float | None:
-    """Σ completion tokens ÷ Σ verify cycles over one repeat's successful measured requests
-    that carry verify counts, as harness.measure.metrics.summarize computes the arm's figure."""
+    """Σ credited tokens ÷ Σ verify cycles over one repeat's successful measured requests
+    that carry verify counts, as harness.measure.metrics.summarize computes the arm's figure:
+    by the engine's own definition as the lines count it (harness.measure.samples.accept_tokens:
+    Σ completion tokens ÷ Σ cycles, or 1 + Σ accepted drafts ÷ Σ cycles)."""
     spec = [r for r in lines if r.get("ok") and r.get("completion_tokens") is not None and r.get("spec_verify_ct")]
     verify = sum(r["spec_verify_ct"] for r in spec)
-    return sum(r["completion_tokens"] for r in spec) / verify if verify else None
+    credited = sum(accept_tokens(r["completion_tokens"], r["spec_verify_ct"], r.get("spec_accepted_drafts")) for r in spec)
+    return credited / verify if verify else None
 
 
 def measured_lines_by_repeat(lines: list[dict]) -> dict[int, list[dict]]:
@@ -282,12 +285,12 @@ def measured_lines_by_repeat(lines: list[dict]) -> dict[int, list[dict]]:
 
 @register("accept_length_sources_agree", "speculative", ("max_accept_length_source_gap",))
 def accept_length_sources_agree(ctx: GateContext) -> list[Verdict]:
-    """Where the accept length has two sources over one window (the requests' own verify
-    counts and the server's /metrics counters), they differ by at most
-    gate.max_accept_length_source_gap of the larger."""
+    """Where the accept length has more than one source over one window (the requests' own
+    counts, the server's /metrics counters, the stream's tokens per decode step), they
+    differ by at most gate.max_accept_length_source_gap of the largest."""
     name, arm, gap = "accept_length_sources_agree", ctx.arm, ctx.gate.max_accept_length_source_gap
     if gap is None:
-        return [skipped(name, arm, "gate.max_accept_length_source_gap is null: the two sources are not compared")]
+        return [skipped(name, arm, "gate.max_accept_length_source_gap is null: the sources are not compared")]
     if (missing := unmeasured(name, ctx)) is not None:
         return missing
     by_repeat = measured_lines_by_repeat(ctx.requests)
@@ -296,45 +299,74 @@ def accept_length_sources_agree(ctx: GateContext) -> list[Verdict]:
             for repeat, window in enumerate(ctx.server_windows or [{}])]
 
 
+REQUESTS, SERVER, STREAM = "requests", "server", "stream"  # the sources, as a verdict names them
+
+
+def accept_length_sources(lines: list[dict], window: dict, gap: float) -> tuple[dict[str, tuple[str, float]], str | None]:
+    """One repeat's accept lengths by source, {source: (definition, value)}, and why the
+    stream's is left out, if it is. The requests' own counts where the engine returns them;
+    the server's /metrics window; the stream's tokens per whole decode step where no
+    prefill token is counted on the other side: beside the server's counters alone (vLLM
+    without per-request stats) or the engine's 1 + accepted ÷ cycles (vLLM's), never beside
+    Σ completion tokens ÷ Σ cycles (SGLang's, which counts the prefill's token), and only
+    where its decode chunks are the server's draft steps (:func:`steps_unlike_drafts`)."""
+    found: dict[str, tuple[str, float]] = {}
+    mine = per_request_accept_length(lines)
+    if mine is not None:
+        found[REQUESTS] = (accept_definition(lines), mine)
+    if window.get("accept_length") is not None:
+        found[SERVER] = (str(window.get("accept_length_definition")), float(window["accept_length"]))
+    no_prefill = (mine is None and SERVER in found) or (mine is not None and found[REQUESTS][0] == ACCEPTED_DEFINITION)
+    steps = stream_steps(lines) if no_prefill else None
+    if steps is None:
+        return found, None
+    verify = sum(r.get("spec_verify_ct") or 0 for r in lines if r.get("ok"))
+    unlike = steps_unlike_drafts(steps, window.get("spec_drafts") or verify or None, gap)
+    if unlike is not None:
+        return found, unlike
+    found[STREAM] = (STREAM_DEFINITION, steps.accept_length)
+    return found, None
+
+
 def source_verdict(ctx: GateContext, repeat: int, lines: list[dict], window: dict, gap: float,
                    repeats: int) -> Verdict:
-    """One repeat's two accept lengths side by side, or why they cannot be compared. The
-    client's source is the requests' verify counts where the engine returns them, else the
-    stream's tokens per whole decode step (harness/measure/stream_steps.py)."""
+    """One repeat's accept lengths side by side (up to three sources, see
+    :func:`accept_length_sources`), or why they cannot be compared."""
     name, arm = "accept_length_sources_agree", ctx.arm
     where = f" (repeat {repeat + 1})" if repeats > 1 else ""
     window = window or {}
-    mine, definition = per_request_accept_length(lines), PER_REQUEST_DEFINITION
-    theirs = window.get("accept_length")
-    steps = stream_steps(lines) if mine is None and theirs is not None else None
-    if steps is not None:
-        mine, definition = steps.accept_length, STREAM_DEFINITION
-    if mine is None and theirs is None:
-        return skipped(name, arm, f"{arm}{where}: no accept length from either source (no speculation measured)")
-    if mine is None:
-        return skipped(name, arm, f"{arm}{where}: one source only, {window.get('accept_length_definition')} "
-                                  f"= {theirs:.4f}; the requests carry no verify counts and no decode chunks to compare it with")
-    if theirs is None:
+    found, unlike = accept_length_sources(lines, window, gap)
+    said = "; ".join(f"{source}: {definition} = {value:.4f}" for source, (definition, value) in found.items())
+    if not found:
+        return skipped(name, arm, f"{arm}{where}: no accept length from any source (no speculation measured)")
+    if len(found) == 1:
+        (source, (_, value)), = found.items()
+        if source == SERVER and unlike:
+            return skipped(name, arm, f"{arm}{where}: not like for like: {unlike} ({said})")
+        if source == SERVER:
+            return skipped(name, arm, f"{arm}{where}: one source only, {said}; the requests carry no verify counts "
+                                      f"and no decode chunks to compare it with")
         why = missing_note(window) or ("the server's /metrics gave no generation-token and verify-call counters "
                                        "over the window")
-        return skipped(name, arm, f"{arm}{where}: one source only, {definition} = {mine:.4f}; {why}")
-    both = f"{definition} = {mine:.4f}; {window.get('accept_length_definition')} = {theirs:.4f}"
+        return skipped(name, arm, f"{arm}{where}: one source only, {said}; {why}")
     failed = [r for r in lines if not r.get("ok")]
-    if failed:  # the server counted what it finished of them, the client none of them
+    if failed and SERVER in found:  # the server counted what it finished of them, the client none of them
         cut = sum(1 for r in failed if r.get("cancelled"))
         what = f"failed or were cancelled ({cut} cancelled)" if cut else "failed"
         return skipped(name, arm, f"{arm}{where}: not like for like: {len(failed)} measured request(s) {what}, "
-                                  f"which only the server's counters may hold ({both})")
-    if steps is not None and (unlike := steps_unlike_drafts(steps, window.get("spec_drafts"), gap)):
-        return skipped(name, arm, f"{arm}{where}: not like for like: {unlike} ({both})")
-    difference = abs(mine - theirs) / max(mine, theirs)
+                                  f"which only the server's counters may hold ({said})")
+    values = [value for _, value in found.values()]
+    difference = (max(values) - min(values)) / max(values)
+    compared = f"{len(found)} sources ({', '.join(found)})"
+    left_out = f"; the stream's left out: {unlike}" if unlike else ""
     if difference <= gap:
         return Verdict(name, arm, True, round(difference, 6), gap,
-                       f"{arm}{where}: the two accept lengths agree within {difference:.2%} (≤ {gap:.0%}): {both}")
+                       f"{arm}{where}: {compared} agree within {difference:.2%} (≤ {gap:.0%}): {said}{left_out}")
     return Verdict(name, arm, False, round(difference, 6), gap,
-                   f"{arm}{where}: the two accept lengths disagree by {difference:.2%} of the larger (> {gap:.0%}): "
-                   f"{both}. Over the same requests they count the same tokens and cycles, so one of them is not "
-                   f"measuring what it claims")
+                   f"{arm}{where}: {compared} disagree by {difference:.2%} of the "
+                   f"{'larger' if len(found) == 2 else 'largest'} (> {gap:.0%}): "
+                   f"{said}{left_out}. Over the same requests they count the same tokens and cycles, so one of "
+                   f"them is not measuring what it claims")
 
 
 def steps_unlike_drafts(steps: StreamSteps, drafts: float | None, gap: float) -> str | None:

@@ -33,6 +33,9 @@ class RequestRecord:
     completion_tokens: int | None = None
     spec_verify_ct: int | None = None
     spec_accept_length: float | None = None
+    # the drafts its verify cycles accepted, where the engine counts them per request (vLLM's
+    # per-request stats): its accept length is then 1 + accepted ÷ cycles (harness/measure/samples.py)
+    spec_accepted_drafts: int | None = None
     # verify cycles by how many drafts each accepted ([k]: cycles with k accepted), where the engine says
     spec_correct_drafts_histogram: list[int] | None = None
     finish_reason: str | None = None
@@ -115,6 +118,7 @@ class RequestRecord:
             "completion_tokens": self.completion_tokens,
             "spec_verify_ct": self.spec_verify_ct,
             "spec_accept_length": self.spec_accept_length,
+            "spec_accepted_drafts": self.spec_accepted_drafts,
             "spec_correct_drafts_histogram": self.spec_correct_drafts_histogram,
             "finish_reason": self.finish_reason,
             "model": self.model,

@@ -504,6 +504,7 @@ async def _read_openai(content: aiohttp.StreamReader, rec: RequestRecord, chat: 
     if spec is not None:
         rec.spec_verify_ct = spec.get("spec_verify_ct")
         rec.spec_accept_length = spec.get("spec_accept_length")
+        rec.spec_accepted_drafts = spec.get("spec_accepted_drafts")
         rec.spec_correct_drafts_histogram = correct_drafts_histogram(spec)
     if answer is not None:
         rec.answer = "".join(answer)

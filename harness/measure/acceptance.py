@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Callable, Iterable
 
 from harness.load import RequestRecord
+from harness.measure.samples import accept_tokens
 from harness.measure.stream_steps import steps_of
 
 SMALLEST_BUCKET = 128  # tokens: prompts shorter than this share the first bucket
@@ -53,7 +54,8 @@ def group_figures(records: list[RequestRecord]) -> dict:
              "prompt_tokens_mean": round(sum(prompts) / len(prompts), 1) if prompts else None,
              "accept_length": None, "accept_length_source": None}
     if verify:
-        counted = sum(r.completion_tokens or 0 for r in records if r.spec_verify_ct)
+        counted = sum(accept_tokens(r.completion_tokens, r.spec_verify_ct, r.spec_accepted_drafts)
+                      for r in records if r.spec_verify_ct)
         block.update(accept_length=round(counted / verify, 4), accept_length_source="requests")
         return block
     steps = steps_of(r.chunk_tokens for r in records)

@@ -31,7 +31,7 @@ from harness.load.cancel import cancel_figures, combine_cancel_figures
 from harness.load.client_health import combine_client_blocks
 from harness.measure.registry import (Metric, all_metrics, computed_figures, metric_value, noise_metrics, number, put,
                                       read, resolve)
-from harness.measure.samples import PerRequest
+from harness.measure.samples import PerRequest, accept_tokens
 
 
 def _r(x: Optional[float], nd: int = 4) -> Optional[float]:
@@ -89,7 +89,7 @@ class ArmResult:
     categories: dict[str, dict] = field(default_factory=dict)  # a dataset's category -> its figures (by_category)
     # accept length per input-length bucket and per turn (harness/measure/acceptance.py)
     acceptance_by: dict[str, dict[str, dict]] = field(default_factory=dict)
-    # each speculative request's completion_tokens / spec_verify_ct (the distribution's samples)
+    # each speculative request's accept length, completion_tokens (or 1 + spec_accepted_drafts per cycle) / spec_verify_ct
     request_accept_lengths: list[float] = field(default_factory=list, repr=False)
     correct_drafts_histogram: list[int] = field(default_factory=list)  # Σ over requests: cycles by accepted drafts
     # what results.json says of the two above (a record read back keeps these, not the samples)
@@ -299,7 +299,8 @@ def summarize(arm: str, load: LoadResult, server_accept_length: Optional[float] 
     elif server_accept_length is not None:
         res.figures[ACCEPT_LENGTH] = float(server_accept_length)
         res.accept_length_source = "server_cumulative"
-    res.request_accept_lengths = [r.completion_tokens / r.spec_verify_ct for r in spec]
+    res.request_accept_lengths = [accept_tokens(r.completion_tokens, r.spec_verify_ct, r.spec_accepted_drafts)
+                                  / r.spec_verify_ct for r in spec]
     res.correct_drafts_histogram = summed_histograms(r.spec_correct_drafts_histogram for r in spec)
     describe_acceptance(res)
     res.categories = by_category(ok)
@@ -399,7 +400,8 @@ def category_figures(records: list[RequestRecord]) -> dict:
     return {
         "requests": len(records),
         "completion_tokens": tokens,
-        "accept_length": _r(sum(r.completion_tokens for r in records if r.spec_verify_ct) / verify) if verify else None,
+        "accept_length": _r(sum(accept_tokens(r.completion_tokens, r.spec_verify_ct, r.spec_accepted_drafts)
+                                for r in records if r.spec_verify_ct) / verify) if verify else None,
         "stream_tok_s": _r(tokens / seconds, 3) if seconds > 0 else None,
         "ttft_ms.p50": _r(Stat.of(r.ttft_s * 1000.0 for r in records if r.ttft_s is not None).p50),
         "tpot_ms.p50": _r(Stat.of(r.decode_s * 1000.0 / (r.completion_tokens - 1) for r in decoding).p50),

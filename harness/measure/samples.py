@@ -35,7 +35,7 @@ PERCENTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0}
 Line = dict[str, Any]
 # the per-request columns samples read: what a reference run's record is asked for
 COLUMNS = ("warmup", "ok", "repeat", "send_ms", "end_ms", "ttft_ms", "e2e_ms", "tpot_ms", "decode_ms",
-           "completion_tokens", "prompt_tokens", "spec_verify_ct", "chunk_ms", "chunk_tokens")
+           "completion_tokens", "prompt_tokens", "spec_verify_ct", "spec_accepted_drafts", "chunk_ms", "chunk_tokens")
 
 
 @dataclass
@@ -210,25 +210,57 @@ def given(x: np.ndarray) -> np.ndarray:
     return np.isfinite(x) & (x != 0)
 
 
+ACCEPTED_DEFINITION = ("the requests' own counts: 1 + Σ accepted drafts ÷ Σ spec_verify_ct over the measured "
+                       "requests (the engine's per-request stats; no prefill token)")
+TOKENS_DEFINITION = ("the requests' own counts: Σ completion tokens ÷ Σ spec_verify_ct over the measured "
+                     "requests (each request's first, prefill-produced token included)")
+
+
+def accept_tokens(completion_tokens: Any, verify: Any, accepted: Any) -> float:
+    """The tokens a request's verify cycles are credited with, by its engine's own definition
+    as the line carries it: where the engine counts the drafts it accepted (vLLM's
+    per-request stats, ``spec_accepted_drafts``), one per cycle plus those, so Σ ÷ Σ cycles
+    is 1 + accepted ÷ cycles (no prefill token, the count of its /metrics counters); else
+    its completion tokens (SGLang's ``spec_verify_ct``: tokens ÷ cycles, the prefill's
+    token included). The accept length's one numerator: the registry, the per-request
+    distribution, categories, buckets and the sources gate all read it."""
+    if accepted is not None:
+        return float((verify or 0) + accepted)
+    return float(completion_tokens or 0)
+
+
+def accept_definition(lines: Any) -> str:
+    """The per-request accept length's definition in words, as these lines count it."""
+    return ACCEPTED_DEFINITION if any(line.get("spec_accepted_drafts") is not None for line in lines) else TOKENS_DEFINITION
+
+
 class AcceptLengthRow:
-    """Σ completion tokens ÷ Σ verify cycles over the requests that carry verify counts."""
+    """Σ credited tokens (:func:`accept_tokens`) ÷ Σ verify cycles over the requests that
+    carry verify counts: Σ completion tokens ÷ Σ cycles, or 1 + Σ accepted ÷ Σ cycles where
+    the engine counts accepted drafts per request."""
 
     def __call__(self, line: Line) -> Optional[tuple[float, float]]:
         verify = line.get("spec_verify_ct")
-        return (line.get("completion_tokens") or 0, verify) if verify else None
+        if not verify:
+            return None
+        return accept_tokens(line.get("completion_tokens"), verify, line.get("spec_accepted_drafts")), verify
 
     def within(self, line: Line, window: Window) -> Optional[tuple[float, float]]:
-        """Its tokens in the window, and its cycles pro-rated by them."""
+        """Its tokens in the window, and its cycles (and credited tokens) pro-rated by them."""
         total, verify = line.get("completion_tokens") or 0, line.get("spec_verify_ct") or 0
         if not (total and verify):
             return None
         tokens = window.tokens(line)
-        return tokens, tokens * verify / total
+        accepted = line.get("spec_accepted_drafts")
+        credited = tokens if accepted is None else tokens * accept_tokens(total, verify, accepted) / total
+        return credited, tokens * verify / total
 
     def from_columns(self, columns: Any) -> np.ndarray:
         tokens, verify = columns.get("completion_tokens"), columns.get("spec_verify_ct")
+        accepted = columns.get("spec_accepted_drafts")
         keep = given(verify)
-        return pairs(np.nan_to_num(tokens[keep], nan=0.0), verify[keep])
+        credited = np.where(np.isfinite(accepted), verify + accepted, np.nan_to_num(tokens, nan=0.0))
+        return pairs(credited[keep], verify[keep])
 
 
 class VerifyCycleRow:

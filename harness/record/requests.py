@@ -53,7 +53,7 @@ SCALAR_TYPES: dict[str, pa.DataType] = {
     "intended_ms": pa.float64(),
     "ttft_ms": pa.float64(), "e2e_ms": pa.float64(), "decode_ms": pa.float64(), "prompt_tokens": pa.int64(),
     "intended_prompt_tokens": pa.int64(), "max_tokens": pa.int64(), "ignore_eos": pa.bool_(), "completion_tokens": pa.int64(), "spec_verify_ct": pa.int64(),
-    "spec_accept_length": pa.float64(), "spec_correct_drafts_histogram": pa.list_(pa.int64()),
+    "spec_accept_length": pa.float64(), "spec_accepted_drafts": pa.int64(), "spec_correct_drafts_histogram": pa.list_(pa.int64()),
     "finish_reason": pa.string(), "model": pa.string(), "chunk_ms": pa.list_(pa.float64()), "chunk_tokens": pa.list_(pa.int64()),
 }
 

@@ -99,7 +99,8 @@ def format_summary(experiment, results: dict[str, ArmResult], arm_status: dict[s
         if arm not in results:  # an arm that was not measured says why in its first figure's place
             row[1] = arm_status.get(arm, {}).get("status", "not run")
     lines += ["Latencies in ms; accept length is run-scoped and token-weighted "
-              "(Σ completion tokens ÷ Σ verify cycles over measured requests).", ""]
+              "(Σ completion tokens ÷ Σ verify cycles over measured requests; 1 + Σ accepted drafts ÷ Σ verify "
+              "cycles where the engine counts each request's accepted drafts).", ""]
     lines += table.markdown()
     if any(bound_figures(r) for r in results.values()):
         lines.append(f"\n{CLIENT_BOUND_MARK} client-bound: the figure is the client's own lag, not the server's "
