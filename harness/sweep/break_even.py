@@ -174,7 +174,8 @@ def analysed(key: Key, found: list[Observation], real: list[Observation], confid
     concurrency, k, others = key
     found = sorted(found, key=lambda o: o.accept_length)
     lengths = [o.accept_length for o in found]
-    point = crossing(lengths, [o.speedup for o in found])
+    falling = falls_beyond_noise(found)
+    point = None if falling else crossing(lengths, [o.speedup for o in found])
     measured = point if point is not None and math.isfinite(point) else None
     ends, why = crossing_interval(found, measured, confidence) if measured is not None else (None, "")
     formulas = [o.formula for o in found if o.formula is not None]
@@ -185,8 +186,29 @@ def analysed(key: Key, found: list[Observation], real: list[Observation], confid
              "real": [{"arm": o.arm, "accept_length": rounded(o.accept_length), "speedup": rounded(o.speedup)}
                       for o in real]}
     entry["extrapolated"] = rounded(extrapolated(found)) if point in (BELOW, ABOVE) else None
-    entry["words"] = words(found, point, ends, why, entry["formula"]) + beyond_words(entry["extrapolated"], k)
+    entry["words"] = (falling_words(falling, entry["formula"]) if falling else
+                      words(found, point, ends, why, entry["formula"]) + beyond_words(entry["extrapolated"], k))
     return entry
+
+
+def falls_beyond_noise(found: list[Observation]) -> Optional[tuple[Observation, Observation]]:
+    """Two observations (by accept length) whose speedup falls as the accept length grows, by
+    more than both intervals allow: arms that share a cycle's cost cannot do that, so their speeds
+    were not measured alike (a machine busy for some arms, not others) and no crossing read off
+    them is the engine's. None when the curve is consistent (or without intervals to tell)."""
+    for i, lower in enumerate(found):
+        for higher in found[i + 1:]:
+            if lower.interval and higher.interval and higher.interval[1] < lower.interval[0]:
+                return lower, higher
+    return None
+
+
+def falling_words(pair: tuple[Observation, Observation], formula: Optional[float]) -> str:
+    lower, higher = pair
+    beside = f"; formula {formula:.2f}" if formula is not None else ""
+    return (f"no break-even: the speedup falls from {lower.speedup:.2f}x at {lower.accept_length:.2f} to "
+            f"{higher.speedup:.2f}x at {higher.accept_length:.2f}, beyond both intervals, so the arms' speeds were "
+            f"not measured alike (a busy machine?); re-run where the arms get the same machine{beside}")
 
 
 def extrapolated(found: list[Observation]) -> Optional[float]:

@@ -296,3 +296,16 @@ def test_break_even_arms_name_speculative_arms_of_an_experiment_with_a_plain_arm
     with pytest.raises(ConfigError, match=said):
         compose(["+exp=sim_break_even", *overrides])
     assert compose(["+exp=sim_break_even", "break_even_arms=[acc_3,eagle3]"]).base.break_even_arms == ["acc_3", "eagle3"]
+
+
+def test_a_curve_whose_speedup_falls_beyond_its_intervals_gives_no_break_even():
+    """Seen on vLLM's CPU build beside other work: 0.79x at 2.51, 2.41x at 3.52, 0.29x at 4.00:
+    arms that share a cycle's cost cannot fall like that; their speeds were not measured alike."""
+    found = [Observation("a", 2.51, 0.79, interval=[0.44, 1.34]), Observation("b", 3.52, 2.41, interval=[1.05, 4.45]),
+             Observation("c", 4.0, 0.29, interval=[0.10, 0.63])]
+    entry = entry_of(found)
+    assert entry["measured"] is None and entry["interval"] is None and entry["extrapolated"] is None
+    assert entry["words"].startswith("no break-even: the speedup falls from 2.41x at 3.52 to 0.29x at 4.00, beyond both")
+    overlapping = [Observation("a", 2.0, 0.9, interval=[0.8, 1.0]), Observation("b", 3.0, 0.85, interval=[0.7, 1.3]),
+                   Observation("c", 3.5, 1.2, interval=[1.1, 1.3])]
+    assert entry_of(overlapping)["measured"] is not None  # a dip within the noise: still read
