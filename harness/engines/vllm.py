@@ -27,7 +27,6 @@ ONE_PLUS_ACCEPTED = ("the server's counters: 1 + Δ accepted draft tokens ÷ Δ 
 VLLM_METHODS = {"EAGLE3": "eagle3", "EAGLE": "eagle", "NGRAM": "ngram", "STANDALONE": "draft_model", "MTP": "mtp"}
 
 
-V1_MULTIPROCESSING = "VLLM_ENABLE_V1_MULTIPROCESSING"  # "0": the engine core runs in the API server's process
 SYNTHETIC = "synthetic"  # rejection_sample_method: drafts accepted at set rates (benchmark only)
 CPU_HAS_NO_SYNTHETIC = ("vLLM's CPU build has no synthetic (forced) acceptance: its sampler asserts 'Synthetic "
                         "acceptance not supported with CPU sampling' at the first request; sweep draft models of "
@@ -176,11 +175,11 @@ class VLLM(PythonEngine):
         return DEFAULT_SHM_SIZE
 
     def min_processes(self, cfg: SpecgateConfig) -> int:
-        # the API server and its engine core (one process when VLLM_ENABLE_V1_MULTIPROCESSING=0
-        # runs the core inside it); with tp > 1 one worker per rank besides
+        # the API server and its engine core (whose worker runs inside it with tp 1 and
+        # VLLM_ENABLE_V1_MULTIPROCESSING=0, in a process of its own otherwise); with tp > 1 one
+        # worker per rank besides
         tp = cfg.server.tp_size
-        in_process = self.environment(cfg).get(V1_MULTIPROCESSING) == "0"
-        return (1 if in_process else 2) + (tp if tp > 1 else 0)
+        return 2 + (tp if tp > 1 else 0)
 
     def prefix_cache_reset_unavailable(self, cfg: SpecgateConfig) -> str | None:
         """vLLM serves /reset_prefix_cache only in dev mode; a server specgate starts has it
