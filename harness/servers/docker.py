@@ -152,8 +152,12 @@ class DockerServer(Server):
         except docker.errors.APIError as exc:
             raise ServerError(f"arm '{self.name}': the engine refused to start the container: "
                               f"{exc.explanation or exc}") from None
-        self.follow_logs()
-        self.base_url = f"http://{client_host(self.cfg.backend.docker_host, self.cfg.backend.publish_host)}:{self.host_port()}"
+        try:
+            self.follow_logs()
+            self.base_url = f"http://{client_host(self.cfg.backend.docker_host, self.cfg.backend.publish_host)}:{self.host_port()}"
+        except docker.errors.NotFound:  # removed under us (`specgate clean`, another session's cleanup): one sentence
+            raise ServerError(f"arm '{self.name}': its container {self.container.name} was removed by something else "
+                              f"before it was ready (`specgate clean`, or another run's cleanup of dead sessions?)") from None
         self.wait_ready(engine_of(self.cfg).readiness().with_startup_timeout(self.cfg.backend.startup_timeout_s))
 
     def describe(self) -> dict:

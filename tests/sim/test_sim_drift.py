@@ -66,9 +66,12 @@ def test_the_server_runs_every_step_at_its_starts_speed():
         try:
             body = {"text": "count", "sampling_params": {"max_new_tokens": 200, "ignore_eos": True}}
             requests.post(sim.url + "/generate", json=body, timeout=30).raise_for_status()  # warm
-            t = time.perf_counter()
-            requests.post(sim.url + "/generate", json=body, timeout=30).raise_for_status()
-            return time.perf_counter() - t, sim.output()
+            took = []
+            for _ in range(3):  # a busy box only ever adds time (12 % once on one request): the fastest of three
+                t = time.perf_counter()
+                requests.post(sim.url + "/generate", json=body, timeout=30).raise_for_status()
+                took.append(time.perf_counter() - t)
+            return min(took), sim.output()
         finally:
             sim.kill()
 
