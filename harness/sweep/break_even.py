@@ -36,12 +36,12 @@ from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
-import yaml
 
 from harness.gates.arm_speedup import estimate_speedup
+from harness.gates.baseline_match import recorded_arm_config
 from harness.gates.change import BOOTSTRAP_RESAMPLES, CONFIDENCE
 from harness.measure.registry import metric, number, read
-from harness.record.store import RecordError, RunData, read_run, safe_name
+from harness.record.store import RecordError, RunData, read_run
 
 CONCURRENCY_KEY = "workload.concurrency"
 # swept keys that vary only the acceptance: their points are one curve, each an observation
@@ -159,10 +159,9 @@ def estimated(found: Observation, plain_arm: str, confidence: float) -> Observat
 def steps_of(run: RunData, arm: str) -> Optional[int]:
     """The arm's drafter.num_steps (k) as its record's config says (None when it cannot tell)."""
     try:
-        cfg = yaml.safe_load((run.path.parent / "arms" / safe_name(arm) / "config.yaml").read_text(encoding="utf-8"))
-        steps = (cfg.get("drafter") or {}).get("num_steps")
+        steps = ((recorded_arm_config(run, arm) or {}).get("drafter") or {}).get("num_steps")
         return None if steps is None else int(steps)
-    except (OSError, ValueError, TypeError, AttributeError, yaml.YAMLError):
+    except (ValueError, TypeError, AttributeError):
         return None
 
 
