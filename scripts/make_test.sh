@@ -7,9 +7,12 @@
 #   2. beside it, the tests that need none of it, on $WORKERS pytest-xdist workers, a test file
 #      per worker (a module's shared run starts once; the files that start whole runs first,
 #      tests/conftest.py);
-#   3. once the set-up is done, one at a time, the tests that need it or must be alone
-#      (SECOND: a benchmark's ratios, vLLM's CPU build using every core, `specgate clean`, the
-#      tiny models and heads themselves).
+#   3. once the set-up is done, the tests that need it (ENGINE: vLLM's CPU build, the tiny
+#      models and heads themselves) on two workers, a file per worker (or the files that share
+#      one run: tests/conftest.py's SHARED_RUN_FILES): a vLLM test server computes on one thread
+#      and waits on its client the rest, so one at a time they left the 2 cores ~60 % idle;
+#   4. last, one at a time, the tests that must have the machine alone (ALONE: a benchmark's
+#      ratios, a starved client measured, `specgate clean`).
 #
 # Both passes always run; the first failure's status is the exit status. A set-up that fails
 # is one sentence with its log, and fails the run: the tests that need it are then not run.
@@ -23,7 +26,9 @@ WORKERS=${WORKERS:-4}
 # file's asserts, anew each time they start
 unset PYTHONDONTWRITEBYTECODE
 BIN=.venv/bin
-SECOND="serial or benchmark_reduced or real_engine or engine_setup"
+ALONE="serial or benchmark_reduced"
+ENGINE="(real_engine or engine_setup) and not ($ALONE)"
+ENGINE_WORKERS=${ENGINE_WORKERS:-2}
 LOG=.cache/real-engine-setup.log
 
 mkdir -p .cache
@@ -36,7 +41,7 @@ trap 'stop_setup; exit 2' INT TERM
 echo "make test: the real engine's set-up runs beside the first pass (log: $LOG)"
 
 status=0
-"$BIN/pytest" tests/ -q -n "$WORKERS" --dist loadfile --no-loadscope-reorder -m "not ($SECOND)" --durations=25 \
+"$BIN/pytest" tests/ -q -n "$WORKERS" --dist loadfile --no-loadscope-reorder -m "not (real_engine or engine_setup or $ALONE)" --durations=25 \
   || status=$?
 
 started=$(date +%s)
@@ -47,5 +52,7 @@ if ! wait "$setup"; then
 fi
 echo "make test: the real engine's set-up was ready $(( $(date +%s) - started )) s after the first pass ended"
 
-"$BIN/pytest" tests/ -q -m "$SECOND" --durations=10 || { s=$?; [ "$status" -ne 0 ] || status=$s; }
+"$BIN/pytest" tests/ -q -n "$ENGINE_WORKERS" --dist loadfile --no-loadscope-reorder -m "$ENGINE" --durations=10 \
+  || { s=$?; [ "$status" -ne 0 ] || status=$s; }
+"$BIN/pytest" tests/ -q -m "$ALONE" --durations=10 || { s=$?; [ "$status" -ne 0 ] || status=$s; }
 exit "$status"

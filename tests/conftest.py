@@ -16,6 +16,7 @@ from typing import Callable, Iterator
 
 import pytest
 from filelock import FileLock
+from xdist.scheduler import LoadFileScheduling
 
 from tests.support import runs
 
@@ -44,6 +45,28 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return (item.path not in heavy_files, longest.index(item.path) if item.path in longest else len(longest))
 
     items.sort(key=rank)  # stable: the order within each file stays
+
+
+# Files that read one session's run (a session fixture in their folder's conftest.py): under
+# --dist loadfile each file is a unit of work, so two such files on two workers would start the
+# run twice (or one would wait out the other's). Their unit is the group instead.
+SHARED_RUN_FILES = {
+    "tests/engines/test_vllm_cpu.py": "tests/engines/conftest.py::vllm_run",
+    "tests/engines/test_vllm_eagle3.py": "tests/engines/conftest.py::vllm_run",
+}
+
+
+class SharedRunFileScheduling(LoadFileScheduling):
+    """xdist's loadfile, the files of SHARED_RUN_FILES one unit (xdist's own loadgroup cannot do
+    this under pytest 9: it renames `item._nodeid`, which pytest 9 no longer reads)."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        file = LoadFileScheduling._split_scope(self, nodeid)
+        return SHARED_RUN_FILES.get(file, file)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log) -> LoadFileScheduling | None:
+    return SharedRunFileScheduling(config, log) if config.getoption("dist") == "loadfile" else None
 
 
 # the longest files of the first pass, by `make test`'s --durations (two sweeps, 2-3 min on 2 cores, and a run)

@@ -67,17 +67,38 @@ def test_make_test_fast_leaves_out_every_whole_run_marker_and_nothing_else():
     assert '-m "$(FAST_LANE)"' in recipe and "tests/" in recipe, recipe
 
 
-def test_make_test_runs_every_test_in_one_of_its_two_passes():
-    """The first pass takes what the second leaves, by the same expression, and the second
-    comes after the real engine's set-up, which it waits for."""
+def test_make_test_runs_every_test_in_one_of_its_passes():
+    """The first pass takes what the later two leave, by the same expressions; the real engine's
+    pass comes after its set-up, which it waits for, and the tests that must be alone come last,
+    on no parallel workers."""
     makefile = (ROOT / "Makefile").read_text()
     assert "bash scripts/make_test.sh" in makefile.split("\ntest: install-run", 1)[1].split("\n\n", 1)[0]
     script = (ROOT / "scripts" / "make_test.sh").read_text()
-    (second,) = re.findall(r'^SECOND="(.+)"$', script, re.M)
-    assert {"serial", "engine_setup", "real_engine"} <= set(second.split(" or ")), second
+    (alone,) = re.findall(r'^ALONE="(.+)"$', script, re.M)
+    (engine,) = re.findall(r'^ENGINE="(.+)"$', script, re.M)
+    assert set(alone.split(" or ")) == {"serial", "benchmark_reduced"}, alone
+    assert engine == "(real_engine or engine_setup) and not ($ALONE)", engine
     first, later = script.split('wait "$setup"', 1)
-    assert '-m "not ($SECOND)"' in first and '-m "$SECOND"' in later, script
+    assert '-m "not (real_engine or engine_setup or $ALONE)"' in first, first
+    engine_pass, alone_pass = later.split('-m "$ENGINE"', 1)
+    assert "--dist loadfile" in engine_pass.splitlines()[-1], engine_pass  # a file (or a shared run's files) per worker
+    (alone_line,) = [line for line in alone_pass.splitlines() if '-m "$ALONE"' in line]
+    assert " -n " not in alone_line, alone_line
     assert "ensure_vllm_cpu.sh" in first and "ensure_chromium.sh" in first
+
+
+def test_the_files_that_read_one_session_run_are_one_unit_of_work():
+    """Under --dist loadfile, the files reading a session fixture's run (tests/engines/'s one vLLM
+    run) go to one worker together (tests/conftest.py's scheduler): found by the fixture's name,
+    so a third reader cannot be forgotten."""
+    from tests.conftest import SHARED_RUN_FILES, SharedRunFileScheduling
+    readers = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "tests").rglob("test_*.py")
+                     if re.search(r"\bdef test_\w+\([^)]*\bvllm_run\b", p.read_text()))
+    assert readers == sorted(SHARED_RUN_FILES), readers
+    split = SharedRunFileScheduling._split_scope
+    units = {split(None, f"{name}::test_x") for name in readers}
+    assert len(units) == 1, units
+    assert split(None, "tests/engines/test_tiny_models.py::test_x") == "tests/engines/test_tiny_models.py"
 
 
 def test_what_needs_the_real_engines_set_up_is_marked_so():
