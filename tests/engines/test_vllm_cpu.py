@@ -45,14 +45,14 @@ def test_client_numbers_agree_with_vllms_own_histograms(vllm_run):
         # The client's TTFT includes the HTTP round trip the server does not see: a little more, same order.
         assert server["ttft_mean_ms"] <= arm["ttft_ms"]["mean"] * 1.05 + 1, (name, server, arm["ttft_ms"])
         client = arm["client"]
-        if "ttft_ms.mean" in client["client_bound_figures"]:
-            # a starved client (beside make test's first pass: event-loop lag p99 0.5-1 s, a
-            # client TTFT of 235 ms against vLLM's 32) reads its first chunks late: the harness
-            # must say the figure is the client's, and say the two sides disagree
-            assert TTFT in {d["metric"] for d in arm["client_server_disagreement"]} or \
-                arm["ttft_ms"]["mean"] <= server["ttft_mean_ms"] * 3 + 50, (name, client)
-        else:
-            assert arm["ttft_ms"]["mean"] <= server["ttft_mean_ms"] * 3 + 50, (name, server, arm["ttft_ms"])
+        # Same order, or the harness says the two sides disagree. A starved client (beside make
+        # test's first pass: event-loop lag p99 0.5-1 s, a client TTFT of 235 ms against vLLM's 32)
+        # reads its first chunks late, and the harness must also say the figure is the client's;
+        # a starved server front end (two vLLM servers and their clients on 2 cores: the ngram
+        # arm's client TTFT 765 ms, p99 4.4 s, against the engine's own 192 ms, the client's loop
+        # not lagging) holds requests before vLLM's TTFT clock starts, which only the client sees.
+        disagree = TTFT in {d["metric"] for d in arm.get("client_server_disagreement") or []}
+        assert disagree or arm["ttft_ms"]["mean"] <= server["ttft_mean_ms"] * 3 + 50, (name, server, arm["ttft_ms"], client)
         # Decode time per token: the client's first-to-last-chunk span vs the sum of the server's
         # inter-token latencies over the same requests (vLLM observes those per engine step).
         # On 2 cores vLLM's busy loop can stall the client's event loop for as long as a request
