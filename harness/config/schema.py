@@ -191,6 +191,11 @@ class WorkloadConfig:
     trace_speedup: float = bounded(1.0, above=0, example="2: twice as fast")  # the trace's times divided by this
     trace_start_s: Optional[float] = bounded(None, low=0)  # replay requests from this second of the trace on
     trace_end_s: Optional[float] = bounded(None, above=0)  # ... and before this one (null: to the end)
+    # what a replay's prompts say (harness/load/trace_prompts.py): null = filler words (a trace has no
+    # text; accept lengths on filler are marked not representative); a dataset file (workload.dataset's
+    # format, e.g. datasets/specmix.jsonl) = each request's words drawn from its rows, one category a
+    # request (the trace line's `category` when it has one), sized to the trace's lengths, prefixes kept
+    trace_content: Optional[str] = None
 
 
 @dataclass

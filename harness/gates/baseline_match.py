@@ -50,6 +50,8 @@ def identity(cfg: Mapping[str, Any], digest: bool = False) -> dict[str, Any]:
         found["workload.dataset_sha256"] = dataset_digest(workload["dataset"])
     if digest and workload.get("trace"):
         found["workload.trace_sha256"] = trace_digest(workload["trace"])
+    if digest and workload.get("trace") and workload.get("trace_content"):  # the text a replay's prompts were drawn from
+        found["workload.trace_content_sha256"] = dataset_digest(workload["trace_content"])
     return found
 
 

@@ -112,6 +112,7 @@ class EventLoopLoad:
         self.request: RequestFunc = plan.request
         self.prompts: PromptSource = plan.prompts
         self.prompt_sizing = plan.prompt_sizing
+        self.trace_content = plan.trace_content
         self.arrivals: ArrivalProcess = arrivals or arrival_process(plan)
         self.budget = budget or RequestBudget.of(plan)
         self.concurrency = plan.concurrency
@@ -266,4 +267,4 @@ class EventLoopLoad:
         return LoadResult(records=records, start_time=start, end_time=end, api=self.request.api,
                           model=self.request.model, run_start=run_start, prompt_sizing=self.prompt_sizing,
                           client=self.client_health(records), concurrency=self.concurrency,
-                          request_rate=self.request_rate)
+                          request_rate=self.request_rate, trace_content=self.trace_content)

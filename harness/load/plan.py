@@ -14,8 +14,9 @@ from harness.load.prompts import PromptSource, RandomWords, prompt_source
 from harness.load.shared_prefix import SharedPrefixPrompts, shared_prefix_source
 from harness.load.requests import RequestExtras, RequestFunc, Sampling, SpecDetails, request_func
 from harness.load.sizing import PromptTokenizer
-from harness.load.trace import replay_of
-from harness.load.trace_prompts import TracePrompts
+from harness.load.datasets import dataset_digest
+from harness.load.trace import Replay, replay_of
+from harness.load.trace_prompts import Corpus, TracePrompts
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,7 @@ class LoadPlan:
     trace_offsets_s: tuple[float, ...] | None = None  # a trace replay: each request's send offset (speed-up applied)
     client_placement: str = "local"  # local: forked processes here; ray: Ray actors (harness/load/ray_clients.py)
     ray_address: str | None = None  # the Ray cluster the actors join; None: a local Ray instance
+    trace_content: dict | None = None  # a trace replay: what its prompts say ({"kind": "filler"} or a corpus's file and digest)
 
     @classmethod
     def of(cls, workload: Any, base_url: str, model: str, *, request_extras: RequestExtras | None = None,
@@ -60,8 +62,9 @@ class LoadPlan:
                                extras=request_extras(api) if request_extras is not None else None,
                                spec_details=spec_details, count_tokens=count_tokens)
         replay = replay_of(workload) if getattr(workload, "trace", None) else None
+        corpus = trace_corpus(workload, replay)
         if replay is not None:  # the trace's requests replace the prompt, the count and the arrivals
-            prompts: PromptSource = TracePrompts(replay, int(getattr(workload, "seed", 0) or 0), prompt_tokenizer)
+            prompts: PromptSource = TracePrompts(replay, int(getattr(workload, "seed", 0) or 0), prompt_tokenizer, corpus)
         else:
             prompts = shared_prefix_source(workload, prompt_tokenizer) or prompt_source(workload, prompt_tokenizer)
         sized = prompt_tokenizer is not None and isinstance(prompts, (RandomWords, SharedPrefixPrompts, TracePrompts))
@@ -91,4 +94,23 @@ class LoadPlan:
             trace_offsets_s=replay.offsets_s if replay else None,
             client_placement=str(getattr(workload, "client_placement", "local") or "local"),
             ray_address=None if getattr(workload, "ray_address", None) is None else str(workload.ray_address),
+            trace_content=content_of(corpus) if replay else None,
         )
+
+
+def trace_corpus(workload: Any, replay: Replay | None) -> Corpus | None:
+    """workload.trace_content's corpus, its categories checked against the replay's (None: filler)."""
+    content = getattr(workload, "trace_content", None)
+    if replay is None or not content:
+        return None
+    corpus = Corpus.of(str(content))
+    corpus.check(replay.requests, str(workload.trace))
+    return corpus
+
+
+def content_of(corpus: Corpus | None) -> dict:
+    """What a replay's prompts said, for the record: filler, or the corpus file and its sha256."""
+    if corpus is None:
+        return {"kind": "filler"}
+    return {"kind": "corpus", "file": corpus.source, "sha256": dataset_digest(corpus.source)}
+

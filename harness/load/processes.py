@@ -263,9 +263,10 @@ def merge_results(results: list[LoadResult], api: str, model: str, interrupted: 
     client = None if interrupted else merge_process_blocks([res.client for res in results], records)
     sizing = next((res.prompt_sizing for res in results if res.prompt_sizing), None)
     rate = next((res.request_rate for res in results if res.request_rate), None)  # open loop or not, as each process
+    content = next((res.trace_content for res in results if res.trace_content), None)
     return LoadResult(records=records, start_time=start, end_time=end, api=api, model=model, run_start=run_start,
                       prompt_sizing=sizing, client=client, concurrency=sum(res.concurrency for res in results) or 1,
-                      request_rate=rate)
+                      request_rate=rate, trace_content=content)
 
 
 def run_split_load(plan: LoadPlan, progress: Callable[[ProgressSnapshot], None] | None,

@@ -145,6 +145,7 @@ class LoadResult:
     concurrency: int = 1  # closed loop: slots; open loop: the cap
     request_rate: float | None = None  # open loop: arrivals per second (None: closed loop)
     cancel: dict | None = None  # workload.cancel as the load applied it (harness/load/cancel.py); None: off
+    trace_content: dict | None = None  # a trace replay's prompts: filler or a corpus (LoadPlan.trace_content)
 
     @property
     def measured(self) -> list[RequestRecord]:

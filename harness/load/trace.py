@@ -5,7 +5,9 @@ Two formats, told by the content (the first non-blank character):
 * **Mooncake JSON Lines** (``{`` first): one object a line with ``timestamp`` (ms since the
   trace's start), ``input_length`` and ``output_length`` (tokens) and ``hash_ids`` (one
   id per block of ``workload.trace_block_size`` prompt tokens, the last block possibly
-  partial; requests whose lists start alike share those blocks' tokens exactly);
+  partial; requests whose lists start alike share those blocks' tokens exactly), and,
+  optionally, ``category`` (a label such as specmix's ``code``: with ``workload.trace_content``
+  the request's text is drawn from that category's rows);
 * **BurstGPT CSV** (anything else): a header naming at least ``Timestamp`` (seconds),
   ``Request tokens`` and ``Response tokens`` (BurstGPT's ``Model``, ``Total tokens`` and
   ``Log Type`` are read past); no shared prefixes.
@@ -50,6 +52,7 @@ class TraceRequest:
     output_length: int  # tokens to generate (the request's max_tokens)
     hash_ids: tuple[int, ...]  # Mooncake's block hashes; () for BurstGPT
     line: int  # where it is in the file (1-based), for errors
+    category: str | None = None  # Mooncake's optional label: with workload.trace_content, the corpus rows its text comes from
 
 
 @dataclass(frozen=True)
@@ -125,9 +128,14 @@ def _mooncake(path: Path, text: str) -> list[TraceRequest]:
         hash_ids = obj["hash_ids"]
         if not isinstance(hash_ids, list) or not all(_is_int(h) for h in hash_ids):
             raise TraceError(f"{where}: hash_ids must be a list of integers, got {json.dumps(hash_ids)[:60]}")
+        category = obj.get("category")
+        if category is not None and (not isinstance(category, str) or not category.strip()):
+            raise TraceError(f"{where}: category must be a non-empty string (a corpus category such as 'code'), "
+                             f"got {json.dumps(category)[:40]}")
         requests.append(TraceRequest(_time(obj["timestamp"], "timestamp", where) / 1000.0,
                                      _count(obj["input_length"], "input_length", where),
-                                     _count(obj["output_length"], "output_length", where), tuple(hash_ids), number))
+                                     _count(obj["output_length"], "output_length", where), tuple(hash_ids), number,
+                                     category))
     return requests
 
 

@@ -308,7 +308,7 @@ def summarize(arm: str, load: LoadResult, server_accept_length: Optional[float] 
     res.prompt_length = prompt_length.judge(measured, load.api, load.prompt_sizing)
     res.output_length = output_length.judge(measured)
     res.client = dict(load.client or {})
-    res.trace = trace_replay.judge(measured) or {}
+    res.trace = trace_replay.judge(measured, load.trace_content) or {}
     if measured:
         res.steady = steady.steady_figures([r.to_json(load.run_start if r.run_start is None else None) for r in measured],
                                            load.concurrency, load.request_rate,

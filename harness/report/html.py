@@ -229,7 +229,13 @@ def arm_row(arm: str, result: Any, columns: list[Metric], plain_arm: Optional[st
                       "client_bound": key in bound})
     status = text(result.get("status")) or "unknown"
     return {"arm": arm, "status": status, "status_class": status_class(status), "cells": cells,
-            "benchmark_only": text(result.get("benchmark_only"))}
+            "benchmark_only": text(result.get("benchmark_only")), "filler": acceptance_on_filler(result)}
+
+
+def acceptance_on_filler(result: dict[str, Any]) -> bool:
+    """A speculative arm's accept length measured on a trace replay's filler words: not representative."""
+    trace = result.get("trace") if isinstance(result.get("trace"), dict) else {}
+    return result.get("accept_length") is not None and trace.get("acceptance_representative") is False
 
 
 def status_class(status: str) -> str:
@@ -259,7 +265,7 @@ def arm_card(record_dir: Path, arm: str, result: Any) -> dict[str, Any]:
     errors = result.get("errors") if isinstance(result.get("errors"), dict) else {}
     return {"name": arm, "status": status, "status_class": status_class(status),
             "error": text(result.get("error")), "errors": [(text(m), text(c)) for m, c in errors.items()],
-            "benchmark_only": text(result.get("benchmark_only")),
+            "benchmark_only": text(result.get("benchmark_only")), "filler": acceptance_on_filler(result),
             "server": server_facts(result), "gpus": gpu_facts(result.get("gpu")) + energy_facts(result),
             "telemetry_png": png_file_uri(record_dir / "arms" / arm / "telemetry.png")}
 

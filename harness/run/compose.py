@@ -30,6 +30,7 @@ from harness.limits import MAX_TIMESLICES
 from harness.load.ray_clients import PLACEMENTS, RayAddressError, check_address
 from harness.load.requests import REQUEST_FUNCS
 from harness.load.sizing import SizingError, local_tokenizer
+from harness.load.plan import trace_corpus
 from harness.load.trace import TraceError, replay_of
 from harness.servers import BACKENDS
 from harness.secrets import Policy
@@ -117,6 +118,9 @@ def check_arm_names(arm: Arm) -> None:
     check_client_placement(workload)
     if workload.trace is not None:
         check_trace(workload)
+    elif workload.trace_content is not None:
+        raise ConfigError(f"workload.trace_content={workload.trace_content} draws a trace replay's prompts from a corpus, "
+                          f"but workload.trace is not set; for a dataset's own rows set workload.dataset instead")
     check_timeslices(cfg)
 
 
@@ -132,8 +136,8 @@ def check_per_category_floors(key: str, thresholds) -> None:
 
 
 # Workload keys that decide what a request generates: arms compared by gate.lossless must share them.
-OUTPUT_SHAPING_KEYS = ("api", "prompt", "input_len", "dataset", "trace", "trace_block_size", "max_turns", "tokenizer",
-                       "max_tokens", "ignore_eos", "temperature", "seed", "shared_prefix")
+OUTPUT_SHAPING_KEYS = ("api", "prompt", "input_len", "dataset", "trace", "trace_block_size", "trace_content", "max_turns",
+                       "tokenizer", "max_tokens", "ignore_eos", "temperature", "seed", "shared_prefix")
 
 
 def check_lossless(experiment: Experiment) -> None:
@@ -196,8 +200,8 @@ def check_trace(workload: WorkloadConfig) -> None:
         raise ConfigError(f"workload.client_processes={workload.client_processes}: a trace replay runs in one load "
                           f"process; set workload.client_processes=1")
     try:
-        replay_of(workload)
-    except TraceError as exc:
+        trace_corpus(workload, replay_of(workload))
+    except (TraceError, DatasetError) as exc:  # the trace, or the corpus its prompts are drawn from
         raise ConfigError(str(exc)) from None
 
 

@@ -93,8 +93,8 @@ def check_datasets_unchanged(experiment: Experiment, run_dir: Path) -> None:
         return  # read_replayed says what is wrong with it
     for arm in experiment.arms:
         identity = (arms.get(arm.name) or {}).get("identity") or {}
-        for key, digest in (("dataset", dataset_digest), ("trace", trace_digest)):
-            recorded, path = identity.get(f"workload.{key}_sha256"), arm.cfg.workload[key]
+        for key, digest in (("dataset", dataset_digest), ("trace", trace_digest), ("trace_content", dataset_digest)):
+            recorded, path = identity.get(f"workload.{key}_sha256"), arm.cfg.workload.get(key)
             if recorded and path and (today := digest(path)) != recorded:
                 raise ConfigError(f"--replay: workload.{key} {path} has changed since the recording (sha256 "
                                   f"{recorded[:12]}... then, {(today or 'unreadable')[:12]}... now): a replay would "
