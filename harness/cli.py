@@ -13,6 +13,10 @@
                                        (a run, a sweep: its break-even map, capacity, A/B, calibration)
     specgate schedule SWEEP_DIR [--arm A] per concurrency the fastest k (or plain) with its interval;
                                        schedule.json, schedule.md and the engines' forms in the sweep
+    specgate schedule SWEEP_DIR --served RUN_DIR
+                                       did the schedule hold when served back: each arm's speedup
+                                       against the sweep's interval (exit 1 when one did not, or
+                                       could not be checked)
     specgate history DIR [--metric PATH ...] [--experiment NAME] [-o FILE]
                                        a folder of run records over time, with change points
     specgate clean [--images]          remove every container (and image) specgate labelled
@@ -143,6 +147,15 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_schedule(args: argparse.Namespace) -> int:
     from harness.schedule.make import make_schedule
 
+    if args.served is not None:
+        from harness.schedule.served import check_served
+
+        checks, written = check_served(args.sweep_dir, args.served)
+        for check in checks:
+            print(check.words())
+        held = sum(c.held is True for c in checks)
+        print(f"served schedule: {held} of {len(checks)} arm(s) held; {written}")
+        return 0 if held == len(checks) else 1
     data, written = make_schedule(args.sweep_dir, args.arm, args.confidence)
     for choice in data["concurrencies"]:
         print(choice["words"])
@@ -214,6 +227,9 @@ def parser() -> argparse.ArgumentParser:
     schedule.add_argument("--arm", default=None, help="the speculative arm to schedule, when the sweep has several")
     schedule.add_argument("--confidence", type=float, default=0.95,
                           help="one-sided confidence at each end of the intervals (default 0.95, as gate.confidence)")
+    schedule.add_argument("--served", type=Path, default=None, metavar="RUN_DIR",
+                          help="a run that served the schedule back (its engine form, best beside a static k and "
+                               "plain): check each arm's speedup against the interval the sweep predicted")
     schedule.set_defaults(func=cmd_schedule)
     history = commands.add_parser("history", help="a folder of run records over time: each arm's headline metrics "
                                                   "with their change points (a table and an HTML page)")

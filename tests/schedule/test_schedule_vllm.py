@@ -1,8 +1,11 @@
 """`specgate schedule` on a real engine, small: a sweep of `vllm_cpu_schedule` (vLLM's CPU
 build, the tiny target, n-gram speculation) over two k at one concurrency, the schedule written
-from it, and its vLLM form served back: a vLLM server started with the written
-`num_speculative_tokens_per_batch_size` answers, drafting up to the scheduled k. Two points and one
-served arm (five server starts, ~4-5 min on 2 cores); `make test` runs it with the real engines."""
+from it, and its vLLM form served back side by side with the same drafter at the chosen static k
+and plain decoding, in one run: a vLLM server started with the written
+`num_speculative_tokens_per_batch_size` answers, drafting up to the scheduled k, and
+`specgate schedule --served` checks each arm's speedup against the interval the sweep predicted
+(held, or the difference said). Two points and three served arms (seven server starts, ~5 min
+on 2 cores); `make test` runs it with the real engines."""
 
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from tests.support.runs import run_suites, specgate
 
 pytestmark = pytest.mark.real_engine
 CONCURRENCY, KS = 2, (1, 3)
+SCHEDULED = "ngram_scheduled"  # the served form's arm
 
 
 @pytest.fixture(scope="module")
@@ -28,15 +32,24 @@ def served(tmp_path_factory):
     assert made.returncode == 0, swept.stdout[-4000:] + made.stderr
     schedule = json.loads((sweep / "schedule.json").read_text())
     form = schedule["forms"]["vllm"]
-    back = run_suites("+exp=vllm_cpu_schedule", "--arm", "ngram", f"workload.concurrency={CONCURRENCY}",
-                      *form["overrides"], f"record.root={runs / 'served'}", "-q", timeout=600)
+    k = schedule["concurrencies"][0]["k"]
+    if k:  # the form as an arm of its own, beside the experiment's ngram arm at the same k, static, and plain
+        scheduled = ["drafter=ngram_k3", "drafter.num_draft_tokens='${chain_draft_tokens:${drafter.num_steps}}'",
+                     *form["overrides"]]
+        arms = [f"drafter.num_steps={k}", f"+arms.{SCHEDULED}=[{','.join(json.dumps(o) for o in scheduled)}]"]
+    else:  # plain decoding won: the form serves without speculation
+        arms = ["--arm", "ngram", *form["overrides"]]
+    back = run_suites("+exp=vllm_cpu_schedule", f"workload.concurrency={CONCURRENCY}", *arms,
+                      f"record.root={runs / 'served'}", "-q", timeout=600)
     latest = runs / "served" / "latest"
     results = json.loads((latest / "results.json").read_text()) if latest.exists() else {}
-    return swept, schedule, back, results, read_lines(latest) if latest.exists() else []
+    checked = specgate("schedule", str(sweep), "--served", str(latest)) if k else None
+    return swept, json.loads((sweep / "schedule.json").read_text()), back, results, \
+        read_lines(latest) if latest.exists() else [], checked
 
 
 def test_the_sweep_gives_a_schedule_in_vllms_form(served):
-    swept, schedule, _, _, _ = served
+    swept, schedule, _, _, _, _ = served
     assert swept.returncode == 0, swept.stdout[-4000:]
     (choice,) = schedule["concurrencies"]
     print(f"{choice['words']}; candidates {[(c['k'], c['speedup'], c['interval']) for c in choice['candidates']]}")
@@ -50,14 +63,15 @@ def test_the_sweep_gives_a_schedule_in_vllms_form(served):
 
 
 def test_a_vllm_server_started_with_the_written_form_answers(served):
-    _, schedule, back, results, lines = served
+    _, schedule, back, results, lines, _ = served
     assert back.returncode == 0, back.stdout[-4000:] + back.stderr[-2000:]
-    arm = results["arms"]["ngram"]
+    k = schedule["concurrencies"][0]["k"]
+    name = SCHEDULED if k else "ngram"
+    arm = results["arms"][name]
     assert arm["status"] == "measured" and arm["requests"]["failed"] == 0 and arm["requests"]["ok"] > 0
-    measured = [line for line in lines if not line["warmup"]]
+    measured = [line for line in lines if not line["warmup"] and line["arm"] == name]
     assert measured and all(line["ok"] and line["completion_tokens"] == 48 for line in measured)
     command = " ".join(arm["server"]["command"])
-    k = schedule["concurrencies"][0]["k"]
     if k:
         assert f'"num_speculative_tokens_per_batch_size": [[1, {CONCURRENCY}, {k}]]' in command, command
         # vLLM drafted up to the scheduled k per draft step (n-gram proposes fewer where its match
@@ -68,3 +82,36 @@ def test_a_vllm_server_started_with_the_written_form_answers(served):
         assert 0.0 < per_draft <= k and (k == 1 or per_draft > 1.0)
     else:  # plain decoding won: served without speculation
         assert "--speculative-config" not in command, command
+
+
+def test_the_schedule_and_the_static_k_are_measured_side_by_side_and_checked_against_the_sweep(served):
+    """Dynamic k (the schedule's table) and static k in one run, each checked against the
+    sweep's interval by `specgate schedule --served`: held, or the difference in numbers, and an
+    exit status that says which (a busy box may move a served speedup out of an interval that
+    holds only the sweep's own sampling noise: that is said, never read as held)."""
+    _, schedule, back, results, _, checked = served
+    k = schedule["concurrencies"][0]["k"]
+    if not k:
+        pytest.skip("plain decoding won at the swept concurrency: nothing speculative to serve side by side")
+    assert back.returncode == 0, back.stdout[-4000:]
+    for name in ("plain", "ngram", SCHEDULED):
+        assert results["arms"][name]["status"] == "measured", name
+    assert "num_speculative_tokens_per_batch_size" not in " ".join(results["arms"]["ngram"]["server"]["command"])
+    assert checked.returncode in (0, 1), checked.stdout + checked.stderr
+    print(checked.stdout)
+    (served_block,) = schedule["served"]
+    checks = {c["arm"]: c for c in served_block["checks"]}
+    assert set(checks) == {"ngram", SCHEDULED}
+    assert (checks["ngram"]["how"], checks[SCHEDULED]["how"]) == ("static", "per-batch-size table")
+    predicted = next(c for c in schedule["concurrencies"][0]["candidates"] if c["k"] == k)
+    for name, check in checks.items():
+        assert check["k"] == k and check["concurrency"] == CONCURRENCY
+        assert f"{name} ({check['how']}, k={k} at concurrency {CONCURRENCY}) served" in checked.stdout
+        if check["held"] is None:
+            assert "not checked:" in check["words"], check
+        else:
+            assert check["predicted"]["interval"] == predicted["interval"]
+            low, high = predicted["interval"]
+            assert check["held"] == (low <= check["speedup"] <= high), check
+            assert ("held" if check["held"] else "NOT held") in check["words"]
+    assert checked.returncode == (0 if all(c["held"] is True for c in checks.values()) else 1), checked.stdout
