@@ -39,16 +39,15 @@ $(STAMP): pyproject.toml
 run: install-run
 	$(BIN)/pytest suites/ +exp=sim_smoke
 
-# The project's own tests (including end-to-end runs of the suites in subprocesses), in two
-# passes (scripts/make_test.sh): the tests that can share the machine on $(WORKERS)
-# pytest-xdist workers while the real engine's set-up (Chromium, vLLM's CPU build, the tiny
-# models and heads) runs beside them at the lowest priority; then, one at a time, the tests
-# that need that set-up or must be alone (a benchmark's ratios, vLLM's CPU build using every
-# core, `specgate clean`). The whole runs mostly wait on servers (two workers left CI's 2 cores
-# at a load of 0.7): four workers use them. Both passes always run; the first failure's status
-# is the exit status. The slowest tests are listed, to keep the suite lean (CI: 2 cores, 90
-# minutes; docs/ci.md).
-WORKERS ?= 4
+# The project's own tests (including end-to-end runs of the suites in subprocesses), in three
+# passes (scripts/make_test.sh) while the real engine's set-up (Chromium, vLLM's CPU build, the
+# tiny models and heads) runs beside them at the lowest priority: first, one at a time, the
+# tests that must be alone (a benchmark's ratios, `specgate clean`); then the rest on $(WORKERS)
+# pytest-xdist workers; then the tests that need the set-up. Three workers keep CI's 2 cores
+# ~90 % busy; four queued 5-7 runnable processes on them, which timing-bound runs felt. Every
+# pass always runs; the first failure's status is the exit status. The slowest tests are
+# listed, to keep the suite lean (CI: 2 cores, 90 minutes; docs/ci.md).
+WORKERS ?= 3
 test: install-run
 	WORKERS=$(WORKERS) bash scripts/make_test.sh
 

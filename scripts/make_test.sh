@@ -22,7 +22,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-WORKERS=${WORKERS:-4}
+WORKERS=${WORKERS:-3}
 # Python's bytecode cache on (a sandbox may switch it off): every worker and every whole run's
 # subprocesses would otherwise compile the project's modules, and pytest rewrite every test
 # file's asserts, anew each time they start

@@ -44,11 +44,18 @@ def test_the_requests_the_stream_and_the_counters_agree_for_eagle3(vllm_run):
     the stream's tokens per decode chunk is the counters' 1 + accepted ÷ drafts too; n-gram
     drafts only where it finds a match, which the gate says (its stream left out)."""
     found = verdicts(vllm_run.results)
+    three = 0
     for arm in ("eagle3", "eagle3_random", "draft_self", "draft_random"):
         verdict = found[("accept_length_sources_agree", arm)]
         assert verdict["status"] == "passed", verdict["detail"]
-        assert "3 sources (requests, server, stream) agree" in verdict["detail"], verdict["detail"]
         assert "1 + Σ accepted drafts ÷ Σ spec_verify_ct" in verdict["detail"]
+        if "3 sources (requests, server, stream) agree" in verdict["detail"]:
+            three += 1
+        else:  # a client that read late (three vLLM servers on 2 cores: 255 chunks for 271 drafts) merges
+            # steps into chunks, so the stream no longer counts them: said, and the other two agree
+            assert "2 sources (requests, server) agree" in verdict["detail"], verdict["detail"]
+            assert "the server merged steps into chunks (the client read late)" in verdict["detail"], verdict["detail"]
+    assert three >= 1, "the stream never counted vLLM's steps"  # seen: all four on a quieter box
     ngram = found[("accept_length_sources_agree", "ngram")]
     assert ngram["status"] == "passed" or "the drafter proposed nothing in some steps" in ngram["detail"], ngram
 
