@@ -331,6 +331,12 @@ class Engine:
         the schedule}; None when it is no engine to deploy (the simulator)."""
         return None
 
+    def served_k(self, cfg: dict[str, Any], concurrency: int, scheduled_k: int | None) -> tuple[int, str]:
+        """The k an arm drafts at ``concurrency`` (its recorded config as a dict), and how it is
+        set: its drafter's num_steps, "static" (an engine that takes a schedule overrides this;
+        ``scheduled_k`` is the schedule's choice there, for an engine that picks k itself)."""
+        return int((cfg.get("drafter") or {}).get("num_steps") or 0), "static"
+
 
 def check_forced_rates(rates: list[float], steps: int, drafter: str) -> None:
     """vLLM's synthetic_acceptance_rates rules, which every engine keeps: one unconditional

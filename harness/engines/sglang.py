@@ -187,6 +187,14 @@ class SGLang(PythonEngine):
         except (TypeError, ValueError):
             return None
 
+    def served_k(self, cfg: dict[str, Any], concurrency: int, scheduled_k: int | None) -> tuple[int, str]:
+        """An adaptive server (--speculative-adaptive, what schedule_form writes) drafts the
+        schedule's k there; any other its static num_steps."""
+        args = [str(a) for a in (cfg.get("server") or {}).get("extra_args") or []]
+        if "--speculative-adaptive" in args and scheduled_k is not None:
+            return int(scheduled_k), "adaptive"
+        return super().served_k(cfg, concurrency, scheduled_k)
+
     def schedule_form(self, drafter: DrafterConfig, ranges: list[tuple[int, int, int]]) -> dict[str, Any]:
         """SGLang 0.5.23 (read from its source, srt/speculative/adaptive_spec_params.py; not run
         here): for EAGLE and EAGLE3 with a chain (topk 1), `--speculative-adaptive` with a JSON

@@ -261,6 +261,17 @@ class VLLM(PythonEngine):
                          f"last k is carried on; with data parallelism vLLM ignores the table and drafts "
                          f"num_speculative_tokens={top} always")}
 
+    def served_k(self, cfg: dict[str, Any], concurrency: int, scheduled_k: int | None) -> tuple[int, str]:
+        """A per-batch-size table's k at ``concurrency`` (past its last range vLLM carries the last k on)."""
+        drafter = cfg.get("drafter") or {}
+        table = (drafter.get("vllm_speculative_config") or {}).get("num_speculative_tokens_per_batch_size")
+        if not table:
+            return super().served_k(cfg, concurrency, scheduled_k)
+        for first, last, k in table:
+            if first <= concurrency <= last:
+                return int(k), "per-batch-size table"
+        return int(table[-1][2]), "per-batch-size table"
+
     def bad_request_message(self, body: Any) -> str:
         """The validation text inside {"error": {...}}."""
         error = body["error"]

@@ -5,8 +5,9 @@ A schedule predicts, per concurrency, each k's speedup over plain decoding with 
 `num_speculative_tokens_per_batch_size`, SGLang's `--speculative-adaptive`), best beside the
 same drafter at a static k and plain decoding, measures each speculative arm's speedup over its
 own plain arm with the same estimator (harness/gates/arm_speedup.py). Each arm is checked
-against the prediction for the k it drafts at the run's concurrency: the table's k there for a
-per-batch-size table, the schedule's choice for an adaptive server, else its static k. The
+against the prediction for the k it drafts at the run's concurrency, as its engine reads its
+recorded config (`Engine.served_k`: vLLM's per-batch-size table's k there, an adaptive SGLang
+server's scheduled k, else its static k). The
 served speedup lies within the predicted interval, or the difference is said in numbers; an arm
 that cannot be checked (no interval on either side, a k the sweep did not measure) says why, and
 never reads as held. The checks go into schedule.json's `served` (replaced by the next check of
@@ -20,15 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from harness.engines import ENGINES
 from harness.gates.arm_speedup import estimate_speedup
 from harness.gates.baseline_match import recorded_arm_config
 from harness.record.atomic import atomic_write
 from harness.record.store import RecordError, RunData, read_run
 from harness.schedule.grid import ScheduleError
 from harness.schedule.write import SCHEDULE_JSON
-
-PER_BATCH_SIZE = "num_speculative_tokens_per_batch_size"  # vLLM's dynamic k (what the vLLM form writes)
-ADAPTIVE_FLAG = "--speculative-adaptive"  # SGLang's (what its form writes)
 
 
 @dataclass(frozen=True)
@@ -120,16 +119,11 @@ def check_arm(run: RunData, arm: str, plain: str, schedule: dict[str, Any]) -> S
 
 
 def served_k(cfg: dict[str, Any], concurrency: int, schedule: dict[str, Any]) -> tuple[int, str]:
-    """The k an arm drafts at ``concurrency``, and how it was set."""
-    drafter = cfg.get("drafter") or {}
-    table = (drafter.get("vllm_speculative_config") or {}).get(PER_BATCH_SIZE)
-    if table:
-        for first, last, k in table:
-            if first <= concurrency <= last:
-                return int(k), "per-batch-size table"
-        return int(table[-1][2]), "per-batch-size table"  # past its last range vLLM carries the last k on
-    args = [str(a) for a in (cfg.get("server") or {}).get("extra_args") or []]
-    if ADAPTIVE_FLAG in args:
-        choice = next((c for c in schedule["concurrencies"] if c["concurrency"] == concurrency), None)
-        return (int(choice["k"]) if choice else int(drafter.get("num_steps") or 0)), "adaptive"
-    return int(drafter.get("num_steps") or 0), "static"
+    """The k an arm drafts at ``concurrency``, and how it was set: its engine's reading of its
+    recorded config (harness/engines: a per-batch-size table, an adaptive server, a static k)."""
+    choice = next((c for c in schedule["concurrencies"] if c["concurrency"] == concurrency), None)
+    engine = ENGINES.get(str((cfg.get("server") or {}).get("engine")))
+    scheduled = int(choice["k"]) if choice else None
+    if engine is None:  # an engine this harness does not know: its drafter's own k
+        return int((cfg.get("drafter") or {}).get("num_steps") or 0), "static"
+    return engine.served_k(cfg, concurrency, scheduled)
