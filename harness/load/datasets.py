@@ -49,10 +49,11 @@ class DatasetError(ValueError):
     """A dataset that cannot be read, or a row that is not one of the formats (one sentence)."""
 
 
-def load_dataset(value: str | os.PathLike) -> tuple[Conversation, ...]:
-    """Every row of the dataset ``value`` names, in file order."""
-    path, stat = workload_file("workload.dataset", value, DatasetError)
-    return _load(path, stat.st_mtime_ns, stat.st_size)
+def load_dataset(value: str | os.PathLike, key: str = "workload.dataset") -> tuple[Conversation, ...]:
+    """Every row of the dataset ``value`` names, in file order; ``key`` is the config key that
+    named it, for the sentence of a bad file (workload.trace_content reads datasets too)."""
+    path, stat = workload_file(key, value, DatasetError)
+    return _load(path, stat.st_mtime_ns, stat.st_size, key)
 
 
 def workload_file(key: str, value: str | os.PathLike, error: type[ValueError]) -> tuple[Path, os.stat_result]:
@@ -97,23 +98,23 @@ def _digest(path: Path, mtime_ns: int, size: int) -> str | None:
 
 
 @functools.lru_cache(maxsize=8)
-def _load(path: Path, mtime_ns: int, size: int) -> tuple[Conversation, ...]:
+def _load(path: Path, mtime_ns: int, size: int, key: str) -> tuple[Conversation, ...]:
     """The rows of ``path`` as it was at ``mtime_ns`` and ``size`` (the cache key)."""
     try:
         text = path.read_text(encoding="utf-8-sig")  # a byte-order mark is not part of the first row
     except UnicodeDecodeError as exc:
-        raise DatasetError(f"workload.dataset {path}: not UTF-8 text (byte {exc.start})") from None
-    items = _array_items(path, text) if text.lstrip().startswith("[") else _lines(path, text)
-    rows = tuple(_row(obj, index, f"workload.dataset {path}, line {line}") for index, (obj, line) in enumerate(items))
+        raise DatasetError(f"{key} {path}: not UTF-8 text (byte {exc.start})") from None
+    items = _array_items(path, text, key) if text.lstrip().startswith("[") else _lines(path, text, key)
+    rows = tuple(_row(obj, index, f"{key} {path}, line {line}") for index, (obj, line) in enumerate(items))
     if not rows:
-        raise DatasetError(f"workload.dataset {path} has no rows")
+        raise DatasetError(f"{key} {path} has no rows")
     return rows
 
 
 # --- the two layouts: (object, line number) of each row -------------------------------------
 
 
-def _lines(path: Path, text: str) -> Iterator[tuple[Any, int]]:
+def _lines(path: Path, text: str, key: str) -> Iterator[tuple[Any, int]]:
     # JSON Lines ends a row at "\n" only: str.splitlines() would also split inside a string
     # holding U+2028, U+0085 or a form feed, which JSON allows unescaped
     for number, line in enumerate(text.split("\n"), 1):
@@ -122,10 +123,10 @@ def _lines(path: Path, text: str) -> Iterator[tuple[Any, int]]:
         try:
             yield json.loads(line), number
         except json.JSONDecodeError as exc:
-            raise _bad_json(path, number, exc) from None
+            raise _bad_json(path, number, exc, key) from None
 
 
-def _array_items(path: Path, text: str) -> Iterator[tuple[Any, int]]:
+def _array_items(path: Path, text: str, key: str) -> Iterator[tuple[Any, int]]:
     """The items of a JSON array one at a time, each with the line it starts on (a
     ShareGPT file is one long array: a row's error should still name its line)."""
     decoder = json.JSONDecoder()
@@ -150,12 +151,12 @@ def _array_items(path: Path, text: str) -> Iterator[tuple[Any, int]]:
         if pos < len(text):
             raise json.JSONDecodeError("Extra data", text, pos)
     except json.JSONDecodeError as exc:
-        raise _bad_json(path, exc.lineno, exc) from None
+        raise _bad_json(path, exc.lineno, exc, key) from None
 
 
-def _bad_json(path: Path, line: int, exc: json.JSONDecodeError) -> DatasetError:
+def _bad_json(path: Path, line: int, exc: json.JSONDecodeError, key: str) -> DatasetError:
     # json's messages may end in "at" ("Unterminated string starting at"): the column says where
-    return DatasetError(f"workload.dataset {path}, line {line}: not valid JSON at column {exc.colno}: "
+    return DatasetError(f"{key} {path}, line {line}: not valid JSON at column {exc.colno}: "
                         f"{exc.msg.removesuffix(' at')}")
 
 

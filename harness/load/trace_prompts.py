@@ -44,7 +44,7 @@ import random
 from dataclasses import dataclass, field
 
 from harness.load.conversation import Conversation
-from harness.load.datasets import DatasetError, load_dataset
+from harness.load.datasets import load_dataset
 from harness.load.prompts import VOCAB, PromptSource
 from harness.load.sizing import PromptTokenizer, sized_words
 from harness.load.trace import Replay, TraceError, TraceRequest
@@ -65,18 +65,12 @@ class Corpus:
 
     @classmethod
     def of(cls, value: str) -> "Corpus":
-        """The corpus file ``value`` (a dataset: JSONL or JSON rows); a DatasetError or TraceError, one sentence."""
-        try:
-            conversations = load_dataset(value)
-        except DatasetError as exc:  # the dataset reader's sentence, about this key
-            raise DatasetError(str(exc).replace("workload.dataset", "workload.trace_content", 1)) from None
+        """The corpus file ``value`` (a dataset: JSONL or JSON rows); a DatasetError naming this key, one sentence."""
         rows = []
-        for conversation in conversations:
+        for conversation in load_dataset(value, key="workload.trace_content"):
+            # the reader refuses empty and blank texts, so every row has words
             text = " ".join([m.content for m in conversation.context] + list(conversation.turns))
-            if text.split():
-                rows.append(CorpusRow(conversation.category, tuple(text.split())))
-        if not rows:
-            raise DatasetError(f"workload.trace_content {value}: no row has any text to draw prompts from")
+            rows.append(CorpusRow(conversation.category, tuple(text.split())))
         return cls(str(value), tuple(rows))
 
     def pool(self, category: str | None) -> tuple[CorpusRow, ...]:

@@ -98,10 +98,10 @@ def check_arm(run: RunData, arm: str, plain: str, schedule: dict[str, Any]) -> S
     block = run.arms[arm]
     cfg = recorded_arm_config(run, arm) or {}
     concurrency = int((cfg.get("workload") or {}).get("concurrency") or 0)
-    k, how = served_k(cfg, concurrency, schedule)
+    choice = next((c for c in schedule["concurrencies"] if c["concurrency"] == concurrency), None)
+    k, how = served_k(cfg, concurrency, choice)
     figure = block.get(f"speedup_vs_{plain}")
     found = estimate_speedup(run, arm, plain, 0, float(figure or 0.0), concurrency, float(schedule["confidence"]))
-    choice = next((c for c in schedule["concurrencies"] if c["concurrency"] == concurrency), None)
     predicted = next((c for c in (choice or {}).get("candidates") or [] if c["k"] == k), None)
     why = ""
     if k == 0:
@@ -118,12 +118,12 @@ def check_arm(run: RunData, arm: str, plain: str, schedule: dict[str, Any]) -> S
     return ServedCheck(arm, concurrency, k, how, predicted or {}, found.speedup, found.interval, why)
 
 
-def served_k(cfg: dict[str, Any], concurrency: int, schedule: dict[str, Any]) -> tuple[int, str]:
+def served_k(cfg: dict[str, Any], concurrency: int, choice: Optional[dict[str, Any]]) -> tuple[int, str]:
     """The k an arm drafts at ``concurrency``, and how it was set: its engine's reading of its
-    recorded config (harness/engines: a per-batch-size table, an adaptive server, a static k)."""
-    choice = next((c for c in schedule["concurrencies"] if c["concurrency"] == concurrency), None)
-    engine = ENGINES.get(str((cfg.get("server") or {}).get("engine")))
-    scheduled = int(choice["k"]) if choice else None
-    if engine is None:  # an engine this harness does not know: its drafter's own k
-        return int((cfg.get("drafter") or {}).get("num_steps") or 0), "static"
-    return engine.served_k(cfg, concurrency, scheduled)
+    recorded config (``Engine.served_k``: a per-batch-size table, an adaptive server, a static
+    k); ``choice`` is the schedule's at that concurrency (None: it swept none)."""
+    name = (cfg.get("server") or {}).get("engine")
+    if name not in ENGINES:
+        raise ScheduleError(f"the served run's arm config names engine {name!r}, none this harness knows "
+                            f"({', '.join(ENGINES)}): its k cannot be read (is its arms/<arm>/config.yaml there?)")
+    return ENGINES[name].served_k(cfg, concurrency, int(choice["k"]) if choice else None)

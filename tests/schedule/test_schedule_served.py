@@ -91,7 +91,7 @@ def test_what_cannot_be_checked_says_why_and_fails(tmp_path, capsys):
 
 
 def test_the_k_an_arm_drafts_at_the_runs_concurrency():
-    schedule = {"concurrencies": [{"concurrency": 4, "k": 1}]}
+    schedule = {"concurrency": 4, "k": 1}  # the schedule's choice at the run's concurrency
     assert served_k(vllm(2, TABLE), 2, schedule) == (2, "per-batch-size table")
     assert served_k(vllm(2, TABLE), 4, schedule) == (1, "per-batch-size table")
     assert served_k(vllm(2, TABLE), 64, schedule) == (1, "per-batch-size table")  # vLLM carries the last k on
