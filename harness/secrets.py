@@ -54,7 +54,7 @@ NOT_SECRET_NAME = re.compile(r"(^|_)(num|max|min|n|total|count|prompt|completion
 # Environment variables users need to read (glob patterns): the tool's story is reading NCCL
 # values, CUDA and engine tuning knobs. Any other variable's value is a secret.
 READABLE_ENV = ("NCCL_*", "CUDA_*", "NVIDIA_*", "NVSHMEM_*", "GLOO_*", "UCX_*", "FI_*", "OMP_*", "MKL_*", "KMP_*",
-                "TORCH_*", "PYTORCH_*", "TORCHINDUCTOR_*", "TRITON_*", "SPT_NOENV",
+                "TORCH_*", "PYTORCH_*", "TORCHINDUCTOR_*", "TORCHDYNAMO_*", "TRITON_*", "SPT_NOENV",
                 "PYTHONUNBUFFERED", "PYTHONHASHSEED", "PYTHONPATH", "TOKENIZERS_PARALLELISM", "HF_HUB_OFFLINE",
                 "TRANSFORMERS_OFFLINE", "HF_HUB_ENABLE_HF_TRANSFER", "HF_HOME", "LD_LIBRARY_PATH", "PATH", "TZ",
                 "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import Any
 
 from harness.gates.change import Change, evidence, judge
@@ -14,7 +16,7 @@ from harness.gates.verdict import inconclusive_passes, Verdict, skipped, not_con
 from harness.gates.trust import Figures, Side, Trust, one
 from harness.gates.registry import GateConfigError, GateContext, register, keyed_arms, own_acceptance, unmeasured
 from harness.measure.samples import ACCEPTED_DEFINITION, TOKENS_DEFINITION, accept_definition, accept_tokens
-from harness.measure.stream_steps import DEFINITION as STREAM_DEFINITION, StreamSteps, stream_steps
+from harness.measure.stream_steps import EVERY_STEP as STREAM_EVERY_STEP, StreamSteps, stream_steps
 
 
 # --- speculative decoding -----------------------------------------------------------------------
@@ -302,21 +304,41 @@ def accept_length_sources_agree(ctx: GateContext) -> list[Verdict]:
 REQUESTS, SERVER, STREAM = "requests", "server", "stream"  # the sources, as a verdict names them
 
 
-def accept_length_sources(lines: list[dict], window: dict, gap: float) -> tuple[dict[str, tuple[str, float]], str | None]:
-    """One repeat's accept lengths by source, {source: (definition, value)}, and why the
-    stream's is left out, if it is. The requests' own counts where the engine returns them;
-    the server's /metrics window; the stream's tokens per whole decode step where no
-    prefill token is counted on the other side: beside the server's counters alone (vLLM
-    without per-request stats) or the engine's 1 + accepted ÷ cycles (vLLM's), never beside
-    Σ completion tokens ÷ Σ cycles (SGLang's, which counts the prefill's token), and only
-    where its decode chunks are the server's draft steps (:func:`steps_unlike_drafts`)."""
-    found: dict[str, tuple[str, float]] = {}
+@dataclass(frozen=True)
+class Source:
+    """One source's accept length over the window: a point, or (the stream's) bounds."""
+
+    definition: str
+    low: float
+    high: float
+
+    def said(self, name: str) -> str:
+        if self.low == self.high:
+            return f"{name}: {self.definition} = {self.low:.4f}"
+        return f"{name}: {self.definition} = {self.low:.4f} to {self.high:.4f}"
+
+    def apart(self, other: "Source") -> float:
+        """How far apart two sources are: 0 where their bounds meet."""
+        return max(self.low - other.high, other.low - self.high, 0.0)
+
+
+def accept_length_sources(lines: list[dict], window: dict, gap: float) -> tuple[dict[str, Source], str | None]:
+    """One repeat's accept lengths by source, and why the stream's is left out, if it is. The
+    requests' own counts where the engine returns them; the server's /metrics window; the
+    stream's tokens per decode step where no prefill token is counted on the other side:
+    beside the server's counters alone (vLLM without per-request stats) or the engine's
+    1 + accepted ÷ cycles (vLLM's), never beside Σ completion tokens ÷ Σ cycles (SGLang's,
+    which counts the prefill's token), and only where its decode chunks are the server's
+    draft steps (:func:`steps_unlike_drafts`). The stream counts every step the server
+    counts, as bounds: a request's last step may have been cut short (stream_steps.py)."""
+    found: dict[str, Source] = {}
     mine = per_request_accept_length(lines)
     if mine is not None:
-        found[REQUESTS] = (accept_definition(lines), mine)
+        found[REQUESTS] = Source(accept_definition(lines), mine, mine)
     if window.get("accept_length") is not None:
-        found[SERVER] = (str(window.get("accept_length_definition")), float(window["accept_length"]))
-    no_prefill = (mine is None and SERVER in found) or (mine is not None and found[REQUESTS][0] == ACCEPTED_DEFINITION)
+        value = float(window["accept_length"])
+        found[SERVER] = Source(str(window.get("accept_length_definition")), value, value)
+    no_prefill = (mine is None and SERVER in found) or (mine is not None and found[REQUESTS].definition == ACCEPTED_DEFINITION)
     steps = stream_steps(lines) if no_prefill else None
     if steps is None:
         return found, None
@@ -324,8 +346,23 @@ def accept_length_sources(lines: list[dict], window: dict, gap: float) -> tuple[
     unlike = steps_unlike_drafts(steps, window.get("spec_drafts") or verify or None, gap)
     if unlike is not None:
         return found, unlike
-    found[STREAM] = (STREAM_DEFINITION, steps.accept_length)
+    most = whole_step_tokens(lines, window, steps)
+    low, high = steps.every_step(most)
+    found[STREAM] = Source(STREAM_EVERY_STEP.format(most=most), low, high)
     return found, None
+
+
+def whole_step_tokens(lines: list[dict], window: dict, steps: StreamSteps) -> int:
+    """The most tokens one step can stream, 1 + k: k from the server's drafted tokens per
+    draft, or the requests' per-step histograms (k + 1 bins), never below the longest chunk
+    seen (a per-batch-size k varies, and a mean would understate the largest)."""
+    most = steps.longest_chunk
+    if window.get("spec_drafts") and window.get("spec_draft_tokens"):
+        most = max(most, 1 + math.ceil(window["spec_draft_tokens"] / window["spec_drafts"] - 1e-9))
+    for line in lines:
+        if line.get("ok") and line.get("spec_correct_drafts_histogram"):
+            most = max(most, len(line["spec_correct_drafts_histogram"]))
+    return most
 
 
 def source_verdict(ctx: GateContext, repeat: int, lines: list[dict], window: dict, gap: float,
@@ -336,11 +373,11 @@ def source_verdict(ctx: GateContext, repeat: int, lines: list[dict], window: dic
     where = f" (repeat {repeat + 1})" if repeats > 1 else ""
     window = window or {}
     found, unlike = accept_length_sources(lines, window, gap)
-    said = "; ".join(f"{source}: {definition} = {value:.4f}" for source, (definition, value) in found.items())
+    said = "; ".join(source.said(key) for key, source in found.items())
     if not found:
         return skipped(name, arm, f"{arm}{where}: no accept length from any source (no speculation measured)")
     if len(found) == 1:
-        (source, (_, value)), = found.items()
+        [source] = found
         if source == SERVER and unlike:
             return skipped(name, arm, f"{arm}{where}: not like for like: {unlike} ({said})")
         if source == SERVER:
@@ -355,8 +392,9 @@ def source_verdict(ctx: GateContext, repeat: int, lines: list[dict], window: dic
         what = f"failed or were cancelled ({cut} cancelled)" if cut else "failed"
         return skipped(name, arm, f"{arm}{where}: not like for like: {len(failed)} measured request(s) {what}, "
                                   f"which only the server's counters may hold ({said})")
-    values = [value for _, value in found.values()]
-    difference = (max(values) - min(values)) / max(values)
+    sources = list(found.values())
+    largest = max(source.low for source in sources)
+    difference = max(a.apart(b) for a in sources for b in sources) / largest
     compared = f"{len(found)} sources ({', '.join(found)})"
     left_out = f"; the stream's left out: {unlike}" if unlike else ""
     if difference <= gap:

@@ -120,8 +120,8 @@ def streamed(chunks: list[int], accepted: int) -> dict:
             "spec_verify_ct": len(chunks) - 1, "spec_accepted_drafts": accepted}
 
 
-# 4 steps accepting 4 drafts and 3 accepting 3: 1 + 7 ÷ 7 = 2.0; the stream's whole steps
-# (first and last chunks left out) hold 6 in 3 and 4 in 2: 2.0
+# 4 steps accepting 4 drafts and 3 accepting 3: 1 + 7 ÷ 7 = 2.0; the stream over every step
+# holds 14 tokens in 7 chunks, 2.0, up to 16 ÷ 7 were both last steps whole (3 tokens)
 THREE = [streamed([1, 2, 2, 2, 2], 4), streamed([1, 3, 1, 2], 3)]
 
 
@@ -130,7 +130,7 @@ def test_three_sources_that_count_the_same_steps_agree_and_the_verdict_names_the
     assert v.status == "passed" and v.value == 0.0, v.detail
     assert "3 sources (requests, server, stream) agree" in v.detail
     assert f"requests: {ACCEPTED_DEFINITION} = 2.0000" in v.detail
-    assert f"server: {ONE_PLUS_ACCEPTED} = 2.0000" in v.detail and "stream: the stream's own count" in v.detail
+    assert f"server: {ONE_PLUS_ACCEPTED} = 2.0000" in v.detail and "stream: the stream over every decode step" in v.detail
 
 
 def test_one_source_off_fails_the_three():
@@ -145,7 +145,7 @@ def test_one_source_off_fails_the_three():
     # the stream's steps hold more tokens than the counts say were accepted
     fat = [{**THREE[0], "chunk_tokens": [1, 3, 3, 3, 0]}, THREE[1]]
     [stream] = speculative.accept_length_sources_agree(context(fat, [vllm_window(7, 7)]))
-    assert stream.status == "failed" and "stream: the stream's own count" in stream.detail, stream.detail
+    assert stream.status == "failed" and "stream: the stream over every decode step" in stream.detail, stream.detail
 
 
 def test_sglangs_counts_are_not_compared_with_the_stream():

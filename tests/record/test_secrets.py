@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 
 from harness.run.compose import compose
 from harness.secrets import BOOK, FINGERPRINT, Policy, fingerprint, masked_override, secret_name
@@ -372,3 +373,13 @@ def test_secrets_reach_no_byte_of_an_ab_or_a_calibration(tmp_path):
                           f"record.root={tmp_path / 'cal'}", timeout=600)
     assert calibrated.returncode in (0, 1), calibrated.stdout[-3000:] + calibrated.stderr[-3000:]
     assert_nowhere(PLANTED_VALUES, tmp_path / "cal", text=calibrated.stdout + calibrated.stderr)
+
+
+@pytest.mark.parametrize("exp", sorted(p.stem for p in (Path(__file__).parents[2] / "conf" / "exp").glob("*.yaml")))
+def test_a_shipped_experiment_hides_nothing_of_its_own(exp):
+    """The shipped configs hold no secret, so every value they set stays readable: a knob left
+    off the allow-lists (vLLM's TORCHDYNAMO_DISABLE=1) is hidden by location, and its value,
+    "1", then hid every "1" of the server's command line read back (--tensor-parallel-size)."""
+    for arm in compose([f"+exp={exp}"]).arms:
+        text = json.dumps(OmegaConf.to_container(arm.cfg, resolve=True), default=str)
+        assert not FINGERPRINT.search(text), (exp, arm.name, FINGERPRINT.findall(text), text[:300])
