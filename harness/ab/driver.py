@@ -26,6 +26,7 @@ from typing import Any
 from harness.exit_status import FAILED, INTERRUPTED, PASSED
 from harness.ab.plan import SIDES, ABPlan
 from harness.ab.record import ABRecord, measurement_name
+from harness.gates.change import FIRST_LOOK, Sequential
 from harness.gates.client_bound import judge as judge_client
 from harness.gates.reference import comparisons
 from harness.gates.registry import ABContext, judge
@@ -145,6 +146,13 @@ class ABRun:
         self.pairs: dict[str, list[RoundPair]] = {name: [] for name in plan.arm_names}
         self.cleaned: set = set()
 
+    @property
+    def sequential(self) -> Sequential | None:
+        """ab.rounds=auto: each look's share of the error, over every arm's compared metrics."""
+        if not self.plan.sequential:
+            return None
+        return Sequential(self.plan.rounds, len(self.plan.arm_names) * len(comparisons(self.plan.base.base.gate)))
+
     def run(self) -> None:
         self.session.run, self.session.record = self.record.path.name, str(self.record.path.resolve())
         if self.plan.keep_up:
@@ -153,7 +161,37 @@ class ABRun:
         else:
             for round_index in range(self.plan.rounds):
                 for arm in self.plan.arm_names:
-                    self.run_fresh_round(arm, round_index)
+                    if arm not in self.record.settled:
+                        self.run_fresh_round(arm, round_index)
+                        self.settle(arm)
+                if len(self.record.settled) == len(self.plan.arm_names):
+                    break
+
+    def settle(self, arm: str) -> None:
+        """ab.rounds=auto: after each look, is every verdict of this arm decided (passed or
+        failed), or inconclusive for a reason more rounds cannot mend (a round's client or GPU
+        in trouble)? Then its rounds end, and the record says why; at ab.max_rounds they end
+        whatever the verdicts say."""
+        pairs = self.pairs[arm]
+        if not self.plan.sequential or len(pairs) < FIRST_LOOK:
+            return
+        verdicts = judge("ab", ABContext(self.plan.base.base.gate, {arm: pairs}, self.sides(), self.sequential))
+        open_ = [v for v in verdicts if v.status == "inconclusive" and not v.cause]
+        if not open_:
+            mended = [v for v in verdicts if v.status == "inconclusive"]
+            why = (f"{len(mended)} verdict(s) inconclusive for a reason more rounds cannot mend ({mended[0].cause})"
+                   if mended else "every verdict decided")
+            self.record.settled[arm] = f"stopped after round {len(pairs)}: {why}"
+        elif len(pairs) >= self.plan.rounds:
+            names = ", ".join(v.name for v in open_)
+            self.record.settled[arm] = (f"ab.max_rounds={self.plan.rounds} reached with {len(open_)} verdict(s) "
+                                        f"undecided ({names})")
+        if arm in self.record.settled:
+            say(f"arm '{arm}': {self.record.settled[arm]}")
+            self.record.save()
+
+    def sides(self) -> dict[str, str]:
+        return {side: self.plan.describe(side) for side in SIDES}
 
     def clean_engine(self, arm: str, side: str) -> None:
         """What dead sessions left on a side's engine goes first, once, as in a run."""
@@ -206,6 +244,9 @@ class ABRun:
                         self.record.save()
                     self.interrupts.check()
                 self.count(entry, pair)
+                self.settle(arm)
+                if arm in self.record.settled:
+                    break
         finally:
             for server in servers.values():
                 server.stop()
@@ -218,8 +259,7 @@ class ABRun:
         say(f"round {entry['round']}: {line}")
 
     def verdicts(self) -> list[Verdict]:
-        sides = {side: self.plan.describe(side) for side in SIDES}
-        return judge("ab", ABContext(self.plan.base.base.gate, self.pairs, sides))
+        return judge("ab", ABContext(self.plan.base.base.gate, self.pairs, self.sides(), self.sequential))
 
 
 def say(line: str) -> None:
@@ -239,7 +279,7 @@ class ABDriver(Driver):
 
     def plan(self, plan: ABPlan, command: list[str]) -> ABRun:
         record = ABRecord(plan, command)
-        say(f"{plan.base.name}: A = {plan.describe('A')}; B = {plan.describe('B')}; {plan.rounds} rounds "
+        say(f"{plan.base.name}: A = {plan.describe('A')}; B = {plan.describe('B')}; {plan.rounds_words} "
             f"({plan.order.upper()}, {'servers kept up' if plan.keep_up else 'fresh servers'}); record {record.path}")
         return ABRun(plan, record)
 

@@ -1,6 +1,6 @@
 """What an A/B compares, from its command line, checked before any server starts.
 
-    specgate ab +exp=NAME [k=v ...] [a:k=v ...] [b:k=v ...] [ab.rounds=3] [ab.keep_up=true]
+    specgate ab +exp=NAME [k=v ...] [a:k=v ...] [b:k=v ...] [ab.rounds=3 | ab.rounds=auto] [ab.keep_up=true]
 
 The overrides without a prefix are both sides'; `a:` and `b:` ones are that side's alone and
 win over a common one on the same key (`b:build=sglang_patched`, `a:nccl=default b:nccl=pcie_tuned`).
@@ -30,9 +30,14 @@ class ABPlan:
     common: list[str]  # both sides' overrides, in command-line order
     own: dict[str, list[str]]  # side -> its own overrides
     sides: dict[str, Experiment]  # side -> its composed experiment
-    rounds: int
+    rounds: int  # the rounds planned: ab.rounds, or with ab.rounds=auto the most it may run (ab.max_rounds)
     order: str  # abba | alternate
     keep_up: bool  # both sides' servers up for every round (when they fit), else fresh ones per round
+    sequential: bool = False  # ab.rounds=auto: judged after every round from the third, stopped once decided
+
+    @property
+    def rounds_words(self) -> str:
+        return f"up to {self.rounds} rounds, until decided" if self.sequential else f"{self.rounds} rounds"
 
     @property
     def base(self) -> Experiment:
@@ -70,9 +75,10 @@ class ABPlan:
             if sides[side].base.ab != settings:
                 raise ConfigError(f"ab.* differs between the sides ({side} sets its own); set ab.* for both, "
                                   f"without a: or b:")
-        check_settings(settings)
+        sequential = check_settings(settings)
         check_same_measurement(sides)
-        return cls(common, own, sides, int(settings.rounds), str(settings.order), bool(settings.keep_up))
+        rounds = int(settings.max_rounds) if sequential else int(settings.rounds)
+        return cls(common, own, sides, rounds, str(settings.order), bool(settings.keep_up), sequential)
 
 
 def split_sides(tokens: list[str]) -> tuple[list[str], dict[str, list[str]]]:
@@ -106,10 +112,18 @@ def compose_side(side: str, common: list[str], own: list[str], conf_dir: Path) -
     return experiment
 
 
-def check_settings(settings) -> None:
-    """ab.rounds's bounds are the schema's (ABConfig): at least 2, as a paired change's spread comes from the rounds."""
+def check_settings(settings) -> bool:
+    """ab.rounds is a number (its bounds are the schema's, ABConfig: at least 2, as a paired
+    change's spread comes from the rounds) or `auto`; True for auto (a sequential A/B)."""
     if settings.order not in ORDERS:
         raise ConfigError(f"ab.order is '{settings.order}'; one of {', '.join(ORDERS)}")
+    rounds = settings.rounds
+    if isinstance(rounds, str) and rounds.strip().lower() == "auto":
+        return True
+    if isinstance(rounds, bool) or not isinstance(rounds, int):
+        raise ConfigError(f"ab.rounds is '{rounds}'; a whole number of rounds (at least 2), or auto to run "
+                          f"rounds until every verdict is decided (at most ab.max_rounds={settings.max_rounds})")
+    return False
 
 
 def check_same_measurement(sides: dict[str, Experiment]) -> None:

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import dataclasses
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from harness.config.compose import Experiment
 from harness.gates.reference import comparisons
 from harness.gates.verdict import Verdict
 from harness.record.recorder import Recorder
-from harness.record.store import FINISHED, INTERRUPTED, RUNNING
+from harness.record.store import FINISHED, INTERRUPTED, RUNNING, safe_name
 
 
 def measurement_name(arm: str, side: str, round_index: int | None) -> str:
@@ -52,6 +53,7 @@ class ABRecord:
         self.verdicts: list[Verdict] = []
         self.exit_status: int | None = None
         self.stopped: str | None = None  # why the A/B ended before its last round, in words
+        self.settled: dict[str, str] = {}  # ab.rounds=auto: arm -> why its rounds ended, in words
         self.save()
 
     @property
@@ -76,6 +78,7 @@ class ABRecord:
             **self.recorder.status_fields(status),
             "exit_status": self.exit_status,
             "rounds": plan.rounds, "order": plan.order, "keep_up": plan.keep_up,
+            "sequential": self.sequential_block(),
             "common_overrides": plan.common,
             "sides": {side: {"overrides": plan.own[side], "what": plan.describe(side)} for side in SIDES},
             "metrics": [c.metric for c in comparisons(plan.base.base.gate)],
@@ -85,11 +88,34 @@ class ABRecord:
             "gates": [v.to_json() for v in self.verdicts],
         }
 
+    def prune_unrun(self) -> None:
+        """The measurements planned up front whose round never started (an A/B that stopped
+        early; ab.rounds=auto deciding before ab.max_rounds) hold only the config written at
+        the start: they go, so the record's folders are what ran."""
+        if self.plan.keep_up:
+            return
+        for arm, entries in self.arms.items():
+            for round_index in range(len(entries), self.plan.rounds):
+                for side in SIDES:
+                    folder = self.path / "arms" / safe_name(measurement_name(arm, side, round_index))
+                    if folder.is_dir() and {p.name for p in folder.iterdir()} <= {"config.yaml"}:
+                        shutil.rmtree(folder)
+
+    def sequential_block(self) -> dict[str, Any] | None:
+        """ab.rounds=auto: each arm's rounds run and why they ended (null for fixed rounds)."""
+        plan = self.plan
+        if not plan.sequential:
+            return None
+        return {"max_rounds": plan.rounds,
+                "rounds_run": {arm: sum(1 for e in entries if e["counted"]) for arm, entries in self.arms.items()},
+                "why": dict(self.settled)}
+
     def save(self, status: str = RUNNING) -> None:
         self.recorder.write_data(self.data(status))
 
     def finish(self, verdicts: list[Verdict], exit_status: int, interrupted: bool) -> None:
         self.verdicts, self.exit_status = verdicts, exit_status
+        self.recorder.guarded("measurements that never ran", self.prune_unrun)
         data = self.data(INTERRUPTED if interrupted else FINISHED)
         self.recorder.write_data(data)
         self.recorder.write_summary(summary(data))
@@ -102,17 +128,28 @@ def cell(value: Any) -> str:
     return f"{value:.2f}" if isinstance(value, float) else str(value)
 
 
+def rounds_words(data: dict[str, Any]) -> str:
+    sequential = data.get("sequential")
+    if not sequential:
+        return f"{data['rounds']} rounds"
+    ran = sorted(set((sequential.get("rounds_run") or {}).values()))
+    counted = "-".join(str(n) for n in ran[::max(len(ran) - 1, 1)]) if ran else "0"
+    return f"{counted} rounds (ab.rounds=auto, up to {sequential['max_rounds']}: stopped once decided)"
+
+
 def summary(data: dict[str, Any]) -> str:
     gates = [Verdict.from_json(g, "ab") for g in data["gates"]]
     counts = {s: sum(v.status == s for v in gates) for s in ("passed", "failed", "inconclusive")}
     lines = [f"# specgate ab: {data['experiment']}", "",
              f"status **{data['status']}**, exit status {data['exit_status']}: "
              f"{counts['passed']} passed, {counts['failed']} failed, {counts['inconclusive']} inconclusive "
-             f"(B against A over {data['rounds']} rounds, {data['order'].upper()} order, "
+             f"(B against A over {rounds_words(data)}, {data['order'].upper()} order, "
              f"{'both servers kept up' if data['keep_up'] else 'fresh servers every round'})", "",
              f"- A: {data['sides']['A']['what']}", f"- B: {data['sides']['B']['what']}"]
     if data.get("stopped"):
         lines += ["", f"Stopped early: {data['stopped']}"]
+    for arm, why in ((data.get("sequential") or {}).get("why") or {}).items():
+        lines += ["", f"Rounds of arm {arm}: {why}"]
     if gates:
         lines += ["", "## Verdicts", ""] + [f"- {v.line()}" for v in gates]
     for arm, rounds in data["arms"].items():

@@ -13,7 +13,7 @@ from typing import Any, Optional
 from matplotlib.figure import Figure
 
 from harness.ab.plan import SIDES
-from harness.ab.record import round_rows
+from harness.ab.record import round_rows, rounds_words
 from harness.report.html import ARM_COLORS, figure_uri, write_record_page
 
 
@@ -27,7 +27,7 @@ def context(data: dict[str, Any], label: str) -> dict[str, Any]:
     tables = [(arm, SimpleNamespace(**dict(zip(("header", "rows"), round_rows(metrics, rounds)))))
               for arm, rounds in arms.items()]
     charts = [c for arm, rounds in arms.items() for m in metrics if (c := round_chart(arm, m, rounds))]
-    return {"label": label, "data": data, "tables": tables, "charts": charts}
+    return {"label": label, "data": data, "tables": tables, "charts": charts, "rounds": rounds_words(data)}
 
 
 def round_chart(arm: str, metric: str, rounds: list[dict[str, Any]]) -> Optional[str]:

@@ -345,7 +345,11 @@ class ABConfig:
     per arm and side, in ABBA order (the first side turns every round) or `alternate` (A
     first); a fresh server per side and round, or both kept up for every round."""
 
-    rounds: int = bounded(3, low=2, high=MAX_ROUNDS, example="3")  # at least 2: the paired change's spread comes from the rounds
+    # a number of rounds, at least 2 (the paired change's spread comes from the rounds), or auto:
+    # judge after every round from the third and stop once every verdict is decided (a
+    # group-sequential test, harness/gates/change.py Sequential), at max_rounds at the latest
+    rounds: Any = bounded(3, low=2, high=MAX_ROUNDS, example="3, or auto")
+    max_rounds: int = bounded(10, low=3, high=MAX_ROUNDS, example="10")  # ab.rounds=auto: the last round
     order: str = "abba"  # abba | alternate
     keep_up: bool = False  # true: both sides' servers stay up for every round (they must fit on the GPUs together)
 

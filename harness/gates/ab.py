@@ -23,7 +23,7 @@ def no_regression_between_sides(ctx: ABContext) -> list[Verdict]:
 
 def side_verdict(arm: str, c: Comparison, rounds: list, ctx: ABContext) -> Verdict:
     pairs = [(side_evidence(c.metric, r.lines.get("A")), side_evidence(c.metric, r.lines.get("B"))) for r in rounds]
-    change = judge_paired(c.metric, pairs, c.allowed, not c.higher_is_better, ctx.gate.confidence)
+    change = judge_paired(c.metric, pairs, c.allowed, not c.higher_is_better, ctx.gate.confidence, ctx.sequential)
     return untrusted_rounds(paired_verdict(arm, c, change, len(rounds), ctx), c.metric, rounds, ctx.gate)
 
 
@@ -72,9 +72,11 @@ def paired_verdict(arm: str, c: Comparison, change: PairedChange, rounds: int, c
     interval = ""
     if change.low is not None:
         verdict.interval = outward(change.low, change.high)
-        interval = f", {gate.confidence:.0%} interval {change.low:+.1%} to {change.high:+.1%} worse"
+        level = f"{gate.confidence:.0%}" if ctx.sequential is None else f"{ctx.sequential.confidence(gate.confidence):.2%}"
+        interval = f", {level} interval {change.low:+.1%} to {change.high:+.1%} worse"
+    sequential = f"; {ctx.sequential.describe(gate.confidence)}" if ctx.sequential is not None else ""
     facts = (f"{c.metric} A {change.old:.2f} -> B {change.new:.2f} ({words}{interval}) {over}; "
-             f"allowed {change.allowed:.1%}")
+             f"allowed {change.allowed:.1%}{sequential}")
     if change.outcome == "failed":
         verdict.passed, verdict.detail = False, f"{arm}: B regressed: {facts}"
     elif change.outcome == "passed":

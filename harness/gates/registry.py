@@ -91,6 +91,7 @@ class ABContext:
     gate: Any  # the experiment's cfg.gate (side A's; the sides share what they measure)
     rounds: dict[str, list[Any]]  # arm -> its rounds (harness/ab/driver.py RoundPair: lines and results of A and B)
     sides: dict[str, str]  # "A"/"B" -> what the side is, in words (its own overrides)
+    sequential: Any = None  # ab.rounds=auto: harness/gates/change.py Sequential (each look's share of the error)
 
 
 @dataclass(frozen=True)

@@ -46,15 +46,21 @@ def servers(data: dict) -> list[dict]:
             for block in (entry["A"], entry["B"]) if block and block.get("server")]
 
 
-def test_two_configs_in_abba_rounds_on_the_process_backend(tmp_path):
-    # three rounds: with two, a paired interval has one degree of freedom (t = 12.7), and one
-    # round bent by a busy machine (seen at load 5-10: A 685 then 876 tok/s) left a 50 % slower
-    # side inconclusive; with three (t = 4.3) the rounds' agreement decides it
-    status, data, folder = run_ab(tmp_path, "backend=process", "b:server.sim.decode_step_ms=6.0", "ab.rounds=3")
+def test_two_configs_in_abba_rounds_on_the_process_backend_until_decided(tmp_path):
+    # ab.rounds=auto: judged from round 3 on (with two, a paired interval has one degree of
+    # freedom, t = 12.7), stopped once decided, at round 4 at the latest; one round bent by a
+    # busy machine (seen at load 5-10: A 685 then 876 tok/s) is what round 4 is there for
+    status, data, folder = run_ab(tmp_path, "backend=process", "b:server.sim.decode_step_ms=6.0", "ab.rounds=auto",
+                                  "ab.max_rounds=4")
     assert status == 1 and (data["status"], data["exit_status"]) == ("finished", 1)  # B is 50 % slower per step
     rounds = data["arms"]["default"]
-    assert [(r["round"], r["order"], r["counted"]) for r in rounds] == [(1, "AB", True), (2, "BA", True), (3, "AB", True)]
+    assert [(r["round"], r["order"], r["counted"]) for r in rounds[:3]] == [(1, "AB", True), (2, "BA", True),
+                                                                            (3, "AB", True)]
+    sequential = data["sequential"]
+    assert sequential["max_rounds"] == 4 and sequential["rounds_run"] == {"default": len(rounds)} and len(rounds) <= 4
+    assert sequential["why"]["default"].startswith(f"stopped after round {len(rounds)}: "), sequential
     verdicts = {v["name"]: v for v in data["gates"]}
+    assert "sequential: 5% error split over 2 looks (rounds 3-4) and 3 verdicts" in verdicts["ab.output_tok_s"]["detail"]
     assert verdicts["ab.output_tok_s"]["status"] == "failed", verdicts["ab.output_tok_s"]["detail"]
     # TPOT is the per-token decode time a stalled client can blur: failed, or inconclusive naming the client
     tpot = verdicts["ab.tpot_ms.p50"]
@@ -63,13 +69,15 @@ def test_two_configs_in_abba_rounds_on_the_process_backend(tmp_path):
     assert all(v["scope"] == "ab" for v in data["gates"])
     assert data["sides"]["B"]["overrides"] == ["server.sim.decode_step_ms=6.0"]
     # one fresh server per side and round, each with its config and requests in the record
-    assert sorted(p.name for p in (folder / "arms").iterdir()) == ["default.A1", "default.A2", "default.A3", "default.B1",
-                                                                    "default.B2", "default.B3"]
+    ran = len(rounds)  # only the rounds that ran: the fourth's folders, planned up front, go if it never started
+    assert sorted(p.name for p in (folder / "arms").iterdir()) == sorted(f"default.{side}{r}" for side in "AB"
+                                                                         for r in range(1, ran + 1))
     assert "decode_step_ms: 6.0" in (folder / "arms" / "default.B2" / "config.yaml").read_text()
     lines = read_lines(folder, "default.B2")
     assert {(line["round"], line["side"]) for line in lines} == {(2, "B")}
     summary = (folder / "summary.md").read_text()
     assert "status **finished**, exit status 1: " in summary and "| 2 | BA | B | measured |" in summary
+    assert f"over {ran} rounds (ab.rounds=auto, up to 4: stopped once decided)" in summary
     assert not any(alive(s["pid"]) for s in servers(data))
     assert cli.main(["report", str(folder)]) == 0
     page = (folder / "report.html").read_text()

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
 from harness.ab.driver import RoundPair
 from harness.config.schema import GateConfig
 from harness.gates.ab import no_regression_between_sides
-from harness.gates.change import evidence, judge, judge_paired
+from harness.gates.change import Sequential, evidence, judge, judge_paired
 from harness.gates.registry import ABContext
 from tests.gates.test_change import lines
 from tests.support.arm_results import result
@@ -100,3 +101,59 @@ def test_a_round_whose_client_or_gpu_could_not_be_trusted_makes_the_verdict_inco
     slow_gpu[0].gpus["A"] = {"gpus": {"uuid": {"index": 0, "sm_clock_ratio_under_load": 0.7}}}  # A slowed: B flattered
     (v,) = no_regression_between_sides(ABContext(gate, {"baseline": slow_gpu}, {"A": "a", "B": "b"}))
     assert v.status == "inconclusive" and "round 1 side A: GPU 0 ran at 70% of its max SM clock under load" in v.detail
+
+
+# --- ab.rounds=auto: a group-sequential test (harness/gates/change.py Sequential) ---------------
+
+class Figure:
+    """A side's figure in one round and nothing else the paired judge reads of it."""
+
+    def __init__(self, value: float):
+        self.figure, self.groups_count, self.unit, self.percentile = value, 48, "requests", None
+
+    def value(self) -> float:
+        return self.figure
+
+
+def until_decided(worse_by: float, noise: float, rng, sequential) -> tuple[str, int]:
+    """One A/B judged after every round, stopped at its first decision: (outcome, rounds)."""
+    pairs = []
+    for n in range(1, (sequential.max_rounds if sequential else 10) + 1):
+        change_ = rng.normal(math.log1p(worse_by), noise)
+        pairs.append((Figure(4.0), Figure(4.0 * math.exp(change_))))  # TPOT: B's higher is worse
+        if n < 3:
+            continue
+        change = judge_paired("tpot_ms.p50", pairs, 0.02, True, 0.95, sequential)
+        if change.outcome != "inconclusive":
+            return change.outcome, n
+    return "inconclusive", n
+
+
+def test_stopping_once_the_data_look_decided_keeps_the_error_of_every_verdict_together():
+    # B exactly at the allowed change, three verdicts judged together, 10 looks each: a fixed 95 %
+    # test at every look fails some verdict far more often than 5 %; the sequential split does not
+    rng = np.random.default_rng(7)
+    sequential = Sequential(max_rounds=10, verdicts=3)
+    def family_fails(judged_as) -> float:
+        runs = [[until_decided(0.02, 0.013, rng, judged_as)[0] for _ in range(3)] for _ in range(300)]
+        return sum("failed" in run for run in runs) / len(runs)
+    assert family_fails(sequential) <= 0.05
+    assert family_fails(None) > 0.10  # optional stopping without the split: the error it prevents
+
+
+def test_a_clear_slowdown_stops_early_and_identical_builds_are_decided_the_same():
+    rng = np.random.default_rng(8)
+    sequential = Sequential(max_rounds=10, verdicts=3)
+    slow = [until_decided(0.10, 0.013, rng, sequential) for _ in range(50)]
+    assert all(outcome == "failed" for outcome, _ in slow) and np.mean([n for _, n in slow]) <= 4.5
+    same = [until_decided(0.0, 0.013, rng, sequential) for _ in range(50)]
+    assert not any(outcome == "failed" for outcome, _ in same)
+    assert sum(outcome == "passed" for outcome, _ in same) >= 35  # the same within 2 %, an equivalence verdict
+
+
+def test_a_sequential_ab_does_not_look_before_round_three_and_says_each_looks_share():
+    sequential = Sequential(max_rounds=8, verdicts=4)
+    assert sequential.looks == 6 and sequential.confidence(0.95) == pytest.approx(1 - 0.05 / 24)
+    two = judge_paired("tpot_ms.p50", [(Figure(4.0), Figure(8.0))] * 2, 0.02, True, 0.95, sequential)
+    assert two.outcome == "inconclusive" and two.why == "a sequential A/B's first look is at round 3; 2 counted"
+    assert "5% error split over 6 looks (rounds 3-8) and 4 verdicts, each look at 99.79%" in sequential.describe(0.95)

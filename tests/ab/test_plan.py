@@ -29,7 +29,13 @@ def test_prefixed_overrides_are_a_sides_own_and_win_over_the_common_ones():
      "arm 'baseline' measures something else on side B than on side A (workload.max_tokens: 500 on A, 50 on B); "
      "an A/B compares how one workload is served"),
     (["+exp=sim_smoke", "b:server.sim.decode_step_ms=4.4", "ab.rounds=1"],
-     "ab.rounds must be a finite number >= 2 and <= 100 (e.g. 3), got 1"),
+     "ab.rounds must be a finite number >= 2 and <= 100 (e.g. 3, or auto), got 1"),
+    (["+exp=sim_smoke", "b:server.sim.decode_step_ms=4.4", "ab.rounds=some"],
+     "ab.rounds is 'some'; a whole number of rounds (at least 2), or auto to run rounds until every verdict is "
+     "decided (at most ab.max_rounds=10)"),
+    (["+exp=sim_smoke", "b:server.sim.decode_step_ms=4.4", "ab.rounds=2.5"], "ab.rounds is '2.5'; a whole number"),
+    (["+exp=sim_smoke", "b:server.sim.decode_step_ms=4.4", "ab.rounds=auto", "ab.max_rounds=2"],
+     "ab.max_rounds must be a finite number >= 3 and <= 100 (e.g. 10), got 2"),
     (["+exp=sim_smoke", "b:server.sim.decode_step_ms=4.4", "ab.order=random"], "ab.order is 'random'; one of abba, alternate"),
     (["+exp=sim_smoke", "b:server.sim.decode_step_ms=4.4", "b:ab.rounds=5"], "ab.* differs between the sides"),
     (["+exp=sim_smoke", "b:server.sim.decode_stepms=4.4"], "side B: "),
@@ -48,3 +54,11 @@ def test_split_sides_keeps_the_command_lines_order():
     assert common == ["+exp=x", "k=v"] and own == {"A": ["b=2"], "B": ["a=1", "c=3"]}
     with pytest.raises(ConfigError):
         split_sides(["+exp=x", "k=v"])
+
+
+def test_rounds_auto_plans_up_to_max_rounds_and_says_so():
+    plan = ABPlan.of(["+exp=sim_smoke", "b:server.sim.decode_step_ms=4.4", "ab.rounds=auto", "ab.max_rounds=6"],
+                     DEFAULT_CONF_DIR)
+    assert plan.sequential and plan.rounds == 6 and plan.rounds_words == "up to 6 rounds, until decided"
+    fixed = ABPlan.of(["+exp=sim_smoke", "b:server.sim.decode_step_ms=4.4"], DEFAULT_CONF_DIR)
+    assert not fixed.sequential and fixed.rounds == 3 and fixed.rounds_words == "3 rounds"

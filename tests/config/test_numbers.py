@@ -152,7 +152,7 @@ def test_the_walk_finds_a_number_field_without_bounds_in_any_shape():
                                                   "got 99999999999999999999"),
     ("workload.input_len=1000000000", "workload.input_len must be a finite number >= 1 and <= 1.04858e+06"),
     ("workload.seed=99999999999999999999", "workload.seed must be a finite number >= 0 and <= 9.22337e+18"),
-    ("ab.rounds=1000000000", "ab.rounds must be a finite number >= 2 and <= 100 (e.g. 3), got 1000000000"),
+    ("ab.rounds=1000000000", "ab.rounds must be a finite number >= 2 and <= 100 (e.g. 3, or auto), got 1000000000"),
     ("calibrate.runs=1000000000", "calibrate.runs must be a finite number >= 3 and <= 100 (e.g. 5), got 1000000000"),
     ("record.timeslice_s=1e-9", "record.timeslice_s must be a finite number >= 0.001 and <= 86400, got 1e-09"),
     ("gate.confidence=1.5", "gate.confidence must be a finite number > 0.5 and < 1 (e.g. 0.95), got 1.5"),
