@@ -56,7 +56,9 @@ sys.path.insert(0, str(REPO))
 from harness.ab.driver import RoundPair  # noqa: E402
 from harness.run.compose import compose  # noqa: E402
 from harness.engines import engine_of  # noqa: E402
-from harness.gates.ab import no_regression_between_sides  # noqa: E402
+from harness.gates.ab import no_regression_between_sides, still_open  # noqa: E402
+from harness.gates.change import FIRST_LOOK, Sequential  # noqa: E402
+from harness.gates.reference import comparisons  # noqa: E402
 from harness.gates.profile import NoiseProfile  # noqa: E402
 from harness.gates.reference import no_regression_against_reference  # noqa: E402
 from harness.gates.registry import ABContext, GateContext  # noqa: E402
@@ -69,7 +71,7 @@ from harness.servers.process import ProcessServer  # noqa: E402
 
 WORKLOAD = ["workload=chat_short", "workload.num_prompts=64", "workload.concurrency=8", "workload.max_tokens=64"]
 DRIFTS = {"gpu_box": ["+drift=gpu_box"], "none": []}
-MODES = ("single", "profile", "history", "ab")
+MODES = ("single", "profile", "history", "ab", "ab-auto")
 HISTORY_START = datetime(2026, 12, 1, tzinfo=timezone.utc)  # a history's runs: an hour apart
 
 
@@ -91,6 +93,7 @@ class Settings:
     cache: Path
     gate: tuple[str, ...] = ()  # gate.key=value for every comparison
     ab_rounds: int = 3  # rounds of each A/B
+    max_rounds: int = 10  # ab-auto: ab.rounds=auto's ab.max_rounds
 
 
 # --- measuring: one fresh server and one load per run, cached ---------------------------------
@@ -169,14 +172,37 @@ def measure_stream(settings: Settings, say: Callable[[str], None]) -> None:
 def ab_rounds(settings: Settings, case: str, index: int, slowdown: float) -> list[RoundPair]:
     """One A/B of `settings.ab_rounds` rounds in ABBA order, each side a fresh server (B `slowdown` slower),
     on one box (one machine state, as in one CI job)."""
-    pairs, machine = [], 20_000 + hash_case(case) * 1000 + index
-    for r in range(settings.ab_rounds):
-        pair = RoundPair(r + 1)
-        for side in (("A", "B") if r % 2 == 0 else ("B", "A")):
-            run = measure(settings, f"ab-{case}-{index:03d}-r{r + 1}{side}", slowdown if side == "B" else 0.0, machine)
-            pair.lines[side], pair.results[side] = run.lines, run.result
-        pairs.append(pair)
-    return pairs
+    return [ab_round(settings, case, index, slowdown, r) for r in range(settings.ab_rounds)]
+
+
+def ab_round(settings: Settings, case: str, index: int, slowdown: float, r: int) -> RoundPair:
+    """Round r (0-based) of one A/B: its first rounds are every A/B's of that case and index,
+    fixed or sequential (the job ran on)."""
+    machine = 20_000 + hash_case(case) * 1000 + index
+    pair = RoundPair(r + 1)
+    for side in (("A", "B") if r % 2 == 0 else ("B", "A")):
+        run = measure(settings, f"ab-{case}-{index:03d}-r{r + 1}{side}", slowdown if side == "B" else 0.0, machine)
+        pair.lines[side], pair.results[side] = run.lines, run.result
+    return pair
+
+
+def ab_until_decided(settings: Settings, case: str, index: int, slowdown: float, gate, measure_missing: bool = True):
+    """One A/B with ab.rounds=auto, as harness/ab/driver.py runs it: judged after every round
+    from the first look, stopped once no verdict is open, at max_rounds at the latest.
+    (verdicts, rounds); None when the cache lacks a round and measuring is off."""
+    sequential = Sequential(settings.max_rounds, len(comparisons(gate)))
+    pairs, verdicts = [], []
+    for r in range(settings.max_rounds):
+        keys = [f"ab-{case}-{index:03d}-r{r + 1}{side}" for side in "AB"]
+        if not measure_missing and not all((settings.cache / f"{k}.pkl.gz").is_file() for k in keys):
+            return None
+        pairs.append(ab_round(settings, case, index, slowdown, r))
+        if r + 1 >= FIRST_LOOK:
+            verdicts = no_regression_between_sides(ABContext(gate, {"baseline": pairs}, {"A": "main", "B": "change"},
+                                                             sequential))
+            if not still_open(verdicts):
+                break
+    return verdicts, len(pairs)
 
 
 def hash_case(case: str) -> int:
@@ -187,12 +213,18 @@ def ab_cases(settings: Settings) -> list[tuple[str, float, int]]:
     return [("identical", 0.0, settings.identical)] + [(f"slow{s:.2f}", s, settings.regressed) for s in settings.slowdowns]
 
 
-def measure_ab(settings: Settings, say: Callable[[str], None], only: list[str] | None = None) -> None:
+def measure_ab(settings: Settings, say: Callable[[str], None], only: list[str] | None = None,
+               modes: tuple[str, ...] = ("ab",)) -> None:
+    gate = gate_of(settings)
     for case, slowdown, count in ab_cases(settings):
         if only and case not in only:
             continue
         for i in range(count):
-            ab_rounds(settings, case, i, slowdown)
+            if "ab" in modes:
+                ab_rounds(settings, case, i, slowdown)
+            if "ab-auto" in modes:
+                _, ran = ab_until_decided(settings, case, i, slowdown, gate)
+                say(f"ab-auto: {case} {i + 1}/{count}: {ran} rounds")
             say(f"ab: {case} {i + 1}/{count}")
 
 
@@ -222,9 +254,14 @@ class Tally:
     failing_metrics: Counter = field(default_factory=Counter)
     inconclusive_metrics: Counter = field(default_factory=Counter)
     examples: list[str] = field(default_factory=list)
+    rounds: list[int] = field(default_factory=list)  # ab-auto: the rounds each A/B ran
+    decided_same: int = 0  # ab-auto: A/Bs whose every verdict passed (the same within the allowed change)
 
-    def add(self, verdicts: list) -> None:
+    def add(self, verdicts: list, rounds: int | None = None) -> None:
         self.comparisons += 1
+        if rounds is not None:
+            self.rounds.append(rounds)
+            self.decided_same += all(v.status == "passed" and not v.inconclusive for v in verdicts)
         failed = [v for v in verdicts if v.status == "failed"]
         if failed:
             self.failed += 1
@@ -324,16 +361,36 @@ def judge_abs(settings: Settings) -> dict[str, Tally]:
     return tallies
 
 
+def judge_abs_auto(settings: Settings) -> dict[str, Tally]:
+    gate, tallies = gate_of(settings), {}
+    for case, slowdown, count in ab_cases(settings):
+        name = "identical" if case == "identical" else slowdown_name(slowdown)
+        for i in range(count):
+            judged = ab_until_decided(settings, case, i, slowdown, gate, measure_missing=False)
+            if judged is not None:
+                tallies.setdefault(name, Tally()).add(*judged)
+    return tallies
+
+
 # --- the table -------------------------------------------------------------------------------
+
+def modes_of(results: dict[str, dict[str, Tally]]) -> list[str]:
+    """The --modes behind these rows, in MODES' order."""
+    named = {m.split(",")[0] if not m.startswith("ab, auto") else "ab-auto" for m in results}
+    return [m for m in MODES if m in named]
+
 
 def render(results: dict[str, dict[str, Tally]], settings: Settings, minutes: float | None) -> str:
     gate = gate_of(settings)
     took = f", {minutes:.0f} minutes of measuring" if minutes else ""
-    more = sorted({m.split(", ")[1].split()[0] for m in results if m.startswith("ab, ")} - {str(settings.ab_rounds)})
+    fixed = [m for m in results if m.startswith("ab, ") and not m.startswith("ab, auto")]
+    more = sorted({m.split(", ")[1].split()[0] for m in fixed} - {str(settings.ab_rounds)})
     lines = ["# Merge-gate verdicts on a drifting machine: false alarms and detection", "",
              f"`python benchmarks/verdicts.py --identical {settings.identical} --regressed {settings.regressed}"
              f"{' --drift ' + settings.drift if settings.drift != 'gpu_box' else ''}"
-             f"{' --also-ab-rounds ' + ','.join(more) if more else ''}` on the simulator (process backend, "
+             f"{' --also-ab-rounds ' + ','.join(more) if more else ''}"
+             f"{' --slowdowns ' + ','.join(f'{x * 100:g}' for x in settings.slowdowns) if settings.slowdowns != (0.03, 0.05, 0.10) else ''}"
+             f"{' --modes ' + ','.join(modes_of(results)) if modes_of(results) != list(MODES) else ''}` on the simulator (process backend, "
              f"drift model `{settings.drift}`{took}), the gating workload (64 requests of 64 tokens at concurrency 8). "
              f"Each comparison is judged by the gate with its defaults (tolerance {gate.tolerance:.0%}, "
              f"{gate.confidence:.0%} confidence). *failed* is a red gate: a false alarm among identical builds, a "
@@ -345,7 +402,7 @@ def render(results: dict[str, dict[str, Tally]], settings: Settings, minutes: fl
         for case, t in tallies.items():
             metrics = ", ".join(f"{m} ×{n}" for m, n in t.failing_metrics.most_common()) or "-"
             lines.append(f"| {mode} | {case} | {t.comparisons} | {t.failed} | {t.inconclusive} | {metrics} |")
-    more = [mode for mode in results if mode.startswith("ab, ") and mode != f"ab, {settings.ab_rounds} rounds"]
+    more = [mode for mode in fixed if mode != f"ab, {settings.ab_rounds} rounds"]
     if more:
         lines += ["", f"The rows {', '.join(more)} extend the {settings.ab_rounds}-round A/Bs with more rounds each "
                       "(measured later, on the same A/B's machine state: as if the job ran on); cases not listed "
@@ -354,6 +411,16 @@ def render(results: dict[str, dict[str, Tally]], settings: Settings, minutes: fl
     for mode, tallies in results.items():
         counts = sum((t.inconclusive_metrics for t in tallies.values()), Counter())
         lines.append(f"- {mode}: " + (", ".join(f"{m} ×{n}" for m, n in counts.most_common()) or "none"))
+    auto = {mode: tallies for mode, tallies in results.items() if mode.startswith("ab, auto")}
+    for mode, tallies in auto.items():
+        lines += ["", f"**{mode}** (`ab.rounds=auto ab.max_rounds={settings.max_rounds}`): the rounds each A/B ran "
+                      "before every verdict was decided (or the last):", "",
+                  "| case | A/Bs | failed | every verdict passed (the same within the allowed change) | "
+                  "still open at the last round | mean rounds | most rounds |", "| --- | --- | --- | --- | --- | --- | --- |"]
+        for case, t in tallies.items():
+            mean = sum(t.rounds) / len(t.rounds) if t.rounds else float("nan")
+            lines.append(f"| {case} | {t.comparisons} | {t.failed} | {t.decided_same} | {t.inconclusive} | {mean:.1f} | "
+                         f"{max(t.rounds, default=0)} |")
     examples = [(mode, case, e) for mode, tallies in results.items() for case, t in tallies.items() for e in t.examples[:1]]
     if examples:
         lines += ["", "Examples of failed verdicts:", ""] + [f"- {mode}, {case}: {e}" for mode, case, e in examples[:8]]
@@ -373,6 +440,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--judge-only", action="store_true", help="measure nothing: judge what the cache holds")
     ap.add_argument("--ab-rounds", type=int, default=3, help="rounds of each A/B (its first rounds are shared "
                                                              "with an A/B of fewer: the job ran on)")
+    ap.add_argument("--max-rounds", type=int, default=10, help="ab-auto: ab.max_rounds")
     ap.add_argument("--also-ab-rounds", default="", help="judge A/Bs of these round counts too (from the cache), "
                                                           "e.g. 5: a row each")
     ap.add_argument("--ab-cases", default="", help="measure only these A/B cases (identical, slow0.03, ...): "
@@ -383,7 +451,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     settings = Settings(args.identical, args.regressed, tuple(float(s) / 100 for s in args.slowdowns.split(",") if s),
                         args.history, args.profile_runs, args.drift, Path(args.cache) / args.drift, tuple(args.gate),
-                        args.ab_rounds)
+                        args.ab_rounds, args.max_rounds)
     (settings.cache / "logs").mkdir(parents=True, exist_ok=True)
     modes = [m for m in args.modes.split(",") if m]
     say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
@@ -391,8 +459,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.judge_only:
         if args.part in ("all", "stream") and set(modes) - {"ab"}:
             measure_stream(settings, say)
-        if args.part in ("all", "ab") and "ab" in modes:
-            measure_ab(settings, say, [c for c in args.ab_cases.split(",") if c])
+        if args.part in ("all", "ab") and {"ab", "ab-auto"} & set(modes):
+            measure_ab(settings, say, [c for c in args.ab_cases.split(",") if c],
+                       tuple(m for m in modes if m in ("ab", "ab-auto")))
         if args.part != "all":
             return 0
     minutes = None if args.judge_only else (time.monotonic() - started) / 60
@@ -401,10 +470,13 @@ def main(argv: list[str] | None = None) -> int:
         results[f"ab, {settings.ab_rounds} rounds"] = judge_abs(settings)
         for rounds in [int(r) for r in args.also_ab_rounds.split(",") if r]:
             results[f"ab, {rounds} rounds"] = judge_abs(dataclasses.replace(settings, ab_rounds=rounds))
+    if "ab-auto" in modes:
+        results[f"ab, auto (up to {settings.max_rounds})"] = judge_abs_auto(settings)
     text = render(results, settings, minutes)
     print(text)
     if args.out:
         out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
         (out / "verdicts.md").write_text(text)
         data = {mode: {case: {"comparisons": t.comparisons, "failed": t.failed, "inconclusive": t.inconclusive,
                               "failing_metrics": dict(t.failing_metrics), "inconclusive_metrics": dict(t.inconclusive_metrics)}

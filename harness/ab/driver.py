@@ -27,6 +27,7 @@ from harness.exit_status import FAILED, INTERRUPTED, PASSED
 from harness.ab.plan import SIDES, ABPlan
 from harness.ab.record import ABRecord, measurement_name
 from harness.gates.change import FIRST_LOOK, Sequential
+from harness.gates.ab import still_open
 from harness.gates.client_bound import judge as judge_client
 from harness.gates.reference import comparisons
 from harness.gates.registry import ABContext, judge
@@ -176,7 +177,7 @@ class ABRun:
         if not self.plan.sequential or len(pairs) < FIRST_LOOK:
             return
         verdicts = judge("ab", ABContext(self.plan.base.base.gate, {arm: pairs}, self.sides(), self.sequential))
-        open_ = [v for v in verdicts if v.status == "inconclusive" and not v.cause]
+        open_ = still_open(verdicts)
         if not open_:
             mended = [v for v in verdicts if v.status == "inconclusive"]
             why = (f"{len(mended)} verdict(s) inconclusive for a reason more rounds cannot mend ({mended[0].cause})"

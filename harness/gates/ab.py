@@ -21,6 +21,13 @@ def no_regression_between_sides(ctx: ABContext) -> list[Verdict]:
     return [side_verdict(arm, c, rounds, ctx) for arm, rounds in ctx.rounds.items() for c in comparisons(ctx.gate)]
 
 
+def still_open(verdicts: list[Verdict]) -> list[Verdict]:
+    """The verdicts more rounds could still decide (ab.rounds=auto goes on while there are
+    any): inconclusive ones, except those inconclusive for a reason more rounds cannot mend
+    (a round whose client or GPU was in trouble stays in the pairs, and says so)."""
+    return [v for v in verdicts if v.status == "inconclusive" and not v.cause]
+
+
 def side_verdict(arm: str, c: Comparison, rounds: list, ctx: ABContext) -> Verdict:
     pairs = [(side_evidence(c.metric, r.lines.get("A")), side_evidence(c.metric, r.lines.get("B"))) for r in rounds]
     change = judge_paired(c.metric, pairs, c.allowed, not c.higher_is_better, ctx.gate.confidence, ctx.sequential)

@@ -14,8 +14,10 @@ than two usable runs, runs of more than one experiment (pick one with `--experim
 
 The runs are ordered by their start time (`started_utc`, else the timestamp the folder's name
 starts with). Runs of one experiment may still have measured different configs (a sweep's
-points copied into one folder: concurrency 1 and 2); each arm's series then says so in one
-note naming the keys that differ (`mixed_configs`, from each arm's recorded identity). Per arm, the headline metrics are the registry's `compared_by_default()` (the
+points copied into one folder: concurrency 1 and 2): such an arm is split into one series per
+config (its runs' recorded identities), each named by the keys that differ (`eagle3
+(workload.concurrency=2)`) and noting the split, never read as one series; a run judged
+against the history (gate.baseline) is judged against its own config's series only. Per arm, the headline metrics are the registry's `compared_by_default()` (the
 figures a reference-run gate compares unasked) plus any path asked for; each metric's change
 points come from harness/history/changepoints.py over the runs that measured it.
 """
@@ -80,6 +82,12 @@ class History:
     seed: int = 0
     _found: dict[tuple[str, str], list[tuple[Run, ChangePoint]]] = field(default_factory=dict, repr=False)
 
+    def __post_init__(self) -> None:
+        self._series: dict[str, Series] = {}
+        for arm in self.arms:
+            for series in split_by_config(arm, [run for run in self.runs if arm in run.arms]):
+                self._series[series.name] = series
+
     @property
     def experiment(self) -> str:
         return self.runs[0].experiment
@@ -92,47 +100,109 @@ class History:
             names += [arm for arm in run.arms if arm not in names]
         return names
 
-    def series(self, arm: str, metric: str) -> list[tuple[Run, float]]:
-        """(run, value) of every run that measured the arm's metric, oldest first."""
-        return [(run, value) for run in self.runs if (value := run.value(arm, metric)) is not None]
+    @property
+    def series_names(self) -> list[str]:
+        """Every series: an arm, or one per config where its runs measured it in several
+        (`eagle3 (workload.concurrency=2)`), in the order the arms first appear."""
+        return list(self._series)
 
-    def change_points(self, arm: str, metric: str) -> list[tuple[Run, ChangePoint]]:
-        """Each change point of the arm's metric with the run its new segment starts at."""
-        key = (arm, metric)
+    def of(self, name: str) -> "Series":
+        """A series by its name (an arm measured in one config is named by the arm alone)."""
+        try:
+            return self._series[name]
+        except KeyError:
+            split = [s.name for s in self._series.values() if s.arm == name]
+            raise KeyError(f"{name}: measured in several configs, read as the series {', '.join(split)}"
+                           if split else f"{name}: no such arm in the history") from None
+
+    def runs_of(self, name: str) -> list[Run]:
+        return list(self.of(name).runs)
+
+    def series(self, name: str, metric: str) -> list[tuple[Run, float]]:
+        """(run, value) of every run of the series that measured the metric, oldest first."""
+        series = self.of(name)
+        return [(run, value) for run in series.runs if (value := run.value(series.arm, metric)) is not None]
+
+    def change_points(self, name: str, metric: str) -> list[tuple[Run, ChangePoint]]:
+        """Each change point of the series' metric with the run its new segment starts at."""
+        key = (name, metric)
         if key not in self._found:
-            points = self.series(arm, metric)
+            points = self.series(name, metric)
             found = change_points([v for _, v in points], alpha=self.alpha, permutations=self.permutations,
                                   seed=self.seed)
             self._found[key] = [(points[c.index][0], c) for c in found]
         return self._found[key]
 
-    def mixed_configs(self, arm: str) -> Optional[str]:
-        """One note when the runs measured the arm in different configs (their recorded
-        identities differ: workload.concurrency 1 in some, 2 in others), naming the keys that
-        differ and how many runs had each value; None when they measured one config."""
-        identities = [block["identity"] for run in self.runs
-                      if isinstance(block := run.arms.get(arm), dict) and isinstance(block.get("identity"), dict)]
-        differing = []
-        for key in dict.fromkeys(k for identity in identities for k in identity):
-            counts: dict[str, int] = {}
-            for identity in identities:
-                shown = json.dumps(identity.get(key), sort_keys=True, default=str)
-                counts[shown] = counts.get(shown, 0) + 1
-            if len(counts) > 1:
-                differing.append(f"{key} " + ", ".join(f"{value} in {n} run{'s' if n > 1 else ''}"
-                                                       for value, n in counts.items()))
-        if not differing:
-            return None
-        return (f"note: these runs measured {arm} in different configs ({'; '.join(differing)}), read here as one "
-                f"series, so a change point may be a change of config; give a folder of one config's runs (e.g. "
-                f"one sweep point's)")
+    def mixed_configs(self, name: str) -> Optional[str]:
+        """One note when the series is one of several an arm was split into because its runs
+        measured it in different configs (a sweep's points copied into one folder); None else."""
+        return self.of(name).note
 
-    def since_last_change(self, arm: str, metric: str) -> list[Run]:
-        """The runs that measured the arm's metric from its last change point on (the segment
-        the newest run belongs to); every run that measured it when there is none."""
-        runs = [run for run, _ in self.series(arm, metric)]
-        found = self.change_points(arm, metric)
+    def series_measuring(self, arm: str, identity: dict[str, Any]) -> Optional[str]:
+        """The name of the arm's series whose runs measured what `identity` says (the keys both
+        have agree), or None: for a run judged against the history, only its own config's runs."""
+        for series in self._series.values():
+            if series.arm == arm and (series.identity is None or same_config(identity, series.identity)):
+                return series.name
+        return None
+
+    def since_last_change(self, name: str, metric: str) -> list[Run]:
+        """The runs of the series that measured its metric from its last change point on (the
+        segment the newest run belongs to); every run that measured it when there is none."""
+        runs = [run for run, _ in self.series(name, metric)]
+        found = self.change_points(name, metric)
         return runs[found[-1][1].index:] if found else runs
+
+
+@dataclass(frozen=True)
+class Series:
+    """One arm measured in one config: the runs a change point is looked for over. Runs that
+    measured an arm in different configs are never one series: a change of config is no
+    change of the build."""
+
+    name: str  # the arm, or `arm (key=value, ...)` where its runs measured it in several configs
+    arm: str
+    runs: tuple[Run, ...]
+    identity: Optional[dict[str, Any]]  # what its runs measured (their recorded identity); None: not recorded
+    note: Optional[str] = None  # why the arm was split, where it was
+
+
+def same_config(mine: dict[str, Any], theirs: dict[str, Any]) -> bool:
+    """Two identities (harness/gates/baseline_match.py identity) agree on every key both have:
+    JSON's spelling of each value, as results.json holds it."""
+    shown = lambda value: json.dumps(value, sort_keys=True, default=str)  # noqa: E731
+    return all(shown(mine[key]) == shown(value) for key, value in theirs.items() if key in mine)
+
+
+def recorded_identity_of(run: Run, arm: str) -> Optional[dict[str, Any]]:
+    block = run.arms.get(arm)
+    identity = block.get("identity") if isinstance(block, dict) else None
+    return identity if isinstance(identity, dict) else None
+
+
+def split_by_config(arm: str, runs: list[Run]) -> list[Series]:
+    """The arm's runs as one series per config they measured (their recorded identities; a
+    run that recorded none is its own `config not recorded` series where others differ)."""
+    groups: dict[str, list[Run]] = {}
+    for run in runs:
+        identity = recorded_identity_of(run, arm)
+        groups.setdefault(json.dumps(identity, sort_keys=True, default=str), []).append(run)
+    if len(groups) == 1:
+        (members,) = groups.values()
+        return [Series(arm, arm, tuple(members), recorded_identity_of(members[0], arm))]
+    identities = {key: recorded_identity_of(members[0], arm) for key, members in groups.items()}
+    keys = [k for k in dict.fromkeys(k for identity in identities.values() if identity for k in identity)
+            if len({json.dumps((identity or {}).get(k), sort_keys=True, default=str)
+                    for identity in identities.values() if identity is not None}) > 1]
+    def label(identity: Optional[dict]) -> str:
+        if identity is None:
+            return f"{arm} (config not recorded)"
+        return f"{arm} ({', '.join(f'{k}={json.dumps(identity.get(k), default=str)}' for k in keys)})"
+    names = [label(identities[key]) for key in groups]
+    note = (f"note: these runs measured {arm} in {len(groups)} configs (differing in {', '.join(keys) or 'what they recorded'}), "
+            f"so each is a series of its own, never one: {'; '.join(f'{n}: {len(m)} run(s)' for n, m in zip(names, groups.values()))}")
+    return [Series(name, arm, tuple(members), identities[key], note)
+            for name, (key, members) in zip(names, groups.items())]
 
 
 def known_metric(path: str) -> Optional[Metric]:

@@ -58,7 +58,8 @@ def change_sentence(history: History, path: str, run: Run, point: ChangePoint) -
 
 
 def arm_table(history: History, arm: str) -> tuple[list[str], list[list[str]], list[str]]:
-    """(header, rows, footnotes) of one arm: a run per row, a `[n]` where change point n starts."""
+    """(header, rows, footnotes) of one series (an arm, or one config of it): a run per row, a
+    `[n]` where change point n starts."""
     marks: dict[tuple[str, str], str] = {}  # (run label, metric) -> its footnote mark
     notes: list[str] = []
     mixed = history.mixed_configs(arm)
@@ -69,8 +70,9 @@ def arm_table(history: History, arm: str) -> tuple[list[str], list[list[str]], l
             notes.append(f"{mark} {change_sentence(history, path, run, point)}")
     header = ["started (UTC)", "run", *(metric_heading(p) for p in history.metrics)]
     rows = []
-    for run in history.runs:
-        cells = [metric_value_text(p, run.value(arm, p)) + (" " + marks[(run.label, p)] if (run.label, p) in marks else "")
+    own = history.of(arm).arm  # a series is an arm, or one config of it
+    for run in history.runs_of(arm):
+        cells = [metric_value_text(p, run.value(own, p)) + (" " + marks[(run.label, p)] if (run.label, p) in marks else "")
                  for p in history.metrics]
         rows.append([run_time(run), run.label, *cells])
     return header, rows, ([mixed] if mixed else []) + notes
@@ -81,7 +83,7 @@ def history_text(history: History) -> str:
     lines = [f"# specgate history: {history.experiment}", "",
              f"{len(history.runs)} run(s) in {history.folder}, oldest first; change points by E-divisive means "
              f"(alpha {history.alpha:g}, {history.permutations} permutations, seed {history.seed}).", ""]
-    for arm in history.arms:
+    for arm in history.series_names:
         header, rows, notes = arm_table(history, arm)
         lines += [f"## {arm}", "", *markdown_table(header, rows), ""]
         changes = [note for note in notes if not note.startswith("note: ")]
@@ -102,9 +104,9 @@ def write_history_page(history: History, out: Optional[Path] = None) -> Path:
 def page_context(history: History) -> dict[str, Any]:
     arms = history.arms
     sections = []
-    for arm in arms:
+    for arm in history.series_names:
         header, rows, notes = arm_table(history, arm)
-        charts = [{"metric": metric_heading(p), "uri": chart(history, arm, p, arm_color(arms, arm))}
+        charts = [{"metric": metric_heading(p), "uri": chart(history, arm, p, arm_color(arms, history.of(arm).arm))}
                   for p in history.metrics]
         sections.append({"arm": arm, "header": header, "rows": rows, "notes": notes,
                          "charts": [c for c in charts if c["uri"]]})

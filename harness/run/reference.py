@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from harness.config.compose import ConfigError, Experiment
-from harness.gates.baseline_match import check_baseline, check_profile
+from harness.gates.baseline_match import arm_identity, check_baseline, check_profile
 from harness.gates.profile import NoiseProfile, is_profile
 from harness.gates.reference import comparisons
 from harness.measure.samples import COLUMNS as SAMPLE_COLUMNS
@@ -132,7 +132,13 @@ def history_profile(experiment: Experiment, folder: Path) -> NoiseProfile | None
         return None
     arms, uncovered = {}, {}
     for arm in experiment.arm_names:
-        segments = [history.since_last_change(arm, m) for m in paths if history.series(arm, m)]
+        name = history.series_measuring(arm, arm_identity(experiment.arm(arm))) if arm in history.arms else None
+        if name is None:
+            if arm in history.arms:  # the history measured this arm in other configs only
+                configs = ", ".join(s for s in history.series_names if history.of(s).arm == arm)
+                uncovered[arm] = f"no run in the history measured it in this run's config (it holds {configs})"
+            continue
+        segments = [history.since_last_change(name, m) for m in paths if history.series(name, m)]
         if not segments:
             continue
         segment = min(segments, key=len)  # the latest change of any compared metric starts it
@@ -143,7 +149,7 @@ def history_profile(experiment: Experiment, folder: Path) -> NoiseProfile | None
             arms[arm] = part.arms[arm]
         else:
             uncovered[arm] = part.uncovered.get(arm, "not measured") + (
-                f" since the last change point ({segment[0].label})" if len(segment) < len(history.runs) else "")
+                f" since the last change point ({segment[0].label})" if len(segment) < len(history.runs_of(name)) else "")
     if not arms:
         return None
     label = f"{folder} (a history: each arm's runs since its last change point)"

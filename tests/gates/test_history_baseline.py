@@ -4,6 +4,12 @@ main moved to is the reference, not the average of before and after it."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
+import pytest
+
+from harness.config.compose import ConfigError
+
 from harness.run.compose import compose
 from harness.gates import registry
 from harness.gates.reference import no_regression_against_reference
@@ -47,3 +53,23 @@ def test_a_history_too_short_since_its_change_is_judged_against_its_newest_run(t
     reference = resolve_reference(experiment)
     assert reference.kind == "history" and reference.profile is None  # two runs give no spread worth a profile
     assert len(reference.runs) == 2  # the old way: the newest run is the reference
+
+
+def test_a_run_is_judged_against_its_own_configs_runs_in_a_mixed_history(tmp_path):
+    """A sweep's points copied into one history: concurrency 8 runs twice as fast as 4. Read as
+    one series, the reference would be their mix; judged, a run is held to its own config's."""
+    from harness.gates.baseline_match import arm_identity
+
+    def experiment(concurrency: int):
+        return compose(["+exp=sim_smoke", f"workload.concurrency={concurrency}", f"gate.baseline={tmp_path / 'main'}"])
+    for i in range(8):
+        concurrency = (4, 8)[i % 2]
+        arms = {name: {**arm_block(name, 900.0 * concurrency / 4 * (1 + 0.005 * (i % 3))),
+                       "identity": arm_identity(experiment(concurrency).arm(name))} for name in ("baseline", "eagle3")}
+        write_run(tmp_path / "main", START + timedelta(hours=i), arms)
+    for concurrency, level in ((4, 900.0), (8, 1800.0)):
+        profile = resolve_reference(experiment(concurrency)).profile
+        eagle = profile.arm("eagle3").metrics["output_tok_s"]
+        assert eagle.n == 4 and level <= eagle.median <= level * 1.01, (concurrency, eagle)
+    with pytest.raises(ConfigError, match="workload.concurrency: 4 there, 16 here"):  # no run of this config
+        resolve_reference(experiment(16))

@@ -127,23 +127,34 @@ def test_a_run_where_an_arm_was_not_measured_is_left_out_of_that_arms_series(tmp
     assert len(history.series("baseline", "output_tok_s")) == 3
 
 
-def test_a_folder_of_runs_of_different_configs_says_so_naming_the_keys(tmp_path, capsys):
-    # a sweep's points copied into one folder: concurrency 1 and 2 were read as one series, no word said
+def test_a_folder_of_runs_of_different_configs_is_split_into_one_series_per_config(tmp_path, capsys):
+    # a sweep's points copied into one folder: concurrency 1 and 2 were once read as one series
     from harness.cli import main
 
-    def arms(concurrency: int) -> dict:
+    def arms(concurrency: int, tok_s: float) -> dict:
         identity = {"server.engine": "sim", "workload.name": "count_to_100", "workload.concurrency": concurrency}
-        return {arm: {**block, "identity": identity} for arm, block in two_arms().items()}
-    for i, concurrency in enumerate([1, 2, 1, 2]):
-        write_run(tmp_path / "mixed", START + timedelta(hours=i), arms(concurrency))
-        write_run(tmp_path / "one", START + timedelta(hours=i), arms(4))
+        return {arm: {**block, "identity": identity} for arm, block in two_arms(tok_s).items()}
+    for i, concurrency in enumerate([1, 2, 1, 2, 1, 2]):
+        # concurrency 2 is twice as fast: read as one series, every other run would look like a change
+        write_run(tmp_path / "mixed", START + timedelta(hours=i), arms(concurrency, 1800.0 * concurrency))
+        write_run(tmp_path / "one", START + timedelta(hours=i), arms(4, 1800.0))
     history = read_history(tmp_path / "mixed")
-    assert history.mixed_configs("eagle3") == (
-        "note: these runs measured eagle3 in different configs (workload.concurrency 1 in 2 runs, 2 in 2 runs), read "
-        "here as one series, so a change point may be a change of config; give a folder of one config's runs (e.g. "
-        "one sweep point's)")
+    assert history.arms == ["baseline", "eagle3"]
+    assert history.series_names == ["baseline (workload.concurrency=1)", "baseline (workload.concurrency=2)",
+                                    "eagle3 (workload.concurrency=1)", "eagle3 (workload.concurrency=2)"]
+    assert [v for _, v in history.series("eagle3 (workload.concurrency=2)", "output_tok_s")] == [3600.0] * 3
+    assert history.mixed_configs("eagle3 (workload.concurrency=1)") == (
+        "note: these runs measured eagle3 in 2 configs (differing in workload.concurrency), so each is a series of "
+        "its own, never one: eagle3 (workload.concurrency=1): 3 run(s); eagle3 (workload.concurrency=2): 3 run(s)")
+    with pytest.raises(KeyError, match="measured in several configs"):
+        history.series("eagle3", "output_tok_s")
+    assert history.series_measuring("eagle3", {"workload.concurrency": 2, "server.engine": "sim"}) == \
+        "eagle3 (workload.concurrency=2)"
+    assert history.series_measuring("eagle3", {"workload.concurrency": 8}) is None
     assert main(["history", str(tmp_path / "mixed")]) == 0
     out = capsys.readouterr().out
-    assert out.count("note: these runs measured") == 2 and "no change point in any metric." in out  # one per arm
-    assert read_history(tmp_path / "one").mixed_configs("eagle3") is None
+    assert out.count("note: these runs measured") == 4 and "## eagle3 (workload.concurrency=2)" in out
+    assert "[1]" not in out  # no change point: each config's series is flat
+    one = read_history(tmp_path / "one")
+    assert one.series_names == ["baseline", "eagle3"] and one.mixed_configs("eagle3") is None
     assert main(["history", str(tmp_path / "one")]) == 0 and "note: these runs" not in capsys.readouterr().out
