@@ -57,6 +57,7 @@ from harness.ab.driver import RoundPair  # noqa: E402
 from harness.run.compose import compose  # noqa: E402
 from harness.engines import engine_of  # noqa: E402
 from harness.gates.ab import no_regression_between_sides, still_open  # noqa: E402
+from harness.gates.verdict import undecided  # noqa: E402
 from harness.gates.change import FIRST_LOOK, Sequential  # noqa: E402
 from harness.gates.reference import comparisons  # noqa: E402
 from harness.gates.profile import NoiseProfile  # noqa: E402
@@ -256,6 +257,7 @@ class Tally:
     examples: list[str] = field(default_factory=list)
     rounds: list[int] = field(default_factory=list)  # ab-auto: the rounds each A/B ran
     decided_same: int = 0  # ab-auto: A/Bs whose every verdict passed (the same within the allowed change)
+    undecided: int = 0  # of the inconclusive: those with a regression-sized change undecided (exit status 6)
 
     def add(self, verdicts: list, rounds: int | None = None) -> None:
         self.comparisons += 1
@@ -270,6 +272,7 @@ class Tally:
                 self.examples.append(failed[0].detail)
         elif any(v.status == "inconclusive" for v in verdicts):
             self.inconclusive += 1
+            self.undecided += bool(undecided(verdicts))
         self.inconclusive_metrics.update(v.name.split(".", 1)[1] for v in verdicts if v.status == "inconclusive")
 
 
@@ -395,13 +398,18 @@ def render(results: dict[str, dict[str, Tally]], settings: Settings, minutes: fl
              f"Each comparison is judged by the gate with its defaults (tolerance {gate.tolerance:.0%}, "
              f"{gate.confidence:.0%} confidence). *failed* is a red gate: a false alarm among identical builds, a "
              "detection among slower ones; *inconclusive* (the data cannot tell) passes with a warning under "
-             "the default `gate.inconclusive=warn`.", "",
-             "| mode | case | comparisons | failed | inconclusive | metrics that failed |",
-             "| --- | --- | --- | --- | --- | --- |"]
+             "the default `gate.inconclusive=warn`, unless its change is the size of a regression: then it is "
+             f"*undecided* and the run exits 6 (`gate.undecided=exit`; the size: worse than allowed and, against a "
+             f"reference, than `gate.undecided_above` {gate.undecided_above:.0%}). *exit 0* is what a CI gate lets "
+             "through.", "",
+             "| mode | case | comparisons | failed (exit 1) | inconclusive | of them undecided (exit 6) | exit 0 | "
+             "metrics that failed |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for mode, tallies in results.items():
         for case, t in tallies.items():
             metrics = ", ".join(f"{m} ×{n}" for m, n in t.failing_metrics.most_common()) or "-"
-            lines.append(f"| {mode} | {case} | {t.comparisons} | {t.failed} | {t.inconclusive} | {metrics} |")
+            lines.append(f"| {mode} | {case} | {t.comparisons} | {t.failed} | {t.inconclusive} | {t.undecided} | "
+                         f"{t.comparisons - t.failed - t.undecided} | {metrics} |")
     more = [mode for mode in fixed if mode != f"ab, {settings.ab_rounds} rounds"]
     if more:
         lines += ["", f"The rows {', '.join(more)} extend the {settings.ab_rounds}-round A/Bs with more rounds each "

@@ -16,6 +16,7 @@ from typing import Callable
 
 import pytest
 
+from harness.exit_status import UNDECIDED
 from harness.gates import verdict
 from harness.interrupts import interruptible_run
 from harness.config.compose import DEFAULT_CONF_DIR, PYTEST_VALUE_OPTIONS, ConfigError, Experiment, is_override
@@ -293,6 +294,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     runner = session.config.stash.get(RUNNER, None)
     if runner is not None:
         runner.finish(interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
+        if exitstatus == pytest.ExitCode.OK and runner.ends_undecided():
+            session.exitstatus = UNDECIDED  # could not decide must not look like passed
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

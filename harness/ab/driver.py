@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.exit_status import FAILED, INTERRUPTED, PASSED
+from harness.exit_status import FAILED, INTERRUPTED, PASSED, UNDECIDED
 from harness.ab.plan import SIDES, ABPlan
 from harness.ab.record import ABRecord, measurement_name
 from harness.gates.change import FIRST_LOOK, Sequential
@@ -31,7 +31,7 @@ from harness.gates.ab import still_open
 from harness.gates.client_bound import judge as judge_client
 from harness.gates.reference import comparisons
 from harness.gates.registry import ABContext, judge
-from harness.gates.verdict import Verdict, failed
+from harness.gates.verdict import Verdict, failed, undecided, undecided_sentence
 from harness.load import print_progress
 from harness.measure.metrics import ArmResult
 from harness.measure.registry import metric_value, number
@@ -263,6 +263,11 @@ class ABRun:
         return judge("ab", ABContext(self.plan.base.base.gate, self.pairs, self.sides(), self.sequential))
 
 
+def plan_undecided(plan: ABPlan, verdicts: list[Verdict]) -> bool:
+    """gate.undecided=exit and a verdict the size of a regression left undecided."""
+    return plan.base.base.gate.undecided == "exit" and bool(undecided(verdicts))
+
+
 def say(line: str) -> None:
     """The terminal is a sink like the record: what a server answered may quote a secret."""
     print(f"specgate ab: {Redactor().text(line)}", flush=True)
@@ -270,7 +275,8 @@ def say(line: str) -> None:
 
 class ABDriver(Driver):
     """Check both sides, then the rounds. Exit status: 0 every round measured and no verdict
-    failed; 1 otherwise; 2 interrupted (4 is the caller's, for a ConfigError raised before
+    failed; 1 otherwise; 6 none failed but one the size of a regression stayed undecided
+    (gate.undecided=exit); 2 interrupted (4 is the caller's, for a ConfigError raised before
     anything starts)."""
 
     command, kind = "ab", AB
@@ -305,6 +311,9 @@ class ABDriver(Driver):
             print(f"specgate ab: {Redactor().text(record.stopped)}", file=sys.stderr, flush=True)
         verdicts = ab.verdicts()
         status = FAILED if record.stopped or failed(verdicts) else PASSED
+        if status == PASSED and plan_undecided(ab.plan, verdicts):
+            status = UNDECIDED  # a regression-sized change the rounds could not decide is no pass
+            say(undecided_sentence(verdicts))
         record.finish(verdicts, status, interrupted=False)
         for verdict in verdicts:
             print(f"specgate ab gate: {Redactor().text(verdict.line())}", flush=True)

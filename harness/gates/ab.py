@@ -15,7 +15,8 @@ from harness.gates.registry import ABContext, register
 from harness.gates.verdict import Verdict, inconclusive_passes, outward
 
 
-@register("no_regression_between_sides", None, ("tolerance", "compare", "confidence", "inconclusive"), scope="ab")
+@register("no_regression_between_sides", None, ("tolerance", "compare", "confidence", "inconclusive", "undecided",
+                                                "undecided_above"), scope="ab")
 def no_regression_between_sides(ctx: ABContext) -> list[Verdict]:
     """Per arm and compared metric: passed, failed or inconclusive, B against A."""
     return [side_verdict(arm, c, rounds, ctx) for arm, rounds in ctx.rounds.items() for c in comparisons(ctx.gate)]

@@ -20,6 +20,7 @@ from harness.gates.registry import GateContext, register, unmeasured
 CHANGE = re.compile(r"^\s*[+-]?\s*(\d+(?:\.\d+)?)\s*%\s*$")
 NOISE_SIGMAS = 3.0  # the noise band is this many robust standard deviations (1.4826 x MAD)
 INCONCLUSIVE = ("fail", "warn", "pass")
+UNDECIDED = ("exit", "warn", "fail")  # gate.undecided: exit status 6, a passing warning, a failure
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,7 @@ def reference_side(ctx: GateContext) -> Side | None:
 # the noise band is in the allowed change already.
 @register("no_regression_against_baseline", "baseline",
           ("baseline", "compare", "tolerance", "latency_noise_floor_ms", "confidence", "inconclusive",
-           "baseline_mismatch", "run_to_run_floor"),
+           "baseline_mismatch", "run_to_run_floor", "undecided", "undecided_above"),
           trust=Trust(compared_figure, against=reference_side, noise=False, verdicts="baseline", this="this run"))
 def no_regression_against_reference(ctx: GateContext) -> list[Verdict]:
     """Each compared metric no worse than its allowed change vs the reference run
@@ -172,7 +173,8 @@ def within_floor(change, gate):
     can see, so it is inconclusive, not failed, and says what would decide it."""
     if change.outcome != "failed" or change.low > gate.run_to_run_floor:
         return change
-    change.outcome, change.why, change.needed = "inconclusive", floor_words(gate), DECIDERS
+    change.outcome, change.needed = "inconclusive", DECIDERS
+    change.why = f"worse than the allowed {change.allowed:.1%} but {floor_words(gate)}"
     return change
 
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
 from harness.measure.metrics import ArmResult
-from harness.gates.verdict import Scope, Verdict
+from harness.gates.verdict import Scope, Verdict, mark_undecided
 
 
 # --- the registry ---------------------------------------------------------------------------
@@ -144,6 +144,7 @@ def register(name: str, suite: Suite | None, keys: tuple[str, ...], arms: Callab
             raise ValueError(f"gate '{name}' is registered twice")
         checked = check if trust is None else guarded(check, trust)
         checked = checked if quality is None else quality_guarded(name, checked, quality)
+        checked = undecided_marked(checked)
         GATES[name] = Gate(name, suite, checked, keys, arms, needs_plain_arm, scope, validate, trust, quality)
         return checked
     return add
@@ -171,6 +172,16 @@ def quality_guarded(name: str, check: Callable[[Any], list[Verdict]], quality: C
                         f"{ctx.arm}: {name} judges the drafter's real acceptance, and {said}: a benchmark-only arm, "
                         f"whose outputs are not the model's and whose accept length is the one set; drop "
                         f"gate.{name} for it, or the forcing")]
+    return judged
+
+
+def undecided_marked(check: Callable[[Any], list[Verdict]]) -> Callable[[Any], list[Verdict]]:
+    """`check` with its inconclusive comparisons of a regression's size marked undecided
+    (harness/gates/verdict.py mark_undecided), after every guard: whatever made one
+    inconclusive (the floor, too few rounds, an untrusted run), the size of its change decides."""
+    @functools.wraps(check)
+    def judged(ctx: Any) -> list[Verdict]:
+        return mark_undecided(check(ctx), ctx.gate)
     return judged
 
 

@@ -37,6 +37,10 @@ class Verdict:
     # why a run that cannot be trusted made this verdict inconclusive, in a few words
     # ("client-bound: event-loop lag p99 140 ms", "GPU 0 throttled", "load too short: 2 requests")
     cause: str = ""
+    # an inconclusive comparison whose change is the size of a regression (worse than the allowed
+    # change and than gate.undecided_above): the data lean to a regression they cannot prove, so
+    # the run does not pass silently (gate.undecided: exit status 6, a warning, or a failure)
+    undecided: bool = False
 
     @property
     def status(self) -> str:
@@ -67,7 +71,7 @@ class Verdict:
                    interval=data.get("interval"),
                    not_evaluable=bool(data.get("not_evaluable", status == "not_evaluable")),
                    scope=data.get("scope") or scope, others=list(data.get("with") or []),
-                   cause=str(data.get("cause") or ""))
+                   cause=str(data.get("cause") or ""), undecided=bool(data.get("undecided", False)))
 
     def line(self) -> str:
         """One line, the same in every summary and on the terminal:
@@ -160,6 +164,48 @@ def untrusted(verdict: Verdict, cause: str, why: str, passes: bool | None) -> Ve
     verdict.cause = verdict.cause or cause
     verdict.detail = f"inconclusive, {why}: {verdict.detail}"
     return verdict
+
+
+def mark_undecided(verdicts: list[Verdict], gate) -> list[Verdict]:
+    """Each inconclusive comparison (`baseline.<metric>`, `ab.<metric>`) whose change is the
+    size of a regression is undecided: inside the run-to-run floor, too few rounds, a run that
+    cannot be trusted, the data lean to a regression they cannot prove. The size: worse than
+    its allowed change (the verdict's threshold) and, against a reference run, profile or
+    history, than gate.undecided_above too: between two runs a machine's own drift moves a
+    figure by several % (on +drift=gpu_box identical runs' worst metric reached +5.1 % in 40;
+    docs/verdicts.md), where an A/B's pairs cancel it. gate.undecided says what an undecided
+    verdict does: `exit` (the test passes; the run ends with exit status 6), `warn` (passes,
+    said) or `fail`."""
+    for verdict in verdicts:
+        if not verdict.inconclusive or verdict.name.partition(".")[0] not in COMPARISONS:
+            continue
+        worse = interval_point(verdict)
+        drift = 0.0 if verdict.scope == "ab" else gate.undecided_above
+        if worse is not None and worse > max(verdict.threshold or 0.0, drift):
+            verdict.undecided = True
+            if gate.undecided == "fail":
+                verdict.passed = False
+    return verdicts
+
+
+def undecided(verdicts: list[Verdict]) -> list[Verdict]:
+    """The undecided verdicts that are no failure (their run's exit status is 6 under gate.undecided=exit)."""
+    return [v for v in verdicts if v.undecided and v.passed is not False]
+
+
+def undecided_sentence(verdicts: list[Verdict]) -> str:
+    """`Undecided: eagle3 output_tok_s 9.8% worse (inside the floor ...)`: the summary's first line."""
+    found = undecided(verdicts)
+    if not found:
+        return ""
+    said = "; ".join(f"{v.arm} {v.name.partition('.')[2]} {interval_point(v):+.1%} worse" for v in found)
+    return (f"Undecided: {len(found)} change(s) the size of a regression that the data could not decide ({said}); "
+            f"{DECIDES}.")
+
+
+# what decides a comparison one run against another cannot: said wherever one is undecided
+DECIDES = ("an A/B decides it (specgate ab, ab.rounds=auto: the reference's config as side A, this run's as "
+           "side B), or a noise profile of this machine (specgate calibrate) or a history to judge against")
 
 
 def inconclusive_passes(gate) -> bool | None:

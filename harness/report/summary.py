@@ -9,6 +9,7 @@ from harness.measure import prompt_length, trace_replay
 from harness.measure.agreement import client_decoded_tokens, sentence, server_decode_ms_per_token
 from harness.gates.client_bound import bound_figures
 from harness.gates.trust import speed_verdict
+from harness.gates.verdict import undecided_sentence
 from harness.engines.base import ITL_PER_TOKEN
 from harness.measure.registry import OUTPUT_RATE, metric, read, summary_columns
 from harness.report.tables import (ACCEPTANCE_DIMENSIONS, ACCEPTANCE_HEADER, Row, acceptance_rows, markdown_table,
@@ -164,6 +165,11 @@ def gated_headline(verdicts: list) -> str:
     inconclusive one is named by its cause (a run that cannot be trusted) or as the data's."""
     if not verdicts:
         return "Gated nothing: no gate was evaluated."
+    unproven = undecided_sentence(verdicts)
+    return (unproven + " " if unproven else "") + decided_headline(verdicts)
+
+
+def decided_headline(verdicts: list) -> str:
     passed, failed = (sum(v.status == s for v in verdicts) for s in ("passed", "failed"))
     undecided = undecided_words(verdicts)
     if not passed + failed:

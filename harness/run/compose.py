@@ -23,7 +23,7 @@ from harness.config import compose as typed
 from harness.config.schema import BUILD_KINDS, SpecgateConfig, WorkloadConfig
 from harness.engines import ENGINES, EngineConfigError
 from harness.engines.legacy import upgrade_config
-from harness.gates.reference import INCONCLUSIVE
+from harness.gates.reference import INCONCLUSIVE, UNDECIDED
 from harness.gates.registry import GateConfigError, check_gate_config
 from harness.load.datasets import DatasetError, load_dataset
 from harness.limits import MAX_TIMESLICES
@@ -76,6 +76,8 @@ def check_names(experiment: Experiment) -> None:
     gate = experiment.base.gate
     if gate.inconclusive not in INCONCLUSIVE:
         raise ConfigError(f"gate.inconclusive '{gate.inconclusive}' is unknown; valid: {', '.join(INCONCLUSIVE)}")
+    if gate.undecided not in UNDECIDED:
+        raise ConfigError(f"gate.undecided '{gate.undecided}' is unknown; valid: {', '.join(UNDECIDED)}")
     check_per_category_floors("min_accept_length", gate.min_accept_length)
     if gate.baseline_mismatch not in BASELINE_MISMATCH:
         raise ConfigError(f"gate.baseline_mismatch '{gate.baseline_mismatch}' is unknown; "

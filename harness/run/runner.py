@@ -18,7 +18,7 @@ from harness.secrets import key_id
 from harness.gates.baseline_match import arm_identity
 from harness.run.arm import ArmFailed, ArmRun, ArmSession
 from harness.config.compose import Arm, Experiment
-from harness.gates.verdict import Verdict
+from harness.gates.verdict import Verdict, undecided
 from harness.gates.registry import configured_gates
 from harness.measure.registry import basis, cross_arm, speedup_missing
 from harness.measure.metrics import ArmResult, category_speedups
@@ -120,6 +120,12 @@ class Runner:
             {"pid": p.pid, "name": p.name, "cmdline": p.command[:300], "vars": {k: p.environ.get(k) for k in keys}}
             for p in processes]
         self.save()
+
+    def ends_undecided(self) -> bool:
+        """Whether a verdict of the size of a regression was left undecided under gate.undecided=exit
+        (the run then ends with exit status 6 if nothing failed)."""
+        return any(self.experiment.arm(v.arm).cfg.gate.undecided == "exit" for v in undecided(self.verdicts)
+                   if v.arm in self.experiment.arm_names)
 
     def add_verdicts(self, verdicts: list[Verdict]) -> None:
         self.verdicts += verdicts

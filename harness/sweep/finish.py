@@ -1,12 +1,13 @@
 """The end of a sweep, however its points ran: the sweep gates judged on every point, the
-record closed, the exit status (0 only if every point exited 0 and no sweep gate failed)."""
+record closed, the exit status (0 only if every point exited 0 and no sweep gate failed; 6
+when no point failed but one left a regression-sized change undecided)."""
 
 from __future__ import annotations
 
 import sys
 from typing import Any
 
-from harness.exit_status import INTERRUPTED
+from harness.exit_status import FAILED, INTERRUPTED, PASSED, UNDECIDED
 from harness.gates.registry import judge
 from harness.gates.verdict import failed
 from harness.sweep.junit import junit_target, write_sweep_junit
@@ -16,11 +17,11 @@ INTERRUPTED_EXIT = INTERRUPTED  # pytest's status for a run stopped by Ctrl-C
 
 
 def finish_sweep(record: SweepRecord, statuses: list[int | None], gates: Any) -> int:
-    """Every point ended: the sweep gates judged on them, the record closed; 0 only if every
-    point exited 0 and no sweep gate failed, else 1."""
+    """Every point ended: the sweep gates judged on them, the record closed; the exit status
+    of :func:`sweep_status`."""
     verdicts = judge("sweep", record.gate_context(gates))  # the registry's sweep gates
     record.add_verdicts(verdicts)
-    status = 0 if all(s == 0 for s in statuses) and not failed(verdicts) else 1
+    status = sweep_status(statuses, failed(verdicts))
     record.finish(status, interrupted=False)
     write_junit(record)
     for verdict in verdicts:
@@ -28,6 +29,14 @@ def finish_sweep(record: SweepRecord, statuses: list[int | None], gates: Any) ->
     print(f"specgate sweep: {statuses.count(0)} of {len(statuses)} point(s) exited 0; "
           f"summary {record.path / 'summary.md'}", flush=True)
     return status
+
+
+def sweep_status(statuses: list[int | None], gate_failed: bool) -> int:
+    """0 when every point exited 0 and no sweep gate failed; 6 when none failed but a point
+    left a regression-sized change undecided (it exited 6); 1 otherwise."""
+    if gate_failed or any(s not in (PASSED, UNDECIDED) for s in statuses):
+        return FAILED
+    return UNDECIDED if UNDECIDED in statuses else PASSED
 
 
 def write_junit(record: SweepRecord) -> None:
