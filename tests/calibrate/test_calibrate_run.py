@@ -23,7 +23,9 @@ def test_calibrate_then_a_run_is_judged_against_the_noise_profile(tmp_path):
     assert profile["arms"]["eagle3"]["metrics"]["output_tok_s"]["n"] == 3
     judged = run_suites(*common, f"gate.baseline={folder}", f"record.root={tmp_path / 'after'}",
                         path="suites/test_baseline.py", timeout=120)
-    assert judged.returncode == 0, judged.stdout[-3000:]
+    # identical builds: nothing fails; a busy 2-core box may move a figure of 8 requests by more than
+    # the 6 % drift a profile of 3 runs is held to, which is undecided (6), never a pass in silence
+    assert judged.returncode in (0, 6), judged.stdout[-3000:]
     results = json.loads((tmp_path / "after" / "latest" / "results.json").read_text())
     verdicts = [g for g in results["gates"] if g["name"].startswith("baseline.")]
     assert {v["arm"] for v in verdicts} == {"baseline", "eagle3"} and len(verdicts) == 6
