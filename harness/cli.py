@@ -93,11 +93,13 @@ def drivers() -> dict[str, Any]:
     """Every driver command by name, each run as `main(tokens, conf_dir, command)` (harness/run/driver.py).
     Imported when a driver command runs, so that `specgate list` or `report` stays quick."""
     from harness.ab.driver import ABDriver
+    from harness.bisect.driver import BisectDriver
     from harness.calibrate.driver import CalibrateDriver
     from harness.capacity.driver import CapacityDriver
     from harness.sweep.driver import SweepDriver
 
-    return {driver.command: driver for driver in (RunCommand, SweepDriver, CapacityDriver, ABDriver, CalibrateDriver)}
+    return {driver.command: driver for driver in (RunCommand, SweepDriver, CapacityDriver, ABDriver, CalibrateDriver,
+                                                  BisectDriver)}
 
 
 def cmd_driver(args: argparse.Namespace) -> int:
@@ -118,6 +120,9 @@ DRIVER_COMMANDS = {
            "e.g. +exp=sim_smoke b:server.sim.decode_step_ms=4.4 ab.rounds=3"),
     "calibrate": ("identical whole runs, one after another: a noise profile for gate.baseline",
                   "Hydra overrides and pytest options, e.g. +exp=sim_smoke calibrate.runs=5"),
+    "bisect": ("the first value of an ordered list that regressed, by A/B against the first (good) value",
+               "Hydra overrides, one KEY=V0,V1,...,Vn (the first good, the last bad), e.g. +exp=sim_smoke "
+               "server.sim.decode_step_ms=4.0,4.1,4.2,4.3"),
 }
 
 

@@ -20,7 +20,7 @@ from harness.run.driver import STEPS, Driver
 
 def test_every_driver_command_is_a_driver_with_every_step_and_its_record_kind():
     drivers = cli.drivers()
-    assert set(drivers) == set(cli.DRIVER_COMMANDS) == {"run", "sweep", "capacity", "ab", "calibrate"}
+    assert set(drivers) == set(cli.DRIVER_COMMANDS) == {"run", "sweep", "capacity", "ab", "calibrate", "bisect"}
     for name, driver in drivers.items():
         assert driver.command == name and driver.kind in KINDS.values(), name
         if name == "run":  # the run's shape is inside pytest: only the entry is a driver's

@@ -141,8 +141,10 @@ def rounded(value: float | None) -> float | None:
 class ABRun:
     """The rounds of one A/B, filling the record and the pairs the gate reads."""
 
-    def __init__(self, plan: ABPlan, record: ABRecord, interrupts: Interrupts | None = None):
+    def __init__(self, plan: ABPlan, record: ABRecord, interrupts: Interrupts | None = None, gate: Any = None):
         self.plan, self.record, self.session = plan, record, Session()
+        # what judges the pairs: the experiment's gate, or a caller's (a bisect's probe: half the ends' change)
+        self.gate = gate if gate is not None else plan.base.base.gate
         self.interrupts = interrupts or Interrupts()
         self.pairs: dict[str, list[RoundPair]] = {name: [] for name in plan.arm_names}
         self.cleaned: set = set()
@@ -152,7 +154,7 @@ class ABRun:
         """ab.rounds=auto: each look's share of the error, over every arm's compared metrics."""
         if not self.plan.sequential:
             return None
-        return Sequential(self.plan.rounds, len(self.plan.arm_names) * len(comparisons(self.plan.base.base.gate)))
+        return Sequential(self.plan.rounds, len(self.plan.arm_names) * len(comparisons(self.gate)))
 
     def run(self) -> None:
         self.session.run, self.session.record = self.record.path.name, str(self.record.path.resolve())
@@ -176,7 +178,7 @@ class ABRun:
         pairs = self.pairs[arm]
         if not self.plan.sequential or len(pairs) < FIRST_LOOK:
             return
-        verdicts = judge("ab", ABContext(self.plan.base.base.gate, {arm: pairs}, self.sides(), self.sequential))
+        verdicts = judge("ab", ABContext(self.gate, {arm: pairs}, self.sides(), self.sequential))
         open_ = still_open(verdicts)
         if not open_:
             mended = [v for v in verdicts if v.status == "inconclusive"]
@@ -260,7 +262,7 @@ class ABRun:
         say(f"round {entry['round']}: {line}")
 
     def verdicts(self) -> list[Verdict]:
-        return judge("ab", ABContext(self.plan.base.base.gate, self.pairs, self.sides(), self.sequential))
+        return judge("ab", ABContext(self.gate, self.pairs, self.sides(), self.sequential))
 
 
 def plan_undecided(plan: ABPlan, verdicts: list[Verdict]) -> bool:

@@ -8,6 +8,8 @@
     calibration <record.root>/<UTC timestamp>_<exp>_calibration/ calibration.json (specgate calibrate; each
                                                                                run's record inside it, and
                                                                                noise_profile.json once it ends)
+    bisect     <record.root>/<UTC timestamp>_<exp>_bisect/     bisect.json    (specgate bisect; each probe's
+                                                                               A/B record inside it, steps/)
 
 Every kind has a summary.md beside its JSON, and the JSON's `status` says running, finished
 or interrupted. One writer (harness/record/recorder.py's Recorder) writes every kind. Each kind
@@ -25,7 +27,7 @@ from pathlib import Path
 
 @dataclass(frozen=True)
 class RecordKind:
-    name: str  # run | sweep | capacity | ab | calibration
+    name: str  # run | sweep | capacity | ab | calibration | bisect
     suffix: str  # the folder is <UTC timestamp>_<exp><suffix>
     data_file: str  # the record's JSON: its figures, verdicts and status
     writes_configs: bool  # config.yaml, overrides.yaml, arms/<arm>/config.yaml (a sweep's points keep their own)
@@ -47,7 +49,9 @@ CAPACITY = RecordKind("capacity", "_capacity", "capacity.json", writes_configs=T
 AB = RecordKind("ab", "_ab", "ab.json", writes_configs=True, step_summary=True, page="harness.ab.report:write_ab_report")
 CALIBRATION = RecordKind("calibration", "_calibration", "calibration.json", writes_configs=True, step_summary=False,
                          page="harness.calibrate.report:write_calibration_report")
-KINDS: dict[str, RecordKind] = {kind.name: kind for kind in (RUN, SWEEP, CAPACITY, AB, CALIBRATION)}
+BISECT = RecordKind("bisect", "_bisect", "bisect.json", writes_configs=False, step_summary=True,
+                    page="harness.bisect.report:write_bisect_report")
+KINDS: dict[str, RecordKind] = {kind.name: kind for kind in (RUN, SWEEP, CAPACITY, AB, CALIBRATION, BISECT)}
 
 
 def kind_of(folder: Path) -> RecordKind | None:

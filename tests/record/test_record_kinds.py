@@ -12,7 +12,7 @@ import pytest
 from harness import cli
 from harness.capacity.record import summary as capacity_summary
 from harness.run.compose import compose
-from harness.record.kinds import AB, CALIBRATION, CAPACITY, KINDS, RUN, SWEEP
+from harness.record.kinds import AB, BISECT, CALIBRATION, CAPACITY, KINDS, RUN, SWEEP
 from harness.record.recorder import Recorder
 from harness.record.store import RunRecord, record_kind
 from harness.sweep.record import crossovers, summary as sweep_summary
@@ -22,7 +22,8 @@ SECRET = "hf_planted_secret_123456"
 
 @pytest.mark.parametrize("kind, suffix, data_file", [(RUN, "", "results.json"), (SWEEP, "_sweep", "sweep.json"),
                                                      (CAPACITY, "_capacity", "capacity.json"), (AB, "_ab", "ab.json"),
-                                                     (CALIBRATION, "_calibration", "calibration.json")])
+                                                     (CALIBRATION, "_calibration", "calibration.json"),
+                                                     (BISECT, "_bisect", "bisect.json")])
 def test_each_kind_names_its_folder_and_its_json_as_today(tmp_path, kind, suffix, data_file):
     record = RunRecord(tmp_path, "sim_smoke", kind=kind)
     assert record.path.name.endswith(f"_sim_smoke{suffix}") and record.path.name[:8].isdigit()
@@ -30,12 +31,12 @@ def test_each_kind_names_its_folder_and_its_json_as_today(tmp_path, kind, suffix
     record.write_data({"status": "running"})
     assert json.loads((record.path / data_file).read_text()) == {"status": "running"}
     assert record_kind(record.path) == kind.name
-    assert set(KINDS) == {"run", "sweep", "capacity", "ab", "calibration"}
+    assert set(KINDS) == {"run", "sweep", "capacity", "ab", "calibration", "bisect"}
 
 
 @pytest.mark.parametrize("kind, configs, step_summary", [("run", True, True), ("sweep", False, False),
                                                          ("capacity", True, False), ("ab", True, True),
-                                                         ("calibration", True, False)])
+                                                         ("calibration", True, False), ("bisect", False, True)])
 def test_every_driver_writes_through_one_recorder_redacted(tmp_path, monkeypatch, kind, configs, step_summary):
     step = tmp_path / "step_summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step))

@@ -1,0 +1,40 @@
+"""`specgate bisect` end to end on the simulator (process backend): a list of decode-step
+times with one step to a slower value finds that value, each probe an A/B recorded whole, the
+record and its page. Each probe's load is small: the statistics are the A/B's (tests/ab/)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness import cli
+from tests.support.runs import require_whole_run_marker
+
+pytestmark = pytest.mark.slow
+
+LOAD = ["backend=process", "telemetry=off", "workload=chat_short", "workload.num_prompts=16",
+        "workload.concurrency=4", "workload.max_tokens=32", "ab.max_rounds=4"]
+
+
+def test_the_first_slower_value_is_found_by_ab_against_the_good_end(tmp_path):
+    require_whole_run_marker()
+    # 4.0 ms per step is good, 6.0 (50 % slower) from the fourth value on
+    status = cli.main(["bisect", *LOAD, "server.sim.decode_step_ms=4.0,4.01,4.02,6.0,6.01", f"record.root={tmp_path}"])
+    (folder,) = [p for p in tmp_path.iterdir() if p.name.endswith("_bisect")]
+    data = json.loads((folder / "bisect.json").read_text())
+    assert status == 0 and data["status"] == "finished" and data["exit_status"] == 0, data
+    assert data["first_bad"] == "6.0" and data["candidates"] == ["6.0"]
+    probes = data["probes"]
+    assert (probes[0]["value"], probes[0]["outcome"]) == ("6.01", "regressed")  # the ends first
+    assert "judged against half of each change" in probes[0]["why"]
+    assert {p["value"]: p["outcome"] for p in probes[1:]} == {"4.02": "same", "6.0": "regressed"}
+    for probe in probes:  # each probe an A/B, whole, in steps/
+        ab = json.loads((Path(probe["record"]) / "ab.json").read_text())
+        assert Path(probe["record"]).parent == folder / "steps" and ab["status"] == "finished"
+        assert ab["sides"]["B"]["overrides"] == [f"server.sim.decode_step_ms={probe['value']}"]
+    summary = (folder / "summary.md").read_text()
+    assert "first bad value: server.sim.decode_step_ms=6.0" in summary
+    assert cli.main(["report", str(folder)]) == 0
+    assert "Bisect: default" in (folder / "report.html").read_text()

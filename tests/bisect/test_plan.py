@@ -1,0 +1,40 @@
+"""What `specgate bisect` searches, checked before any server starts: each mistake one
+sentence, exit status 4, nothing written."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness import cli
+from harness.bisect.plan import BisectPlan
+from harness.config.compose import DEFAULT_CONF_DIR
+
+
+def test_the_list_is_the_bisected_key_and_every_ab_runs_until_decided():
+    plan = BisectPlan.of(["+exp=sim_smoke", "backend=process", "server.sim.decode_step_ms=4.0,4.2,4.4"],
+                         DEFAULT_CONF_DIR)
+    assert (plan.key, plan.values, plan.good, plan.bad) == ("server.sim.decode_step_ms", ["4.0", "4.2", "4.4"], "4.0", "4.4")
+    assert plan.common == ["+exp=sim_smoke", "backend=process", "ab.rounds=auto"]
+    tokens = plan.ab_tokens(1, DEFAULT_CONF_DIR)
+    assert tokens[-2:] == ["a:server.sim.decode_step_ms=4.0", "b:server.sim.decode_step_ms=4.2"]
+    fixed = BisectPlan.of(["+exp=sim_smoke", "server.sim.decode_step_ms=4.0,4.4", "ab.rounds=5"], DEFAULT_CONF_DIR)
+    assert fixed.common == ["+exp=sim_smoke", "ab.rounds=5"]
+
+
+@pytest.mark.parametrize("tokens, sentence", [
+    (["+exp=sim_smoke"], "specgate bisect needs one key with an ordered list of values, the first good and the last bad"),
+    (["+exp=sim_smoke", "server.sim.decode_step_ms=4.0,"], "server.sim.decode_step_ms: an empty value in the list"),
+    (["+exp=sim_smoke", "server.sim.decode_step_ms=4.0,4.2,4.0"], "server.sim.decode_step_ms: 4.0 listed twice"),
+    (["+exp=sim_smoke", "server.sim.decode_step_ms=4.0,4.2", "workload.concurrency=1,2"],
+     "specgate bisect searches one list; server.sim.decode_step_ms, workload.concurrency each give one"),
+    (["+exp=sim_smoke", "server.sim.decode_step_ms=4.0,fast"], "server.sim.decode_step_ms=fast: "),
+    (["+exp=sim_smoke", "server.sim.decode_stepms=4.0,4.2"], "server.sim.decode_stepms=4.0: "),
+    (["+exp=sim_smoke", "server.sim.decode_step_ms=4.0,4.2", "b:nccl=default"], "specgate bisect sets side A and side B"),
+    (["+exp=sim_smoke", "server.sim.decode_step_ms=4.0,4.2", "-k", "x"], "specgate bisect takes Hydra overrides only"),
+    (["+exp=sim_smoke", "server.sim.decode_step_ms=4.0,4.2", "ab.rounds=1"], "ab.rounds must be a finite number >= 2"),
+])
+def test_each_mistake_is_one_sentence_before_any_server(tokens, sentence, tmp_path, capsys):
+    assert cli.main(["bisect", *tokens, f"record.root={tmp_path / 'runs'}"]) == 4
+    err = capsys.readouterr().err
+    assert sentence in err and err.count("\n") == 1, err
+    assert not (tmp_path / "runs").exists()  # nothing written
