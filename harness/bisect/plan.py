@@ -73,7 +73,7 @@ def split_list(tokens: list[str]) -> tuple[str, list[str], list[str]]:
                               f"one); '{token}' would override that: give it without its prefix")
         key, eq, value = token.partition("=")
         if eq and "," in value and not value.lstrip().startswith(("[", "{", "'", '"')):
-            listed.append((key.lstrip("+"), [v.strip() for v in value.split(",")]))
+            listed.append((key, [v.strip() for v in value.split(",")]))  # "+key" kept: each side adds it
         else:
             common.append(token)
     if not listed:
