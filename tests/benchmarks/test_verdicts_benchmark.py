@@ -39,6 +39,11 @@ def test_every_mode_passes_identical_builds_and_catches_a_twenty_percent_slower_
         assert slower.comparisons == 2 and slower.failed == 2, (mode, slower.inconclusive_metrics)
     table = verdicts.render(results, settings, minutes=None)
     assert "| ab, 3 rounds | 20% slower | 2 | 2 | " in table
+    # ab.rounds=auto over the same rounds: a 20 % slower B is decided at its first look (round 3);
+    # an identical one would go on past the 3 rounds measured here, so it is not judged
+    auto = verdicts.judge_abs_auto(settings)
+    assert auto["20% slower"].comparisons == 2 and auto["20% slower"].failed == 2 and auto["20% slower"].rounds == [3, 3]
+    assert all(t.failed == 0 for case, t in auto.items() if case == "identical")
 
 
 def stream_from_the_abs(settings) -> None:
