@@ -399,8 +399,8 @@ def render(results: dict[str, dict[str, Tally]], settings: Settings, minutes: fl
              f"{gate.confidence:.0%} confidence). *failed* is a red gate: a false alarm among identical builds, a "
              "detection among slower ones; *inconclusive* (the data cannot tell) passes with a warning under "
              "the default `gate.inconclusive=warn`, unless its change is the size of a regression: then it is "
-             f"*undecided* and the run exits 6 (`gate.undecided=exit`; the size: worse than allowed and, against a "
-             f"reference, than `gate.undecided_above` {gate.undecided_above:.0%}). *exit 0* is what a CI gate lets "
+             f"*undecided* and the run exits 6 (`gate.undecided=exit`; the size: worse than allowed and "
+             f"than `gate.undecided_above` {gate.undecided_above:.0%}). *exit 0* is what a CI gate lets "
              "through.", "",
              "| mode | case | comparisons | failed (exit 1) | inconclusive | of them undecided (exit 6) | exit 0 | "
              "metrics that failed |",

@@ -297,9 +297,9 @@ class GateConfig:
     run_to_run_floor: float = bounded(0.12, low=0, below=1, example="0.05: 5 %")
     inconclusive: str = "warn"  # what an inconclusive comparison does: fail | warn | pass
     # an inconclusive comparison whose change is the size of a regression (worse than its allowed
-    # change, and against a reference run, profile or history than undecided_above too: a machine
-    # drifts by a few % between two runs, docs/verdicts.md): exit (the run ends with exit status 6,
-    # not 0) | warn | fail
+    # change and than undecided_above: a machine drifts by a few % between two runs, and a short
+    # A/B's rounds scatter as much, docs/verdicts.md): exit (the run ends with exit status 6, not
+    # 0) | warn | fail
     undecided: str = "exit"
     undecided_above: float = bounded(0.06, low=0, below=1, example="0.06: 6 %")
     min_clock_ratio_under_load: Optional[float] = bounded(None, above=0, high=1)  # SM clock under load >= ratio x max SM clock, every GPU

@@ -193,12 +193,12 @@ def test_a_regression_sized_change_inside_the_floor_is_undecided_not_passed():
     assert said.undecided
 
 
-def test_an_ab_change_beyond_its_allowed_change_left_open_is_undecided_whatever_undecided_above():
-    # the pairs cancel the machine's drift: a 3 % change over 2 % allowed that the rounds could not
-    # settle is the size of a regression
-    verdict = Verdict("ab.output_tok_s", "eagle3", True, 970.0, 0.02, "", baseline=1000.0, inconclusive=True, scope="ab")
+def test_an_ab_change_of_a_regressions_size_left_open_is_undecided():
+    # 8 % worse after the rounds it had: undecided; 2.3 % (an identical build's two busy rounds,
+    # seen in a clean clone: interval -13 % to +16 %) is within what rounds scatter by
+    verdict = Verdict("ab.output_tok_s", "eagle3", True, 920.0, 0.02, "", baseline=1000.0, inconclusive=True, scope="ab")
     assert mark_undecided([verdict], gate_cfg())[0].undecided
-    within = Verdict("ab.output_tok_s", "eagle3", True, 990.0, 0.02, "", baseline=1000.0, inconclusive=True, scope="ab")
+    within = Verdict("ab.output_tok_s", "eagle3", True, 977.0, 0.02, "", baseline=1000.0, inconclusive=True, scope="ab")
     assert not mark_undecided([within], gate_cfg())[0].undecided
 
 
