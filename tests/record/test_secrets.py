@@ -361,7 +361,9 @@ def test_secrets_reach_no_byte_of_show_a_hydra_error_a_sweep_and_a_capacity_sear
 @pytest.mark.slow
 def test_secrets_reach_no_byte_of_an_ab_or_a_calibration(tmp_path):
     side = ["b:+server.env.SIDE_B_SECRET=sideBvalue77", "b:+build.build_args.GH_PAT=sideBpat88"]
-    done = specgate("ab", *QUICK, *PLANTED[:5], *side, "ab.rounds=2", f"record.root={tmp_path / 'ab'}", timeout=600)
+    # what is judged is no question here: two busy rounds of one build may leave a change undecided
+    done = specgate("ab", *QUICK, *PLANTED[:5], *side, "ab.rounds=2", "gate.undecided=warn",
+                    f"record.root={tmp_path / 'ab'}", timeout=600)
     assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
     assert fingerprint("sideBvalue77") in done.stdout  # the side's line shows the fingerprint
     assert_nowhere([*PLANTED_VALUES, "sideBvalue77", "sideBpat88"], tmp_path / "ab", text=done.stdout + done.stderr)
