@@ -19,8 +19,8 @@ the last included) ≠ server drafts.
 
 The whole steps are not every step, though: the server counts each request's last step too,
 and a few steps in a short output can move the mean (vLLM's CPU build, EAGLE-3, 12 requests
-of 32 tokens: whole steps 1.3028, the server over every step 1.3985, the stream's chunks one
-per step exactly). So to stand beside the server's figure the stream gives every step as
+of 32 tokens, the server over every step 1.3985: the whole steps read 1.3028 in one run and
+1.3629 in another, whose chunks I checked were one per step exactly). So to stand beside the server's figure the stream gives every step as
 bounds (:meth:`StreamSteps.every_step`): each request's last step held at least what it
 streamed and at most a whole step, 1 + k tokens.
 """
