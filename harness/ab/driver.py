@@ -31,7 +31,7 @@ from harness.gates.ab import still_open
 from harness.gates.client_bound import judge as judge_client
 from harness.gates.reference import comparisons
 from harness.gates.registry import ABContext, judge
-from harness.gates.verdict import Verdict, failed, undecided, undecided_sentence
+from harness.gates.verdict import MORE_ROUNDS, Verdict, failed, undecided, undecided_sentence
 from harness.load import print_progress
 from harness.measure.metrics import ArmResult
 from harness.measure.registry import metric_value, number
@@ -315,7 +315,7 @@ class ABDriver(Driver):
         status = FAILED if record.stopped or failed(verdicts) else PASSED
         if status == PASSED and plan_undecided(ab.plan, verdicts):
             status = UNDECIDED  # a regression-sized change the rounds could not decide is no pass
-            say(undecided_sentence(verdicts))
+            say(undecided_sentence(verdicts, MORE_ROUNDS))
         record.finish(verdicts, status, interrupted=False)
         for verdict in verdicts:
             print(f"specgate ab gate: {Redactor().text(verdict.line())}", flush=True)

@@ -106,9 +106,11 @@ class ABRecord:
         plan = self.plan
         if not plan.sequential:
             return None
-        return {"max_rounds": plan.rounds,
-                "rounds_run": {arm: sum(1 for e in entries if e["counted"]) for arm, entries in self.arms.items()},
-                "why": dict(self.settled)}
+        return {"max_rounds": plan.rounds, "rounds_run": self.rounds_run(), "why": dict(self.settled)}
+
+    def rounds_run(self) -> dict[str, int]:
+        """Per arm, the rounds that counted (both sides measured)."""
+        return {arm: sum(1 for e in entries if e["counted"]) for arm, entries in self.arms.items()}
 
     def save(self, status: str = RUNNING) -> None:
         self.recorder.write_data(self.data(status))
@@ -132,8 +134,8 @@ def rounds_words(data: dict[str, Any]) -> str:
     sequential = data.get("sequential")
     if not sequential:
         return f"{data['rounds']} rounds"
-    ran = sorted(set((sequential.get("rounds_run") or {}).values()))
-    counted = "-".join(str(n) for n in ran[::max(len(ran) - 1, 1)]) if ran else "0"
+    ran = sorted((sequential.get("rounds_run") or {}).values()) or [0]
+    counted = str(ran[0]) if ran[0] == ran[-1] else f"{ran[0]}-{ran[-1]}"
     return f"{counted} rounds (ab.rounds=auto, up to {sequential['max_rounds']}: stopped once decided)"
 
 

@@ -125,7 +125,7 @@ class BisectRun:
 
     @staticmethod
     def rounds(ab: ABRun) -> int:
-        return max((sum(1 for p in pairs if len(p.lines) == 2) for pairs in ab.pairs.values()), default=0)
+        return max(ab.record.rounds_run().values(), default=0)
 
     def probed(self, probe: Probe) -> None:
         say(f"{self.plan.key}={probe.value}: {probe.outcome} ({probe.why})")

@@ -192,19 +192,21 @@ def undecided(verdicts: list[Verdict]) -> list[Verdict]:
     return [v for v in verdicts if v.undecided and v.passed is not False]
 
 
-def undecided_sentence(verdicts: list[Verdict]) -> str:
+# what decides a comparison one run against another cannot: said wherever one is undecided
+DECIDES = ("an A/B decides it (specgate ab, ab.rounds=auto: the reference's config as side A, this run's as "
+           "side B), or a noise profile of this machine (specgate calibrate) or a history to judge against")
+# ... and what decides an A/B's: more of its own rounds
+MORE_ROUNDS = "more rounds decide it (ab.rounds=auto, or a higher ab.max_rounds)"
+
+
+def undecided_sentence(verdicts: list[Verdict], decides: str = DECIDES) -> str:
     """`Undecided: eagle3 output_tok_s 9.8% worse (inside the floor ...)`: the summary's first line."""
     found = undecided(verdicts)
     if not found:
         return ""
     said = "; ".join(f"{v.arm} {v.name.partition('.')[2]} {interval_point(v):+.1%} worse" for v in found)
     return (f"Undecided: {len(found)} change(s) the size of a regression that the data could not decide ({said}); "
-            f"{DECIDES}.")
-
-
-# what decides a comparison one run against another cannot: said wherever one is undecided
-DECIDES = ("an A/B decides it (specgate ab, ab.rounds=auto: the reference's config as side A, this run's as "
-           "side B), or a noise profile of this machine (specgate calibrate) or a history to judge against")
+            f"{decides}.")
 
 
 def inconclusive_passes(gate) -> bool | None:

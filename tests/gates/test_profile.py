@@ -276,3 +276,13 @@ def test_a_profile_that_measured_another_workload_is_refused_or_warned(tmp_path)
     warned = compose([*SMOKE, "workload.max_tokens=64", "gate.baseline_mismatch=warn"])
     assert "comparing anyway" in check_profile(warned, profile)[0]
     assert check_profile(compose(SMOKE), profile) == []
+
+
+def test_an_undecided_ab_says_more_rounds_decide_it():
+    from harness.gates.verdict import MORE_ROUNDS
+
+    verdict = mark_undecided([Verdict("ab.output_tok_s", "eagle3", True, 920.0, 0.02, "", baseline=1000.0,
+                                      inconclusive=True, scope="ab")], gate_cfg())
+    said = undecided_sentence(verdict, MORE_ROUNDS)
+    assert said.endswith("(eagle3 output_tok_s +8.0% worse); more rounds decide it (ab.rounds=auto, or a higher "
+                         "ab.max_rounds).") and "an A/B decides it" not in said

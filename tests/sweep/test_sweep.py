@@ -283,3 +283,12 @@ def test_a_sweeps_junitxml_becomes_one_file_per_point_and_one_merged_file(tmp_pa
     assert suites["point 0_c-1: pytest"].get("failures") == "1"  # a red point stays red
     assert suites["point 1_c-2"].get("errors") == "1" and "never started" in ET.tostring(suites["point 1_c-2"], "unicode")
     assert suites["sweep gates"].get("failures") == "1"
+
+
+@pytest.mark.parametrize("statuses, gate_failed, expected", [
+    ([0, 0], False, 0), ([0, 6], False, 6), ([6, 1], False, 1), ([0, 6], True, 1), ([0, None], False, 1),
+])
+def test_a_point_left_undecided_makes_the_sweep_undecided_never_passed(statuses, gate_failed, expected):
+    from harness.sweep.finish import sweep_status
+
+    assert sweep_status(statuses, gate_failed) == expected
