@@ -38,3 +38,14 @@ def test_each_mistake_is_one_sentence_before_any_server(tokens, sentence, tmp_pa
     err = capsys.readouterr().err
     assert sentence in err and err.count("\n") == 1, err
     assert not (tmp_path / "runs").exists()  # nothing written
+
+
+def test_a_bisected_value_that_is_a_secret_reaches_the_record_only_as_its_fingerprint(tmp_path):
+    from harness.bisect.record import BisectRecord
+
+    listed = "+server.env.MY_TOKEN=firstsecret11,secondsecret22,thirdsecret33"
+    plan = BisectPlan.of(["+exp=sim_smoke", "backend=process", f"record.root={tmp_path}", listed], DEFAULT_CONF_DIR)
+    record = BisectRecord(plan, ["specgate", "bisect", listed])
+    record.finish(1, interrupted=False)
+    written = "".join(p.read_text() for p in record.path.rglob("*") if p.is_file())
+    assert "secret:" in written and not [s for s in ("firstsecret11", "secondsecret22", "thirdsecret33") if s in written]
