@@ -181,8 +181,8 @@ def cmd_history(args: argparse.Namespace) -> int:
 def cmd_clean(args: argparse.Namespace) -> int:
     """Remove every container specgate labelled (e.g. after a kill -9), on the local
     engine or --docker-host; with --images also the images it built."""
-    from harness.servers.images import ImageError, docker_client
-    from harness.servers.labels import LABEL, remove_containers
+    from harness.servers.images import ImageError, docker_client, remove_labelled_images
+    from harness.servers.labels import remove_containers
 
     try:
         client = docker_client(args.docker_host)
@@ -192,10 +192,7 @@ def cmd_clean(args: argparse.Namespace) -> int:
     removed = remove_containers(client, only_dead=False)
     print(f"removed {len(removed)} container(s){': ' + ', '.join(removed) if removed else ''}")
     if args.images:
-        images = client.images.list(filters={"label": LABEL})
-        for image in images:
-            client.images.remove(image.id, force=True)
-        print(f"removed {len(images)} image(s)")
+        print(f"removed {remove_labelled_images(client)} image(s)")
     return 0
 
 

@@ -423,12 +423,36 @@ def build_image(context: BuildContext, repository: str, kind: str, client: docke
     return _info(tag, image, built=True)
 
 
+def labelled_images(client: docker.DockerClient, labels: str | list[str]) -> list:
+    """The images carrying `labels`, leaving out those removed while the list is read (the
+    SDK lists ids, then inspects each; it has no ignore_removed for images)."""
+    found = []
+    for summary in client.api.images(filters={"label": labels}):
+        try:
+            found.append(client.images.get(summary["Id"]))
+        except docker.errors.ImageNotFound:
+            continue
+    return found
+
+
+def remove_labelled_images(client: docker.DockerClient) -> int:
+    """`specgate clean --images`: every image specgate built; returns how many went."""
+    removed = 0
+    for image in labelled_images(client, LABEL):
+        try:
+            client.images.remove(image.id, force=True)
+            removed += 1
+        except docker.errors.ImageNotFound:  # removed meanwhile (e.g. with an image it was built on)
+            continue
+    return removed
+
+
 def prune_sim_images(client: docker.DockerClient, say: Progress) -> list[str]:
     """Remove simulator images (ours: labelled) that the current code no longer builds."""
     keep = {sim_base_tag(), f"{SIM_REPO}:{sim_context(sim_base_tag()).content_hash()}"}
     removed = []
     for kind in ("sim", "sim-base"):  # the sim images first: they sit on a base
-        for image in client.images.list(filters={"label": [f"{LABEL}=1", f"{KIND_LABEL}={kind}"]}):
+        for image in labelled_images(client, [f"{LABEL}=1", f"{KIND_LABEL}={kind}"]):
             for tag in image.tags:
                 if tag not in keep:
                     try:

@@ -47,10 +47,18 @@ def session_is_dead(labels: dict[str, str]) -> bool:
     return int(labels.get(PID, "0")) <= 0
 
 
+def labelled_containers(client: docker.DockerClient, label: str = LABEL) -> list:
+    """The containers carrying `label` (`key` or `key=value`), running or not. Those removed
+    while the list is read are left out: the SDK lists ids, then inspects each, and another
+    run removing its own container in between would otherwise fail this one with NotFound
+    (seen in a clean clone's make test: a suite's session start died in its cleanup)."""
+    return client.containers.list(all=True, filters={"label": label}, ignore_removed=True)
+
+
 def remove_containers(client: docker.DockerClient, only_dead: bool, keep_session: str | None = None) -> list[str]:
     """Remove specgate's containers (all, or those of dead sessions); returns their names."""
     removed = []
-    for container in client.containers.list(all=True, filters={"label": LABEL}):
+    for container in labelled_containers(client):
         labels = container.labels or {}
         if labels.get(SESSION) == keep_session:
             continue

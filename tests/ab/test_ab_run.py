@@ -18,6 +18,7 @@ from harness import cli
 from harness.record.requests import read_lines
 from harness.servers.labels import RECORD
 from tests.support.runs import as_a_background_job, require_whole_run_marker, start_specgate
+from harness.servers.labels import labelled_containers
 
 pytestmark = pytest.mark.slow
 
@@ -96,7 +97,7 @@ def test_two_simulator_images_on_the_docker_backend(tmp_path):
     images = {entry[side]["server"]["image"]["id"] for entry in data["arms"]["default"] for side in "AB"}
     by_side = {side: {e[side]["server"]["image"]["id"] for e in data["arms"]["default"]} for side in "AB"}
     assert len(images) == 2 and by_side["A"].isdisjoint(by_side["B"])
-    labelled = docker.from_env().containers.list(all=True, filters={"label": f"{RECORD}={folder.resolve()}"})
+    labelled = labelled_containers(docker.from_env(), f"{RECORD}={folder.resolve()}")
     assert not labelled
 
 

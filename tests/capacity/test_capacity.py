@@ -28,6 +28,7 @@ from harness.sim.model import SimModel
 from harness.capacity.slo import Slo, goodput, misses, slos_of
 from harness.record.requests import read_lines
 from tests.support.runs import as_a_background_job, require_whole_run_marker, specgate, start_specgate
+from harness.servers.labels import labelled_containers
 
 ROOT = Path(__file__).resolve().parents[2]
 EXP = "+exp=sim_capacity"
@@ -264,7 +265,7 @@ def test_capacity_finds_the_simulators_known_capacity_per_arm_within_10_percent(
 
 def containers_of(record: Path) -> list:
     """The containers labelled with this record (its path: another test's run may share its name)."""
-    return docker.from_env().containers.list(all=True, filters={"label": f"{RECORD}={record.resolve()}"})
+    return labelled_containers(docker.from_env(), f"{RECORD}={record.resolve()}")
 
 
 @pytest.mark.slow

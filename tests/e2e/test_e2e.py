@@ -18,6 +18,7 @@ from harness import cli
 from harness.record.requests import read_lines
 from harness.servers.labels import remove_container
 from tests.support.runs import as_a_background_job, run_suites, specgate, start_suites
+from harness.servers.labels import labelled_containers
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
@@ -54,7 +55,7 @@ def specgate_containers(root: Path) -> list[str]:
     runs = {str(p.resolve()) for p in root.iterdir() if p.is_dir() and not p.is_symlink()}
     client = docker.from_env()
     try:
-        return [c.name for c in client.containers.list(all=True, filters={"label": "specgate.session"})
+        return [c.name for c in labelled_containers(client, "specgate.session")
                 if c.labels.get("specgate.record") in runs]
     finally:
         client.close()
@@ -247,7 +248,7 @@ def remove_leftovers(root: Path, marker: str) -> None:
     runs = {str(p.resolve()) for p in root.iterdir() if p.is_dir() and not p.is_symlink()}
     client = docker.from_env()
     try:
-        for container in client.containers.list(all=True, filters={"label": "specgate.session"}):
+        for container in labelled_containers(client, "specgate.session"):
             if container.labels.get("specgate.record") in runs:
                 remove_container(container)  # another test's run may be clearing it as a dead session's
     finally:

@@ -10,6 +10,7 @@ import pytest
 
 from harness.measure.agreement import TTFT
 from tests.engines.conftest import IN_A_CONTAINER
+from harness.servers.labels import labelled_containers
 
 pytestmark = pytest.mark.real_engine
 SPECULATIVE = ("eagle3", "eagle3_random", "ngram", "draft_self", "draft_random")
@@ -95,5 +96,5 @@ def test_vllm_runs_in_a_container_too(vllm_run):
     assert all("image" not in other["server"] for name, other in vllm_run.results["arms"].items()
                if name != IN_A_CONTAINER), "only one arm runs in a container"
     docker = pytest.importorskip("docker")
-    left = docker.from_env().containers.list(all=True, filters={"label": f"specgate.record={vllm_run.record}"})
+    left = labelled_containers(docker.from_env(), f"specgate.record={vllm_run.record}")
     assert not left, [c.name for c in left]

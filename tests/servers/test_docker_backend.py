@@ -20,6 +20,7 @@ from harness.servers.docker import DockerServer, host_venv_mounts, venv_site_pac
 from harness.servers.labels import LABEL, SESSION, Session, container_labels, remove_containers
 from tests.support.checkpoints import write_checkpoint
 from tests.support.runs import run_suites, specgate
+from harness.servers.labels import labelled_containers
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,7 +37,7 @@ def engine():
 
 
 def session_containers(engine, session_id: str) -> list:
-    return engine.containers.list(all=True, filters={"label": f"{SESSION}={session_id}"})
+    return labelled_containers(engine, f"{SESSION}={session_id}")
 
 
 def arm_cfg(*overrides: str):
@@ -156,7 +157,7 @@ def test_environment_check_names_the_workers_that_lost_the_variables(engine, tmp
     assert "sglang::sched" in proc.stdout and "sglang::tp_TP1" in proc.stdout, proc.stdout[-3000:]
     assert "missing NCCL_ALGO, NCCL_BUFFSIZE, NCCL_MIN_NCHANNELS, NCCL_P2P_LEVEL, NCCL_PROTO" in proc.stdout
     record = (tmp_path / "latest").resolve()
-    assert engine.containers.list(all=True, filters={"label": f"specgate.record={record}"}) == []
+    assert labelled_containers(engine, f"specgate.record={record}") == []
 
 
 @pytest.mark.slow

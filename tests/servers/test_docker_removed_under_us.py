@@ -26,3 +26,39 @@ def test_a_container_removed_before_it_was_ready_is_one_sentence(tmp_path):
                                               r"something else before it was ready") as caught:
             server.start()
     assert "\n" not in str(caught.value)
+
+
+def listing_where_one_vanishes(kind: str):
+    """A docker client whose engine lists two objects and has lost the second by the time it
+    is inspected: what another run removing its own container (or image) looks like."""
+    from docker.models.containers import ContainerCollection
+    from docker.models.images import ImageCollection
+
+    def inspect(ident):
+        if ident == "gone":
+            raise (docker.errors.NotFound if kind == "container" else docker.errors.ImageNotFound)("gone")
+        return {"Id": ident, "Name": "/specgate-kept", "Config": {"Labels": {"specgate": "1", "specgate.session": "s"}}}
+
+    client = mock.Mock()
+    client.api.containers.return_value = client.api.images.return_value = [{"Id": "kept"}, {"Id": "gone"}]
+    client.api.inspect_container.side_effect = client.api.inspect_image.side_effect = inspect
+    client.containers, client.images = ContainerCollection(client=client), ImageCollection(client=client)
+    return client
+
+
+def test_a_container_removed_while_the_list_is_read_is_left_out_not_an_error():
+    """Seen in a clean clone's make test: a suite's session start (its cleanup of dead
+    sessions' containers) died of NotFound because another test removed its own container
+    between docker listing the ids and inspecting each."""
+    from harness.servers.labels import labelled_containers, remove_containers
+
+    client = listing_where_one_vanishes("container")
+    assert [c.id for c in labelled_containers(client)] == ["kept"]
+    assert remove_containers(client, only_dead=False) == ["specgate-kept"]
+
+
+def test_an_image_removed_while_the_list_is_read_is_left_out_not_an_error():
+    from harness.servers.images import labelled_images, remove_labelled_images
+
+    assert [i.id for i in labelled_images(listing_where_one_vanishes("image"), "specgate")] == ["kept"]
+    assert remove_labelled_images(listing_where_one_vanishes("image")) == 1

@@ -26,6 +26,7 @@ import requests
 from harness.config.schema import BuildConfig
 from harness.servers import images
 from harness.servers.images import BuildContext, ImageError, ImageInfo, docker_client, ensure_image
+from harness.servers.labels import labelled_containers
 
 REPO = Path(__file__).resolve().parents[2]
 TEST_KIND = "specgate-test"  # specgate.kind label of the images built by these tests
@@ -40,7 +41,7 @@ def client() -> Iterator[docker.DockerClient]:
     except ImageError as exc:
         pytest.fail(f"{exc} (these tests need the engine that `make install` starts)", pytrace=False)
     yield engine
-    for container in engine.containers.list(all=True, filters={"label": "specgate.test=test_images"}):
+    for container in labelled_containers(engine, "specgate.test=test_images"):
         container.remove(force=True)
     for image in engine.images.list(filters={"label": f"specgate.kind={TEST_KIND}"}):
         for tag in image.tags:

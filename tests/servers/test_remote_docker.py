@@ -126,7 +126,7 @@ def run_sim_smoke(record_root: Path, *overrides: str, env: dict | None = None,
 
 
 def containers_named(names: list[str]) -> list[str]:
-    existing = {c.name for c in docker.from_env().containers.list(all=True)}
+    existing = {c.name for c in docker.from_env().containers.list(all=True, ignore_removed=True)}
     return [n for n in names if n in existing]
 
 
