@@ -477,7 +477,8 @@ def check_empty_gates(overrides: list[str]) -> None:
         key, _, value = override.lstrip("+").partition("=")
         if key.split(".")[0] in ("gate", "sweep_gate") and re.fullmatch(r"\{\s*\}", value.strip()):
             raise ConfigError(f"{key}={{}} configures the gate for no arm, so it would judge nothing: name an arm "
-                              f"(e.g. {key}.eagle3=...), or leave {key} out")
+                              f"(e.g. {key}.eagle3=...), or leave {key} out (to switch off an arm the experiment "
+                              f"gates, delete its entry: ~{key}.eagle3)")
 
 
 def check_added_keys(overrides: list[str], conf_dir: Path) -> None:
@@ -505,8 +506,20 @@ def check_deleted_keys(overrides: list[str], conf_dir: Path) -> None:
         if "/" in key or ("." not in key and (Path(conf_dir) / key).is_dir()):
             continue  # a config group: the defaults list, which Hydra checks
         if schema_knows(key.split("."), entries=False):
-            raise ConfigError(f"{override} would delete '{key}', which every config has; set it instead "
-                              f"(e.g. {key}=null where it may be null, or an empty value)")
+            instead = (f"delete its entries instead (e.g. ~{key}.eagle3)" if schema_mapping(key.split("."))
+                       else f"set it instead (e.g. {key}=null where it may be null)")
+            raise ConfigError(f"{override} would delete '{key}', which every config has; {instead}")
+
+
+def schema_mapping(path: list[str]) -> bool:
+    """Whether the dotted `path` is a mapping of the typed schema (gate.min_speedup, server.env)."""
+    node: type = SpecgateConfig
+    for part in path:
+        hints = typing.get_type_hints(node) if dataclasses.is_dataclass(node) else {}
+        if part not in hints:
+            return False
+        node = unwrapped(hints[part])
+    return typing.get_origin(node) in (dict, typing.Dict)
 
 
 def schema_knows(path: list[str], node: type = SpecgateConfig, entries: bool = True) -> bool:

@@ -136,6 +136,16 @@ def test_tilde_cannot_delete_a_key_every_config_has(key):
         compose(["+exp=sim_smoke", f"~{key}"])
 
 
+@pytest.mark.parametrize("key, advice", [("gate.min_speedup", "delete its entries instead (e.g. ~gate.min_speedup.eagle3)"),
+                                         ("workload.max_tokens", "set it instead (e.g. workload.max_tokens=null")])
+def test_the_refusal_of_a_deletion_gives_advice_that_works(key, advice):
+    """A mapping's way off is deleting its entries (its `{}` is refused as judging nothing)."""
+    with pytest.raises(ConfigError, match=re.escape(advice)):
+        compose(["+exp=sim_smoke", f"~{key}"])
+    if key == "gate.min_speedup":
+        assert "eagle3" not in compose(["+exp=sim_smoke", "~gate.min_speedup.eagle3"]).base.gate.min_speedup
+
+
 def test_tilde_still_deletes_entries_of_mappings():
     experiment = compose(["+exp=sim_smoke", "~gate.min_speedup.eagle3", "~gate.lossless.eagle3"])
     assert "eagle3" not in experiment.base.gate.min_speedup
