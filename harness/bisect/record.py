@@ -1,7 +1,8 @@
 """A bisect's record: `<record.root>/<UTC timestamp>_<exp>_bisect/`, made by the one record
 writer (harness/record/recorder.py, kind "bisect": redacted, atomic):
 
-    bisect.json     the key, its values (the first good, the last bad), each probe (the value,
+    bisect.json     the key, its values (the first good, the last bad; a commit's subject in
+                    `described`), each probe (the value,
                     its outcome against the good end, why, its A/B record and rounds), the
                     first bad value (or the values it is among), why it stopped, the exit
                     status; `status` running from the start, then finished or interrupted
@@ -49,6 +50,7 @@ class BisectRecord:
             **self.recorder.status_fields(status),
             "exit_status": self.exit_status,
             "key": plan.key, "values": plan.values, "good": plan.good, "bad": plan.bad,
+            "described": plan.described,
             "common_overrides": plan.common,
             "probes": [p.to_json() for p in search.probes] if search else [],
             "first_bad": search.first_bad if search else None,
@@ -72,7 +74,8 @@ def verdict_line(data: dict[str, Any]) -> str:
     """The bisect's finding in one sentence."""
     key = data["key"]
     if data.get("first_bad") is not None:
-        return f"first bad value: {key}={data['first_bad']} (the value before it is the same as {data['good']})"
+        return (f"first bad value: {key}={data['first_bad']}{described(data, data['first_bad'])} (the value before it "
+                f"is the same as {data['good']})")
     if data.get("candidates"):
         return (f"the first bad value is one of {', '.join(data['candidates'])} (the ones before the last "
                 f"could not be measured)")
@@ -82,9 +85,15 @@ def verdict_line(data: dict[str, Any]) -> str:
     return f"no first bad value: {data.get('stopped') or 'not searched'}"
 
 
+def described(data: dict[str, Any], value: str) -> str:
+    """` ("its commit's subject")` where the value is a commit, else nothing."""
+    words = (data.get("described") or {}).get(value)
+    return f' ("{words}")' if words else ""
+
+
 def probe_rows(data: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     header = ["probe", "value", "against", "outcome", "A/B rounds", "why", "A/B record"]
-    rows = [[str(n), f"{data['key']}={p['value']}", str(data["good"]), p["outcome"],
+    rows = [[str(n), f"{data['key']}={p['value']}{described(data, p['value'])}", str(data["good"]), p["outcome"],
              "–" if p.get("rounds") is None else str(p["rounds"]), p["why"], Path(p["record"]).name if p.get("record") else "–"]
             for n, p in enumerate(data.get("probes") or [], 1)]
     return header, rows

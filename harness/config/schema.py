@@ -32,7 +32,7 @@ class BackendConfig:
     ulimits: Dict[str, int] = bounded(factory=dict, low=-1, high=INT64_MAX, example="-1: unlimited")  # e.g. {memlock: -1, stack: 67108864}
 
 
-BUILD_KINDS = ("simulator", "release", "patched", "host_venv")  # the recipes of harness/servers/images.py
+BUILD_KINDS = ("simulator", "release", "patched", "host_venv", "git")  # the recipes of harness/servers/images.py
 
 
 @dataclass
@@ -40,7 +40,7 @@ class BuildConfig:
     """What is started, and from which image. `kind` is the recipe (harness/servers/images.py),
     `engine` the engine the build carries, which must be the server's."""
 
-    kind: str = "simulator"  # simulator | release | patched | host_venv
+    kind: str = "simulator"  # simulator | release | patched | host_venv | git
     engine: Optional[str] = None  # the engine this build carries (checked against server.engine)
     image: Optional[str] = None  # release: the image tag; patched: the release it builds FROM
     python: Optional[str] = None  # process backend: the interpreter (null = the harness's own); host_venv: the venv's
@@ -48,10 +48,11 @@ class BuildConfig:
     module: Optional[str] = None  # python -m <module> (null = the engine's own)
     version: Optional[str] = None  # the release this build stands for (recorded)
     device: Optional[str] = None  # what the build computes on: cpu | cuda | rocm (null: not said); what a mode needs is checked against it
-    context: Optional[str] = None  # patched, host_venv: the recipe's folder (repo-relative), e.g. containers/vllm-cpu
+    context: Optional[str] = None  # patched, host_venv: the recipe's folder (repo-relative), e.g. containers/vllm-cpu; git: the folder in build.repo
+    repo: Optional[str] = None  # git: the repository whose tree at git_ref is the build context
     suite: Optional[str] = None  # host_venv: the Debian suite of the base image (its python3 must be the venv's)
     patches: List[str] = field(default_factory=list)  # patched: patch files (repo-relative)
-    git_ref: Optional[str] = None  # patched: or check out this git ref of the engine
+    git_ref: Optional[str] = None  # patched: or check out this git ref of the engine; git: the commit built
     build_args: Dict[str, str] = field(default_factory=dict)  # extra docker build args
 
 

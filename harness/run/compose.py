@@ -33,6 +33,7 @@ from harness.load.sizing import SizingError, local_tokenizer
 from harness.load.plan import trace_corpus
 from harness.load.trace import TraceError, replay_of
 from harness.servers import BACKENDS
+from harness.servers.git_source import GitSourceError, commit_of, repository
 from harness.secrets import Policy
 from harness.telemetry.base import NOT_SAMPLING, SOURCES
 
@@ -102,6 +103,8 @@ def check_arm_names(arm: Arm) -> None:
         raise ConfigError(f"arm '{arm.name}': the build carries engine '{cfg.build.engine}' but server "
                           f"'{cfg.server.name}' is for engine '{engine.name}'; pick a build and a server of one engine")
     check_remote_engine(arm)
+    if cfg.build.kind == "git" and not attached:
+        check_git_build(arm)
     if cfg.telemetry.source == "sim" and not engine.simulates_gpus and not attached:
         raise ConfigError(f"arm '{arm.name}': telemetry=sim reads the simulator's GPU model, and engine "
                           f"'{engine.name}' has none")
@@ -124,6 +127,19 @@ def check_arm_names(arm: Arm) -> None:
         raise ConfigError(f"workload.trace_content={workload.trace_content} draws a trace replay's prompts from a corpus, "
                           f"but workload.trace is not set; for a dataset's own rows set workload.dataset instead")
     check_timeslices(cfg)
+
+
+def check_git_build(arm: Arm) -> None:
+    """build.kind=git: a repository and a commit git can give, and a backend that builds images
+    (the process backend starts the harness's own code: every commit would run the same)."""
+    cfg = arm.typed
+    if cfg.backend.kind != "docker":
+        raise ConfigError(f"arm '{arm.name}': build.kind=git builds an image of {cfg.build.repo or 'a repository'}, "
+                          f"and backend={cfg.backend.kind} starts no image: use backend=docker")
+    try:
+        commit_of(repository(cfg.build.repo), cfg.build.git_ref)
+    except GitSourceError as exc:
+        raise ConfigError(f"arm '{arm.name}': {exc}") from None
 
 
 def check_per_category_floors(key: str, thresholds) -> None:

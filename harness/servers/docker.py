@@ -165,7 +165,8 @@ class DockerServer(Server):
                 "command": self.launch().argv}
         if self.image is not None:
             info["image"] = {"tag": self.image.tag, "id": self.image.id, "digest": self.image.digest,
-                             "built_now": self.image.built}
+                             "built_now": self.image.built,
+                             **({"commit": self.image.commit} if self.image.commit else {})}
         if self.container is not None:
             info["container"] = self.container.name
         return info

@@ -1,6 +1,6 @@
 """Server images for the docker backend: find, pull or build them, and say which one ran.
 
-Four recipes (`build.kind`), none of which knows an engine; the engine is what the image
+Five recipes (`build.kind`), none of which knows an engine; the engine is what the image
 carries (`build.engine`) and what `server.engine` starts in it:
 
 - ``simulator``: the simulator, built fully offline. A base image
@@ -11,6 +11,9 @@ carries (`build.engine`) and what `server.engine` starts in it:
   never a hang.
 - ``patched``: the release plus a layer that applies ``patches``, built from the
   Dockerfile and apply-patches.sh in ``build.context``, optionally on a ``git_ref``.
+- ``git``: the Dockerfile and files of ``build.context`` in the git repository ``build.repo``
+  at the commit ``build.git_ref`` names (harness/servers/git_source.py), on ``build.image``
+  (its ``BASE_IMAGE``) when given: what `specgate bisect` builds commit by commit.
 - ``host_venv``: ``specgate/<context>-base:<hash>``, a debootstrapped Debian
   ``build.suite`` with the packages listed in ``<build.context>/base-packages.txt``; the
   engine itself is the host venv of ``build.python``, mounted by servers/docker.py.
@@ -48,6 +51,7 @@ import docker.errors
 from harness import PROJECT_ROOT
 from harness.secrets import BOOK
 from harness.config.schema import BUILD_KINDS, BuildConfig
+from harness.servers.git_source import GitSourceError, commit_of, context_files, repository
 from harness.servers.base import ImageError  # defined there: a run catches it without loading the docker SDK
 
 REPO = PROJECT_ROOT
@@ -103,6 +107,7 @@ class ImageInfo:
     id: str
     digest: str | None  # repo digest (pulled images); None for images built here
     built: bool  # True: built (or pulled) now; False: found on the engine and reused
+    commit: str | None = None  # build.kind=git: the commit its context was read from
 
 
 
@@ -144,6 +149,8 @@ def ensure_image(build_cfg: BuildConfig, client: docker.DockerClient, progress: 
         return ensure_patched_image(build_cfg, client, say)
     if kind == "host_venv":
         return ensure_host_venv_image(build_cfg, client, say)
+    if kind == "git":
+        return ensure_git_image(build_cfg, client, say)
     raise ImageError(f"build.kind={kind!r} has no image; valid kinds: {', '.join(BUILD_KINDS)}")
 
 
@@ -342,16 +349,44 @@ def ensure_patched_image(build_cfg: BuildConfig, client: docker.DockerClient, sa
     return build_image(patched_context(build_cfg, base.tag, base.id), f"specgate/{name}-patched", f"{name}-patched", client, say)
 
 
+# ----------------------------------------------------------------------- git
+def git_context(build_cfg: BuildConfig, base: ImageInfo | None) -> tuple["BuildContext", str]:
+    """The context build.context holds in build.repo at build.git_ref, and that commit's id."""
+    try:
+        repo = repository(build_cfg.repo)
+        commit = commit_of(repo, build_cfg.git_ref)
+        files = context_files(repo, commit, build_cfg.context)
+    except GitSourceError as exc:
+        raise ImageError(str(exc)) from None
+    args = {**({"BASE_IMAGE": base.tag} if base else {}), **_build_args(build_cfg)}
+    return BuildContext(files, args, extra={"commit": commit, "base_id": base.id if base else ""}), commit
+
+
+def ensure_git_image(build_cfg: BuildConfig, client: docker.DockerClient, say: Progress) -> ImageInfo:
+    """`specgate/git-<repository's folder>:<hash>`: the commit's context, on build.image when given."""
+    base = None
+    if build_cfg.image:
+        try:
+            base = ensure_release_image(str(build_cfg.image), client, say)
+        except ImageError as exc:
+            raise ImageError(f"cannot build {build_cfg.git_ref} of {build_cfg.repo}: base {exc}") from None
+    context, commit = git_context(build_cfg, base)
+    name = re.sub(r"[^a-z0-9_.-]+", "-", Path(str(build_cfg.repo)).resolve().name.lower()).strip("-.") or "repo"
+    info = build_image(context, f"specgate/git-{name}", "git", client, say)
+    info.commit = commit
+    return info
+
+
 # ----------------------------------------------------------------------- building
 class BuildContext:
     """A docker build context assembled from chosen files, with a content hash.
 
-    `files` maps a path inside the context to a file on disk (or bytes; a name ending
-    in "/" is an empty folder). The hash covers every path, its bytes and executable bit,
+    `files` maps a path inside the context to a file on disk (or bytes, or (bytes, mode);
+    a name ending in "/" is an empty folder). The hash covers every path, its bytes and executable bit,
     the build arguments and `extra`, so it changes exactly when the build could.
     """
 
-    def __init__(self, files: Mapping[str, Path | bytes], build_args: Mapping[str, str], extra: Mapping[str, str] | None = None):
+    def __init__(self, files: Mapping[str, Path | bytes | tuple[bytes, int]], build_args: Mapping[str, str], extra: Mapping[str, str] | None = None):
         self.files = dict(sorted(files.items()))
         self.build_args = {str(k): str(v) for k, v in sorted(build_args.items())}
         self.extra = dict(sorted((extra or {}).items()))
@@ -360,6 +395,8 @@ class BuildContext:
         for name, source in self.files.items():
             if isinstance(source, bytes):
                 yield name, source, 0o644
+            elif isinstance(source, tuple):  # (bytes, mode): a file read from git
+                yield name, source[0], source[1]
             else:
                 mode = 0o755 if os.access(source, os.X_OK) else 0o644
                 yield name, Path(source).read_bytes(), mode

@@ -38,3 +38,31 @@ def test_the_first_slower_value_is_found_by_ab_against_the_good_end(tmp_path):
     assert "first bad value: server.sim.decode_step_ms=6.0" in summary
     assert cli.main(["report", str(folder)]) == 0
     assert "Bisect: default" in (folder / "report.html").read_text()
+
+
+def test_the_first_slower_commit_of_a_build_context_is_found_and_an_unbuildable_one_skipped(tmp_path):
+    """The simulator's own build context in a git repository of 8 commits: the fifth after the
+    good one makes every decode step 1.5x longer, the third does not compile. Each probe builds
+    its commit's image (docker backend) and A/Bs it against the good end."""
+    require_whole_run_marker()
+    from harness.servers.images import sim_base_tag
+    from tests.support.git_repos import sim_source_repo
+
+    commits = sim_source_repo(tmp_path / "src", commits=8, slow_at=5, broken_at=3)
+    git = ["build=git", "build.engine=sim", "build.module=harness.sim", f"build.repo={tmp_path / 'src'}",
+           f"build.image={sim_base_tag()}", f"build.git_ref={commits[0]}..main"]
+    status = cli.main(["bisect", *LOAD[1:], *git, f"record.root={tmp_path / 'runs'}"])
+    (folder,) = [p for p in (tmp_path / "runs").iterdir() if p.name.endswith("_bisect")]
+    data = json.loads((folder / "bisect.json").read_text())
+    assert status == 0 and data["first_bad"] == commits[5], data
+    outcomes = {p["value"]: p["outcome"] for p in data["probes"]}
+    assert outcomes[commits[7]] == "regressed" and outcomes[commits[5]] == "regressed"
+    assert outcomes.get(commits[3]) in (None, "skipped")  # probed or not, it never decides
+    if commits[3] in outcomes:
+        (skipped,) = [p for p in data["probes"] if p["value"] == commits[3]]
+        assert "half_done.py" in skipped["why"], skipped
+    assert all(outcomes[c] == "same" for c in commits[1:5] if c in outcomes and c != commits[3])
+    ab = json.loads((Path(data["probes"][0]["record"]) / "ab.json").read_text())
+    assert ab["sides"]["B"]["overrides"] == [f"build.git_ref={commits[7]}"]
+    summary = (folder / "summary.md").read_text()
+    assert f'first bad value: build.git_ref={commits[5]} ("decode: a step 1.5x longer")' in summary
