@@ -446,7 +446,7 @@ def build_image(context: BuildContext, repository: str, kind: str, client: docke
         ):
             if "error" in chunk:
                 detail = str(chunk.get("error", "")).strip().splitlines() or ["unknown error"]
-                last = " | ".join(steps[-2:]) or "none"
+                last = " | ".join(" ".join(step.split()) for step in steps[-2:]) or "none"  # one line: a step can hold several
                 raise ImageError(f"building {tag} failed: {detail[-1]} (last steps: {last})")
             line = str(chunk.get("stream", "")).strip()
             if line:

@@ -55,14 +55,16 @@ def test_the_first_slower_commit_of_a_build_context_is_found_and_an_unbuildable_
     (folder,) = [p for p in (tmp_path / "runs").iterdir() if p.name.endswith("_bisect")]
     data = json.loads((folder / "bisect.json").read_text())
     assert status == 0 and data["first_bad"] == commits[5], data
-    outcomes = {p["value"]: p["outcome"] for p in data["probes"]}
-    assert outcomes[commits[7]] == "regressed" and outcomes[commits[5]] == "regressed"
-    assert outcomes.get(commits[3]) in (None, "skipped")  # probed or not, it never decides
-    if commits[3] in outcomes:
-        (skipped,) = [p for p in data["probes"] if p["value"] == commits[3]]
-        assert "half_done.py" in skipped["why"], skipped
-    assert all(outcomes[c] == "same" for c in commits[1:5] if c in outcomes and c != commits[3])
+    # the ends; then the middle of 0..7, the third commit, which does not build: skipped, and the
+    # next nearest the middle probed (the fourth: the same), then the fifth between it and the bad end
+    assert [(p["value"], p["outcome"]) for p in data["probes"]] == [
+        (commits[7], "regressed"), (commits[3], "skipped"), (commits[4], "same"), (commits[5], "regressed")]
+    skipped = data["probes"][1]["why"]
+    assert "building specgate/git-src:" in skipped and "half_done.py" in skipped and "\n" not in skipped, skipped
     ab = json.loads((Path(data["probes"][0]["record"]) / "ab.json").read_text())
     assert ab["sides"]["B"]["overrides"] == [f"build.git_ref={commits[7]}"]
+    first = ab["arms"]["default"][0]  # each side's server says the commit its image was built from
+    assert first["A"]["server"]["image"]["commit"].startswith(commits[0])
+    assert first["B"]["server"]["image"]["commit"].startswith(commits[7])
     summary = (folder / "summary.md").read_text()
     assert f'first bad value: build.git_ref={commits[5]} ("decode: a step 1.5x longer")' in summary
