@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import docker
 import pytest
 
 from harness import cli
@@ -48,10 +49,15 @@ def test_the_first_slower_commit_of_a_build_context_is_found_and_an_unbuildable_
     from harness.servers.images import sim_base_tag
     from tests.support.git_repos import sim_source_repo
 
-    commits = sim_source_repo(tmp_path / "src", commits=8, slow_at=5, broken_at=3)
-    git = ["build=git", "build.engine=sim", "build.module=harness.sim", f"build.repo={tmp_path / 'src'}",
+    commits = sim_source_repo(tmp_path / "bisect-src", commits=8, slow_at=5, broken_at=3)
+    git = ["build=git", "build.engine=sim", "build.module=harness.sim", f"build.repo={tmp_path / 'bisect-src'}",
            f"build.image={sim_base_tag()}", f"build.git_ref={commits[0]}..main"]
-    status = cli.main(["bisect", *LOAD[1:], *git, f"record.root={tmp_path / 'runs'}"])
+    try:
+        status = cli.main(["bisect", *LOAD[1:], *git, f"record.root={tmp_path / 'runs'}"])
+    finally:  # the commits' images (a layer each on the simulator's base): this test's alone
+        engine = docker.from_env()
+        for image in engine.images.list("specgate/git-bisect-src"):
+            engine.images.remove(image.id, force=True)
     (folder,) = [p for p in (tmp_path / "runs").iterdir() if p.name.endswith("_bisect")]
     data = json.loads((folder / "bisect.json").read_text())
     assert status == 0 and data["first_bad"] == commits[5], data
@@ -60,7 +66,7 @@ def test_the_first_slower_commit_of_a_build_context_is_found_and_an_unbuildable_
     assert [(p["value"], p["outcome"]) for p in data["probes"]] == [
         (commits[7], "regressed"), (commits[3], "skipped"), (commits[4], "same"), (commits[5], "regressed")]
     skipped = data["probes"][1]["why"]
-    assert "building specgate/git-src:" in skipped and "half_done.py" in skipped and "\n" not in skipped, skipped
+    assert "building specgate/git-bisect-src:" in skipped and "half_done.py" in skipped and "\n" not in skipped, skipped
     ab = json.loads((Path(data["probes"][0]["record"]) / "ab.json").read_text())
     assert ab["sides"]["B"]["overrides"] == [f"build.git_ref={commits[7]}"]
     first = ab["arms"]["default"][0]  # each side's server says the commit its image was built from
