@@ -1,6 +1,7 @@
 """The end of a sweep, however its points ran: the sweep gates judged on every point, the
-record closed, the exit status (0 only if every point exited 0 and no sweep gate failed; 6
-when no point failed but one left a regression-sized change undecided)."""
+record closed, the exit status (0 only if every point exited 0 and no sweep gate failed or was
+undecided; 6 when nothing failed but a point left a regression-sized change undecided, or the
+points' intervals could not decide a sweep gate)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 
 from harness.exit_status import FAILED, INTERRUPTED, PASSED, UNDECIDED
 from harness.gates.registry import judge
-from harness.gates.verdict import failed
+from harness.gates.verdict import failed, undecided
 from harness.sweep.junit import junit_target, write_sweep_junit
 from harness.sweep.record import SweepRecord
 
@@ -21,7 +22,7 @@ def finish_sweep(record: SweepRecord, statuses: list[int | None], gates: Any) ->
     of :func:`sweep_status`."""
     verdicts = judge("sweep", record.gate_context(gates))  # the registry's sweep gates
     record.add_verdicts(verdicts)
-    status = sweep_status(statuses, failed(verdicts))
+    status = sweep_status(statuses, failed(verdicts), bool(undecided(verdicts)))
     record.finish(status, interrupted=False)
     write_junit(record)
     for verdict in verdicts:
@@ -31,12 +32,13 @@ def finish_sweep(record: SweepRecord, statuses: list[int | None], gates: Any) ->
     return status
 
 
-def sweep_status(statuses: list[int | None], gate_failed: bool) -> int:
-    """0 when every point exited 0 and no sweep gate failed; 6 when none failed but a point
-    left a regression-sized change undecided (it exited 6); 1 otherwise."""
+def sweep_status(statuses: list[int | None], gate_failed: bool, gate_undecided: bool = False) -> int:
+    """0 when every point exited 0 and every sweep gate passed (or could not be evaluated); 6
+    when none failed but a point left a regression-sized change undecided (it exited 6) or the
+    points' intervals could not decide a sweep gate; 1 otherwise."""
     if gate_failed or any(s not in (PASSED, UNDECIDED) for s in statuses):
         return FAILED
-    return UNDECIDED if UNDECIDED in statuses else PASSED
+    return UNDECIDED if UNDECIDED in statuses or gate_undecided else PASSED
 
 
 def write_junit(record: SweepRecord) -> None:

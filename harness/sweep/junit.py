@@ -87,7 +87,7 @@ def verdict_suite(verdicts: list[dict[str, Any]]) -> ET.Element:
         status, detail = verdict.get("status"), verdict.get("detail", "")
         if status == "failed":
             ET.SubElement(case, "failure", message=detail)
-        elif status in ("skipped", "not_evaluable"):
+        elif status in ("skipped", "not_evaluable", "inconclusive"):  # an undecided gate is no pass either
             ET.SubElement(case, "skipped", message=detail)
         ET.SubElement(case, "system-out").text = detail
     return suite

@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from harness.gates.arm_speedup import estimate_speedup
 from harness.gates.registry import SweepContext
 from harness.gates.verdict import Verdict
 from harness.config.compose import Experiment
@@ -101,13 +102,18 @@ class SweepRecord(WholeRunsRecord):
         self.break_even_arms = list(experiment.base.break_even_arms)  # the measured break-even's curve
 
     def read_back(self, entry: dict[str, Any], record: Path, run: RunData) -> None:
-        """Per arm its headline figures, concurrency and GPUs; the run's failed gates."""
+        """Per arm its headline figures, concurrency and GPUs, and its speedup's interval; the
+        run's failed gates."""
         entry["arms"] = headline(run.data)
         if failed_gates(run.data):
             entry["failed_gates"] = failed_gates(run.data)
         for arm, figures in entry["arms"].items():
             figures["concurrency"] = arm_concurrency(record, arm)
             figures["gpus"] = arm_gpus(record, arm)
+            if self.plain_arm and arm != self.plain_arm and figures.get("speedup") is not None:
+                figures["speedup_interval"], why = speedup_interval(run, arm, self.plain_arm, figures)
+                if why:
+                    figures["speedup_interval_why"] = why
 
     def point_failed(self, entry: dict[str, Any], reason: str, log: str | None) -> None:
         """A point whose job (SLURM, submitit) ended without the point's exit status: failed,
@@ -134,26 +140,43 @@ class SweepRecord(WholeRunsRecord):
         self.recorder.write_summary(summary(self.redactor.data(self.data)))
 
 
+def speedup_interval(run: RunData, arm: str, plain_arm: str, figures: dict[str, Any]) -> tuple[list[float] | None, str]:
+    """The point's speedup's interval, the min_speedup gate's (the same estimator as the figure:
+    harness/gates/arm_speedup.py), and why there is none (too few time windows, a torn file)."""
+    try:
+        got = estimate_speedup(run, arm, plain_arm, 0, float(figures["speedup"]), figures.get("concurrency"))
+    except (OSError, ValueError) as exc:  # a torn Parquet file (pyarrow's errors are these)
+        return None, f"its requests could not be read ({exc})"
+    return got.interval, got.why
+
+
 def crossovers(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Where speculation stops paying: for each speculative arm (one with a speedup) and
     each setting of the other swept keys, its speedup over the plain arm against
     concurrency, and the highest concurrency at which it is still >= 1, interpolated
     linearly in log2(concurrency) between the last point that pays and the first that
-    does not. `pays_through` is that concurrency; None when even the lowest point loses."""
-    series: dict[tuple[str, tuple[str, ...]], list[tuple[int, float]]] = {}
+    does not. `pays_through` is that concurrency; None when even the lowest point loses.
+    `pays_through_interval`: the same crossing of the speedups' interval ends, [lower ends',
+    upper ends'] (a point without an interval counts as its figure), which the sweep gate
+    decides on."""
+    series: dict[tuple[str, tuple[str, ...]], list[tuple[int, float, float, float]]] = {}
     for point in points:
         others = tuple(o for o in point.get("swept") or [] if not o.startswith("workload.concurrency="))
         for arm, figures in (point.get("arms") or {}).items():
             c, speedup = figures.get("concurrency"), figures.get("speedup")
             if c and speedup is not None:
-                series.setdefault((arm, others), []).append((int(c), float(speedup)))
+                low, high = figures.get("speedup_interval") or (speedup, speedup)
+                series.setdefault((arm, others), []).append((int(c), float(speedup), float(low), float(high)))
     found = []
     for (arm, others), curve in series.items():
         curve = sorted(set(curve))
-        if len({c for c, _ in curve}) < 2:
+        if len({c for c, *_ in curve}) < 2:
             continue  # one concurrency: no curve to cross
-        found.append({"arm": arm, "with": list(others), "points": [[c, round(v, 4)] for c, v in curve],
-                      **crossing(curve)})
+        lows, highs = crossing([(c, lo) for c, _, lo, _ in curve]), crossing([(c, hi) for c, _, _, hi in curve])
+        found.append({"arm": arm, "with": list(others), "points": [[c, round(v, 4)] for c, v, *_ in curve],
+                      **crossing([(c, v) for c, v, *_ in curve]),
+                      "pays_through_interval": [lows["pays_through"], highs["pays_through"]],
+                      "intervals": [[c, round(lo, 4), round(hi, 4)] for c, _, lo, hi in curve]})
     return found
 
 

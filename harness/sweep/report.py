@@ -25,6 +25,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, NullLocator
 
 from harness.record.store import FINISHED, INTERRUPTED
+from harness.exit_status import UNDECIDED
 from harness.measure.registry import OUTPUT_RATE, STEADY, metric, read
 from harness.report.html import ARM_COLORS, figure_uri, show
 from harness.report.page import ReportError, render, write_page
@@ -104,11 +105,15 @@ def verdict(data: dict[str, Any], points: list[dict[str, Any]], gates: list[dict
         return {"status": "failed", "text": "INTERRUPTED"}
     if data.get("status") != FINISHED:
         return {"status": "failed", "text": "INCOMPLETE: the sweep has not finished"}
-    parts = [f"{n} point(s) exited non-zero"] if (n := sum(p.get("exit_status") != 0 for p in points)) else []
+    parts = [f"{n} point(s) exited non-zero"] if (n := sum(p.get("exit_status") not in (0, UNDECIDED) for p in points)) else []
     parts += [f"point {p.get('label')} failed {'; '.join(p['failed_gates'])}" for p in points if p.get("failed_gates")]
     parts += [f"{n} sweep gate(s) failed"] if (n := sum(v.get("status") == FAILED for v in gates)) else []
     if parts:
         return {"status": "failed", "text": "FAILED: " + "; ".join(parts)}
+    open_ = [f"{n} point(s) left a change undecided"] if (n := sum(p.get("exit_status") == UNDECIDED for p in points)) else []
+    open_ += [f"{n} sweep gate(s) undecided"] if (n := sum(bool(v.get("undecided")) for v in gates)) else []
+    if open_:  # could not decide is not passed (exit status 6)
+        return {"status": "skipped", "text": "UNDECIDED: " + "; ".join(open_)}
     return {"status": "passed", "text": "PASSED"}
 
 

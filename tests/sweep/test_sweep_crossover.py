@@ -97,7 +97,12 @@ def test_a_failed_sweep_gate_fails_the_sweep_whose_points_all_passed(sweep):
     crossover = verdicts["crossover_at_least"]
     assert crossover["status"] == "failed" and crossover["threshold"] == 8
     assert (crossover["passed"], crossover["scope"], crossover["with"]) == (False, "sweep", [])  # one verdict type
-    assert re.fullmatch(r"eagle3 pays up to concurrency ~[\d.]+ \(.*\): crossover below 8", crossover["detail"])
+    # decided on the speedups' intervals: even the crossing of their upper ends is below 8
+    assert re.fullmatch(r"eagle3 pays up to concurrency ~[\d.]+ \(.*\): crossover below 8 \(crossings of the "
+                        r"speedups' 95% interval ends: [\d.]+ to [\d.]+\)", crossover["detail"]), crossover["detail"]
+    low, high = crossover["interval"]
+    assert low <= crossover["value"] <= high < 8
+    assert all(len(p["arms"]["eagle3"]["speedup_interval"]) == 2 for p in data["points"])
     assert f"specgate sweep gate: FAILED crossover_at_least eagle3: {crossover['detail']}" in done.stdout
     summary = (sweep_dir / "summary.md").read_text()
     assert "## Sweep gates" in summary and "- PASSED min_speedup_through eagle3" in summary

@@ -16,13 +16,14 @@ from harness.sweep.record import crossovers, summary
 EXP = ["+exp=sim_crossover", "backend=process"]
 
 
-def point(concurrency, speedup, *others, status="measured"):
-    """One point of sweep.json as SweepRecord.point_ended writes it."""
+def point(concurrency, speedup, *others, status="measured", interval=None):
+    """One point of sweep.json as SweepRecord.point_ended writes it (`interval`: its speedup's)."""
     swept = [f"workload.concurrency={concurrency}", *others]
     label = "_".join([f"concurrency-{concurrency}", *(o.split("=")[1] for o in others)])
+    eagle3 = {"status": status, "concurrency": concurrency, "speedup": speedup,
+              **({"speedup_interval": list(interval)} if interval else {})}
     return {"label": label, "swept": swept, "overrides": ["+exp=sim_crossover", *swept], "exit_status": 0,
-            "arms": {"baseline": {"status": "measured", "concurrency": concurrency, "speedup": None},
-                     "eagle3": {"status": status, "concurrency": concurrency, "speedup": speedup}}}
+            "arms": {"baseline": {"status": "measured", "concurrency": concurrency, "speedup": None}, "eagle3": eagle3}}
 
 
 PASSED, FAILED, NOT_EVALUABLE = "passed", "failed", "not_evaluable"
@@ -133,3 +134,62 @@ def test_a_wrong_sweep_gate_stops_the_sweep_before_any_server(tmp_path, capsys):
     status = cli.main(["sweep", *EXP, "sweep_gate.crossover_at_least.eagle3=2,4", f"record.root={root}"])
     assert status == 4 and not root.exists()
     assert "sweep_gate cannot be swept" in capsys.readouterr().err
+
+
+def test_a_speedup_whose_interval_holds_the_threshold_is_undecided_not_passed_or_failed():
+    """A point measured 1.15x with a 95 % interval of 1.05-1.25 against a 1.1x floor: the data
+    cannot tell (seen: a busy box read 0.80x where a quiet one reads 1.28x), so the sweep gate
+    neither passes nor fails; the sweep exits 6, and more load per point would decide it."""
+    gate = {"min_speedup_through": {"eagle3": {"concurrency": 4, "ratio": 1.1}}}
+    (open_,) = verdicts_of(gate, [point(1, 1.3, interval=(1.2, 1.4)), point(4, 1.15, interval=(1.05, 1.25))])
+    assert (open_["status"], open_["undecided"], open_["passed"]) == ("inconclusive", True, None)
+    assert open_["interval"] == [1.05, 1.25] and open_["interval"][0] <= open_["value"] <= open_["interval"][1]
+    assert "could not decide whether the speedup is >= 1.1x" in open_["detail"] and "1.15x at 4 (95% interval 1.05-1.25)" in open_["detail"]
+    (low,) = verdicts_of(gate, [point(1, 1.3, interval=(1.2, 1.4)), point(4, 1.0, interval=(0.95, 1.05))])
+    assert low["status"] == FAILED and low["interval"] == [0.95, 1.05]  # even its upper end misses 1.1x
+    (high,) = verdicts_of(gate, [point(1, 1.3, interval=(1.2, 1.4)), point(4, 1.2, interval=(1.12, 1.3))])
+    assert high["status"] == PASSED  # even its lower end meets it
+
+
+def test_a_crossover_is_decided_on_the_crossings_of_the_interval_ends():
+    tight = [point(1, 1.3, interval=(1.25, 1.35)), point(4, 1.2, interval=(1.15, 1.25)),
+             point(16, 0.9, interval=(0.85, 0.95)), point(64, 0.6, interval=(0.55, 0.65))]
+    (passed,) = verdicts_of({"crossover_at_least": {"eagle3": 8}}, tight)
+    assert passed["status"] == PASSED and passed["interval"][0] >= 8
+    (failed,) = verdicts_of({"crossover_at_least": {"eagle3": 16}}, tight)
+    assert failed["status"] == FAILED and failed["interval"][1] < 16
+    wide = [point(1, 1.3, interval=(1.1, 1.5)), point(4, 1.2, interval=(0.9, 1.5)), point(16, 0.9, interval=(0.7, 1.1))]
+    (open_,) = verdicts_of({"crossover_at_least": {"eagle3": 8}}, wide)
+    assert (open_["status"], open_["undecided"]) == ("inconclusive", True)
+    assert "could not decide whether the crossover is >= 8" in open_["detail"]
+    assert "crossings of the speedups' 95% interval ends: " in open_["detail"]
+
+
+def test_an_undecided_sweep_gate_makes_the_sweep_exit_6_and_a_failed_one_1():
+    from harness.sweep.finish import sweep_status
+
+    assert sweep_status([0, 0], gate_failed=False, gate_undecided=True) == 6
+    assert sweep_status([0, 0], gate_failed=True, gate_undecided=True) == 1
+    assert sweep_status([0, 1], gate_failed=False, gate_undecided=True) == 1
+    assert sweep_status([0, 0], gate_failed=False) == 0
+
+
+def test_an_undecided_sweep_gate_is_no_passed_case_in_junit():
+    from harness.sweep.junit import verdict_suite
+
+    (open_,) = verdicts_of({"min_speedup_through": {"eagle3": {"concurrency": 4, "ratio": 1.1}}},
+                           [point(4, 1.15, interval=(1.05, 1.25))])
+    (case,) = verdict_suite([open_]).findall("testcase")
+    assert case.find("skipped").get("message").startswith("inconclusive: eagle3: could not decide")
+
+
+def test_the_sweep_page_heads_an_undecided_sweep_undecided_not_failed_or_passed():
+    from harness.sweep.report import verdict
+
+    finished = {"status": "finished"}
+    six = [{**point(4, 1.15), "exit_status": 6}]
+    assert verdict(finished, six, [])["text"] == "UNDECIDED: 1 point(s) left a change undecided"
+    (open_,) = verdicts_of({"min_speedup_through": {"eagle3": {"concurrency": 4, "ratio": 1.1}}},
+                           [point(4, 1.15, interval=(1.05, 1.25))])
+    assert verdict(finished, [point(4, 1.15)], [open_]) == {"status": "skipped", "text": "UNDECIDED: 1 sweep gate(s) undecided"}
+    assert verdict(finished, [{**point(4, 1.15), "exit_status": 1}], [open_])["text"].startswith("FAILED: 1 point(s)")
