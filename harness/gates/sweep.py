@@ -163,9 +163,8 @@ def undecided(name: str, arm: str, others: list[str], value: Any, threshold: Any
               interval: Any = None) -> Verdict:
     """What the points' intervals cannot decide: neither a pass nor a failure, and the sweep's
     exit status 6 (could not decide never reads as passed)."""
-    found = Verdict(name, arm, None, value, threshold, f"inconclusive: {detail}", inconclusive=True, scope="sweep",
-                    others=list(others), undecided=True, interval=list(interval) if interval is not None else None)
-    return found
+    return Verdict(name, arm, None, value, threshold, f"inconclusive: {detail}", inconclusive=True, scope="sweep",
+                   others=list(others), undecided=True, interval=list(interval) if interval is not None else None)
 
 
 def crossover_from(arm: str, floor: float, crossovers: list[dict[str, Any]]) -> list[Verdict]:
