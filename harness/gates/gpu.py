@@ -6,6 +6,8 @@ from typing import Any
 
 from harness.gates.verdict import inconclusive_passes, Verdict, skipped, not_configured, at_least
 from harness.gates.registry import GateContext, register, keyed_arms
+from harness.gates.trust import Trust, one
+from harness.measure.registry import OUTPUT_RATE
 
 
 # --- GPU telemetry (the `gpu` block of an arm, see harness/telemetry/summary.py) ----------------
@@ -93,7 +95,9 @@ def no_throttle_reasons_under_load(ctx: GateContext) -> list[Verdict]:
     return per_gpu(name, ctx, reasons, judge)
 
 
-@register("gpu_utilization_under_load", "gpu", ("min_gpu_util_under_load_pct",))
+# a client that sent late left the GPU idle: its utilization under load is the client's too
+@register("gpu_utilization_under_load", "gpu", ("min_gpu_util_under_load_pct",),
+          trust=Trust(one(OUTPUT_RATE), lag_only=True))
 def min_gpu_util_under_load(ctx: GateContext) -> list[Verdict]:
     """Every GPU's median utilization under load at least gate.min_gpu_util_under_load_pct."""
     name, arm, floor = "min_gpu_util_under_load_pct", ctx.arm, ctx.gate.min_gpu_util_under_load_pct

@@ -28,7 +28,10 @@ A verdict's sensitivity to speed is its figures' registry entries' (:func:`speed
 a list of gate names: a new gate on a registry speed metric is guarded by declaring its figures.
 A verdict without a figure against a threshold (not measured, not measurable) is a failed
 measurement, nothing to distrust: the guards leave it. The GPU gates themselves stay as
-configured: they are the box check the user asked for.
+configured: they are the box check the user asked for; but the GPU utilization under load is
+as much the load's as the GPU's, so a client that could not send the load asked for (its output
+rate client-bound) makes a failed utilization inconclusive (``Trust(lag_only=True)``): the GPU
+idled waiting for requests the client sent late.
 """
 
 from __future__ import annotations
@@ -79,13 +82,14 @@ class Trust:
     figures: Callable[[str], Figures]
     against: Callable[[Any], Optional[Side]] = alone
     noise: bool = True  # False: the gate's own limit holds the repeats' noise (the reference gate's band)
+    lag_only: bool = False  # True: only the client's lag (a GPU gate whose figure is no rate of the window)
     verdicts: str = ""  # the name its verdicts carry before any ".", when not the gate's ("baseline")
     this: str = ""  # how the guards name this arm's side ("this run"); "": the arm's name
 
     def apply(self, verdicts: list[Verdict], ctx: Any) -> list[Verdict]:
         other = self.against(ctx)
         this = Side(self.this or ctx.arm, ctx.result, ctx.gpu)
-        return [guard(v, self.figures(v.name), this, other, ctx.gate, self.noise) for v in verdicts]
+        return [guard(v, self.figures(v.name), this, other, ctx.gate, self.noise, self.lag_only) for v in verdicts]
 
 
 def one(path: str) -> Callable[[str], Figures]:
@@ -96,13 +100,15 @@ def one(path: str) -> Callable[[str], Figures]:
 # --- the guards, in their one order ------------------------------------------------------------
 
 def guard(verdict: Verdict, figures: Figures, this: Side, other: Optional[Side], gate: Any,
-          noise: bool = True) -> Verdict:
-    """The trust guards on one verdict, in the module docstring's order."""
+          noise: bool = True, lag_only: bool = False) -> Verdict:
+    """The trust guards on one verdict, in the module docstring's order (`lag_only`: the first)."""
     if verdict.value is None or verdict.threshold is None or this.result is None:
         return verdict  # a failed measurement, a skipped gate: nothing to distrust
     sides = [(this, figures.mine)] + ([(other, figures.theirs)] if other is not None and other.result is not None else [])
     for side, paths in sides:
         guard_lag(verdict, side, paths, gate, divisor=side is not this)
+    if lag_only:
+        return verdict
     if noise:
         for side, paths in sides:
             guard_noise([verdict], side.result, list(paths), gate)

@@ -70,6 +70,25 @@ def test_a_clock_below_the_gate_under_load_makes_a_latency_failure_inconclusive(
 def test_the_gpu_gates_themselves_stay_as_configured():
     [v] = gpu.no_throttle_reasons_under_load(ctx("eagle3", result(), gate_cfg(), THROTTLED))
     assert v.status == "failed" and "HwSlowdown in 40% of load samples" in v.detail
+    [idle] = gpu.min_gpu_util_under_load(ctx("eagle3", result(), gate_cfg(), util_at(49.0)))
+    assert idle.status == "failed"  # a GPU left idle by a client that kept up: the box check fails
+
+
+def util_at(pct: float) -> dict:
+    return {"gpus": {"GPU-u": {"index": 0, "load": {"gpu_util_pct": {"median": pct}}}}, "samples": {"load": 10}}
+
+
+def test_a_gpu_left_idle_by_a_client_that_sent_late_is_inconclusive_and_a_busy_one_passes():
+    """Seen in a clean clone under load: the simulator's GPU 49 % busy against the 50 % floor
+    while the client sent late; the GPU idled for want of requests, which says nothing of it."""
+    lagged = bound(result(), "output_tok_s")
+    [idle] = gpu.min_gpu_util_under_load(ctx("eagle3", lagged, gate_cfg(), util_at(49.0)))
+    assert idle.status == "inconclusive" and idle.cause == "client-bound: event-loop lag p99 40 ms"
+    assert idle.detail.startswith("inconclusive, client-bound: output tok/s is the client's lag")
+    [busy] = gpu.min_gpu_util_under_load(ctx("eagle3", bound(result(), "output_tok_s"), gate_cfg(), util_at(95.0)))
+    assert busy.status == "passed"  # busy even so: the GPU is at least this busy
+    [latency_only] = gpu.min_gpu_util_under_load(ctx("eagle3", bound(result(), "ttft_ms.p99"), gate_cfg(), util_at(49.0)))
+    assert latency_only.status == "failed"  # a late TTFT stamp leaves the load as it was asked
 
 
 def speedup_ctx(ratio: float, mine=None, theirs=None):
