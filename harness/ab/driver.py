@@ -41,7 +41,7 @@ from harness.record.kinds import AB
 from harness.run.driver import Driver
 from harness.run.outcome import ArmOutcome
 from harness.record.secrets import Redactor
-from harness.servers import Session, remove_dead_sessions_containers
+from harness.servers import ServerError, Session, build_image, remove_dead_sessions_containers
 
 INTERRUPTED_EXIT = INTERRUPTED
 
@@ -158,6 +158,7 @@ class ABRun:
 
     def run(self) -> None:
         self.session.run, self.session.record = self.record.path.name, str(self.record.path.resolve())
+        self.images_ready()
         if self.plan.keep_up:
             for arm in self.plan.arm_names:
                 self.run_kept_up(arm)
@@ -169,6 +170,17 @@ class ABRun:
                         self.settle(arm)
                 if len(self.record.settled) == len(self.plan.arm_names):
                     break
+
+    def images_ready(self) -> None:
+        """Every side's image found or built before the first round: a side that does not build
+        (a bisect's unbuildable commit) stops the A/B before either side is measured."""
+        for arm in self.plan.arm_names:
+            for side in SIDES:
+                try:
+                    build_image(self.plan.arm(side, arm).cfg)
+                except ServerError as exc:
+                    raise RoundFailed(f"arm '{arm}', side {side}: {self.record.scrub(str(exc))}") from None
+                self.interrupts.check()
 
     def settle(self, arm: str) -> None:
         """ab.rounds=auto: after each look, is every verdict of this arm decided (passed or

@@ -43,6 +43,20 @@ def make_server(arm_name: str, cfg: SpecgateConfig, log_path: Path, session: Ses
     return BACKENDS[cfg.backend.kind](arm_name, cfg, log_path, session, scrub)
 
 
+def build_image(cfg: SpecgateConfig) -> str | None:
+    """The image a docker arm's server will run, found or built now (None for the other
+    backends), for a driver to call before it measures anything: a build that fails is one
+    sentence (ServerError) before any load, and no load sits beside a build."""
+    if cfg.backend.kind != "docker":
+        return None
+    from harness.servers.images import ImageError, docker_client, ensure_image
+
+    try:
+        return ensure_image(cfg.build, docker_client(cfg.backend.docker_host)).tag
+    except ImageError as exc:
+        raise ServerError(str(exc)) from None
+
+
 def remove_dead_sessions_containers(cfg: SpecgateConfig, session: Session) -> list[str]:
     """Once per Docker engine and session, before the first server: remove the containers
     that dead specgate sessions left behind. Returns their names (for the log)."""
@@ -54,4 +68,4 @@ def remove_dead_sessions_containers(cfg: SpecgateConfig, session: Session) -> li
     return remove_containers(docker_client(cfg.backend.docker_host), only_dead=True, keep_session=session.id)
 
 
-__all__ = ["BACKENDS", "Server", "ServerError", "Session", "make_server", "remove_dead_sessions_containers"]
+__all__ = ["BACKENDS", "Server", "ServerError", "Session", "build_image", "make_server", "remove_dead_sessions_containers"]

@@ -67,6 +67,8 @@ def test_the_first_slower_commit_of_a_build_context_is_found_and_an_unbuildable_
         (commits[7], "regressed"), (commits[3], "skipped"), (commits[4], "same"), (commits[5], "regressed")]
     skipped = data["probes"][1]["why"]
     assert "building specgate/git-bisect-src:" in skipped and "half_done.py" in skipped and "\n" not in skipped, skipped
+    # both sides' images are made before round 1: the commit that does not build costs no measurement
+    assert json.loads((Path(data["probes"][1]["record"]) / "ab.json").read_text())["arms"] == {"default": []}
     ab = json.loads((Path(data["probes"][0]["record"]) / "ab.json").read_text())
     assert ab["sides"]["B"]["overrides"] == [f"build.git_ref={commits[7]}"]
     first = ab["arms"]["default"][0]  # each side's server says the commit its image was built from
