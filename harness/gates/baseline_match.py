@@ -22,7 +22,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-import yaml
 from omegaconf import OmegaConf
 
 from harness.secrets import FINGERPRINT, key_id
@@ -30,7 +29,7 @@ from harness.config.compose import ConfigError, Experiment
 from harness.gates.profile import NoiseProfile
 from harness.load.datasets import dataset_digest
 from harness.load.trace import trace_digest
-from harness.record.store import REDACTED, RunData, safe_name
+from harness.record.store import REDACTED, RunData
 
 # Workload keys that size or bound a load rather than shape each request.
 LOAD_SIZE_KEYS = frozenset({"num_prompts", "duration_s", "warmup_requests", "timeout_s", "first_byte_timeout_s"})
@@ -99,18 +98,8 @@ def recorded_identity(run: RunData, arm: str) -> dict[str, Any] | None:
     block = run.arms.get(arm) or {}
     if isinstance(block.get("identity"), dict):
         return block["identity"]
-    recorded = recorded_arm_config(run, arm)
+    recorded = run.arm_config(arm)
     return identity(recorded) if recorded is not None else None
-
-
-def recorded_arm_config(run: RunData, arm: str) -> dict[str, Any] | None:
-    """The arm's config as the reference record kept it (None when it kept none)."""
-    file = run.path.parent / "arms" / safe_name(arm) / "config.yaml"
-    try:
-        data = yaml.safe_load(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def run_differences(experiment: Experiment, run: RunData) -> dict[str, list[str]]:

@@ -156,11 +156,25 @@ class RunData:
         return {RUNNING: "incomplete: it still says running, so the run died before it finished (e.g. kill -9)",
                 INTERRUPTED: "interrupted: the run was stopped (Ctrl-C or SIGTERM) before it finished"}.get(self.status, "")
 
+    def arm_config(self, arm: str) -> dict[str, Any] | None:
+        """The arm's composed config as the record wrote it (None when it kept none)."""
+        return arm_config_of(self.path.parent, arm)
+
     def request_columns(self, arm: str, columns: list[str] | tuple[str, ...]) -> RequestColumns:
         """The arm's requests beside results.json, only `columns` of them (no rows when the
         record kept none: verdicts then fall back to the point values). Reads either layout."""
         folder = self.path.parent
         return read_columns(folder / "arms" / safe_name(arm) / REQUESTS_FILE, folder / LEGACY_FILE, arm, columns)
+
+
+def arm_config_of(record: Path, arm: str) -> dict[str, Any] | None:
+    """The arm's composed config as its run record wrote it (arms/<arm>/config.yaml,
+    interpolations resolved then); None when the record kept none or it cannot be read."""
+    try:
+        cfg = yaml.safe_load((Path(record) / "arms" / safe_name(arm) / "config.yaml").read_text(encoding="utf-8"))
+    except (OSError, ValueError, yaml.YAMLError):  # UnicodeDecodeError is a ValueError
+        return None
+    return cfg if isinstance(cfg, dict) else None
 
 
 def results_path(path: Path) -> Path:

@@ -10,8 +10,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from harness.config.schema import DrafterConfig
 from harness.record.store import RecordError, read_run, safe_name, RunData
 
@@ -126,13 +124,10 @@ def cell_of(sweep: Path, point: dict[str, Any], arm: str, plain_arm: str, grid: 
 
 def arm_config(run: RunData, arm: str, label: str) -> dict[str, Any]:
     """The arm's config as its record wrote it (interpolations resolved then)."""
-    path = run.path.parent / "arms" / safe_name(arm) / "config.yaml"
-    try:
-        cfg = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError, ValueError):
-        cfg = None
-    if not isinstance(cfg, dict):
-        raise ScheduleError(f"point {label}'s arm '{arm}' has no readable config ({path})")
+    cfg = run.arm_config(arm)
+    if cfg is None:
+        raise ScheduleError(f"point {label}'s arm '{arm}' has no readable config "
+                            f"({run.path.parent / 'arms' / safe_name(arm) / 'config.yaml'})")
     return cfg
 
 

@@ -23,7 +23,6 @@ from typing import Any, Optional
 
 from harness.engines import ENGINES
 from harness.gates.arm_speedup import estimate_speedup
-from harness.gates.baseline_match import recorded_arm_config
 from harness.record.atomic import atomic_write
 from harness.record.store import RecordError, RunData, read_run
 from harness.schedule.grid import ScheduleError
@@ -96,7 +95,7 @@ def check_served(sweep: Path, run_dir: Path) -> tuple[list[ServedCheck], Path]:
 
 def check_arm(run: RunData, arm: str, plain: str, schedule: dict[str, Any]) -> ServedCheck:
     block = run.arms[arm]
-    cfg = recorded_arm_config(run, arm) or {}
+    cfg = run.arm_config(arm) or {}
     concurrency = int((cfg.get("workload") or {}).get("concurrency") or 0)
     choice = next((c for c in schedule["concurrencies"] if c["concurrency"] == concurrency), None)
     k, how = served_k(cfg, concurrency, choice)

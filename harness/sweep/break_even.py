@@ -38,7 +38,6 @@ from typing import Any, Optional
 import numpy as np
 
 from harness.gates.arm_speedup import estimate_speedup
-from harness.gates.baseline_match import recorded_arm_config
 from harness.gates.change import BOOTSTRAP_RESAMPLES, CONFIDENCE
 from harness.measure.registry import metric, number, read
 from harness.record.store import RecordError, RunData, read_run
@@ -159,7 +158,7 @@ def estimated(found: Observation, plain_arm: str, confidence: float) -> Observat
 def steps_of(run: RunData, arm: str) -> Optional[int]:
     """The arm's drafter.num_steps (k) as its record's config says (None when it cannot tell)."""
     try:
-        steps = ((recorded_arm_config(run, arm) or {}).get("drafter") or {}).get("num_steps")
+        steps = ((run.arm_config(arm) or {}).get("drafter") or {}).get("num_steps")
         return None if steps is None else int(steps)
     except (ValueError, TypeError, AttributeError):
         return None

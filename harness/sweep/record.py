@@ -18,15 +18,13 @@ import math
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from harness.gates.arm_speedup import estimate_speedup
 from harness.gates.registry import SweepContext
 from harness.gates.verdict import Verdict
 from harness.config.compose import Experiment
 from harness.measure.registry import in_scope, read
 from harness.report.tables import Row, metric_table
-from harness.record.store import RunData, safe_name
+from harness.record.store import RunData, arm_config_of
 from harness.sweep.break_even import measured_break_even
 from harness.sweep.runs import WholeRunsRecord
 
@@ -61,11 +59,7 @@ def failed_gates(results: dict[str, Any]) -> list[str]:
 
 def arm_config(record: Path, arm: str) -> dict[str, Any]:
     """The arm's composed config as its record wrote it ({} when it cannot be read)."""
-    try:
-        cfg = yaml.safe_load((record / "arms" / safe_name(arm) / "config.yaml").read_text(encoding="utf-8"))
-    except (OSError, ValueError, yaml.YAMLError):
-        return {}
-    return cfg if isinstance(cfg, dict) else {}
+    return arm_config_of(record, arm) or {}
 
 
 def arm_concurrency(record: Path, arm: str) -> int | None:
