@@ -20,6 +20,7 @@ from typing import Any
 
 from harness.gates.arm_speedup import estimate_speedup
 from harness.gates.registry import SweepContext
+from harness.gates.sweep import bounds
 from harness.gates.verdict import Verdict
 from harness.config.compose import Experiment
 from harness.measure.registry import in_scope, read
@@ -159,8 +160,8 @@ def crossovers(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for arm, figures in (point.get("arms") or {}).items():
             c, speedup = figures.get("concurrency"), figures.get("speedup")
             if c and speedup is not None:
-                low, high = figures.get("speedup_interval") or (speedup, speedup)
-                series.setdefault((arm, others), []).append((int(c), float(speedup), float(low), float(high)))
+                low, high = bounds(figures)
+                series.setdefault((arm, others), []).append((int(c), float(speedup), low, high))
     found = []
     for (arm, others), curve in series.items():
         curve = sorted(set(curve))
