@@ -189,10 +189,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def ordered_arms(experiment: Experiment) -> list[str]:
-    """The plain-decoding arm first, so the others can be compared with it."""
+    """The arms others are compared with first (the plain-decoding arm, then each `over` of a
+    comparison gate), so that each comparison finds the other arm measured."""
     names = experiment.arm_names
-    plain = experiment.plain_arm
-    return ([plain] if plain in names else []) + [n for n in names if n != plain]
+    gate = experiment.base.gate
+    first = [experiment.plain_arm, *(g.over for g in gate.min_speedup.values()),
+             *(g.over for g in gate.min_prefix_cache_hit_rate_gain.values())]
+    first = [n for i, n in enumerate(first) if n in names and n not in first[:i]]
+    return first + [n for n in names if n not in first]
 
 
 @pytest.fixture(scope="session")
@@ -268,7 +272,7 @@ def gate_context(arm_run: ArmRun, runner: Runner) -> GateContext:
                        requests=arm_run.outcome.request_lines, reference_requests=runner.reference_requests(arm_run.name),
                        history=runner.history_arms(arm_run.name), profile=runner.reference.profile,
                        arm_requests={name: o.request_lines for name, o in runner.outcomes.items()},
-                       server_windows=arm_run.outcome.server_windows, arm_gpus=runner.gpu,
+                       server_windows=arm_run.outcome.server_windows, fleet=arm_run.outcome.fleet, arm_gpus=runner.gpu,
                        telemetry_source=arm_run.cfg.telemetry.source,
                        benchmark_only={a.name: a.benchmark_only for a in runner.experiment.arms if a.benchmark_only})
 

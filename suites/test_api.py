@@ -7,6 +7,7 @@ meta_info."""
 import pytest
 
 from harness.engines import engine_of
+from harness.http_client import ServerClient
 
 # The `openai` package takes ~0.9 s to import (its types are pydantic models): each test below
 # imports what it uses, so that collecting the suites (every run, `--collect-only`, `-k` for
@@ -22,11 +23,18 @@ def chat_body(arm_run, **extra) -> dict:
 
 
 def test_form_encoded_post_is_refused_with_400(arm_run):
-    """The debugging session's curl without Content-Type: refused, in the engine's own 400 shape."""
+    """The debugging session's curl without Content-Type: refused, in the engine's own 400 shape
+    (behind a router: in the router's, and by every worker in the engine's)."""
+    engine = engine_of(arm_run.arm.typed)
     response = arm_run.client.post_form("/v1/chat/completions", chat_body(arm_run))
     assert response.status_code == 400, f"a form-encoded POST got {response.status_code}, not 400"
-    message = engine_of(arm_run.arm.typed).bad_request_message(response.json())
-    assert CONTENT_TYPE_MESSAGE in message
+    message = arm_run.server.bad_request_message(response.json(), engine)
+    assert "application/json" in message, message
+    for member in arm_run.server.members():
+        with ServerClient(member.base_url) as client:
+            response = client.post_form("/v1/chat/completions", chat_body(arm_run))
+        assert response.status_code == 400, f"{member.name}: a form-encoded POST got {response.status_code}, not 400"
+        assert CONTENT_TYPE_MESSAGE in engine.bad_request_message(response.json())
 
 
 def test_json_chat_completion_is_an_openai_chat_completion(arm_run):

@@ -20,9 +20,13 @@ def test_configured_environment_reached_every_server_process(arm_run, runner):
     runner.note_environment(arm_run.name, processes, sorted(expected))
     engine = engine_of(arm_run.arm.typed)
     least = engine.min_processes(arm_run.arm.typed)
-    assert len(processes) >= least, (
-        f"found {len(processes)} server processes, expected at least {least} for {engine.name} at "
-        f"tp_size {arm_run.cfg.server.tp_size}: " + "; ".join(p.describe() for p in processes))
+    members = arm_run.server.members()
+    for member in members:  # each worker of a fleet is a whole server: its processes named by it
+        own = processes if len(members) == 1 else [p for p in processes if p.where == member.name]
+        where = "" if len(members) == 1 else f" in {member.name}"
+        assert len(own) >= least, (
+            f"found {len(own)} server processes{where}, expected at least {least} for {engine.name} at "
+            f"tp_size {arm_run.cfg.server.tp_size}: " + "; ".join(p.describe() for p in own))
     problems = environment_mismatches(processes, {k: str(v) for k, v in expected.items()})
     assert not problems, (f"{len(problems)} of {len(processes)} server processes lack the configured environment:\n"
                           + "\n".join(problems))

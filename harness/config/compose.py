@@ -602,6 +602,7 @@ def validate_arm(arm: Arm) -> None:
     if attached and re.match(r"^https?://[^/]+/.*v1/?$", cfg.backend.url):
         raise ConfigError(f"backend.url '{cfg.backend.url}' ends in /v1: give the server's root, e.g. "
                           f"{cfg.backend.url.rstrip('/')[:-3].rstrip('/')} (specgate adds /v1/chat/completions, /health ... itself)")
+    check_fleet(cfg)
     workload = cfg.workload
     if workload.trace is not None:
         if workload.shared_prefix is not None:
@@ -620,6 +621,21 @@ def validate_arm(arm: Arm) -> None:
     check_record_root(cfg.record.root)
     own_lengths = workload.dataset is not None or workload.trace is not None  # per row, per request
     check_cancel(workload.cancel, None if own_lengths else workload.max_tokens)
+
+
+def check_fleet(cfg: schema.SpecgateConfig) -> None:
+    """server.workers > 1 starts the workers and SGLang's router in front of them (harness/servers/fleet.py):
+    a backend that starts servers, a policy the router has, and no router flag specgate sets itself."""
+    router = cfg.router
+    if router.policy not in schema.ROUTER_POLICIES:
+        raise ConfigError(f"router.policy '{router.policy}' is unknown; valid: {', '.join(schema.ROUTER_POLICIES)}")
+    own = sorted({arg.split("=", 1)[0] for arg in router.args} & set(schema.ROUTER_OWN_FLAGS))
+    if own:
+        raise ConfigError(f"router.args sets {', '.join(own)}, which specgate sets itself from server.workers, the "
+                          f"workers' ports and router.policy; remove {'it' if len(own) == 1 else 'them'}")
+    if cfg.server.workers > 1 and cfg.backend.kind == "attach":
+        raise ConfigError(f"server.workers={cfg.server.workers} starts a fleet, and backend=attach starts nothing: "
+                          f"attach to the fleet's router instead (backend.url=http://ROUTER:PORT, server.workers=1)")
 
 
 def check_cancel(cancel: schema.CancelConfig, max_tokens: int | None = None) -> None:

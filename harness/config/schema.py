@@ -67,7 +67,10 @@ class SharedServerConfig:
     served_model_name: Optional[str] = None
     tp_size: int = bounded(1, low=1, high=1024)
     host: str = "127.0.0.1"
-    port: int = bounded(0, low=0, high=65535)  # 0: pick a free loopback port per arm
+    port: int = bounded(0, low=0, high=65535)  # 0: pick a free loopback port per arm (a fleet's: its router's)
+    # data-parallel replicas of this server behind SGLang's router (`router` block,
+    # harness/servers/fleet.py); 1: one server, no router
+    workers: int = bounded(1, low=1, high=64)
     requires_gpu: bool = False  # fail fast with one sentence when no NVIDIA driver is present
     # Old spellings of an engine's own options (today in its block, e.g. server.vllm.dtype),
     # still accepted in conf trees and on the command line and moved into that block when
@@ -91,6 +94,22 @@ class ServerConfig(SharedServerConfig):
 
 # the names of those blocks (server.vllm, ...): a key inside one is refused on another engine's server
 ENGINE_BLOCKS = tuple(f.name for f in fields(ServerConfig) if f.name not in {g.name for g in fields(SharedServerConfig)})
+
+
+ROUTER_POLICIES = ("cache_aware", "round_robin", "power_of_two", "random")  # sglang_router's --policy choices we drive
+# the router flags specgate sets itself (from server.workers, its ports and router.policy)
+ROUTER_OWN_FLAGS = ("--worker-urls", "--host", "--port", "--policy", "--prometheus-host", "--prometheus-port",
+                    "--pd-disaggregation", "--prefill", "--decode", "--service-discovery")
+
+
+@dataclass
+class RouterConfig:
+    """The router in front of a fleet (`server.workers` > 1): SGLang's own
+    (`python -m sglang_router.launch_router`), started on this machine's loopback."""
+
+    policy: str = "cache_aware"  # cache_aware | round_robin | power_of_two | random
+    args: List[str] = field(default_factory=list)  # the router's own options, verbatim (e.g. [--cache-threshold, "0.5"])
+    python: Optional[str] = None  # the interpreter that has sglang_router (null: the harness's own)
 
 
 @dataclass
@@ -226,6 +245,14 @@ class SpeedupGate:
 
 
 @dataclass
+class HitRateGain:
+    """`gate.min_prefix_cache_hit_rate_gain`: this arm's prefix-cache hit rate >= arm `over`'s + `by`."""
+
+    over: str = ""  # the arm to compare with (e.g. the same fleet routed round robin)
+    by: float = bounded(0.0, low=-1, high=1)  # in hit rate (0.05: five points more)
+
+
+@dataclass
 class CapacityGate:
     """`specgate capacity`: this arm's capacity under the SLOs >= ratio x arm `over`'s, and/or >= `at_least`."""
 
@@ -308,6 +335,10 @@ class GateConfig:
         "HwSlowdown", "HwThermalSlowdown", "SwThermalSlowdown", "HwPowerBrakeSlowdown"])  # any under load fails
     min_gpu_util_under_load_pct: Optional[float] = bounded(50.0, low=0, high=100)  # below: the load did not really reach the GPU
     max_joules_per_token: Dict[str, float] = bounded(factory=dict, above=0)  # arm -> ceiling (GPU J per output token)
+    # fleets and prefix caches (suites/test_fleet.py): arm -> floor on the server's prefix-cache hit rate
+    min_prefix_cache_hit_rate: Dict[str, float] = bounded(factory=dict, low=0, high=1)
+    min_prefix_cache_hit_rate_gain: Dict[str, HitRateGain] = field(default_factory=dict)  # arm -> {over, by}
+    max_worker_imbalance: Dict[str, float] = bounded(factory=dict, low=1)  # arm -> ceiling on a fleet's requests max ÷ mean over workers
     client_bound: ClientBoundConfig = field(default_factory=ClientBoundConfig)  # is the client the bottleneck?
     allow_client_bound: bool = False  # true: a client-bound arm is a passing warning in words, not inconclusive
     fail_client_bound: bool = False  # true: a client-bound arm fails the run (the client's health as a hard gate)
@@ -403,6 +434,7 @@ class SpecgateConfig:
     backend: BackendConfig = field(default_factory=BackendConfig)
     build: BuildConfig = field(default_factory=BuildConfig)
     server: ServerConfig = field(default_factory=ServerConfig)
+    router: RouterConfig = field(default_factory=RouterConfig)  # used when server.workers > 1
     nccl: NcclConfig = field(default_factory=NcclConfig)
     drafter: DrafterConfig = field(default_factory=DrafterConfig)
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)

@@ -103,6 +103,8 @@ class PrometheusNames:
     # rate over a window is their deltas' ratio); None: the engine exports no such pair.
     prefix_cache_queries: str | None = None
     prefix_cache_hits: str | None = None
+    # requests the server finished (a fleet's share of them per worker: harness/measure/fleet.py)
+    requests_finished: str | None = None
 
 
 @dataclass(frozen=True)

@@ -66,7 +66,8 @@ class SGLang(PythonEngine):
                                  # tokens, and its cached ones (counted only when > 0: the counter is
                                  # absent until the first hit)
                                  prefix_cache_queries="sglang:prompt_tokens_total",
-                                 prefix_cache_hits="sglang:cached_tokens_total")
+                                 prefix_cache_hits="sglang:cached_tokens_total",
+                                 requests_finished="sglang:num_requests_total")
     # http_server.py flush_cache (GET or POST): 200 "Cache flushed..." or 400 while requests
     # run; it also resets the scheduler's speculative totals (Scheduler.reset_metrics)
     prefix_cache_reset_route = "/flush_cache"

@@ -114,7 +114,9 @@ class VLLM(PythonEngine):
                                  # v1 PrometheusStatLogger: prompt tokens looked up in the prefix
                                  # cache and those found there, as each request is scheduled
                                  prefix_cache_queries="vllm:prefix_cache_queries_total",
-                                 prefix_cache_hits="vllm:prefix_cache_hits_total")
+                                 prefix_cache_hits="vllm:prefix_cache_hits_total",
+                                 # v1 PrometheusStatLogger: per finished request, by finish reason
+                                 requests_finished="vllm:request_success_total")
     # entrypoints/serve/dev/cache/api_router.py: {"success": bool}; registered only when the
     # server runs with VLLM_SERVER_DEV_MODE=1 (it then serves other dev routes too)
     prefix_cache_reset_route = "/reset_prefix_cache"

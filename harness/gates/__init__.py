@@ -14,4 +14,4 @@ lossless.py, baseline_match.py, client_bound.py, trust.py   the comparisons gate
 Importing the package imports every gate module, so the registry is whole wherever it is read.
 """
 
-from harness.gates import ab, capacity, gpu, reference, speculative, sweep, throughput  # noqa: F401  (they register their gates)
+from harness.gates import ab, capacity, fleet, gpu, reference, speculative, sweep, throughput  # noqa: F401  (they register their gates)

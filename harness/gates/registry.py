@@ -32,7 +32,7 @@ from harness.gates.verdict import Scope, Verdict, mark_undecided
 
 # --- the registry ---------------------------------------------------------------------------
 
-Suite = Literal["throughput", "speculative", "gpu", "baseline"]  # suites/test_<suite>.py; "baseline" gates vs a reference run
+Suite = Literal["throughput", "speculative", "gpu", "baseline", "fleet"]  # suites/test_<suite>.py; "baseline" gates vs a reference run
 SECTIONS: dict[str, str] = {"arm": "gate", "capacity": "gate", "sweep": "sweep_gate", "ab": "gate"}  # where a scope's keys live
 
 
@@ -59,6 +59,7 @@ class GateContext:
     profile: Any = None  # a noise profile (gates/profile.py NoiseProfile) gate.baseline names instead of a run
     arm_requests: dict = field(default_factory=dict)  # every measured arm's request lines in this run (speedup intervals)
     server_windows: list = field(default_factory=list)  # the server's /metrics differenced, one per repeat
+    fleet: dict | None = None  # a fleet's per-worker figures and imbalance (harness/measure/fleet.py); None: one server
     arm_gpus: dict = field(default_factory=dict)  # every arm's telemetry block in this run (a speedup's other arm)
     # arm -> what forces its acceptance (a benchmark-only arm, harness/engines Engine.forced_acceptance)
     benchmark_only: dict = field(default_factory=dict)

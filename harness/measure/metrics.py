@@ -432,9 +432,11 @@ def combine_categories(results: list[ArmResult]) -> dict[str, dict]:
 
 
 def apply_server_window(result: ArmResult, load: LoadResult, server: dict) -> ArmResult:
-    """Engines that report speculation only as server counters: the accept length
-    of this run's measured window, and the cycle time from the client's decode spans."""
-    drafts = server.get("spec_drafts")
+    """Engines that report speculation only as server counters (and fleets, whose router
+    drops the request field asking for per-request details): the accept length of this
+    run's measured window, and the cycle time from the client's decode spans over the
+    window's verify cycles (vLLM's drafts, SGLang's verify calls)."""
+    drafts = server.get("spec_drafts") or server.get("spec_verify_calls")
     if result.accept_length_source == "run" or not drafts:
         return result
     result.figures[ACCEPT_LENGTH] = server["accept_length"]

@@ -112,7 +112,7 @@ class Window:
 def counters_read(names: PrometheusNames) -> set[str]:
     """The sample names a window differences (spec counters under ``spec_prefix`` besides)."""
     read = {n for n in (names.generation_tokens, names.spec_verify_calls, names.prefix_cache_queries,
-                        names.prefix_cache_hits) if n}
+                        names.prefix_cache_hits, names.requests_finished) if n}
     read |= {base + suffix for base in (names.ttft_histogram, names.itl_histogram) if base for suffix in ("_sum", "_count")}
     return read
 
@@ -177,6 +177,7 @@ def window(engine: Engine, before: Snapshot, after: Snapshot) -> dict[str, Any]:
         "itl_observed_per": names.itl_observed_per if itl else None,
         # every token the server generated, set beside what the client received (harness/measure/agreement.py)
         "generation_tokens": delta(before, after, names.generation_tokens) if names.generation_tokens else None,
+        "requests_finished": delta(before, after, names.requests_finished) if names.requests_finished else None,
     }
     block.update(engine.window_spec_stats(Window(before, after)))
     block.update(cache_stats(names, Window(before, after)))

@@ -177,7 +177,7 @@ def decided_headline(verdicts: list) -> str:
     line = f"Gated: {passed} verdict(s) passed, {failed} failed"
     speed = [v for v in verdicts if speed_verdict(v)]
     if speed and not any(v.status in ("passed", "failed") for v in speed):
-        return f"{line}, but no speed verdict decided: {undecided_words(speed)}."
+        return f"{line}, but no speed verdict decided: {undecided_words(speed) or 'each was skipped'}."
     return line + (f"; {undecided}" if undecided else "") + "."
 
 

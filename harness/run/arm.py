@@ -22,6 +22,7 @@ from harness.gates.lossless import top_logprobs_to_ask
 from harness.load.sizing import PromptTokenizer, SizingError, local_tokenizer
 from harness.load.ray_clients import ClientsCannotReach
 from harness.measure.metrics import ArmResult, apply_server_window, combine_repeats, summarize
+from harness.measure.fleet import fleet_summary, imbalances, router_counters, router_window, summed, worker_windows
 from harness.measure.timeslices import timeslices_block
 from harness.run.outcome import ArmOutcome
 from harness.record.recorder import Recorder
@@ -72,7 +73,8 @@ class ArmSession:
         self.arm, self.outcome, self.recorder, self.progress = arm, outcome, recorder, progress
         self.engine: Engine = engine_of(arm.typed)
         self.server: Server = make_server(arm.name, arm.typed, recorder.server_log(arm.name), session, recorder.scrub)
-        self.client: ServerClient | None = None
+        self.client: ServerClient | None = None  # the server's address (a fleet's: its router's)
+        self.member_clients: list[ServerClient] = []  # each worker's own (one: the server itself)
         self.model = ""
         self.streamed: list[tuple[float, int]] = []  # (arrival, tokens) of every chunk: joules per token
         self.run_starts: list[float] = []  # each repeat's t0 of its request times (perf_counter s)
@@ -89,10 +91,12 @@ class ArmSession:
             self.fail("server_failed", str(exc))
         self.outcome.status, self.outcome.server = "measuring", self.server.describe()
         self.client = ServerClient(self.server.base_url)
+        self.member_clients = [ServerClient(member.base_url) for member in self.server.members()]
         try:
             self.model = self.client.served_model(self.engine.served_model_fallback, self.arm.cfg.server.served_model_name)
             self.outcome.model = self.model  # what every request of the arm is sent to, in the record
-            self.outcome.server_version = self.engine.server_version(self.client)
+            # a worker's own info routes (a router answers its own /get_server_info)
+            self.outcome.server_version = self.engine.server_version(self.member_clients[0])
         except ModelChoiceError as exc:
             self.fail("server_failed", f"arm '{self.arm.name}': {exc}")
         except ClientError as exc:
@@ -131,6 +135,8 @@ class ArmSession:
         if energy is not None:  # a registry metric (joules_per_token) measured by the arm's telemetry
             result.figures["joules_per_token"] = energy
         result.client.update(judge_client(result, result.client, cfg.gate.client_bound))
+        if cfg.server.workers > 1:  # each worker's share, summed over the repeats
+            self.outcome.fleet = fleet_summary(cfg.router.policy, [w.get("workers", []) for w in self.outcome.server_windows])
         self.outcome.server = self.server.describe()  # what the load taught (e.g. a slow health route)
         if not alive:
             self.fail("server_died", self.server.failure(
@@ -147,7 +153,7 @@ class ArmSession:
                      **flags: Any) -> tuple[LoadResult, ArmResult]:
         """One load of `workload` (the arm's, or a capacity probe's) on the running server:
         the requests kept (with `flags` on each line) and the load's figures."""
-        before: list[Snapshot | None] = []  # the server's counters once the warm-up is done
+        before: list[Readings] = []  # the server's counters once the warm-up is done
         load: LoadResult | None = None
         try:  # each repeat's load is its own GPU window; its warm-up is not load
             load = run_load(self.load_plan(workload), progress=progress,
@@ -175,7 +181,10 @@ class ArmSession:
         if server_side.get("prefix_cache_hit_rate") is not None:  # a registry metric from the server's counters
             result.figures["prefix_cache_hit_rate"] = server_side["prefix_cache_hit_rate"]
         self.check_agreement(result, server_side, repeat)
-        if self.engine.spec_stats == METRICS_WINDOW:  # speculation is in the server's counters only
+        # speculation is in the server's counters only: the engine's way, or a fleet's (SGLang's
+        # router re-serializes each request and drops return_spec_tokens_details, so no
+        # per-request details come back through it; the workers' counters, summed, still count)
+        if self.engine.spec_stats == METRICS_WINDOW or len(self.member_clients) > 1:
             result = apply_server_window(result, load, server_side)
         return load, result
 
@@ -196,7 +205,8 @@ class ArmSession:
             return None
         if workload.tokenizer:  # config validation has read it once already
             return local_tokenizer(workload.tokenizer)
-        return self.engine.prompt_tokenizer(self.arm.typed, self.server.base_url, self.model)
+        # a worker's own /tokenize: a router has none
+        return self.engine.prompt_tokenizer(self.arm.typed, self.server.members()[0].base_url, self.model)
 
     def check_agreement(self, result: ArmResult, server_side: dict[str, Any], repeat: int) -> None:
         """This repeat's client figures against the server's own over the same requests
@@ -239,7 +249,7 @@ class ArmSession:
         if settings.source == "off":
             return None
         try:
-            source = make_source(settings.source, base_url=self.server.base_url)
+            source = make_source(settings.source, base_urls=[member.base_url for member in self.server.members()])
             wanted = list(settings.gpus) if settings.gpus else self.server.gpu_ids()
             source.open(resolve_uuids(source, wanted) if wanted else None, None)
         except TelemetryUnavailable as exc:
@@ -264,7 +274,7 @@ class ArmSession:
         self.recorder.write_arm_files(self.arm.name, "telemetry", lambda folder: write_files(folder, telemetry))
 
     # --- the server's own view ---------------------------------------------------------
-    def start_window(self, repeat: int, **flags: Any) -> Snapshot | None:
+    def start_window(self, repeat: int, **flags: Any) -> "Readings":
         """Just before a load's measured requests (its warm-up done, nothing in flight):
         empty the prefix cache, then take the /metrics baseline. In this order the window
         never holds a flush (SGLang's also resets its speculative totals), and every arm and
@@ -276,26 +286,69 @@ class ArmSession:
         """The engine's reset, or why there was none, into the arm's record (per repeat)."""
         if not self.arm.cfg.workload.reset_prefix_cache:
             done = CacheReset(False, None, "workload.reset_prefix_cache=false: the cache was left as the load before left it")
-        else:
-            done = self.engine.reset_prefix_cache(self.client, self.arm.typed)
+        else:  # each worker's own cache, through its own route (a router may forward none, or another engine's)
+            done = both_reset([self.engine.reset_prefix_cache(client, self.arm.typed) for client in self.member_clients])
         self.outcome.prefix_cache_resets.append({"repeat": repeat, **flags, **done.to_json()})
 
-    def metrics_snapshot(self) -> Snapshot | None:
+    def metrics_snapshot(self) -> "Readings":
+        """Every worker's counters (one: the server's), and a fleet's router's."""
+        router_url = self.server.router_metrics_url()
+        return Readings([self.member_snapshot(client) for client in self.member_clients],
+                        read_router(router_url) if router_url else None)
+
+    def member_snapshot(self, client: ServerClient) -> Snapshot | None:
         try:
-            return parse_metrics(self.client.metrics_text(), self.engine.prometheus)
+            return parse_metrics(client.metrics_text(), self.engine.prometheus)
         except (ClientError, ValueError):
             return None  # a server without /metrics: the window stays empty
 
-    def server_window(self, before: list[Snapshot | None]) -> dict[str, Any]:
+    def server_window(self, before: list["Readings"]) -> dict[str, Any]:
         """The server's own TTFT/ITL means and speculation counters over this load (none, with
-        the reason, across a counter reset: the client's figures stand, the arm is not failed)."""
+        the reason, across a counter reset: the client's figures stand, the arm is not failed);
+        a fleet's are its workers' summed, with each worker's own and the router's beside."""
         after = self.metrics_snapshot()
-        if not before or before[0] is None or after is None:
+        if not before:
             return {}
-        return metrics_window(self.engine, before[0], after)
+        first, whole = before[0], {}
+        total_before, total_after = summed(first.members), summed(after.members)
+        if total_before is not None and total_after is not None:
+            whole = metrics_window(self.engine, total_before, total_after)
+        if len(self.member_clients) > 1:
+            members = [(m.name, m.base_url) for m in self.server.members()]
+            workers = worker_windows(self.engine, members, first.members, after.members)
+            whole = {**whole, "workers": workers, "imbalance": imbalances(workers),
+                     "router": router_window(first.router, after.router)}
+        return whole
 
     def server_accept_length(self) -> float | None:
-        """The server-cumulative accept length: only a labelled fallback (it includes warm-up)."""
-        if not self.arm.cfg.drafter.algorithm:
+        """The server-cumulative accept length: only a labelled fallback (it includes warm-up;
+        a fleet has none: each worker's is its own)."""
+        if not self.arm.cfg.drafter.algorithm or len(self.member_clients) != 1:
             return None
-        return self.engine.server_accept_length(self.client)
+        return self.engine.server_accept_length(self.member_clients[0])
+
+
+@dataclass
+class Readings:
+    """The /metrics counters at one moment: each worker's (None: it did not answer) and a
+    fleet router's own (None: no router, or it did not answer)."""
+
+    members: list[Snapshot | None]
+    router: dict[str, float] | None = None
+
+
+def read_router(url: str) -> dict[str, float] | None:
+    try:
+        with ServerClient(url) as client:
+            return router_counters(client.metrics_text())
+    except (ClientError, ValueError):
+        return None
+
+
+def both_reset(done: list[CacheReset]) -> CacheReset:
+    """Every worker's reset as one: reset only when each was (the first that was not says why)."""
+    failed = [d for d in done if not d.reset]
+    if not failed:
+        return done[0]
+    reason = failed[0].reason if len(done) == 1 else f"{len(failed)} of {len(done)} workers: {failed[0].reason}"
+    return CacheReset(False, failed[0].route, reason)

@@ -38,6 +38,7 @@ class ArmOutcome:
     identity: dict[str, Any] | None = None  # what the arm measured (engine, model, workload, dataset sha256): gate.baseline's check
     # per load (repeat, capacity probe): whether the prefix cache was emptied before its measured requests, or why not
     prefix_cache_resets: list[dict[str, Any]] = field(default_factory=list)
+    fleet: dict[str, Any] | None = None  # a fleet's router policy, each worker's figures and the imbalance (measure/fleet.py)
 
     @property
     def measured(self) -> bool:
@@ -47,7 +48,7 @@ class ArmOutcome:
         """The arm's block of results.json; `versus_plain` adds the cross-arm numbers
         (speedup and break-even against the plain arm)."""
         block: dict[str, Any] = {"status": self.status, "backend": self.backend, "choices": self.choices}
-        for key in ("error", "model", "identity", "server", "server_version", "environment", "interrupted_load"):
+        for key in ("error", "model", "identity", "server", "server_version", "environment", "interrupted_load", "fleet"):
             value = getattr(self, key)
             if value not in (None, {}):
                 block[key] = value

@@ -117,7 +117,8 @@ class Runner:
     def note_environment(self, name: str, processes: list, keys: list[str]) -> None:
         """The configured variables as each server process really has them (record only)."""
         self.outcomes[name].environment = [
-            {"pid": p.pid, "name": p.name, "cmdline": p.command[:300], "vars": {k: p.environ.get(k) for k in keys}}
+            {"pid": p.pid, "name": p.name, "cmdline": p.command[:300], "vars": {k: p.environ.get(k) for k in keys},
+             **({"where": p.where} if p.where else {})}
             for p in processes]
         self.save()
 

@@ -40,6 +40,10 @@ def make_server(arm_name: str, cfg: SpecgateConfig, log_path: Path, session: Ses
     `scrub` redacts each line of the server's log before it is written."""
     if cfg.backend.kind not in BACKENDS:
         raise ServerError(f"backend '{cfg.backend.kind}' is not available; valid: {', '.join(BACKENDS)}")
+    if cfg.server.workers > 1:  # server.workers replicas of the backend's server behind SGLang's router
+        from harness.servers.fleet import FleetServer
+
+        return FleetServer(arm_name, cfg, log_path, session, scrub, BACKENDS[cfg.backend.kind])
     return BACKENDS[cfg.backend.kind](arm_name, cfg, log_path, session, scrub)
 
 

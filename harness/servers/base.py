@@ -41,6 +41,15 @@ class Server(ABC):
     def start(self) -> None:
         """Start (or reach) the server and wait until it is healthy; raise ServerError."""
 
+    def launch(self) -> None:
+        """The first half of `start`: set the server going without waiting for it (a fleet
+        launches every worker from its own thread, then waits on them together: a child
+        process dies with the thread that started it, harness/servers/process.py)."""
+        self.start()
+
+    def await_ready(self) -> None:
+        """The second half of `start`: wait until what `launch` started is healthy."""
+
     @abstractmethod
     def stop(self) -> None:
         """Stop everything this server started. Safe to call twice, and after a failed start."""
@@ -56,6 +65,20 @@ class Server(ABC):
     def gpu_ids(self) -> list[str] | None:
         """The GPUs this server was given (indices or UUIDs, as docker device requests and
         CUDA_VISIBLE_DEVICES name them); None: all of them, or unknown."""
+        return None
+
+    def members(self) -> list["Server"]:
+        """The servers that each hold part of the model's work, reachable on their own: this
+        one; a fleet's workers (harness/servers/fleet.py), for /metrics and what only a
+        worker answers."""
+        return [self]
+
+    def bad_request_message(self, body, engine) -> str:
+        """The message of a 400 body from this server's address: the engine's own shape."""
+        return engine.bad_request_message(body)
+
+    def router_metrics_url(self) -> str | None:
+        """Where a fleet's router exports its own Prometheus metrics; None: no router."""
         return None
 
     def processes(self) -> list["ServerProcess"]:

@@ -108,13 +108,13 @@ class DockerServer(Server):
     def environment(self) -> dict[str, str]:
         return {**engine_of(self.cfg).environment(self.cfg), **host_venv_mounts(self.cfg)[1]}
 
-    def launch(self) -> Launch:
+    def engine_launch(self) -> Launch:
         # inside the container the server listens on all interfaces, behind its published port
         return engine_of(self.cfg).launch(self.cfg, CONTAINER_PORT, host="0.0.0.0", in_container=True)
 
     def run_kwargs(self) -> dict:
         backend = self.cfg.backend
-        launch = self.launch()
+        launch = self.engine_launch()
         kwargs = dict(
             image=self.image.tag,
             entrypoint=launch.executable,
@@ -138,6 +138,10 @@ class DockerServer(Server):
         return kwargs
 
     def start(self) -> None:
+        self.launch()
+        self.await_ready()
+
+    def launch(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         try:
             self.client = docker_client(self.cfg.backend.docker_host)
@@ -158,11 +162,13 @@ class DockerServer(Server):
         except docker.errors.NotFound:  # removed under us (`specgate clean`, another session's cleanup): one sentence
             raise ServerError(f"arm '{self.name}': its container {self.container.name} was removed by something else "
                               f"before it was ready (`specgate clean`, or another run's cleanup of dead sessions?)") from None
+
+    def await_ready(self) -> None:
         self.wait_ready(engine_of(self.cfg).readiness().with_startup_timeout(self.cfg.backend.startup_timeout_s))
 
     def describe(self) -> dict:
         info = {"base_url": self.base_url, "docker_host": self.cfg.backend.docker_host,
-                "command": self.launch().argv}
+                "command": self.engine_launch().argv}
         if self.image is not None:
             info["image"] = {"tag": self.image.tag, "id": self.image.id, "digest": self.image.digest,
                              "built_now": self.image.built,

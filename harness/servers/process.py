@@ -47,6 +47,10 @@ class ProcessServer(Server):
         return {**os.environ, **engine_of(self.cfg).environment(self.cfg)}
 
     def start(self) -> None:
+        self.launch()
+        self.await_ready()
+
+    def launch(self) -> None:
         self.refuse_a_taken_port()
         log = ServerLog(self.log_path, self.scrub)  # the output goes through the redaction policy
         try:
@@ -59,8 +63,14 @@ class ProcessServer(Server):
             log.close()
             raise self.failure(f"arm '{self.name}': cannot start the server ({exc})") from None
         self.log_thread = log.follow(iter(lambda: self.proc.stdout.read1(65536), b""), f"logs-{self.name}")
-        self.wait_ready(engine_of(self.cfg).readiness().with_startup_timeout(self.cfg.backend.startup_timeout_s))
+
+    def await_ready(self) -> None:
+        self.wait_ready(self.readiness())
         self.check_it_is_ours_that_answers()
+
+    def readiness(self):
+        """The engine's wait strategy (harness/engines/readiness.py), with the backend's deadline."""
+        return engine_of(self.cfg).readiness().with_startup_timeout(self.cfg.backend.startup_timeout_s)
 
     def refuse_a_taken_port(self) -> None:
         """A port another process listens on would answer the readiness check for it

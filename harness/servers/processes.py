@@ -41,6 +41,7 @@ class ServerProcess:
     cmdline: list[str] = field(repr=False)  # as the server got it, secrets and all: shown through .command
     environ: dict[str, str] = field(default_factory=dict, repr=False)  # never in a repr (a traceback's locals)
     name: str = ""  # /proc/<pid>/comm: what ps shows (engines name their workers, e.g. <engine>::scheduler_TP0)
+    where: str = ""  # which server of several it belongs to (a fleet's worker, e.g. eagle3.w1); "": the only one
 
     @property
     def command(self) -> str:
@@ -48,7 +49,8 @@ class ServerProcess:
         return " ".join(BOOK.conceal(self.cmdline))
 
     def describe(self) -> str:
-        return f"pid {self.pid} {self.name} ({self.command[:160]})".replace("  ", " ")
+        place = f"{self.where}: " if self.where else ""
+        return f"{place}pid {self.pid} {self.name} ({self.command[:160]})".replace("  ", " ")
 
 
 def parse_inspection(output: str) -> list[ServerProcess]:

@@ -146,6 +146,12 @@ class Source(ABC):
         the local machine and ignore it; the simulator's are behind its HTTP routes)."""
         return cls()
 
+    @classmethod
+    def for_servers(cls, base_urls: list[str]) -> "Source":
+        """The source that samples the GPUs of every server at ``base_urls`` (a fleet's
+        workers): one source of this machine's GPUs for the sources that read the machine."""
+        return cls.for_server(base_urls[0] if base_urls else None)
+
     # ------------------------------------------------------------------ helpers
     def note(self, text: str) -> None:
         """Add a note once; repeats are counted rather than listed (a 10 Hz loop must not
@@ -244,15 +250,17 @@ SOURCES = {
 NOT_SAMPLING = ("off", "auto")  # auto is resolved to nvml or off when the config is composed
 
 
-def make_source(kind: str, *, base_url: str | None = None) -> Source | None:
-    """The source named by ``telemetry.source`` (``"off"`` -> None)."""
+def make_source(kind: str, *, base_url: str | None = None, base_urls: list[str] | None = None) -> Source | None:
+    """The source named by ``telemetry.source`` (``"off"`` -> None), for the server at
+    ``base_url`` or the servers at ``base_urls`` (a fleet's workers: the GPUs of them all)."""
     kind = (kind or "off").lower()
     if kind == "off":
         return None
     if kind not in SOURCES:
         raise ValueError(f"unknown telemetry source {kind!r}; valid: {', '.join([*SOURCES, 'off'])}")
     module, _, name = SOURCES[kind].partition(":")
-    return getattr(importlib.import_module(module), name).for_server(base_url)
+    source_class = getattr(importlib.import_module(module), name)
+    return source_class.for_servers(base_urls) if base_urls else source_class.for_server(base_url)
 
 
 def now() -> float:

@@ -26,6 +26,12 @@ class SimSource(Source):
             raise ValueError("telemetry source 'sim' needs the simulator's base_url")
         return cls(base_url)
 
+    @classmethod
+    def for_servers(cls, base_urls: list[str]) -> "Source":
+        if len(base_urls) == 1:
+            return cls.for_server(base_urls[0])
+        return SimFleetSource([cls(url) for url in base_urls])
+
     def __init__(self, base_url: str, timeout_s: float = 1.0):
         super().__init__()
         self.url = base_url.rstrip("/") + "/sim/gpu"
@@ -102,3 +108,56 @@ class SimSource(Source):
                 )
             )
         return out
+
+
+class SimFleetSource(Source):
+    """The GPUs of several simulators (a fleet's workers) as one source. Each simulator
+    numbers its own GPUs from 0 with the same UUIDs, as separate machines would; here they
+    are one fleet's: numbered on after the previous worker's, each UUID suffixed with its
+    worker (``-w1``), so that no two of the fleet's GPUs share a name."""
+
+    name = "sim"
+
+    def __init__(self, parts: list[SimSource]):
+        super().__init__()
+        self.parts = parts
+        self.offsets: list[int] = []
+        self.notes_forwarded = [0] * len(parts)  # each worker's notes already said as this source's
+
+    @staticmethod
+    def fleet_uuid(uuid: str, worker: int) -> str:
+        return f"{uuid}-w{worker}"
+
+    def enumerate(self) -> list[GpuInfo]:
+        found, self.offsets = [], []
+        for worker, part in enumerate(self.parts):
+            self.offsets.append(len(found))
+            found += [GpuInfo(index=len(found) + i, uuid=self.fleet_uuid(g.uuid, worker), name=g.name, driver=g.driver,
+                              sm_clock_max_mhz=g.sm_clock_max_mhz, power_limit_w=g.power_limit_w)
+                      for i, g in enumerate(part.enumerate())]
+        return found
+
+    def open(self, gpu_uuids: list[str] | None = None, gpu_indices: list[int] | None = None) -> list[GpuInfo]:
+        chosen = select_gpus(self.enumerate(), gpu_uuids, gpu_indices, "sim")
+        wanted = {g.uuid for g in chosen}
+        for worker, part in enumerate(self.parts):
+            own = [g.uuid for g in part.enumerate() if self.fleet_uuid(g.uuid, worker) in wanted]
+            part.open(own) if own else part.close()
+        self.opened = list(chosen)
+        return chosen
+
+    def read(self) -> list[GpuSample]:
+        out: list[GpuSample] = []
+        for worker, part in enumerate(self.parts):
+            for sample in part.read():
+                sample.uuid = self.fleet_uuid(sample.uuid, worker)
+                sample.index += self.offsets[worker]
+                out.append(sample)
+            for text in part.notes[self.notes_forwarded[worker]:]:
+                self.note(f"worker {worker}: {text}")
+            self.notes_forwarded[worker] = len(part.notes)
+        return out
+
+    def close(self) -> None:
+        for part in self.parts:
+            part.close()

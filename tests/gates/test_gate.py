@@ -112,7 +112,7 @@ def test_every_gate_has_one_signature_a_suite_and_known_config_keys():
     general = {"repeats", "max_cv", "min_load_requests", "min_load_s"}
     read = set()
     for registered in registry.gates_in("arm"):
-        assert registered.suite in ("throughput", "speculative", "gpu", "baseline")
+        assert registered.suite in ("throughput", "speculative", "gpu", "baseline", "fleet")
         assert registered.section == "gate" and set(registered.keys) <= fields, registered.name
         read |= set(registered.keys)
         verdicts = registered.check(ctx("eagle3", result(), gate_cfg()))

@@ -11,7 +11,7 @@ from harness.config.schema import SpecgateConfig, WorkloadConfig
 from harness.engines.base import CacheReset
 from harness.engines.sglang import SGLang
 from harness.measure.server_metrics import parse
-from harness.run.arm import ArmSession
+from harness.run.arm import ArmSession, Readings
 from harness.run.outcome import ArmOutcome
 
 TEXT = '# TYPE sglang:generation_tokens counter\nsglang:generation_tokens_total{{model_name="m"}} {n}\n'
@@ -24,6 +24,7 @@ def session(reset: bool, calls: list[str]) -> ArmSession:
                             typed=SpecgateConfig(workload=WorkloadConfig(**workload)))
     s.outcome = ArmOutcome("a")
     s.client = object()
+    s.member_clients = [s.client]
     s.engine = SimpleNamespace(reset_prefix_cache=lambda client, cfg: calls.append("reset")
                                or CacheReset(True, "POST /flush_cache"))
     s.metrics_snapshot = lambda: calls.append("snapshot")
@@ -53,8 +54,8 @@ def test_no_reset_when_the_workload_says_so_and_the_record_says_why():
 def test_a_counter_that_went_backwards_inside_the_window_leaves_its_figures_missing_not_the_arm_failed():
     s = session(True, [])
     s.engine = SGLang()
-    s.metrics_snapshot = lambda: parse(TEXT.format(n=10), SGLang.prometheus)
-    window = s.server_window([parse(TEXT.format(n=5000), SGLang.prometheus)])
+    s.metrics_snapshot = lambda: Readings([parse(TEXT.format(n=10), SGLang.prometheus)])
+    window = s.server_window([Readings([parse(TEXT.format(n=5000), SGLang.prometheus)])])
     assert "went backwards inside the measured window" in window["counter_reset_note"]
     assert s.outcome.status == "not_run"  # untouched: the arm's own measurement decides it
 

@@ -1,0 +1,212 @@
+"""A fleet: `server.workers` data-parallel replicas of an arm's server behind SGLang's own
+router (`python -m sglang_router.launch_router`), started and stopped as one Server.
+
+The workers are started by the arm's backend as any server is (containers for docker,
+process groups for process), each on its own loopback port; the router is a process on
+this machine in front of them, listening on loopback, reaching every worker at its
+loopback address (a docker worker's published port), and exporting its Prometheus
+metrics on a second loopback port. The fleet's `base_url` is the router's: specgate
+measures through it as a user would. Each worker stays reachable on its own (`members`),
+for what only a worker answers (/metrics, /tokenize, its server info) and for the
+per-worker figures.
+
+Why the router runs as a process and not in a container: no registry can be reached, and
+the router is a Rust binary inside a Python wheel whose launcher needs fastapi, uvicorn
+and their compiled dependencies for the host's Python; the images here carry another
+Python. As a process it is what many deployments run in front of their workers anyway.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Callable
+
+from harness.config.schema import SpecgateConfig
+from harness.engines import router as sglang_router
+from harness.engines.readiness import HttpWaitStrategy
+from harness.servers.base import Server, ServerError
+from harness.servers.labels import Session
+from harness.servers.ports import free_port
+from harness.servers.process import ProcessServer
+from harness.servers.processes import ServerProcess
+
+REGISTER_POLL_S = 0.2
+
+
+def worker_name(arm: str, index: int) -> str:
+    return f"{arm}.w{index}"
+
+
+def worker_log(log_path: Path, index: int) -> Path:
+    """arms/<arm>/server.log is the router's (the fleet's address); each worker's beside it."""
+    return log_path.with_name(f"server.w{index}.log")
+
+
+def worker_config(cfg: SpecgateConfig) -> SpecgateConfig:
+    """One worker's config: the arm's, as one server on a port of its own."""
+    return dataclasses.replace(cfg, server=dataclasses.replace(cfg.server, workers=1, port=0))
+
+
+class RouterProcess(ProcessServer):
+    """SGLang's router as a local process in its own process group (stopped as the process
+    backend stops a server), ready once every worker is registered and healthy."""
+
+    def __init__(self, name: str, cfg: SpecgateConfig, log_path: Path, worker_urls: list[str], scrub=None):
+        super().__init__(name, cfg, log_path, scrub)
+        self.worker_urls = worker_urls
+        self.metrics_port = free_port(cfg.server.host)
+        self.metrics_url = f"http://{cfg.server.host}:{self.metrics_port}"
+
+    def command(self) -> list[str]:
+        router = self.cfg.router
+        return sglang_router.launch_argv(router.python, self.worker_urls, router.policy, self.cfg.server.host,
+                                         self.port, self.metrics_port, list(router.args))
+
+    def environment(self) -> dict[str, str]:
+        # the router gets no NCCL or engine variables: it runs no model
+        return dict(os.environ)
+
+    def readiness(self) -> HttpWaitStrategy:
+        return HttpWaitStrategy((sglang_router.HEALTH_ROUTE,)).with_startup_timeout(self.cfg.backend.startup_timeout_s)
+
+    def start(self) -> None:
+        super().start()
+        self.wait_workers_registered()
+
+    def wait_workers_registered(self) -> None:
+        """The router registers its workers in the background after it answers /health:
+        requests sent before that fail. Ready when /workers lists every worker healthy."""
+        from harness.http_client import ClientError, ServerClient
+
+        deadline = time.monotonic() + self.cfg.backend.startup_timeout_s
+        seen: set[str] = set()
+        with ServerClient(self.base_url) as client:
+            while time.monotonic() < deadline:
+                if not self.is_alive():
+                    raise self.failure(f"arm '{self.name}': the router {self.exit_description()} before it "
+                                       f"registered its workers")
+                try:
+                    seen = sglang_router.healthy_workers(client.get_json(sglang_router.WORKERS_ROUTE))
+                except (ClientError, ValueError):
+                    seen = set()
+                if set(self.worker_urls) <= seen:
+                    return
+                time.sleep(REGISTER_POLL_S)
+        missing = sorted(set(self.worker_urls) - set(seen))
+        raise self.failure(f"arm '{self.name}': the router did not register {', '.join(missing)} as healthy "
+                           f"within {self.cfg.backend.startup_timeout_s:g} s")
+
+    def describe(self) -> dict:
+        return {**super().describe(), "policy": self.cfg.router.policy, "metrics_url": self.metrics_url}
+
+    def gpu_ids(self) -> list[str] | None:
+        return []
+
+
+class FleetServer(Server):
+    """`server.workers` servers of one backend and the router in front of them."""
+
+    def __init__(self, name: str, cfg: SpecgateConfig, log_path: Path, session: Session, scrub,
+                 start_worker: Callable[..., Server]):
+        super().__init__(name, log_path, scrub)
+        self.cfg = cfg
+        one = worker_config(cfg)
+        self.workers: list[Server] = [start_worker(worker_name(name, i), one, worker_log(log_path, i), session, scrub)
+                                      for i in range(cfg.server.workers)]
+        self.router: RouterProcess | None = None
+
+    def members(self) -> list[Server]:
+        return list(self.workers)
+
+    def start(self) -> None:
+        """Every worker launched, then waited on together (a fleet of slow-loading servers
+        starts in the time of one), then the router in front of them; a failure raises and
+        the caller's stop() stops the lot. Launched from this thread: a process backend's
+        child gets SIGTERM when the thread that started it ends (PR_SET_PDEATHSIG)."""
+        for worker in self.workers:
+            worker.launch()
+        pool = ThreadPoolExecutor(max_workers=len(self.workers), thread_name_prefix=f"wait-{self.name}")
+        try:
+            failures = [f for f in pool.map(self.wait_one, self.workers) if f is not None]
+        finally:
+            # on Ctrl-C, no wait for the waits: stop() ends the workers, and with them each wait
+            pool.shutdown(wait=False, cancel_futures=True)
+        if failures:
+            raise failures[0]
+        self.router = RouterProcess(self.name, self.cfg, self.log_path, [w.base_url for w in self.workers], self.scrub)
+        self.log_thread = None
+        self.router.start()
+        self.base_url = self.router.base_url
+        self.log_thread = self.router.log_thread
+
+    @staticmethod
+    def wait_one(worker: Server) -> ServerError | None:
+        try:
+            worker.await_ready()
+        except ServerError as exc:
+            return exc
+        return None
+
+    def stop(self) -> None:
+        """The router first (no new request reaches a stopping worker), then every worker;
+        every one is stopped even when another's stop fails, the first failure raised after."""
+        errors: list[ServerError] = []
+        for member in ([self.router] if self.router is not None else []) + self.workers:
+            try:
+                member.stop()
+            except ServerError as exc:
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+    def is_alive(self) -> bool:
+        return (self.router is not None and self.router.is_alive()
+                and all(worker.is_alive() for worker in self.workers))
+
+    def exit_description(self) -> str:
+        if self.router is not None and not self.router.is_alive():
+            return f"router {self.router.exit_description()}"
+        ended = [f"worker {w.name} {w.exit_description()}" for w in self.workers if not w.is_alive()]
+        return "; ".join(ended) if ended else "is still running"
+
+    def failure(self, sentence: str) -> ServerError:
+        """A fleet's failure shows the log of what ended (a worker's, else the router's)."""
+        ended = [w for w in self.workers if not w.is_alive()]
+        if ended:
+            return ended[0].failure(sentence)
+        return (self.router or super()).failure(sentence)
+
+    def describe(self) -> dict:
+        return {"base_url": self.base_url, "workers": [w.describe() for w in self.workers],
+                "router": self.router.describe() if self.router is not None else
+                {"policy": self.cfg.router.policy}}
+
+    def bad_request_message(self, body, engine) -> str:
+        """The router answers a bad request itself, in its own shape."""
+        return sglang_router.bad_request_message(body)
+
+    def router_metrics_url(self) -> str | None:
+        return self.router.metrics_url if self.router is not None else None
+
+    def gpu_ids(self) -> list[str] | None:
+        ids: list[str] = []
+        for worker in self.workers:
+            given = worker.gpu_ids()
+            if given is None:
+                return None
+            ids += [g for g in given if g not in ids]
+        return ids
+
+    def processes(self) -> list[ServerProcess]:
+        """Every process of every worker, each saying which worker it is in (the router
+        runs no model and is not asked: it gets none of the engine's variables)."""
+        found = []
+        for worker in self.workers:
+            for process in worker.processes():
+                process.where = worker.name
+                found.append(process)
+        return found

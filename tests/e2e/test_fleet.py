@@ -1,0 +1,128 @@
+"""A fleet end to end (harness/servers/fleet.py): workers behind SGLang's real router
+(sglang-router, pinned in pyproject.toml), measured through it as a user would; per-worker
+figures and the router's own counters in the record; cache-aware routing measured against
+round robin on a shared-prefix workload; every worker's processes checked for the
+configured environment, named by worker; Ctrl-C while the fleet starts or mid-load leaves
+no worker, router or container."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.test_e2e import sim_processes, specgate_containers, wait_gone
+from tests.support.runs import as_a_background_job, run_suites, start_suites
+
+pytestmark = pytest.mark.slow
+
+
+def routers_of(parent: int) -> list[int]:
+    """The router processes a run started: children of its pytest that are no simulator (the
+    router renames itself `sglang::router` with setproctitle, command line included)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == parent and "router" in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def results_of(root: Path) -> dict:
+    return json.loads((root / "latest" / "results.json").read_text())
+
+
+def test_cache_aware_routing_raises_the_hit_rate_over_round_robin_through_the_real_router(tmp_path):
+    marker = f"fleet-{uuid.uuid4().hex[:8]}"
+    done = run_suites("+exp=sim_fleet", "backend=process", f"record.root={tmp_path}", f"server.model_path={marker}",
+                      "-rA", timeout=240)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    results = results_of(tmp_path)
+    aware, robin = results["arms"]["cache_aware"], results["arms"]["round_robin"]
+    assert aware["prefix_cache_hit_rate"] > robin["prefix_cache_hit_rate"] + 0.05
+    for arm, block in (("cache_aware", aware), ("round_robin", robin)):
+        fleet = block["fleet"]
+        assert fleet["policy"] == arm and [w["worker"] for w in fleet["workers"]] == [f"{arm}.w0", f"{arm}.w1"]
+        assert sum(w["requests_finished"] for w in fleet["workers"]) == 32  # every measured request, on some worker
+        assert all("prefix_cache_hit_rate" in w for w in fleet["workers"] if w["requests_finished"])
+        window = block["server_metrics"][0]
+        assert window["requests_finished"] == 32  # the fleet's window: its workers' counters summed
+        routed = {k: v for k, v in window["router"].items() if k.startswith("smg_worker_cb_outcomes_total")}
+        assert sum(routed.values()) == 32, window["router"]  # the router's own count, per worker
+        server = block["server"]
+        assert server["router"]["policy"] == arm and len(server["workers"]) == 2
+        record = tmp_path / "latest" / "arms" / arm
+        assert (record / "server.log").is_file() and (record / "server.w1.log").is_file()
+        for pid in [server["router"]["pid"], *(w["pid"] for w in server["workers"])]:
+            assert not alive(pid), f"pid {pid} of arm {arm} outlived the run"
+    assert robin["fleet"]["imbalance"]["requests_max_over_mean"] == 1.0
+    assert "PASSED" in done.stdout and "min_prefix_cache_hit_rate_gain" in done.stdout
+    assert sim_processes(marker) == []
+
+
+def test_every_workers_processes_are_checked_and_a_failure_names_the_worker_on_docker(tmp_path):
+    done = run_suites("+exp=sim_env_scrubbed", "backend=docker", "server.workers=2", f"record.root={tmp_path}",
+                      path="suites/test_environment.py", timeout=240)
+    assert done.returncode == 1, done.stdout[-4000:] + done.stderr[-2000:]
+    for worker in ("scrubbed.w0", "scrubbed.w1"):
+        assert f"{worker}: pid" in done.stdout and "missing NCCL_ALGO" in done.stdout
+    assert specgate_containers(tmp_path) == [], "a worker's container outlived the run"
+
+
+def start_fleet(tmp_path: Path, marker: str, *extra: str) -> subprocess.Popen:
+    return start_suites("+exp=sim_fleet", "backend=process", f"record.root={tmp_path}", f"server.model_path={marker}",
+                        *extra, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                        preexec_fn=as_a_background_job)
+
+
+def wait_until(check, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.1)
+    raise AssertionError("the moment to interrupt never came")
+
+
+@pytest.mark.parametrize("moment", ["starting", "mid_load"])
+def test_ctrl_c_at_any_moment_leaves_no_worker_or_router(tmp_path, moment):
+    marker = f"fleet-{uuid.uuid4().hex[:8]}"
+    if moment == "starting":  # the workers are up as processes and not yet healthy: no router yet
+        proc = start_fleet(tmp_path, marker, "server.sim.startup_s=30")
+    else:  # a long load through the router
+        proc = start_fleet(tmp_path, marker, "server.sim.decode_step_ms=20", "workload.num_prompts=400")
+    try:
+        if moment == "starting":
+            wait_until(lambda: len(sim_processes(marker)) >= 2)
+        else:
+            wait_until(lambda: routers_of(proc.pid) and any(tmp_path.glob("*/arms/*/server.w0.log"))
+                       and "POST" in next(tmp_path.glob("*/arms/*/server.w0.log")).read_text(errors="replace"))
+        routers = routers_of(proc.pid)
+        started = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        output, _ = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 2, output[-3000:]
+    assert time.monotonic() - started < 30, "the interrupted fleet took its startup timeout to stop"
+    assert wait_gone(marker) == [], "a worker outlived the interrupted run"
+    assert (moment == "starting") == (routers == []) and not any(alive(pid) for pid in routers)
+    assert results_of(tmp_path)["status"] == "interrupted"
