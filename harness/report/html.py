@@ -25,7 +25,8 @@ from harness.gates.client_bound import bound_figures
 from harness.report.compare import GATE_STATUSES, gate_status, noise_cv
 from harness.measure.registry import OUTPUT_RATE, Metric, metric, metric_value, number, read, report_metrics
 from harness.report.timeline import steady_span, timeline_svg
-from harness.report.tables import ACCEPTANCE_DIMENSIONS, ACCEPTANCE_HEADER, acceptance_rows, heading, value_cell
+from harness.report.tables import (ACCEPTANCE_DIMENSIONS, ACCEPTANCE_HEADER, FLEET_HEADER, acceptance_rows, fleet_lines,
+                                   fleet_rows, heading, value_cell)
 from harness.report.page import render, write_page
 from harness.record.store import INTERRUPTED, RUNNING, RunData, read_run
 from harness.record.requests import RequestColumns
@@ -84,6 +85,7 @@ def report_context(run: RunData) -> dict[str, Any]:
                               for dimension, what in ACCEPTANCE_DIMENSIONS.items()
                               if (rows := acceptance_rows(run.arms, arms, dimension))],
         "client_rows": client_rows(run.arms, arms),
+        "fleet": {"header": FLEET_HEADER, "rows": fleet_rows(run.arms, arms), "lines": fleet_lines(run.arms, arms)},
         "gates": gates,
         "gate_counts": {s: sum(g["status"] == s for g in gates) for s in GATE_STATUSES},
         "latency_chart": latency_chart(samples, arms),

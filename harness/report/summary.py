@@ -12,8 +12,8 @@ from harness.gates.trust import speed_verdict
 from harness.gates.verdict import undecided_sentence
 from harness.engines.base import ITL_PER_TOKEN
 from harness.measure.registry import OUTPUT_RATE, metric, read, summary_columns
-from harness.report.tables import (ACCEPTANCE_DIMENSIONS, ACCEPTANCE_HEADER, Row, acceptance_rows, markdown_table,
-                                   metric_table, value_cell)
+from harness.report.tables import (ACCEPTANCE_DIMENSIONS, ACCEPTANCE_HEADER, FLEET_HEADER, Row, acceptance_rows,
+                                   fleet_lines, fleet_rows, markdown_table, metric_table, value_cell)
 from harness.measure.metrics import ArmResult, category_speedups
 from harness.telemetry.energy import joules_per_token_ratio
 
@@ -130,6 +130,7 @@ def format_summary(experiment, results: dict[str, ArmResult], arm_status: dict[s
     lines += category_section(experiment, results)
     lines += acceptance_section(experiment, results)
     lines += noise_section(experiment, results) + server_section(experiment, results, arm_status)
+    lines += fleet_section(experiment, arm_status)
     lines += gpu_section(experiment, gpu or {})
     lines += energy_section(experiment, gpu or {})
     lines += client_section(experiment, results)
@@ -338,6 +339,16 @@ def counter_resets(arm: str, windows: list) -> list[str]:
     many = len(windows) > 1
     return [f"{arm}{f' (load {i + 1} of {len(windows)})' if many else ''}: {w['counter_reset_note']}"
             for i, w in enumerate(windows) if isinstance(w, dict) and w.get("counter_reset_note")]
+
+
+def fleet_section(experiment, arm_status: dict[str, dict]) -> list[str]:
+    """Each fleet arm's workers: their share of the measured loads, and the imbalance."""
+    rows = fleet_rows(arm_status, experiment.arm_names)
+    if not rows:
+        return []
+    lines = ["", "## Fleet: each worker's share (its own /metrics, summed over the repeats)", ""]
+    return lines + markdown_table(FLEET_HEADER, rows) + [""] + [f"- {line}" for line in
+                                                              fleet_lines(arm_status, experiment.arm_names)]
 
 
 def server_section(experiment, results: dict[str, ArmResult], arm_status: dict[str, dict]) -> list[str]:

@@ -103,3 +103,41 @@ def acceptance_rows(blocks: dict[str, Any], arms: list[str], dimension: str) -> 
 
 
 ACCEPTANCE_HEADER = ["requests", "mean prompt tokens", "accept length"]
+
+
+FLEET_HEADER = ["arm", "worker", "requests", "prompt tokens", "prefix-cache hit", "generated tokens", "accept length"]
+
+
+def fleet_rows(blocks: dict[str, Any], arms: list[str]) -> list[list[str]]:
+    """Per fleet arm and worker (its block's `fleet`, harness/measure/fleet.py): the worker's
+    share of the measured loads, summed over the repeats."""
+    rows = []
+    for arm in arms:
+        block = blocks.get(arm) if isinstance(blocks.get(arm), dict) else {}
+        for worker in (block.get("fleet") or {}).get("workers") or []:
+            hit, accept = number(worker.get("prefix_cache_hit_rate")), number(worker.get("accept_length"))
+            rows.append([arm, str(worker.get("worker", "?"))]
+                        + [f"{number(worker.get(k)):g}" if number(worker.get(k)) is not None else MISSING
+                           for k in ("requests_finished", "prefix_cache_queries")]
+                        + [f"{hit:.1%}" if hit is not None else MISSING]
+                        + [f"{number(worker.get('generation_tokens')):g}" if number(worker.get("generation_tokens"))
+                           is not None else MISSING]
+                        + [f"{accept:.2f}" if accept is not None else MISSING])
+    return rows
+
+
+def fleet_lines(blocks: dict[str, Any], arms: list[str]) -> list[str]:
+    """Per fleet arm, its router's policy and the imbalance between its workers, in words."""
+    lines = []
+    for arm in arms:
+        block = blocks.get(arm) if isinstance(blocks.get(arm), dict) else {}
+        fleet = block.get("fleet") or {}
+        if not fleet:
+            continue
+        imbalance = fleet.get("imbalance") or {}
+        parts = [f"{what} max ÷ mean {number(imbalance.get(key)):.2f}" if number(imbalance.get(key)) is not None
+                 else f"{what} max ÷ mean unknown" for what, key in (("requests", "requests_max_over_mean"),
+                                                                     ("generated tokens", "generation_tokens_max_over_mean"))]
+        lines.append(f"{arm}: {len(fleet.get('workers') or [])} workers behind SGLang's router, policy "
+                     f"{fleet.get('policy', '?')}; {', '.join(parts)} (1.00: even)")
+    return lines

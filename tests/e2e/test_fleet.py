@@ -74,6 +74,8 @@ def test_cache_aware_routing_raises_the_hit_rate_over_round_robin_through_the_re
         for pid in [server["router"]["pid"], *(w["pid"] for w in server["workers"])]:
             assert not alive(pid), f"pid {pid} of arm {arm} outlived the run"
     assert robin["fleet"]["imbalance"]["requests_max_over_mean"] == 1.0
+    summary = (tmp_path / "latest" / "summary.md").read_text()
+    assert "## Fleet: each worker's share" in summary and "| round_robin | round_robin.w1 | 16 " in summary
     assert "PASSED" in done.stdout and "min_prefix_cache_hit_rate_gain" in done.stdout
     assert sim_processes(marker) == []
 

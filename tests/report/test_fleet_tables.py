@@ -1,0 +1,26 @@
+"""A fleet's workers in the summary and the report: one row per worker, and the imbalance in words."""
+
+from __future__ import annotations
+
+from harness.report.tables import fleet_lines, fleet_rows
+
+BLOCKS = {
+    "aware": {"fleet": {"policy": "cache_aware", "imbalance": {"requests_max_over_mean": 1.5,
+                                                               "generation_tokens_max_over_mean": None},
+                        "workers": [{"worker": "aware.w0", "requests_finished": 24.0, "prefix_cache_queries": 13056.0,
+                                     "prefix_cache_hit_rate": 0.8235, "generation_tokens": 768.0, "accept_length": 2.41},
+                                    {"worker": "aware.w1", "requests_finished": 8.0}]}},
+    "single": {"status": "measured"},
+}
+
+
+def test_one_row_per_worker_and_nothing_for_one_server():
+    assert fleet_rows(BLOCKS, ["aware", "single", "missing"]) == [
+        ["aware", "aware.w0", "24", "13056", "82.3%", "768", "2.41"],
+        ["aware", "aware.w1", "8", "-", "-", "-", "-"]]
+
+
+def test_the_policy_and_the_imbalance_in_words():
+    assert fleet_lines(BLOCKS, ["aware", "single"]) == [
+        "aware: 2 workers behind SGLang's router, policy cache_aware; requests max ÷ mean 1.50, "
+        "generated tokens max ÷ mean unknown (1.00: even)"]
