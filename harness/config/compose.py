@@ -603,6 +603,7 @@ def validate_arm(arm: Arm) -> None:
         raise ConfigError(f"backend.url '{cfg.backend.url}' ends in /v1: give the server's root, e.g. "
                           f"{cfg.backend.url.rstrip('/')[:-3].rstrip('/')} (specgate adds /v1/chat/completions, /health ... itself)")
     check_fleet(cfg)
+    check_nodes(cfg)
     workload = cfg.workload
     if workload.trace is not None:
         if workload.shared_prefix is not None:
@@ -621,6 +622,21 @@ def validate_arm(arm: Arm) -> None:
     check_record_root(cfg.record.root)
     own_lengths = workload.dataset is not None or workload.trace is not None  # per row, per request
     check_cancel(workload.cancel, None if own_lengths else workload.max_tokens)
+
+
+def check_nodes(cfg: schema.SpecgateConfig) -> None:
+    """server.nnodes > 1: nodes of one server started here, meeting on this machine's loopback."""
+    if cfg.backend.network not in ("bridge", "host"):
+        raise ConfigError(f"backend.network '{cfg.backend.network}' is unknown; valid: bridge, host")
+    if cfg.server.nnodes == 1:
+        return
+    if cfg.backend.kind == "attach":
+        raise ConfigError(f"server.nnodes={cfg.server.nnodes} starts the server's nodes, and backend=attach starts "
+                          f"nothing: attach to node 0's address instead (server.nnodes=1)")
+    if cfg.backend.kind == "docker" and remote_engine_host(cfg.backend.docker_host):
+        raise ConfigError(f"server.nnodes={cfg.server.nnodes} runs its nodes on the host's network so that they meet "
+                          f"on loopback, which a remote engine's ({cfg.backend.docker_host}) is not this machine's; "
+                          f"run the nodes on that box itself")
 
 
 def check_fleet(cfg: schema.SpecgateConfig) -> None:

@@ -34,6 +34,9 @@ class SimModelConfig:
     startup_s: float = bounded(1.0, low=0, high=3600)
     seed: int = bounded(0, low=0, high=INT64_MAX)
     scrub_worker_env: bool = False
+    # a fault of one node: on a server spanning nodes (server.nnodes), the workers of these node
+    # ranks start with a minimal environment (the classic multi-node failure: set on node 0, lost on node 1)
+    scrub_worker_env_nodes: List[int] = bounded(factory=list, low=0, high=63)
     gpu_boost_mhz: float = bounded(2600.0, above=0, high=100_000)  # the simulated GPUs' boost clock under load (idle ~2330-2360 MHz)
     gpu_ramp_s: float = bounded(1.5, above=0, high=3600)  # time constant of the ramp from idle to boost
     gpu_throttle: str = "none"  # none | thermal | power: a fault that caps clocks under load

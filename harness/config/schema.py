@@ -27,6 +27,7 @@ class BackendConfig:
     # docker only
     docker_host: Optional[str] = None  # null: the local engine; or ssh://user@host, tcp://host:2376
     publish_host: str = "127.0.0.1"  # the host address the server port is published on
+    network: str = "bridge"  # bridge: the port published on publish_host | host: the host's network (a multi-node server's nodes meet on loopback)
     shm_size: Optional[str] = None  # e.g. "32g"; null: the engine's default
     ipc_host: bool = False  # ipc_mode=host (NCCL/CUDA IPC between TP workers)
     ulimits: Dict[str, int] = bounded(factory=dict, low=-1, high=INT64_MAX, example="-1: unlimited")  # e.g. {memlock: -1, stack: 67108864}
@@ -71,6 +72,9 @@ class SharedServerConfig:
     # data-parallel replicas of this server behind SGLang's router (`router` block,
     # harness/servers/fleet.py); 1: one server, no router
     workers: int = bounded(1, low=1, high=64)
+    # nodes one server spans (SGLang's --nnodes/--node-rank/--dist-init-addr, harness/servers/nodes.py):
+    # each node a server process group (process) or container (docker, on the host's network)
+    nnodes: int = bounded(1, low=1, high=64)
     requires_gpu: bool = False  # fail fast with one sentence when no NVIDIA driver is present
     # Old spellings of an engine's own options (today in its block, e.g. server.vllm.dtype),
     # still accepted in conf trees and on the command line and moved into that block when

@@ -186,6 +186,17 @@ class Engine:
                 raise EngineConfigError(f"drafter '{drafter.name}' sets algorithm {drafter.algorithm} "
                                         f"but not {', '.join(missing)}")
         self.check_forced_acceptance(cfg)
+        if cfg.server.nnodes > 1 and self.node_args(cfg.server.nnodes, 0, "127.0.0.1:1") is None:
+            raise EngineConfigError(f"server.nnodes={cfg.server.nnodes}: {self.name} has no multi-node launch here "
+                                    f"(SGLang's --nnodes/--node-rank/--dist-init-addr); use one node")
+        if cfg.server.tp_size % cfg.server.nnodes:
+            raise EngineConfigError(f"server.tp_size={cfg.server.tp_size} does not split over server.nnodes="
+                                    f"{cfg.server.nnodes}: each node holds tp_size / nnodes ranks")
+
+    def node_args(self, nnodes: int, rank: int, init_address: str) -> list[str] | None:
+        """The launch flags of node `rank` of a server spanning `nnodes` nodes that meet at
+        `init_address` (HOST:PORT); None: this engine has no such launch."""
+        return None
 
     def check_forced_acceptance(self, cfg: SpecgateConfig) -> None:
         """drafter.forced_accept_length / forced_accept_rates as every engine reads them: one of

@@ -129,6 +129,11 @@ class SGLang(PythonEngine):
     def min_processes(self, cfg: SpecgateConfig) -> int:
         return cfg.server.tp_size + 1  # the server, one scheduler per TP rank (and a detokenizer)
 
+    def node_args(self, nnodes: int, rank: int, init_address: str) -> list[str] | None:
+        """server_args.py: every node the same launch but its rank; node 0 serves HTTP, the
+        others their TP ranks and a health server (launch_dummy_health_check_server)."""
+        return ["--nnodes", str(nnodes), "--node-rank", str(rank), "--dist-init-addr", init_address]
+
     def request_extras(self, api: str) -> dict[str, Any]:
         """Per-request speculative details come on OpenAI routes only when asked for."""
         return {"return_spec_tokens_details": True} if api in ("chat", "completions") else {}

@@ -24,8 +24,8 @@ def sim_args(sim: SimModelConfig) -> list[str]:
         flag = "--sim-" + key.replace("_", "-")
         if isinstance(value, bool):
             args += [flag] if value else []
-        elif isinstance(value, list):
-            args += [flag, ",".join(str(v) for v in value)]
+        elif isinstance(value, list):  # an empty list: the flag's default
+            args += [flag, ",".join(str(v) for v in value)] if value else []
         elif isinstance(value, dict):  # e.g. accept_by_text: one JSON argument
             args += [flag, json.dumps(value)] if value else []
         elif value is not None:

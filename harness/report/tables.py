@@ -138,6 +138,6 @@ def fleet_lines(blocks: dict[str, Any], arms: list[str]) -> list[str]:
         parts = [f"{what} max ÷ mean {number(imbalance.get(key)):.2f}" if number(imbalance.get(key)) is not None
                  else f"{what} max ÷ mean unknown" for what, key in (("requests", "requests_max_over_mean"),
                                                                      ("generated tokens", "generation_tokens_max_over_mean"))]
-        lines.append(f"{arm}: {len(fleet.get('workers') or [])} workers behind SGLang's router, policy "
+        lines.append(f"{arm}: {len(fleet.get('workers') or [])} workers behind the router, policy "
                      f"{fleet.get('policy', '?')}; {', '.join(parts)} (1.00: even)")
     return lines

@@ -249,7 +249,7 @@ class ArmSession:
         if settings.source == "off":
             return None
         try:
-            source = make_source(settings.source, base_urls=[member.base_url for member in self.server.members()])
+            source = make_source(settings.source, base_urls=self.server.gpu_urls())
             wanted = list(settings.gpus) if settings.gpus else self.server.gpu_ids()
             source.open(resolve_uuids(source, wanted) if wanted else None, None)
         except TelemetryUnavailable as exc:

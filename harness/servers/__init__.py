@@ -40,10 +40,19 @@ def make_server(arm_name: str, cfg: SpecgateConfig, log_path: Path, session: Ses
     `scrub` redacts each line of the server's log before it is written."""
     if cfg.backend.kind not in BACKENDS:
         raise ServerError(f"backend '{cfg.backend.kind}' is not available; valid: {', '.join(BACKENDS)}")
-    if cfg.server.workers > 1:  # server.workers replicas of the backend's server behind SGLang's router
+    if cfg.server.workers > 1:  # server.workers replicas of one server behind SGLang's router
         from harness.servers.fleet import FleetServer
 
-        return FleetServer(arm_name, cfg, log_path, session, scrub, BACKENDS[cfg.backend.kind])
+        return FleetServer(arm_name, cfg, log_path, session, scrub, one_server)
+    return one_server(arm_name, cfg, log_path, session, scrub)
+
+
+def one_server(arm_name: str, cfg: SpecgateConfig, log_path: Path, session: Session, scrub=None) -> Server:
+    """One server of the backend: on one node, or spanning `server.nnodes` nodes."""
+    if cfg.server.nnodes > 1:
+        from harness.servers.nodes import NodesServer
+
+        return NodesServer(arm_name, cfg, log_path, session, scrub, BACKENDS[cfg.backend.kind])
     return BACKENDS[cfg.backend.kind](arm_name, cfg, log_path, session, scrub)
 
 

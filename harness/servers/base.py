@@ -73,6 +73,11 @@ class Server(ABC):
         worker answers."""
         return [self]
 
+    def gpu_urls(self) -> list[str]:
+        """Where each part of this server answers for its own GPUs (the simulator's /sim/gpu):
+        every member's address; a multi-node server's, every node's."""
+        return [member.base_url for member in self.members()]
+
     def bad_request_message(self, body, engine) -> str:
         """The message of a 400 body from this server's address: the engine's own shape."""
         return engine.bad_request_message(body)

@@ -24,6 +24,7 @@ from harness.servers.images import ImageError, ImageInfo, docker_client, ensure_
 from harness.servers.base import Server, ServerError
 from harness.servers.labels import Session, container_labels
 from harness.servers.log import ServerLog
+from harness.servers.ports import free_port
 from harness.servers.processes import INSPECT_SCRIPT, ServerProcess, parse_inspection
 
 CONTAINER_PORT = 30000  # inside the container; docker picks the host side
@@ -104,13 +105,19 @@ class DockerServer(Server):
         self.client: docker.DockerClient | None = None
         self.container = None
         self.image: ImageInfo | None = None
+        # backend.network=host: the container on the host's network, listening on a free host
+        # port of its own (a multi-node server's nodes meet on loopback: harness/servers/nodes.py)
+        self.host_network = cfg.backend.network == "host"
+        self.port = (cfg.server.port or free_port(cfg.server.host)) if self.host_network else CONTAINER_PORT
 
     def environment(self) -> dict[str, str]:
         return {**engine_of(self.cfg).environment(self.cfg), **host_venv_mounts(self.cfg)[1]}
 
     def engine_launch(self) -> Launch:
-        # inside the container the server listens on all interfaces, behind its published port
-        return engine_of(self.cfg).launch(self.cfg, CONTAINER_PORT, host="0.0.0.0", in_container=True)
+        # inside the container the server listens on all interfaces, behind its published port;
+        # on the host's network, on the host's loopback at its own port
+        host = self.cfg.server.host if self.host_network else "0.0.0.0"
+        return engine_of(self.cfg).launch(self.cfg, self.port, host=host, in_container=True)
 
     def run_kwargs(self) -> dict:
         backend = self.cfg.backend
@@ -123,11 +130,14 @@ class DockerServer(Server):
             init=True,  # a real init as PID 1: forwards docker stop's SIGTERM and reaps orphaned workers
             environment=self.environment(),
             labels=container_labels(self.session, self.name),
-            ports={f"{CONTAINER_PORT}/tcp": (backend.publish_host, None)},
             volumes={**read_only_mounts(self.cfg), **host_venv_mounts(self.cfg)[0]},
             device_requests=device_requests(self.cfg),
             name=f"specgate-{self.session.id}-{self.name}",
         )
+        if self.host_network:
+            kwargs["network_mode"] = "host"
+        else:
+            kwargs["ports"] = {f"{CONTAINER_PORT}/tcp": (backend.publish_host, None)}
         shm_size = backend.shm_size or engine_of(self.cfg).shm_size(self.cfg)
         if shm_size:
             kwargs["shm_size"] = shm_size
@@ -158,7 +168,8 @@ class DockerServer(Server):
                               f"{exc.explanation or exc}") from None
         try:
             self.follow_logs()
-            self.base_url = f"http://{client_host(self.cfg.backend.docker_host, self.cfg.backend.publish_host)}:{self.host_port()}"
+            self.base_url = (f"http://{self.cfg.server.host}:{self.port}" if self.host_network else
+                             f"http://{client_host(self.cfg.backend.docker_host, self.cfg.backend.publish_host)}:{self.host_port()}")
         except docker.errors.NotFound:  # removed under us (`specgate clean`, another session's cleanup): one sentence
             raise ServerError(f"arm '{self.name}': its container {self.container.name} was removed by something else "
                               f"before it was ready (`specgate clean`, or another run's cleanup of dead sessions?)") from None

@@ -189,6 +189,9 @@ class FleetServer(Server):
         """The router answers a bad request itself, in its own shape."""
         return sglang_router.bad_request_message(body)
 
+    def gpu_urls(self) -> list[str]:
+        return [url for worker in self.workers for url in worker.gpu_urls()]
+
     def router_metrics_url(self) -> str | None:
         return self.router.metrics_url if self.router is not None else None
 
@@ -207,6 +210,6 @@ class FleetServer(Server):
         found = []
         for worker in self.workers:
             for process in worker.processes():
-                process.where = worker.name
+                process.where = f"{worker.name} {process.where}".strip()  # a worker spanning nodes: and its node
                 found.append(process)
         return found

@@ -16,6 +16,7 @@ import sys
 from aiohttp import web
 
 from harness.interrupts import stop_on_signals
+from harness.sim import follower, nodes
 from harness.sim.app import SimServer, UvicornStyleAccessLogger, build_app
 from harness.sim.cli import parse_args
 from harness.sim.manager import EngineClient
@@ -30,6 +31,13 @@ async def _serve(server: SimServer) -> None:
     stop = asyncio.Event()
     stop_on_signals(loop, stop.set)
     server.engine.start_reader(loop)
+    if server.ns.nnodes > 1:  # node 0 of a multi-node server: the others join at the init address
+        def group_broke(why: str) -> None:
+            logger.error(why)
+            server.group_broken = True
+            loop.call_soon_threadsafe(stop.set)
+
+        server.engine.nodes = nodes.Rendezvous(server.ns, group_broke)
     app = build_app(server)
     access = logging.getLogger("uvicorn.access")
     runner = web.AppRunner(app, access_log=access, access_log_class=UvicornStyleAccessLogger, shutdown_timeout=0.5)
@@ -41,8 +49,10 @@ async def _serve(server: SimServer) -> None:
     logger.info(f"Uvicorn running on http://{server.ns.host}:{server.ns.port} (Press CTRL+C to quit)")
     ready_task = asyncio.create_task(server.announce_when_ready())
     await stop.wait()
-    logger.info("Received shutdown signal, shutting down.")
+    logger.info("Received shutdown signal, shutting down." if not server.group_broken else "Shutting down: the group broke.")
     server.gracefully_exit = True
+    if server.engine.nodes is not None:
+        server.engine.nodes.close()
     ready_task.cancel()
     server.engine.shutdown()  # children first: a slow HTTP teardown must not keep them alive
     try:
@@ -55,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     ns = parse_args(argv)
     try:
+        nodes.check(ns)
         model = SimModel.from_args(ns)
     except ValueError as exc:  # a value no server would start with: refused like a bad flag, in its sentence
         print(f"python -m harness.sim: error: {exc}", file=sys.stderr)
@@ -68,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     for flag in ns.ignored_flags:
         logger.info(f"ignoring unsupported flag {flag}")
+    if ns.node_rank >= 1:  # a node of a multi-node server: its TP ranks and a health server only
+        return follower.main(ns)
     logger.info(f"server_args: model_path={ns.model_path}, served_model_name={ns.served_model_name}, tp_size={ns.tp_size}, "
                 f"speculative_algorithm={ns.speculative_algorithm}, host={ns.host}, port={ns.port}")
     logger.info(f"sim model: {model}")
@@ -79,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         asyncio.run(_serve(server))
     finally:
         engine.shutdown()
-    return 0
+    return 1 if server.group_broken else 0
 
 
 if __name__ == "__main__":

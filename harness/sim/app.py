@@ -54,12 +54,15 @@ class SimServer:
         self.started = time.monotonic()
         self.status = "Starting"
         self.gracefully_exit = False
+        self.group_broken = False  # a node of a multi-node server left: the server exits with an error
         self.abort_broke = False  # --sim-fail-after-abort: a client has disconnected, and every later request fails
         self.emissions = EmissionLog(bool(getattr(ns, "sim_record_emissions", False)))  # GET /sim/emissions
 
     # --------------------------------------------------------------- status
     def is_up(self) -> bool:
-        if self.status != "Up" and self.engine.ready and time.monotonic() - self.started >= self.ns.sim_startup_s:
+        nodes_joined = self.engine.nodes is None or self.engine.nodes.complete  # every node met at the init address
+        if (self.status != "Up" and self.engine.ready and nodes_joined
+                and time.monotonic() - self.started >= self.ns.sim_startup_s):
             self.status = "Up"
             logger.info("The server is fired up and ready to roll!")
         return self.status == "Up"

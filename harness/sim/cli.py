@@ -39,6 +39,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--speculative-num-draft-tokens", type=int, default=None)
     p.add_argument("--random-seed", type=int, default=None)
     p.add_argument("--log-level", default="info")
+    # a server spanning nodes (harness/sim/nodes.py): each node the same flags but its rank
+    p.add_argument("--nnodes", type=int, default=1)
+    p.add_argument("--node-rank", type=int, default=0)
+    p.add_argument("--dist-init-addr", default=None, help="HOST:PORT where the nodes meet")
     # SGLang's window (in decode batches) for the spec gauges and avg_spec_accept_length.
     p.add_argument("--decode-log-interval", type=int, default=40)
     _bool_flag(p, "--enable-metrics", "accepted for compatibility; /metrics is always on")
@@ -76,6 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
     _bool_flag(p, "--sim-record-emissions", "keep each streaming request's arrival and chunk emission times "
                "for GET /sim/emissions (the truth benchmarks/clients.py checks clients against)")
     _bool_flag(p, "--sim-scrub-worker-env", "start worker processes with a minimal environment")
+    p.add_argument("--sim-scrub-worker-env-nodes", type=_ranks, default=[],
+                   help="node ranks (comma list) whose worker processes start with a minimal environment")
     # --- drift: the noise of a real GPU box (see harness/sim/drift.py); all off by default ---
     p.add_argument("--sim-drift-speed-sd", type=_non_negative, default=0.0,
                    help="sd of the log speed factor drawn once per server start (run-to-run drift)")
@@ -99,6 +105,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fault switch: cap the clock under load and report why")
     p.add_argument("--sim-gpu-throttle-mhz", type=float, default=1800.0, help="the capped SM clock")
     return p
+
+
+def _ranks(text: str) -> list[int]:
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma list of node ranks") from None
 
 
 def _share(text: str) -> float:
@@ -172,6 +185,9 @@ def server_args_dict(ns: argparse.Namespace) -> dict:
         "host": ns.host,
         "port": ns.port,
         "tp_size": ns.tp_size,
+        "nnodes": ns.nnodes,
+        "node_rank": ns.node_rank,
+        "dist_init_addr": ns.dist_init_addr,
         "dp_size": 1,
         "pp_size": 1,
         "context_length": ns.context_length,

@@ -121,6 +121,7 @@ class SimGpuModel:
         throttle_mhz: float = 1800.0,
         clock: Callable[[], float] = time.perf_counter,
         tokens_per_forward: int = 1,
+        first_rank: int = 0,
     ):
         if throttle not in THROTTLE_MODES:
             raise ValueError(f"--sim-gpu-throttle must be one of {', '.join(THROTTLE_MODES)}, not {throttle!r}")
@@ -135,7 +136,8 @@ class SimGpuModel:
         self.running = 0
         self.t = clock()
         self.gpus: list[_Gpu] = []
-        for rank in range(max(1, tp_size)):
+        self.first_rank = first_rank
+        for rank in range(first_rank, first_rank + max(1, tp_size)):  # this node's ranks
             rng = random.Random(f"sim-gpu:{seed}:{rank}")
             idle_mhz = rng.uniform(*IDLE_MHZ)
             idle_w = IDLE_W + rng.uniform(-1.5, 1.5)
@@ -158,8 +160,10 @@ class SimGpuModel:
 
     @classmethod
     def from_args(cls, ns: argparse.Namespace) -> "SimGpuModel":
+        per_node = ns.tp_size // max(1, getattr(ns, "nnodes", 1))
         return cls(
-            tp_size=ns.tp_size,
+            tp_size=per_node,
+            first_rank=getattr(ns, "node_rank", 0) * per_node,  # a node holds its share of the ranks
             seed=ns.sim_seed,
             ramp_s=ns.sim_gpu_ramp_s,
             boost_mhz=ns.sim_gpu_boost_mhz,
@@ -236,7 +240,7 @@ class SimGpuModel:
                 util = min(100.0, max(0.0, round(g.util + (rng.uniform(-2.0, 2.0) if self.busy else 0.0))))
                 out.append(
                     {
-                        "index": g.rank,
+                        "index": g.rank - self.first_rank,  # the node's own numbering, as NVML's
                         "uuid": sim_uuid(g.rank),
                         "name": GPU_NAME,
                         "driver": "sim",

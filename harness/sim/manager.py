@@ -25,6 +25,7 @@ from harness.sim.gpu import SimGpuModel
 from harness.sim.metrics import SimMetrics
 from harness.sim.model import SimModel
 from harness.sim.prefix_cache import page_hashes
+from harness.sim.nodes import Rendezvous, local_ranks, scrubs_workers
 from harness.sim.procs import scrubbed_environ, spawn, stop_all
 from harness.sim.scheduler import scheduler_main, tp_worker_main
 from harness.sim.tokens import OutputPlan
@@ -89,6 +90,7 @@ class EngineClient:
         self._last_tp_check = (time.time(), 0)
         self.last_gen_throughput = 0.0
         self.gpu = SimGpuModel.from_args(ns)  # GET /sim/gpu; follows num_running
+        self.nodes: Rendezvous | None = None  # the other nodes of a multi-node server (harness/sim/nodes.py)
 
     # ------------------------------------------------------------- processes
     def start_processes(self) -> None:
@@ -98,8 +100,9 @@ class EngineClient:
         self.req_send_conn_r, self.req_send = ctx.Pipe(duplex=False)  # main -> scheduler
         detok_in_r, detok_in_w = ctx.Pipe(duplex=False)  # scheduler -> detokenizer
         self.out_recv, out_w = ctx.Pipe(duplex=False)  # detokenizer -> main
-        tp_pairs = [ctx.Pipe(duplex=False) for _ in range(max(0, self.ns.tp_size - 1))]
-        with scrubbed_environ(self.ns.sim_scrub_worker_env):
+        # this node's TP ranks besides the scheduler's (all of them on a server of one node)
+        tp_pairs = [ctx.Pipe(duplex=False) for _ in range(max(0, len(local_ranks(self.ns)) - 1))]
+        with scrubbed_environ(scrubs_workers(self.ns)):
             self.procs.append(spawn(detokenizer_main, "sglang-detokenizer", (detok_in_r, out_w, me)))
             for rank, (r, _w) in enumerate(tp_pairs, start=1):
                 self.procs.append(spawn(tp_worker_main, f"sglang-tp{rank}", (rank, r, me)))
@@ -153,6 +156,8 @@ class EngineClient:
             return
         _, t_end, self.num_running, self.num_queue, vct, vtok, items = msg
         self.gpu.set_running(self.num_running)
+        if self.nodes is not None:  # the other nodes' GPUs follow the load too
+            self.nodes.broadcast_running(self.num_running)
         now = time.perf_counter()
         m = self.metrics
         new_tokens = 0

@@ -22,5 +22,5 @@ def test_one_row_per_worker_and_nothing_for_one_server():
 
 def test_the_policy_and_the_imbalance_in_words():
     assert fleet_lines(BLOCKS, ["aware", "single"]) == [
-        "aware: 2 workers behind SGLang's router, policy cache_aware; requests max ÷ mean 1.50, "
+        "aware: 2 workers behind the router, policy cache_aware; requests max ÷ mean 1.50, "
         "generated tokens max ÷ mean unknown (1.00: even)"]
