@@ -29,10 +29,39 @@ ours() { grep -qF "$MARK" "$CONF" 2>/dev/null; }
 # by a machine's earlier life may name a pid that another program has now).
 running() { local pid; pid=$(cat "/run/$1.pid" 2>/dev/null) && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$1" ]; }
 
+# Memory: the node's real memory caps what it may declare (a node declaring more is drained).
+mem_mb=$(awk '/MemTotal/ {print int($2 / 1024)}' /proc/meminfo)
+[ "$mem_mb" -gt 4000 ] && mem_mb=4000
+wanted=$(cat <<EOF
+$MARK: a single-node cluster for sweeps and CI.
+ClusterName=specgate
+SlurmctldHost=$NODE
+SlurmUser=root
+AuthType=auth/munge
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+# Cores only (memory is not a consumable: a job without --mem would take the node's whole
+# memory and run alone), and up to 4 jobs per core: a fleet's workers or a server's nodes run
+# as steps of their own beside a sweep's points (harness/servers/srun.py)
+SelectTypeParameters=CR_Core
+SchedulerType=sched/backfill
+ReturnToService=2
+StateSaveLocation=/var/lib/slurm/slurmctld
+SlurmdSpoolDir=/var/lib/slurm/slurmd
+SlurmctldLogFile=/var/log/slurm/slurmctld.log
+SlurmdLogFile=/var/log/slurm/slurmd.log
+SlurmctldPidFile=/run/slurmctld.pid
+SlurmdPidFile=/run/slurmd.pid
+NodeName=$NODE CPUs=$(nproc) RealMemory=$mem_mb State=UNKNOWN
+PartitionName=debug Nodes=$NODE Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
+EOF
+)
 # Already up: a cluster someone else set up answers, or ours does with its daemons alive
 # (slurmctld reports a node idle for minutes after its slurmd died).
 if command -v sinfo >/dev/null && node_ready; then
-  if ! ours || { running slurmctld && running slurmd && pgrep -x munged >/dev/null; }; then
+  if ! ours || { running slurmctld && running slurmd && pgrep -x munged >/dev/null \
+                 && [ "$(cat "$CONF" 2>/dev/null)" = "$wanted" ]; }; then
     exit 0
   fi
 fi
@@ -72,30 +101,6 @@ if ! pgrep -x munged >/dev/null; then
   runuser -u munge -- munged
 fi
 
-# Memory: the node's real memory caps what it may declare (a node declaring more is drained).
-mem_mb=$(awk '/MemTotal/ {print int($2 / 1024)}' /proc/meminfo)
-[ "$mem_mb" -gt 4000 ] && mem_mb=4000
-wanted=$(cat <<EOF
-$MARK: a single-node cluster for sweeps and CI.
-ClusterName=specgate
-SlurmctldHost=$NODE
-SlurmUser=root
-AuthType=auth/munge
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SchedulerType=sched/backfill
-ReturnToService=2
-StateSaveLocation=/var/lib/slurm/slurmctld
-SlurmdSpoolDir=/var/lib/slurm/slurmd
-SlurmctldLogFile=/var/log/slurm/slurmctld.log
-SlurmdLogFile=/var/log/slurm/slurmd.log
-SlurmctldPidFile=/run/slurmctld.pid
-SlurmdPidFile=/run/slurmd.pid
-NodeName=$NODE CPUs=$(nproc) RealMemory=$mem_mb State=UNKNOWN
-PartitionName=debug Nodes=$NODE Default=YES MaxTime=INFINITE State=UP
-EOF
-)
 mkdir -p /etc/slurm /var/lib/slurm/slurmctld /var/lib/slurm/slurmd /var/log/slurm
 changed=0
 if [ "$(cat "$CONF" 2>/dev/null)" != "$wanted" ]; then

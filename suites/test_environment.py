@@ -22,7 +22,8 @@ def test_configured_environment_reached_every_server_process(arm_run, runner):
     least = engine.min_processes(arm_run.arm.typed)
     members = arm_run.server.members()
     for member in members:  # each worker of a fleet is a whole server: its processes named by it
-        own = processes if len(members) == 1 else [p for p in processes if p.where == member.name]
+        own = processes if len(members) == 1 else [p for p in processes  # a worker's, on any of its nodes
+                                                   if p.where == member.name or p.where.startswith(f"{member.name} ")]
         where = "" if len(members) == 1 else f" in {member.name}"
         assert len(own) >= least, (
             f"found {len(own)} server processes{where}, expected at least {least} for {engine.name} at "

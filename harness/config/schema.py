@@ -19,7 +19,7 @@ from harness.limits import (MAX_CLIENT_PROCESSES, MAX_IN_FLIGHT, MAX_LOAD_S, MAX
 
 @dataclass
 class BackendConfig:
-    kind: str = "docker"  # docker | process | attach (harness/servers BACKENDS)
+    kind: str = "docker"  # docker | process | srun | attach (harness/servers BACKENDS)
     url: Optional[str] = None  # attach: the server's base URL, e.g. http://127.0.0.1:30000
     startup_timeout_s: float = bounded(120.0, above=0, high=MAX_LOAD_S)  # health deadline; a server not healthy by then fails the arm
     shutdown_timeout_s: float = bounded(10.0, low=0, high=MAX_LOAD_S)  # SIGTERM grace before SIGKILL
@@ -27,6 +27,7 @@ class BackendConfig:
     # docker only
     docker_host: Optional[str] = None  # null: the local engine; or ssh://user@host, tcp://host:2376
     publish_host: str = "127.0.0.1"  # the host address the server port is published on
+    srun_args: List[str] = field(default_factory=list)  # srun: its own options, e.g. [--partition=gpu, --gres=gpu:8]
     network: str = "bridge"  # bridge: the port published on publish_host | host: the host's network (a multi-node server's nodes meet on loopback)
     shm_size: Optional[str] = None  # e.g. "32g"; null: the engine's default
     ipc_host: bool = False  # ipc_mode=host (NCCL/CUDA IPC between TP workers)

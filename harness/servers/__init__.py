@@ -24,6 +24,12 @@ def process_server(arm_name: str, cfg: SpecgateConfig, log_path: Path, session: 
     return ProcessServer(arm_name, cfg, log_path, scrub)
 
 
+def srun_server(arm_name: str, cfg: SpecgateConfig, log_path: Path, session: Session, scrub=None) -> Server:
+    from harness.servers.srun import SrunServer
+
+    return SrunServer(arm_name, cfg, log_path, session, scrub)
+
+
 def attached_server(arm_name: str, cfg: SpecgateConfig, log_path: Path, session: Session, scrub=None) -> Server:
     from harness.servers.attach import AttachedServer
 
@@ -32,7 +38,7 @@ def attached_server(arm_name: str, cfg: SpecgateConfig, log_path: Path, session:
 
 # backend.kind -> what starts (or reaches) its server: the one list of backends
 BACKENDS: dict[str, Callable[..., Server]] = {"docker": docker_server, "process": process_server,
-                                              "attach": attached_server}
+                                              "srun": srun_server, "attach": attached_server}
 
 
 def make_server(arm_name: str, cfg: SpecgateConfig, log_path: Path, session: Session, scrub=None) -> Server:

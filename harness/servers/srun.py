@@ -1,0 +1,157 @@
+"""srun backend: the server runs as a SLURM job step (`srun ... <the engine's launch>`), as
+GPU teams start servers on the clusters they operate. Outside an allocation srun makes one
+for the step; inside one (SLURM_JOB_ID set, e.g. specgate under sbatch/salloc) the step runs
+in it. The environment goes with the step (`--export=ALL`, srun's default, plus the engine's
+variables): the environment suite then says whether the NCCL variables reached the task's
+processes on the node, the multi-node question a cluster makes hard.
+
+The local `srun` process is this backend's child (in its own process group, dying with the
+harness, as the process backend's servers do); stopping it ends the step, and the job is
+cancelled by name on the way out whatever happened. The step's processes are read from the
+node's /proc: the step's own pids (`scontrol listpids`) and their descendants, which can be
+done only on the node itself, so a step on another node says so instead.
+
+A fleet's workers and a multi-node server's nodes are each a step (harness/servers/fleet.py,
+nodes.py). The server listens on `server.host` of the node it runs on: loopback (the default)
+is reachable only when that node is this machine (the single-node cluster of `make slurm`);
+a step that landed elsewhere with a loopback host is refused in one sentence.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from harness.config.schema import SpecgateConfig
+from harness.servers.base import ServerError
+from harness.servers.labels import Session
+from harness.servers.process import ProcessServer
+from harness.servers.processes import ServerProcess, read_proc, stat_fields
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+JOB_ID_WAIT_S = 30.0
+
+
+def job_name(session: Session, name: str) -> str:
+    """The step's job name: the session and the server, so a leftover is found by name."""
+    return f"specgate-{session.id}-{name}"
+
+
+def slurm_tool(name: str) -> str:
+    found = shutil.which(name)
+    if found is None:
+        raise ServerError(f"backend=srun needs SLURM's `{name}` on this machine's PATH (a cluster's login or "
+                          f"compute node; here `make slurm` starts a single-node cluster)")
+    return found
+
+
+def run_tool(argv: list[str], timeout_s: float = 10.0) -> str:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ServerError(f"`{' '.join(argv[:2])}` failed: {exc}") from None
+    if done.returncode != 0:
+        raise ServerError(f"`{' '.join(argv[:2])}` failed: {(done.stderr or done.stdout).strip()[:300]}")
+    return done.stdout
+
+
+def descendants(roots: set[int]) -> list[int]:
+    """The roots and every process below them, from this machine's /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (fields := stat_fields(int(entry.name))) is not None and fields[0] != "Z":
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found, todo = set(), list(roots)
+    while todo:
+        pid = todo.pop()
+        if pid not in found:
+            found.add(pid)
+            todo += children.get(pid, [])
+    return sorted(found)
+
+
+class SrunServer(ProcessServer):
+    def __init__(self, name: str, cfg: SpecgateConfig, log_path: Path, session: Session, scrub=None):
+        super().__init__(name, cfg, log_path, scrub)
+        self.job_name = job_name(session, name)
+        self.job_id: str | None = None
+        self.node: str | None = None
+
+    def command(self) -> list[str]:
+        flags = [slurm_tool("srun"), f"--job-name={self.job_name}", "--ntasks=1", "--nodes=1", "--unbuffered",
+                 "--kill-on-bad-exit=1", *self.cfg.backend.srun_args]
+        return [*flags, *super().command()]
+
+    def launch(self) -> None:
+        super().launch()
+        self.job_id, self.node = self.wait_job()
+        if self.cfg.server.host in LOOPBACK and self.node not in this_machine():
+            raise self.failure(f"arm '{self.name}': its step runs on node {self.node}, and server.host="
+                               f"{self.cfg.server.host} is that node's own loopback, which this machine cannot "
+                               f"reach; set server.host=0.0.0.0 to reach it at {self.node}")
+        if self.cfg.server.host not in LOOPBACK:
+            self.base_url = f"http://{self.node}:{self.port}"
+
+    def wait_job(self) -> tuple[str, str]:
+        """The step's job id and node, from squeue by job name (srun says neither)."""
+        squeue = slurm_tool("squeue")
+        deadline = time.monotonic() + JOB_ID_WAIT_S
+        while time.monotonic() < deadline:
+            if not self.is_alive():
+                raise self.failure(f"arm '{self.name}': srun {self.exit_description()} before its step started")
+            rows = run_tool([squeue, "--noheader", f"--name={self.job_name}", "--format=%A %T %N"]).split()
+            if len(rows) >= 3 and rows[1] == "RUNNING" and rows[2]:
+                return rows[0], rows[2]
+            time.sleep(0.2)
+        raise self.failure(f"arm '{self.name}': its SLURM job {self.job_name} did not start running within "
+                           f"{JOB_ID_WAIT_S:g} s (a busy partition? see squeue)")
+
+    def check_it_is_ours_that_answers(self) -> None:
+        """The port's listener must be a process of the step (on this node: read here)."""
+        from harness.servers.ports import describe_pid, listener_pids
+
+        if self.node not in this_machine():
+            return  # another node's sockets cannot be read from here
+        holders = listener_pids(self.port)
+        ours = {p.pid for p in self.processes()}
+        if holders is None or holders & ours:
+            return
+        others = ", ".join(describe_pid(p) for p in sorted(holders))
+        raise self.failure(f"arm '{self.name}': another process ({others}) answers on port {self.port}, not this "
+                           f"arm's step; run again")
+
+    def step_pids(self) -> set[int]:
+        listing = run_tool([slurm_tool("scontrol"), "listpids", str(self.job_id)])
+        return {int(line.split()[0]) for line in listing.splitlines()[1:] if line.split() and line.split()[0].isdigit()}
+
+    def processes(self) -> list[ServerProcess]:
+        if self.job_id is None:
+            raise ServerError(f"arm '{self.name}': its SLURM step has not started")
+        if self.node not in this_machine():
+            raise ServerError(f"arm '{self.name}': the step runs on node {self.node}: its processes can be read "
+                              f"only there")
+        found = [read_proc(pid) for pid in descendants(self.step_pids())]
+        return [p for p in found if p is not None]
+
+    def describe(self) -> dict:
+        return {**super().describe(), "job_name": self.job_name, "job_id": self.job_id, "node": self.node}
+
+    def gpu_ids(self) -> list[str] | None:
+        return None  # the step's GPUs are SLURM's (--gres in backend.srun_args)
+
+    def stop(self) -> None:
+        """srun's end ends the step; the job is cancelled by name as well, whatever srun did."""
+        try:
+            super().stop()
+        finally:
+            if shutil.which("scancel"):
+                subprocess.run(["scancel", f"--name={self.job_name}"], capture_output=True, timeout=10)
+
+
+def this_machine() -> set[str]:
+    """The names SLURM may give this machine as a node."""
+    return {socket.gethostname(), socket.gethostname().split(".")[0], os.uname().nodename}
