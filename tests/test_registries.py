@@ -34,7 +34,7 @@ def test_an_unknown_backend_is_refused_naming_the_registered_ones(tmp_path):
     assert all(kind in str(raised.value) for kind in BACKENDS)
     cfg = compose(["+exp=sim_smoke"]).arm("baseline").typed
     cfg = dataclasses.replace(cfg, backend=dataclasses.replace(cfg.backend, kind="kubernetes"))
-    with pytest.raises(ServerError, match="backend 'kubernetes' is not available; valid: docker, process, attach"):
+    with pytest.raises(ServerError, match="backend 'kubernetes' is not available; valid: docker, process, srun, attach"):
         make_server("baseline", cfg, tmp_path / "server.log", session=None)
 
 
