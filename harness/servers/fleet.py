@@ -21,7 +21,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
@@ -29,6 +28,7 @@ from harness.config.schema import SpecgateConfig
 from harness.engines import router as sglang_router
 from harness.engines.readiness import HttpWaitStrategy
 from harness.servers.base import Server, ServerError
+from harness.servers.group import start_together, stop_all, united_gpu_ids
 from harness.servers.labels import Session
 from harness.servers.ports import free_port
 from harness.servers.process import ProcessServer
@@ -127,41 +127,17 @@ class FleetServer(Server):
         starts in the time of one), then the router in front of them; a failure raises and
         the caller's stop() stops the lot. Launched from this thread: a process backend's
         child gets SIGTERM when the thread that started it ends (PR_SET_PDEATHSIG)."""
-        for worker in self.workers:
-            worker.launch()
-        pool = ThreadPoolExecutor(max_workers=len(self.workers), thread_name_prefix=f"wait-{self.name}")
-        try:
-            failures = [f for f in pool.map(self.wait_one, self.workers) if f is not None]
-        finally:
-            # on Ctrl-C, no wait for the waits: stop() ends the workers, and with them each wait
-            pool.shutdown(wait=False, cancel_futures=True)
-        if failures:
-            raise failures[0]
+        start_together(self.workers, self.name)
         self.router = RouterProcess(self.name, self.cfg, self.log_path, [w.base_url for w in self.workers], self.scrub)
         self.log_thread = None
         self.router.start()
         self.base_url = self.router.base_url
         self.log_thread = self.router.log_thread
 
-    @staticmethod
-    def wait_one(worker: Server) -> ServerError | None:
-        try:
-            worker.await_ready()
-        except ServerError as exc:
-            return exc
-        return None
-
     def stop(self) -> None:
         """The router first (no new request reaches a stopping worker), then every worker;
         every one is stopped even when another's stop fails, the first failure raised after."""
-        errors: list[ServerError] = []
-        for member in ([self.router] if self.router is not None else []) + self.workers:
-            try:
-                member.stop()
-            except ServerError as exc:
-                errors.append(exc)
-        if errors:
-            raise errors[0]
+        stop_all(([self.router] if self.router is not None else []) + self.workers)
 
     def is_alive(self) -> bool:
         return (self.router is not None and self.router.is_alive()
@@ -196,13 +172,7 @@ class FleetServer(Server):
         return self.router.metrics_url if self.router is not None else None
 
     def gpu_ids(self) -> list[str] | None:
-        ids: list[str] = []
-        for worker in self.workers:
-            given = worker.gpu_ids()
-            if given is None:
-                return None
-            ids += [g for g in given if g not in ids]
-        return ids
+        return united_gpu_ids(self.workers)
 
     def processes(self) -> list[ServerProcess]:
         """Every process of every worker, each saying which worker it is in (the router

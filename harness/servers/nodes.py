@@ -13,13 +13,13 @@ checks every process on every node and names the node in a failure.
 from __future__ import annotations
 
 import dataclasses
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
 from harness.config.schema import SpecgateConfig
 from harness.engines import engine_of
 from harness.servers.base import Server, ServerError
+from harness.servers.group import start_together, stop_all, united_gpu_ids
 from harness.servers.labels import Session
 from harness.servers.ports import free_port
 from harness.servers.processes import ServerProcess
@@ -60,36 +60,13 @@ class NodesServer(Server):
         """Every node launched from this thread (a process backend's child dies with the thread
         that started it), then all waited on together: node 0 is ready only once the others
         joined, and they join only once launched. A failure raises; stop() stops the lot."""
-        for node in self.nodes:
-            node.launch()
-        pool = ThreadPoolExecutor(max_workers=len(self.nodes), thread_name_prefix=f"wait-{self.name}")
-        try:
-            failures = [f for f in pool.map(self.wait_one, self.nodes) if f is not None]
-        finally:
-            pool.shutdown(wait=False, cancel_futures=True)  # on Ctrl-C, stop() ends the nodes and the waits
-        if failures:
-            raise failures[0]
+        start_together(self.nodes, self.name)
         self.base_url = self.nodes[0].base_url
         self.log_thread = self.nodes[0].log_thread
 
-    @staticmethod
-    def wait_one(node: Server) -> ServerError | None:
-        try:
-            node.await_ready()
-        except ServerError as exc:
-            return exc
-        return None
-
     def stop(self) -> None:
         """Every node, each even when another's stop fails (the first failure raised after)."""
-        errors: list[ServerError] = []
-        for node in self.nodes:
-            try:
-                node.stop()
-            except ServerError as exc:
-                errors.append(exc)
-        if errors:
-            raise errors[0]
+        stop_all(self.nodes)
 
     def is_alive(self) -> bool:
         return all(node.is_alive() for node in self.nodes)
@@ -108,13 +85,7 @@ class NodesServer(Server):
                 "nodes": [node.describe() for node in self.nodes]}
 
     def gpu_ids(self) -> list[str] | None:
-        ids: list[str] = []
-        for node in self.nodes:
-            given = node.gpu_ids()
-            if given is None:
-                return None
-            ids += [g for g in given if g not in ids]
-        return ids
+        return united_gpu_ids(self.nodes)
 
     def gpu_urls(self) -> list[str]:
         return [node.base_url for node in self.nodes]

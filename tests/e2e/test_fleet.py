@@ -7,7 +7,6 @@ no worker, router or container."""
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import time
@@ -16,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_e2e import sim_processes, specgate_containers, wait_gone
-from tests.support.runs import as_a_background_job, run_suites, start_suites
+from tests.e2e.test_e2e import results_of, sim_processes, specgate_containers, wait_gone
+from tests.support.runs import as_a_background_job, run_suites, start_suites, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -44,10 +43,6 @@ def alive(pid: int) -> bool:
         return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
-
-
-def results_of(root: Path) -> dict:
-    return json.loads((root / "latest" / "results.json").read_text())
 
 
 def test_cache_aware_routing_raises_the_hit_rate_over_round_robin_through_the_real_router(tmp_path):
@@ -93,15 +88,6 @@ def start_fleet(tmp_path: Path, marker: str, *extra: str) -> subprocess.Popen:
     return start_suites("+exp=sim_fleet", "backend=process", f"record.root={tmp_path}", f"server.model_path={marker}",
                         *extra, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                         preexec_fn=as_a_background_job)
-
-
-def wait_until(check, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.1)
-    raise AssertionError("the moment to interrupt never came")
 
 
 @pytest.mark.parametrize("moment", ["starting", "mid_load"])

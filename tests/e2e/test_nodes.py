@@ -6,7 +6,6 @@ nodes start leaves nothing behind; on the process and the docker backends."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -16,14 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_e2e import sim_processes, specgate_containers, wait_gone
-from tests.support.runs import as_a_background_job, run_suites, start_suites
+from tests.e2e.test_e2e import results_of, sim_processes, specgate_containers, wait_gone
+from tests.support.runs import as_a_background_job, run_suites, start_suites, wait_until
 
 pytestmark = pytest.mark.slow
-
-
-def results_of(root: Path) -> dict:
-    return json.loads((root / "latest" / "results.json").read_text())
 
 
 @pytest.mark.parametrize("backend", ["process", "docker"])
@@ -60,15 +55,6 @@ def start_two_nodes(tmp_path: Path, marker: str, *extra: str) -> subprocess.Pope
     return start_suites("+exp=sim_smoke", "backend=process", "server.nnodes=2", "server.tp_size=2",
                         f"record.root={tmp_path}", f"server.model_path={marker}", *extra,
                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=as_a_background_job)
-
-
-def wait_until(check, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.1)
-    raise AssertionError("the moment never came")
 
 
 def test_a_node_that_dies_mid_load_takes_the_server_with_it_in_one_sentence(tmp_path):

@@ -109,3 +109,15 @@ def _check_refused(done: subprocess.CompletedProcess, refused: bool) -> None:
     if refused:
         assert done.returncode == REFUSED, (f"expected a config error (exit status {REFUSED}) before anything "
                                             f"started, got {done.returncode}: {done.stderr[-2000:] or done.stdout[-2000:]}")
+
+
+def wait_until(check, timeout_s: float = 60, what: str = "the moment to act") -> None:
+    """Poll `check` until it holds; AssertionError naming `what` when it never does."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{what} never came")
