@@ -55,9 +55,11 @@ class RouterProcess(ProcessServer):
     """SGLang's router as a local process in its own process group (stopped as the process
     backend stops a server), ready once every worker is registered and healthy."""
 
-    def __init__(self, name: str, cfg: SpecgateConfig, log_path: Path, worker_urls: list[str], scrub=None):
+    def __init__(self, name: str, cfg: SpecgateConfig, log_path: Path, worker_urls: list[str], scrub=None,
+                 workers: list[Server] = ()):
         super().__init__(name, cfg, log_path, scrub)
         self.worker_urls = worker_urls
+        self.workers = list(workers)  # watched while the router registers them: one that dies fails at once
         self.metrics_port = free_port(cfg.server.host)
         self.metrics_url = f"http://{cfg.server.host}:{self.metrics_port}"
 
@@ -89,6 +91,10 @@ class RouterProcess(ProcessServer):
                 if not self.is_alive():
                     raise self.failure(f"arm '{self.name}': the router {self.exit_description()} before it "
                                        f"registered its workers")
+                ended = [w for w in self.workers if not w.is_alive()]
+                if ended:
+                    raise ended[0].failure(f"arm '{self.name}': worker {ended[0].name} {ended[0].exit_description()} "
+                                           f"while the router registered the workers")
                 try:
                     seen = sglang_router.healthy_workers(client.get_json(sglang_router.WORKERS_ROUTE))
                 except (ClientError, ValueError):
@@ -128,7 +134,8 @@ class FleetServer(Server):
         the caller's stop() stops the lot. Launched from this thread: a process backend's
         child gets SIGTERM when the thread that started it ends (PR_SET_PDEATHSIG)."""
         start_together(self.workers, self.name)
-        self.router = RouterProcess(self.name, self.cfg, self.log_path, [w.base_url for w in self.workers], self.scrub)
+        self.router = RouterProcess(self.name, self.cfg, self.log_path, [w.base_url for w in self.workers], self.scrub,
+                                    self.workers)
         self.log_thread = None
         self.router.start()
         self.base_url = self.router.base_url

@@ -178,3 +178,16 @@ def test_the_fleet_experiment_composes_two_workers_and_the_two_policies():
     experiment = compose(["+exp=sim_fleet"])
     assert {a.name: (a.typed.server.workers, a.typed.router.policy) for a in experiment.arms} == {
         "cache_aware": (2, "cache_aware"), "round_robin": (2, "round_robin")}
+
+
+def test_a_worker_that_dies_while_the_router_registers_fails_at_once_with_its_log(tmp_path, monkeypatch):
+    from harness.servers.fleet import RouterProcess
+
+    journal: list = []
+    cfg = SpecgateConfig()
+    cfg.server.workers = 2
+    dead = FakeWorker("arm.w1", cfg, tmp_path / "server.w1.log", Session(), None, journal)
+    router = RouterProcess("arm", cfg, tmp_path / "server.log", ["http://127.0.0.1:1"], None, [dead])
+    monkeypatch.setattr(router, "is_alive", lambda: True)
+    with pytest.raises(ServerError, match="worker arm.w1 .* while the router registered the workers"):
+        router.wait_workers_registered()  # the worker never started: it is not alive
