@@ -34,6 +34,9 @@ def test_the_environment_suite_names_the_node_that_lost_the_variables(tmp_path, 
     arm = results_of(tmp_path)["arms"]["scrubbed"]
     where = {entry.get("where") for entry in arm["environment"]}
     assert where == {"node 0", "node 1"}
+    # the other side of the same check: every process on node 0 holds every configured variable
+    node0 = [entry for entry in arm["environment"] if entry["where"] == "node 0"]
+    assert len(node0) >= 3 and all(None not in entry["vars"].values() for entry in node0), node0
     assert arm["server"]["nnodes"] == 2 and len(arm["server"]["nodes"]) == 2
     assert len(arm["gpu"]["gpus"]) == 4, arm["gpu"]  # both nodes' GPUs, two ranks each
     assert sim_processes(marker) == []
