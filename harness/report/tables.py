@@ -106,6 +106,9 @@ ACCEPTANCE_HEADER = ["requests", "mean prompt tokens", "accept length"]
 
 
 FLEET_HEADER = ["arm", "worker", "requests", "prompt tokens", "prefix-cache hit", "generated tokens", "accept length"]
+# a worker's block key -> how its cell reads (after the arm and worker columns of FLEET_HEADER)
+FLEET_CELLS = (("requests_finished", "{:g}"), ("prefix_cache_queries", "{:g}"), ("prefix_cache_hit_rate", "{:.1%}"),
+               ("generation_tokens", "{:g}"), ("accept_length", "{:.2f}"))
 
 
 def fleet_rows(blocks: dict[str, Any], arms: list[str]) -> list[list[str]]:
@@ -115,14 +118,9 @@ def fleet_rows(blocks: dict[str, Any], arms: list[str]) -> list[list[str]]:
     for arm in arms:
         block = blocks.get(arm) if isinstance(blocks.get(arm), dict) else {}
         for worker in (block.get("fleet") or {}).get("workers") or []:
-            hit, accept = number(worker.get("prefix_cache_hit_rate")), number(worker.get("accept_length"))
-            rows.append([arm, str(worker.get("worker", "?"))]
-                        + [f"{number(worker.get(k)):g}" if number(worker.get(k)) is not None else MISSING
-                           for k in ("requests_finished", "prefix_cache_queries")]
-                        + [f"{hit:.1%}" if hit is not None else MISSING]
-                        + [f"{number(worker.get('generation_tokens')):g}" if number(worker.get("generation_tokens"))
-                           is not None else MISSING]
-                        + [f"{accept:.2f}" if accept is not None else MISSING])
+            rows.append([arm, str(worker.get("worker", "?"))] + [
+                MISSING if number(worker.get(key)) is None else pattern.format(number(worker.get(key)))
+                for key, pattern in FLEET_CELLS])
     return rows
 
 

@@ -110,6 +110,11 @@ class ArmSession:
         self.outcome.status, self.outcome.error = status, message
         raise ArmFailed(message)
 
+    @property
+    def is_fleet(self) -> bool:
+        """Several servers answer on their own (a fleet's workers): counters are read from each."""
+        return len(self.member_clients) > 1
+
     # --- the measurement ---------------------------------------------------------------
     def measure(self) -> None:
         """The workload `gate.repeats` times on one server; the GPUs are sampled throughout,
@@ -184,7 +189,7 @@ class ArmSession:
         # speculation is in the server's counters only: the engine's way, or a fleet's (SGLang's
         # router re-serializes each request and drops return_spec_tokens_details, so no
         # per-request details come back through it; the workers' counters, summed, still count)
-        if self.engine.spec_stats == METRICS_WINDOW or len(self.member_clients) > 1:
+        if self.engine.spec_stats == METRICS_WINDOW or self.is_fleet:
             result = apply_server_window(result, load, server_side)
         return load, result
 
@@ -287,7 +292,7 @@ class ArmSession:
         if not self.arm.cfg.workload.reset_prefix_cache:
             done = CacheReset(False, None, "workload.reset_prefix_cache=false: the cache was left as the load before left it")
         else:  # each worker's own cache, through its own route (a router may forward none, or another engine's)
-            done = both_reset([self.engine.reset_prefix_cache(client, self.arm.typed) for client in self.member_clients])
+            done = every_worker_reset([self.engine.reset_prefix_cache(client, self.arm.typed) for client in self.member_clients])
         self.outcome.prefix_cache_resets.append({"repeat": repeat, **flags, **done.to_json()})
 
     def metrics_snapshot(self) -> "Readings":
@@ -313,7 +318,7 @@ class ArmSession:
         total_before, total_after = summed(first.members), summed(after.members)
         if total_before is not None and total_after is not None:
             whole = metrics_window(self.engine, total_before, total_after)
-        if len(self.member_clients) > 1:
+        if self.is_fleet:
             members = [(m.name, m.base_url) for m in self.server.members()]
             workers = worker_windows(self.engine, members, first.members, after.members)
             whole = {**whole, "workers": workers, "imbalance": imbalances(workers),
@@ -323,7 +328,7 @@ class ArmSession:
     def server_accept_length(self) -> float | None:
         """The server-cumulative accept length: only a labelled fallback (it includes warm-up;
         a fleet has none: each worker's is its own)."""
-        if not self.arm.cfg.drafter.algorithm or len(self.member_clients) != 1:
+        if not self.arm.cfg.drafter.algorithm or self.is_fleet:
             return None
         return self.engine.server_accept_length(self.member_clients[0])
 
@@ -345,7 +350,7 @@ def read_router(url: str) -> dict[str, float] | None:
         return None
 
 
-def both_reset(done: list[CacheReset]) -> CacheReset:
+def every_worker_reset(done: list[CacheReset]) -> CacheReset:
     """Every worker's reset as one: reset only when each was (the first that was not says why)."""
     failed = [d for d in done if not d.reset]
     if not failed:

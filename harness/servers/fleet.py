@@ -136,7 +136,6 @@ class FleetServer(Server):
         start_together(self.workers, self.name)
         self.router = RouterProcess(self.name, self.cfg, self.log_path, [w.base_url for w in self.workers], self.scrub,
                                     self.workers)
-        self.log_thread = None
         self.router.start()
         self.base_url = self.router.base_url
         self.log_thread = self.router.log_thread

@@ -111,10 +111,11 @@ class SimSource(Source):
 
 
 class SimFleetSource(Source):
-    """The GPUs of several simulators (a fleet's workers) as one source. Each simulator
-    numbers its own GPUs from 0 with the same UUIDs, as separate machines would; here they
-    are one fleet's: numbered on after the previous worker's, each UUID suffixed with its
-    worker (``-w1``), so that no two of the fleet's GPUs share a name."""
+    """The GPUs of several simulators (a fleet's workers, a server's nodes) as one source,
+    numbered on after the previous part's. The nodes of one server name their GPUs by TP rank,
+    all distinct: kept. A fleet's workers are separate servers, each naming its own from
+    rank 0 with the same UUIDs: each then suffixed with its worker (``-w1``), so that no two of
+    the fleet's GPUs share a name."""
 
     name = "sim"
 
@@ -123,25 +124,28 @@ class SimFleetSource(Source):
         self.parts = parts
         self.offsets: list[int] = []
         self.notes_forwarded = [0] * len(parts)  # each worker's notes already said as this source's
+        self.suffixed = True  # whether the parts' UUIDs collide (enumerate() says)
 
-    @staticmethod
-    def fleet_uuid(uuid: str, worker: int) -> str:
-        return f"{uuid}-w{worker}"
+    def fleet_uuid(self, uuid: str, worker: int) -> str:
+        return f"{uuid}-w{worker}" if self.suffixed else uuid
 
     def enumerate(self) -> list[GpuInfo]:
+        own = [part.enumerate() for part in self.parts]
+        uuids = [g.uuid for gpus in own for g in gpus]
+        self.suffixed = len(set(uuids)) < len(uuids)
         found, self.offsets = [], []
-        for worker, part in enumerate(self.parts):
+        for worker, gpus in enumerate(own):
             self.offsets.append(len(found))
             found += [GpuInfo(index=len(found) + i, uuid=self.fleet_uuid(g.uuid, worker), name=g.name, driver=g.driver,
                               sm_clock_max_mhz=g.sm_clock_max_mhz, power_limit_w=g.power_limit_w)
-                      for i, g in enumerate(part.enumerate())]
+                      for i, g in enumerate(gpus)]
         return found
 
     def open(self, gpu_uuids: list[str] | None = None, gpu_indices: list[int] | None = None) -> list[GpuInfo]:
         chosen = select_gpus(self.enumerate(), gpu_uuids, gpu_indices, "sim")
         wanted = {g.uuid for g in chosen}
         for worker, part in enumerate(self.parts):
-            own = [g.uuid for g in part.enumerate() if self.fleet_uuid(g.uuid, worker) in wanted]
+            own = [g.uuid for g in part.enumerate() if self.fleet_uuid(g.uuid, worker) in wanted]  # its own names
             part.open(own) if own else part.close()
         self.opened = list(chosen)
         return chosen

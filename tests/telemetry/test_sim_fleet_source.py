@@ -46,3 +46,12 @@ def test_a_workers_notes_are_the_fleets_said_once_with_the_worker():
     fleet.read()
     fleet.read()
     assert fleet.notes == ["worker 1: sim read failed: ValueError: down"]
+
+
+def test_the_nodes_of_one_server_keep_their_gpus_rank_names():
+    node0 = part("u0", [{**gpu(0), "uuid": "GPU-sim-0000"}, {**gpu(1), "uuid": "GPU-sim-0001"}])
+    node1 = part("u1", [{**gpu(0), "uuid": "GPU-sim-0002"}, {**gpu(1), "uuid": "GPU-sim-0003"}])
+    server = SimFleetSource([node0, node1])
+    assert [(g.index, g.uuid) for g in server.open()] == [
+        (0, "GPU-sim-0000"), (1, "GPU-sim-0001"), (2, "GPU-sim-0002"), (3, "GPU-sim-0003")]
+    assert [s.uuid for s in server.read()] == ["GPU-sim-0000", "GPU-sim-0001", "GPU-sim-0002", "GPU-sim-0003"]
