@@ -652,6 +652,30 @@ def check_fleet(cfg: schema.SpecgateConfig) -> None:
     if cfg.server.workers > 1 and cfg.backend.kind == "attach":
         raise ConfigError(f"server.workers={cfg.server.workers} starts a fleet, and backend=attach starts nothing: "
                           f"attach to the fleet's router instead (backend.url=http://ROUTER:PORT, server.workers=1)")
+    if router.disaggregated:
+        check_split(cfg)
+
+
+def check_split(cfg: schema.SpecgateConfig) -> None:
+    """router.prefill and router.decode split each request over a prefill and a decode worker
+    behind the router's --pd-disaggregation: both counted, and the fleet is theirs alone."""
+    router = cfg.router
+    if not (router.prefill and router.decode):
+        raise ConfigError(f"router.prefill={router.prefill}, router.decode={router.decode}: a split fleet needs "
+                          f"both (e.g. router.prefill=1 router.decode=1), or neither")
+    if cfg.server.workers > 1:
+        raise ConfigError(f"router.prefill={router.prefill} and router.decode={router.decode} make the fleet's "
+                          f"workers; server.workers={cfg.server.workers} would make another: leave it at 1")
+    if cfg.backend.kind == "attach":
+        raise ConfigError("router.prefill and router.decode start a split fleet, and backend=attach starts nothing: "
+                          "attach to the fleet's router instead (backend.url=http://ROUTER:PORT)")
+    if cfg.server.nnodes > 1:
+        raise ConfigError(f"router.prefill/decode with server.nnodes={cfg.server.nnodes}: split workers spanning "
+                          f"nodes are not built here; split workers of one node each")
+    if cfg.backend.kind == "docker" and remote_engine_host(cfg.backend.docker_host):
+        raise ConfigError(f"router.prefill/decode run their workers on the host's network so that the decode side "
+                          f"reaches the prefill side's bootstrap port on loopback, which a remote engine's "
+                          f"({cfg.backend.docker_host}) is not this machine's; run the fleet on that box itself")
 
 
 def check_cancel(cancel: schema.CancelConfig, max_tokens: int | None = None) -> None:

@@ -42,6 +42,11 @@ class SimModelConfig:
     gpu_throttle: str = "none"  # none | thermal | power: a fault that caps clocks under load
     lossy_rate: float = bounded(0.0, low=0, high=1)  # a fault: this share of accepted draft tokens comes out wrong (speculative arms only)
     fail_after_abort: bool = False  # a fault: once a client disconnects mid-stream, every later request fails (500)
+    # prefill/decode disaggregation (router.prefill/decode, harness/sim/disagg.py): a KV transfer's
+    # fixed cost and its cost per prompt token; how long each side waits for the other
+    kv_transfer_base_ms: float = bounded(1.0, low=0, high=STEP_MS_MAX)
+    kv_transfer_ms_per_token: float = bounded(0.01, low=0, high=STEP_MS_MAX)
+    bootstrap_timeout_s: float = bounded(30.0, above=0, high=3600)
     # drift, the noise of a real GPU box (harness/sim/drift.py), all off by default: a speed factor
     # per server start, a slow wander during the run, per-step jitter (sds of log speed)
     drift_speed_sd: float = bounded(0.0, low=0, example="0: no drift")  # standard deviations of log speed

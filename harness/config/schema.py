@@ -115,6 +115,15 @@ class RouterConfig:
     policy: str = "cache_aware"  # cache_aware | round_robin | power_of_two | random
     args: List[str] = field(default_factory=list)  # the router's own options, verbatim (e.g. [--cache-threshold, "0.5"])
     python: Optional[str] = None  # the interpreter that has sglang_router (null: the harness's own)
+    # prefill/decode disaggregation (`--pd-disaggregation`): this many prefill and decode workers
+    # (SGLang's --disaggregation-mode prefill|decode) make the fleet instead of server.workers; 0, 0: no split
+    prefill: int = bounded(0, low=0, high=64)
+    decode: int = bounded(0, low=0, high=64)
+    transfer_backend: str = "mooncake"  # each split worker's --disaggregation-transfer-backend (mooncake | nixl | ...)
+
+    @property
+    def disaggregated(self) -> bool:
+        return bool(self.prefill or self.decode)
 
 
 @dataclass

@@ -105,6 +105,9 @@ class PrometheusNames:
     prefix_cache_hits: str | None = None
     # requests the server finished (a fleet's share of them per worker: harness/measure/fleet.py)
     requests_finished: str | None = None
+    # seconds per stage of a request, one `stage` label each (SGLang's per-stage histogram: a split
+    # fleet's TTFT split into prefill, KV transfer and first decode, harness/measure/fleet.py)
+    stage_histogram: str | None = None
 
 
 @dataclass(frozen=True)
@@ -189,6 +192,10 @@ class Engine:
         if cfg.server.nnodes > 1 and self.node_args(cfg.server.nnodes, 0, "127.0.0.1:1") is None:
             raise EngineConfigError(f"server.nnodes={cfg.server.nnodes}: {self.name} has no multi-node launch here "
                                     f"(SGLang's --nnodes/--node-rank/--dist-init-addr); use one node")
+        if cfg.router.disaggregated and self.disaggregation_args("prefill", 1, cfg.router.transfer_backend) is None:
+            raise EngineConfigError(f"router.prefill/decode split requests over prefill and decode workers, and "
+                                    f"{self.name} has no such launch here (SGLang's --disaggregation-mode); "
+                                    f"use a fleet of whole workers (server.workers)")
         if cfg.server.tp_size % cfg.server.nnodes:
             raise EngineConfigError(f"server.tp_size={cfg.server.tp_size} does not split over server.nnodes="
                                     f"{cfg.server.nnodes}: each node holds tp_size / nnodes ranks")
@@ -196,6 +203,11 @@ class Engine:
     def node_args(self, nnodes: int, rank: int, init_address: str) -> list[str] | None:
         """The launch flags of node `rank` of a server spanning `nnodes` nodes that meet at
         `init_address` (HOST:PORT); None: this engine has no such launch."""
+        return None
+
+    def disaggregation_args(self, mode: str, bootstrap_port: int, transfer_backend: str) -> list[str] | None:
+        """The launch flags of a `mode` ('prefill' | 'decode') worker of a split fleet, a prefill
+        one serving its bootstrap at `bootstrap_port`; None: this engine has no such launch."""
         return None
 
     def check_forced_acceptance(self, cfg: SpecgateConfig) -> None:

@@ -28,6 +28,18 @@ def launch_argv(python: str | None, worker_urls: list[str], policy: str, host: s
             *extra]
 
 
+def launch_pd_argv(python: str | None, prefill: list[tuple[str, int]], decode: list[str], policy: str, host: str,
+                   port: int, metrics_port: int, extra: list[str]) -> list[str]:
+    """The router splitting each request over a prefill worker (URL, its bootstrap port) and a
+    decode worker (`--pd-disaggregation`): it sends the request to both, the body extended
+    with bootstrap_host/port/room, and answers with the decode worker's reply."""
+    pairs = [arg for url, bootstrap in prefill for arg in ("--prefill", url, str(bootstrap))]
+    pairs += [arg for url in decode for arg in ("--decode", url)]
+    return [python or sys.executable, "-m", MODULE, "--pd-disaggregation", *pairs, "--policy", policy,
+            "--host", host, "--port", str(port), "--prometheus-host", host, "--prometheus-port", str(metrics_port),
+            *extra]
+
+
 def healthy_workers(listing: Any) -> set[str]:
     """The URLs /workers lists as healthy (nothing for an answer of another shape)."""
     workers = listing.get("workers") if isinstance(listing, dict) else None

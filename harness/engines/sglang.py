@@ -67,7 +67,9 @@ class SGLang(PythonEngine):
                                  # absent until the first hit)
                                  prefix_cache_queries="sglang:prompt_tokens_total",
                                  prefix_cache_hits="sglang:cached_tokens_total",
-                                 requests_finished="sglang:num_requests_total")
+                                 requests_finished="sglang:num_requests_total",
+                                 # SchedulerMetricsCollector.observe_per_stage_req_latency (RequestStage names)
+                                 stage_histogram="sglang:per_stage_req_latency_seconds")
     # http_server.py flush_cache (GET or POST): 200 "Cache flushed..." or 400 while requests
     # run; it also resets the scheduler's speculative totals (Scheduler.reset_metrics)
     prefix_cache_reset_route = "/flush_cache"
@@ -133,6 +135,12 @@ class SGLang(PythonEngine):
         """server_args.py: every node the same launch but its rank; node 0 serves HTTP, the
         others their TP ranks and a health server (launch_dummy_health_check_server)."""
         return ["--nnodes", str(nnodes), "--node-rank", str(rank), "--dist-init-addr", init_address]
+
+    def disaggregation_args(self, mode: str, bootstrap_port: int, transfer_backend: str) -> list[str] | None:
+        """server_args.py's disaggregation flags: the prefill worker serves its bootstrap (the
+        decode side's handshake) on its own port; the router is told that port."""
+        flags = ["--disaggregation-mode", mode, "--disaggregation-transfer-backend", transfer_backend]
+        return flags + (["--disaggregation-bootstrap-port", str(bootstrap_port)] if mode == "prefill" else [])
 
     def request_extras(self, api: str) -> dict[str, Any]:
         """Per-request speculative details come on OpenAI routes only when asked for."""

@@ -64,13 +64,21 @@ class Snapshot:
     non_finite: set[str] = field(default_factory=set)
 
 
+def stage_key(name: str, stage: str) -> str:
+    """A per-stage histogram's sample kept per stage (its plain name sums every stage)."""
+    return f"{name}{{stage={stage}}}"
+
+
 def parse(text: str, names: PrometheusNames) -> Snapshot:
     snapshot = Snapshot(values=defaultdict(float))
     per_position = f"{names.spec_prefix}{PER_POSITION}" if names.spec_prefix else None
+    staged = {names.stage_histogram + "_sum", names.stage_histogram + "_count"} if names.stage_histogram else set()
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if not math.isfinite(sample.value):
                 snapshot.non_finite.add(sample.name)
+            elif sample.name in staged and "stage" in sample.labels:
+                snapshot.values[stage_key(sample.name, sample.labels["stage"])] += sample.value
             elif per_position and "position" in sample.labels and sample.name.startswith(per_position):
                 position = int(sample.labels["position"])
                 snapshot.per_position[position] = snapshot.per_position.get(position, 0.0) + sample.value

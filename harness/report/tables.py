@@ -118,7 +118,8 @@ def fleet_rows(blocks: dict[str, Any], arms: list[str]) -> list[list[str]]:
     for arm in arms:
         block = blocks.get(arm) if isinstance(blocks.get(arm), dict) else {}
         for worker in (block.get("fleet") or {}).get("workers") or []:
-            rows.append([arm, str(worker.get("worker", "?"))] + [
+            role = f" ({worker['role']})" if worker.get("role") else ""  # a split fleet's prefill or decode worker
+            rows.append([arm, f"{worker.get('worker', '?')}{role}"] + [
                 MISSING if number(worker.get(key)) is None else pattern.format(number(worker.get(key)))
                 for key, pattern in FLEET_CELLS])
     return rows
@@ -136,6 +137,27 @@ def fleet_lines(blocks: dict[str, Any], arms: list[str]) -> list[str]:
         parts = [f"{what} max ÷ mean {number(imbalance.get(key)):.2f}" if number(imbalance.get(key)) is not None
                  else f"{what} max ÷ mean unknown" for what, key in (("requests", "requests_max_over_mean"),
                                                                      ("generated tokens", "generation_tokens_max_over_mean"))]
-        lines.append(f"{arm}: {len(fleet.get('workers') or [])} workers behind the router, policy "
+        workers = fleet.get("workers") or []
+        if fleet.get("disaggregation"):
+            roles = [w.get("role") for w in workers]
+            lines.append(f"{arm}: {roles.count('prefill')} prefill and {roles.count('decode')} decode workers behind "
+                         f"the router (--pd-disaggregation), policy {fleet.get('policy', '?')}; decode workers' "
+                         f"{', '.join(parts)} (1.00: even)")
+            lines.append(split_line(arm, fleet.get("ttft_split_ms") or {}))
+            continue
+        lines.append(f"{arm}: {len(workers)} workers behind the router, policy "
                      f"{fleet.get('policy', '?')}; {', '.join(parts)} (1.00: even)")
     return lines
+
+
+# a split fleet's TTFT stages (harness/measure/fleet.py TTFT_STAGES) as the report names them
+SPLIT_WORDS = (("bootstrap_ms", "bootstrap"), ("prefill_ms", "prefill (queue and forward)"),
+               ("transfer_ms", "KV transfer"), ("first_decode_ms", "first decode"))
+
+
+def split_line(arm: str, split: dict[str, Any]) -> str:
+    """A split fleet's TTFT in the stages its servers reported (means over the requests)."""
+    parts = [f"{words} {number(split[key]):.1f} ms" for key, words in SPLIT_WORDS if number(split.get(key)) is not None]
+    if not parts:
+        return f"{arm}: TTFT split: no stage reported by the servers (their per-stage histogram)"
+    return f"{arm}: TTFT split (the servers' means): {', '.join(parts)}"

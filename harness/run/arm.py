@@ -22,7 +22,8 @@ from harness.gates.lossless import top_logprobs_to_ask
 from harness.load.sizing import PromptTokenizer, SizingError, local_tokenizer
 from harness.load.ray_clients import ClientsCannotReach
 from harness.measure.metrics import ArmResult, apply_server_window, combine_repeats, summarize
-from harness.measure.fleet import fleet_summary, imbalances, router_counters, router_window, summed, worker_windows
+from harness.measure.fleet import (fleet_summary, imbalances, prefill_imbalances, router_counters, router_window,
+                                   split_window, summed, worker_windows)
 from harness.measure.timeslices import timeslices_block
 from harness.run.outcome import ArmOutcome
 from harness.record.recorder import Recorder
@@ -140,8 +141,10 @@ class ArmSession:
         if energy is not None:  # a registry metric (joules_per_token) measured by the arm's telemetry
             result.figures["joules_per_token"] = energy
         result.client.update(judge_client(result, result.client, cfg.gate.client_bound))
-        if cfg.server.workers > 1:  # each worker's share, summed over the repeats
-            self.outcome.fleet = fleet_summary(cfg.router.policy, [w.get("workers", []) for w in self.outcome.server_windows])
+        if self.is_fleet:  # each worker's share, summed over the repeats
+            windows = self.outcome.server_windows
+            self.outcome.fleet = fleet_summary(cfg.router.policy, [w.get("workers", []) for w in windows],
+                                               [w.get("ttft_split_ms", {}) for w in windows])
         self.outcome.server = self.server.describe()  # what the load taught (e.g. a slow health route)
         if not alive:
             self.fail("server_died", self.server.failure(
@@ -315,13 +318,17 @@ class ArmSession:
         if not before:
             return {}
         first, whole = before[0], {}
+        roles = self.server.member_roles() if self.is_fleet else ["server"]
         total_before, total_after = summed(first.members), summed(after.members)
-        if total_before is not None and total_after is not None:
+        if "prefill" in roles:  # a split fleet: each request counted by a prefill and a decode worker
+            whole = split_window(self.engine, roles, first.members, after.members)
+        elif total_before is not None and total_after is not None:
             whole = metrics_window(self.engine, total_before, total_after)
         if self.is_fleet:
             members = [(m.name, m.base_url) for m in self.server.members()]
-            workers = worker_windows(self.engine, members, first.members, after.members)
+            workers = worker_windows(self.engine, members, first.members, after.members, roles)
             whole = {**whole, "workers": workers, "imbalance": imbalances(workers),
+                     **({"prefill_imbalance": prefill_imbalances(workers)} if "prefill" in roles else {}),
                      "router": router_window(first.router, after.router)}
         return whole
 

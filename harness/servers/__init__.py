@@ -46,7 +46,7 @@ def make_server(arm_name: str, cfg: SpecgateConfig, log_path: Path, session: Ses
     `scrub` redacts each line of the server's log before it is written."""
     if cfg.backend.kind not in BACKENDS:
         raise ServerError(f"backend '{cfg.backend.kind}' is not available; valid: {', '.join(BACKENDS)}")
-    if cfg.server.workers > 1:  # server.workers replicas of one server behind SGLang's router
+    if cfg.server.workers > 1 or cfg.router.disaggregated:  # workers (whole, or prefill and decode) behind SGLang's router
         from harness.servers.fleet import FleetServer
 
         return FleetServer(arm_name, cfg, log_path, session, scrub, one_server)

@@ -73,6 +73,11 @@ class Server(ABC):
         worker answers."""
         return [self]
 
+    def member_roles(self) -> list[str]:
+        """What each member does, in members() order: 'server' (whole requests); a split
+        fleet's 'prefill' and 'decode' workers (harness/servers/fleet.py)."""
+        return ["server"] * len(self.members())
+
     def gpu_urls(self) -> list[str]:
         """Where each part of this server answers for its own GPUs (the simulator's /sim/gpu):
         every member's address; a multi-node server's, every node's."""

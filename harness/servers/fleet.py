@@ -10,6 +10,13 @@ measures through it as a user would. Each worker stays reachable on its own (`me
 for what only a worker answers (/metrics, /tokenize, its server info) and for the
 per-worker figures.
 
+A split fleet (`router.prefill`, `router.decode`: SGLang's prefill/decode disaggregation)
+has prefill workers (`<arm>.p<i>`, each serving its bootstrap on a port of its own) and
+decode workers (`<arm>.d<i>`) and the router in `--pd-disaggregation` mode: it sends every
+request to one of each, and the decode worker fetches the prompt's KV from the prefill
+worker named in the request. The decode side reaches the prefill side's bootstrap port at
+the prefill URL's host, loopback: docker workers of a split fleet run on the host's network.
+
 Why the router runs as a process and not in a container: no registry can be reached, and
 the router is a Rust binary inside a Python wheel whose launcher needs fastapi, uvicorn
 and their compiled dependencies for the host's Python; the images here carry another
@@ -25,6 +32,7 @@ from pathlib import Path
 from typing import Callable
 
 from harness.config.schema import SpecgateConfig
+from harness.engines import engine_of
 from harness.engines import router as sglang_router
 from harness.engines.readiness import HttpWaitStrategy
 from harness.servers.base import Server, ServerError
@@ -37,13 +45,16 @@ from harness.servers.processes import ServerProcess
 REGISTER_POLL_S = 0.2
 
 
-def worker_name(arm: str, index: int) -> str:
-    return f"{arm}.w{index}"
+ROLE_LETTER = {"server": "w", "prefill": "p", "decode": "d"}  # a worker's name and log: <arm>.w0, server.p0.log
 
 
-def worker_log(log_path: Path, index: int) -> Path:
+def worker_name(arm: str, index: int, role: str = "server") -> str:
+    return f"{arm}.{ROLE_LETTER[role]}{index}"
+
+
+def worker_log(log_path: Path, index: int, role: str = "server") -> Path:
     """arms/<arm>/server.log is the router's (the fleet's address); each worker's beside it."""
-    return log_path.with_name(f"server.w{index}.log")
+    return log_path.with_name(f"server.{ROLE_LETTER[role]}{index}.log")
 
 
 def worker_config(cfg: SpecgateConfig) -> SpecgateConfig:
@@ -51,21 +62,64 @@ def worker_config(cfg: SpecgateConfig) -> SpecgateConfig:
     return dataclasses.replace(cfg, server=dataclasses.replace(cfg.server, workers=1, port=0))
 
 
+def split_worker_config(cfg: SpecgateConfig, role: str, bootstrap_port: int) -> SpecgateConfig:
+    """A prefill or decode worker's config: one worker's, with the engine's disaggregation
+    flags after the server's own arguments, on the host's network for docker (the decode side
+    reaches the prefill side's bootstrap port on loopback)."""
+    one = worker_config(cfg)
+    flags = engine_of(cfg).disaggregation_args(role, bootstrap_port, cfg.router.transfer_backend) or []
+    backend = dataclasses.replace(cfg.backend, network="host") if cfg.backend.kind == "docker" else cfg.backend
+    return dataclasses.replace(one, backend=backend,
+                               server=dataclasses.replace(one.server, extra_args=[*one.server.extra_args, *flags]))
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerPlan:
+    """One worker of a fleet before it starts: what it is called, does and runs with."""
+
+    name: str
+    role: str  # server | prefill | decode
+    cfg: SpecgateConfig
+    log: Path
+    bootstrap_port: int | None = None  # a prefill worker's
+
+
+def worker_plans(arm: str, cfg: SpecgateConfig, log_path: Path) -> list[WorkerPlan]:
+    """`server.workers` whole workers; or a split fleet's prefill workers, then its decode workers."""
+    if not cfg.router.disaggregated:
+        one = worker_config(cfg)
+        return [WorkerPlan(worker_name(arm, i), "server", one, worker_log(log_path, i)) for i in range(cfg.server.workers)]
+    plans = []
+    for role, count in (("prefill", cfg.router.prefill), ("decode", cfg.router.decode)):
+        for i in range(count):
+            port = free_port(cfg.server.host) if role == "prefill" else None
+            plans.append(WorkerPlan(worker_name(arm, i, role), role, split_worker_config(cfg, role, port or 0),
+                                    worker_log(log_path, i, role), port))
+    return plans
+
+
 class RouterProcess(ProcessServer):
     """SGLang's router as a local process in its own process group (stopped as the process
     backend stops a server), ready once every worker is registered and healthy."""
 
     def __init__(self, name: str, cfg: SpecgateConfig, log_path: Path, worker_urls: list[str], scrub=None,
-                 workers: list[Server] = ()):
+                 workers: list[Server] = (), plans: list[WorkerPlan] = ()):
         super().__init__(name, cfg, log_path, scrub)
         self.worker_urls = worker_urls
         self.workers = list(workers)  # watched while the router registers them: one that dies fails at once
+        self.plans = list(plans)  # each worker's role (and a prefill worker's bootstrap port), in worker_urls order
         self.metrics_port = free_port(cfg.server.host)
         self.metrics_url = f"http://{cfg.server.host}:{self.metrics_port}"
 
     def command(self) -> list[str]:
-        router = self.cfg.router
-        return sglang_router.launch_argv(router.python, self.worker_urls, router.policy, self.cfg.server.host,
+        router, host = self.cfg.router, self.cfg.server.host
+        if router.disaggregated:
+            roles = list(zip(self.worker_urls, self.plans))
+            prefill = [(url, plan.bootstrap_port) for url, plan in roles if plan.role == "prefill"]
+            decode = [url for url, plan in roles if plan.role == "decode"]
+            return sglang_router.launch_pd_argv(router.python, prefill, decode, router.policy, host, self.port,
+                                                self.metrics_port, list(router.args))
+        return sglang_router.launch_argv(router.python, self.worker_urls, router.policy, host,
                                          self.port, self.metrics_port, list(router.args))
 
     def environment(self) -> dict[str, str]:
@@ -107,26 +161,30 @@ class RouterProcess(ProcessServer):
                            f"within {self.cfg.backend.startup_timeout_s:g} s")
 
     def describe(self) -> dict:
-        return {**super().describe(), "policy": self.cfg.router.policy, "metrics_url": self.metrics_url}
+        split = {"disaggregation": "prefill/decode"} if self.cfg.router.disaggregated else {}
+        return {**super().describe(), "policy": self.cfg.router.policy, **split, "metrics_url": self.metrics_url}
 
     def gpu_ids(self) -> list[str] | None:
         return []
 
 
 class FleetServer(Server):
-    """`server.workers` servers of one backend and the router in front of them."""
+    """`server.workers` servers of one backend (or a split fleet's prefill and decode workers)
+    and the router in front of them."""
 
     def __init__(self, name: str, cfg: SpecgateConfig, log_path: Path, session: Session, scrub,
                  start_worker: Callable[..., Server]):
         super().__init__(name, log_path, scrub)
         self.cfg = cfg
-        one = worker_config(cfg)
-        self.workers: list[Server] = [start_worker(worker_name(name, i), one, worker_log(log_path, i), session, scrub)
-                                      for i in range(cfg.server.workers)]
+        self.plans = worker_plans(name, cfg, log_path)
+        self.workers: list[Server] = [start_worker(plan.name, plan.cfg, plan.log, session, scrub) for plan in self.plans]
         self.router: RouterProcess | None = None
 
     def members(self) -> list[Server]:
         return list(self.workers)
+
+    def member_roles(self) -> list[str]:
+        return [plan.role for plan in self.plans]
 
     def start(self) -> None:
         """Every worker launched, then waited on together (a fleet of slow-loading servers
@@ -135,7 +193,7 @@ class FleetServer(Server):
         child gets SIGTERM when the thread that started it ends (PR_SET_PDEATHSIG)."""
         start_together(self.workers, self.name)
         self.router = RouterProcess(self.name, self.cfg, self.log_path, [w.base_url for w in self.workers], self.scrub,
-                                    self.workers)
+                                    self.workers, self.plans)
         self.router.start()
         self.base_url = self.router.base_url
         self.log_thread = self.router.log_thread
@@ -163,7 +221,10 @@ class FleetServer(Server):
         return (self.router or super()).failure(sentence)
 
     def describe(self) -> dict:
-        return {"base_url": self.base_url, "workers": [w.describe() for w in self.workers],
+        workers = [{**w.describe(), **({"role": p.role} if p.role != "server" else {}),
+                    **({"bootstrap_port": p.bootstrap_port} if p.bootstrap_port else {})}
+                   for w, p in zip(self.workers, self.plans)]
+        return {"base_url": self.base_url, "workers": workers,
                 "router": self.router.describe() if self.router is not None else
                 {"policy": self.cfg.router.policy}}
 

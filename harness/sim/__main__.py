@@ -38,6 +38,13 @@ async def _serve(server: SimServer) -> None:
             loop.call_soon_threadsafe(stop.set)
 
         server.engine.nodes = nodes.Rendezvous(server.ns, group_broke)
+    try:
+        await server.disagg.start()  # a prefill server's bootstrap server; a decode server's client
+    except OSError as exc:
+        logger.error(f"The bootstrap server cannot listen on {server.ns.host}:{server.ns.disaggregation_bootstrap_port}: {exc}")
+        server.group_broken = True
+        server.engine.shutdown()
+        return
     app = build_app(server)
     access = logging.getLogger("uvicorn.access")
     runner = web.AppRunner(app, access_log=access, access_log_class=UvicornStyleAccessLogger, shutdown_timeout=0.5)
@@ -56,6 +63,7 @@ async def _serve(server: SimServer) -> None:
     ready_task.cancel()
     server.engine.shutdown()  # children first: a slow HTTP teardown must not keep them alive
     try:
+        await asyncio.wait_for(server.disagg.close(), timeout=0.5)
         await asyncio.wait_for(runner.cleanup(), timeout=1.0)
     except (asyncio.TimeoutError, Exception):
         pass
@@ -82,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     if ns.node_rank >= 1:  # a node of a multi-node server: its TP ranks and a health server only
         return follower.main(ns)
     logger.info(f"server_args: model_path={ns.model_path}, served_model_name={ns.served_model_name}, tp_size={ns.tp_size}, "
-                f"speculative_algorithm={ns.speculative_algorithm}, host={ns.host}, port={ns.port}")
+                f"speculative_algorithm={ns.speculative_algorithm}, host={ns.host}, port={ns.port}, "
+                f"disaggregation_mode={ns.disaggregation_mode}")
     logger.info(f"sim model: {model}")
     engine = EngineClient(ns, model, SimMetrics(ns.served_model_name))
     engine.start_processes()  # before any thread exists (scrubbed env + spawn)

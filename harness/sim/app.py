@@ -12,7 +12,7 @@ from typing import Awaitable, Callable
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
-from harness.sim import serving
+from harness.sim import disagg, serving
 from harness.sim.cli import server_args_dict
 from harness.sim.emissions import EmissionLog
 from harness.sim.errors import CONTENT_TYPE_ERROR, bad_request, json_response, validation_error
@@ -57,6 +57,7 @@ class SimServer:
         self.group_broken = False  # a node of a multi-node server left: the server exits with an error
         self.abort_broke = False  # --sim-fail-after-abort: a client has disconnected, and every later request fails
         self.emissions = EmissionLog(bool(getattr(ns, "sim_record_emissions", False)))  # GET /sim/emissions
+        self.disagg = disagg.Disaggregation(ns, engine.metrics)  # a prefill or decode server's part (disagg.py)
 
     # --------------------------------------------------------------- status
     def is_up(self) -> bool:
@@ -108,6 +109,17 @@ class SimServer:
                 await gen.aclose()
             self.emissions.finish(request)
 
+    async def prepare(self, request: web.Request, body: dict, p: serving.GenParams) -> web.Response | None:
+        """A split server's bootstrap before the request is scheduled (harness/sim/disagg.py):
+        its error response, or None once it may go on."""
+        prepared = await self.disagg.prepare(body, p.prompt_tokens)
+        if isinstance(prepared, web.Response):
+            self.emissions.finish(request)
+            return prepared
+        if prepared is not None:
+            request[disagg.KEY] = prepared
+        return None
+
     # ------------------------------------------------------------- routes
     async def health(self, request: web.Request) -> web.Response:
         if self.gracefully_exit or not self.is_up():
@@ -140,7 +152,7 @@ class SimServer:
                 "load_format": "auto",
                 "reasoning_parser": None,
                 "tool_call_parser": None,
-                "disaggregation_mode": "null",
+                "disaggregation_mode": ns.disaggregation_mode,
                 "has_image_understanding": False,
                 "has_audio_understanding": False,
                 "model_type": None,
@@ -249,6 +261,8 @@ class SimServer:
         p = serving.parse_chat(body, self.ns.context_length)
         if isinstance(p, web.Response):
             return p
+        if (refused := await self.prepare(request, body, p)) is not None:
+            return refused
         return await self._run(request, serving.chat_completions(request, self.engine, p))
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
@@ -259,6 +273,8 @@ class SimServer:
         p = serving.parse_completion(body)
         if isinstance(p, web.Response):
             return p
+        if (refused := await self.prepare(request, body, p)) is not None:
+            return refused
         return await self._run(request, serving.completions(request, self.engine, p))
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
@@ -270,6 +286,8 @@ class SimServer:
         if isinstance(parsed, web.Response):
             return parsed
         p, rid = parsed
+        if (refused := await self.prepare(request, body, p)) is not None:
+            return refused
         return await self._run(request, serving.generate(request, self.engine, p, rid))
 
 

@@ -43,6 +43,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nnodes", type=int, default=1)
     p.add_argument("--node-rank", type=int, default=0)
     p.add_argument("--dist-init-addr", default=None, help="HOST:PORT where the nodes meet")
+    # prefill/decode disaggregation (harness/sim/disagg.py): SGLang's flags and defaults
+    p.add_argument("--disaggregation-mode", choices=("null", "prefill", "decode"), default="null")
+    p.add_argument("--disaggregation-bootstrap-port", type=int, default=8998,
+                   help="the prefill server's bootstrap server port")
+    p.add_argument("--disaggregation-transfer-backend", default="mooncake", help="accepted; the transfer is simulated")
+    p.add_argument("--disaggregation-ib-device", default=None, help="accepted; the transfer is simulated")
     # SGLang's window (in decode batches) for the spec gauges and avg_spec_accept_length.
     p.add_argument("--decode-log-interval", type=int, default=40)
     _bool_flag(p, "--enable-metrics", "accepted for compatibility; /metrics is always on")
@@ -75,6 +81,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "step (vLLM's synthetic_acceptance_rates), whatever the drafter proposes; every token after "
                         "the first is then a filler and a request runs to max_tokens (SGLang's own way, a mean "
                         "length, is its env SGLANG_SIMULATE_ACC_LEN; see harness/sim/model.py)")
+    p.add_argument("--sim-kv-transfer-base-ms", type=_non_negative, default=1.0,
+                   help="disaggregation: a KV transfer's fixed cost (prefill server to decode server)")
+    p.add_argument("--sim-kv-transfer-ms-per-token", type=_non_negative, default=0.01,
+                   help="disaggregation: a KV transfer's cost per prompt token (0.01: ~30 GB/s at ~320 KB of KV a token)")
+    p.add_argument("--sim-bootstrap-timeout-s", type=_positive, default=30.0,
+                   help="disaggregation: how long a prefill waits for its decode server, and a decode for its KV")
     _bool_flag(p, "--sim-fail-after-abort", "fault switch: once a client disconnects mid-stream, answer every later "
                "generation request with a 500 (an engine whose abort path broke its scheduler)")
     _bool_flag(p, "--sim-record-emissions", "keep each streaming request's arrival and chunk emission times "
@@ -198,6 +210,9 @@ def server_args_dict(ns: argparse.Namespace) -> dict:
         "speculative_num_steps": ns.speculative_num_steps,
         "speculative_eagle_topk": ns.speculative_eagle_topk,
         "speculative_num_draft_tokens": ns.speculative_num_draft_tokens,
+        "disaggregation_mode": ns.disaggregation_mode,
+        "disaggregation_bootstrap_port": ns.disaggregation_bootstrap_port,
+        "disaggregation_transfer_backend": ns.disaggregation_transfer_backend,
         "enable_metrics": True,
         "log_level": ns.log_level,
     }

@@ -50,6 +50,8 @@ class ReqState:
     first_token_at: float | None = None
     last_token_at: float | None = None
     cached_tokens: int = 0  # its prompt's tokens the prefix cache held (set when its prefill runs)
+    first_stage: str | None = None  # a split request's stage that ends with its first token (disagg.py)
+    t_submitted: float = field(default_factory=time.perf_counter)
 
 
 @dataclass
@@ -169,6 +171,8 @@ class EngineClient:
             n = len(ids)
             if st.first_token_at is None:
                 st.first_token_at = now
+                if st.first_stage is not None:
+                    m.stage(st.first_stage, now - st.t_submitted)
                 if st.log_metrics:
                     m.observe_first_token(now - st.t_start, st.stream)
             elif st.log_metrics and n:
@@ -259,15 +263,23 @@ class EngineClient:
         log_metrics: bool = True,
         accept_probs: list[float] | None = None,
         cache_tokens: Sequence = (),
+        arrived: float | None = None,
+        prefilled: bool = False,
     ) -> AsyncIterator[tuple[ReqState, list[Update]]]:
         """Submit one request; yield ``(state, updates)`` whenever output arrives.
         ``accept_probs``: its content's acceptance (SimModel.accept_probs_for);
-        ``cache_tokens``: its prompt as tokens, which the prefix cache matches (() = never cached)."""
+        ``cache_tokens``: its prompt as tokens, which the prefix cache matches (() = never cached);
+        ``arrived``: when it reached the server, if before now (its TTFT counts from there);
+        ``prefilled``: its KV came from a prefill server (disagg.py): no prefill compute here."""
         key = next(self._keys)
-        st = ReqState(rid or uuid.uuid4().hex, key, prompt_tokens, stream, log_metrics)
+        st = ReqState(rid or uuid.uuid4().hex, key, prompt_tokens, stream, log_metrics,
+                      first_stage="decode_waiting" if prefilled else None)
+        if arrived is not None:
+            st.t_start = arrived
         self.states[key] = st
         self._send(("add", key, prompt_tokens, max_new_tokens, plan.natural_length(), tuple(plan),
-                    tuple(accept_probs or ()), page_hashes(cache_tokens, self.model.page_size)))
+                    tuple(accept_probs or ()), () if prefilled else page_hashes(cache_tokens, self.model.page_size),
+                    prefilled))
         try:
             while True:
                 await st.event.wait()

@@ -7,6 +7,9 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 TTFT_BUCKETS = [0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400]
 E2E_BUCKETS = [0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400, 600, 1200, 1800, 2400]
+# SGLang's per-stage and KV-transfer histograms (prefill/decode disaggregation, harness/sim/disagg.py)
+STAGE_BUCKETS = [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100]
+KV_TRANSFER_MS_BUCKETS = [1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000]
 ITL_BUCKETS = [
     0.002, 0.004, 0.006, 0.008, 0.010, 0.015, 0.020, 0.025, 0.030, 0.035, 0.040,
     0.060, 0.080, 0.100, 0.200, 0.400, 0.600, 0.800, 1.000, 2.000, 4.000, 6.000, 8.000,
@@ -37,6 +40,16 @@ class SimMetrics:
         ).labels(**sched)
         self.cache_hit_rate = Gauge("sglang:cache_hit_rate", "The prefix cache hit rate.", sl, registry=r).labels(**sched)
         self.token_usage = Gauge("sglang:token_usage", "The token usage.", sl, registry=r).labels(**sched)
+        # Prefill/decode disaggregation: each stage of a split request, SGLang's RequestStage names
+        self.per_stage = Histogram("sglang:per_stage_req_latency_seconds", "The latency of each stage of requests.",
+                                   sl + ["stage"], buckets=STAGE_BUCKETS, registry=r)
+        self.sched_labels = sched
+        self.kv_transfer_latency = Histogram("sglang:kv_transfer_latency_ms", "Histogram of KV cache transfer latency in ms.",
+                                             sl, buckets=KV_TRANSFER_MS_BUCKETS, registry=r).labels(**sched)
+        self.bootstrap_failed_total = Counter("sglang:num_bootstrap_failed_reqs", "The number of bootstrap failed requests.",
+                                              sl, registry=r).labels(**sched)
+        self.transfer_failed_total = Counter("sglang:num_transfer_failed_reqs", "The number of transfer failed requests.",
+                                             sl, registry=r).labels(**sched)
         # Tokenizer labels: SGLang's TokenizerMetricsCollector labels (+ is_streaming).
         self.tok_labels = {"model_name": model_name, "engine_type": "unified"}
         tl = list(self.tok_labels)
@@ -95,6 +108,19 @@ class SimMetrics:
         self.e2e.labels(**labels).observe(e2e_s)
         if verify_ct > 0:
             self.spec_verify_calls_total.inc(verify_ct)
+
+    def stage(self, stage: str, seconds: float) -> None:
+        """One request's time in one stage of a split request (SGLang's observe_per_stage_req_latency)."""
+        self.per_stage.labels(**self.sched_labels, stage=stage).observe(max(0.0, seconds))
+
+    def kv_transfer(self, seconds: float) -> None:
+        self.kv_transfer_latency.observe(seconds * 1000.0)
+
+    def bootstrap_failed(self) -> None:
+        self.bootstrap_failed_total.inc()
+
+    def transfer_failed(self) -> None:
+        self.transfer_failed_total.inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -55,6 +55,7 @@ class SimRequest:
     histogram: list[int] = field(default_factory=list)
     accept_probs: tuple[float, ...] = ()  # this request's content's acceptance; () = the model's default
     hashes: tuple[int, ...] = ()  # its prompt's page hashes (harness/sim/prefix_cache.py); () = never cached
+    prefilled: bool = False  # its KV came from a prefill server (harness/sim/disagg.py): nothing to compute
 
     def finish_after(self, n_new: int) -> Any:
         """Finish reason (SGLang's JSON form) if emitting ``n_new`` more tokens ends it."""
@@ -109,7 +110,7 @@ class Scheduler:
     def _handle(self, msg: tuple) -> None:
         kind = msg[0]
         if kind == "add":
-            _, rid, prompt_tokens, max_new, natural_len, plan, accept_probs, hashes = msg
+            _, rid, prompt_tokens, max_new, natural_len, plan, accept_probs, hashes, prefilled = msg
             # Per-request RNG seeded from (seed, arrival order): draws do not depend
             # on how requests happen to be batched.
             rng = random.Random((self.model.seed << 32) ^ self.arrivals)
@@ -118,7 +119,7 @@ class Scheduler:
             if self.model.forced:  # its tokens after the first are fillers, never the EOS (tokens.py)
                 plan, natural_len = plan._replace(forced=True), -1
             req = SimRequest(rid, prompt_tokens, max_new, natural_len, plan, rng,
-                             accept_probs=tuple(accept_probs or ()), hashes=tuple(hashes))
+                             accept_probs=tuple(accept_probs or ()), hashes=tuple(hashes), prefilled=prefilled)
             req.histogram = [0] * (self.model.num_steps + 1)
             self.waiting.append(req)
         elif kind == "abort":
@@ -148,11 +149,14 @@ class Scheduler:
         room = max(0, self.model.max_running_requests - len(self.running))
         admitted = [self.waiting.popleft() for _ in range(min(room, len(self.waiting)))]
         # Matched before any of this batch is inserted: a request shares what earlier steps prefilled.
-        cached = [self.cache.match(r.hashes, r.prompt_tokens) for r in admitted]
-        for r in admitted:
+        # One whose KV a prefill server sent (disaggregation) is neither looked up nor computed:
+        # its step is SGLang's prebuilt batch, which emits the first token the prefill made.
+        computed = [r for r in admitted if not r.prefilled]
+        cached = [self.cache.match(r.hashes, r.prompt_tokens) for r in computed]
+        for r in computed:
             self.cache.insert(r.hashes)
-        self.prefilled = [(r.rid, r.prompt_tokens, c) for r, c in zip(admitted, cached)]
-        n_tokens = sum(r.prompt_tokens for r in admitted) - sum(cached)  # a cached prefix costs no prefill
+        self.prefilled = [(r.rid, r.prompt_tokens, c) for r, c in zip(computed, cached)]
+        n_tokens = sum(r.prompt_tokens for r in computed) - sum(cached)  # a cached prefix costs no prefill
         duration = self.model.prefill_ms(n_tokens, len(admitted)) * self.drift.factor() / 1000.0
         items = []
         for r in admitted:

@@ -32,6 +32,7 @@ from typing import Any
 
 from aiohttp import web
 
+from harness.sim.disagg import KEY as DISAGG_KEY, finishing
 from harness.sim.emissions import trace_of
 from harness.sim.errors import bad_request, dumps, invalid_field, json_response, missing_field, validation_error
 from harness.sim.manager import EngineClient, ReqState
@@ -310,8 +311,16 @@ def _open(request: web.Request, engine: EngineClient, p: GenParams, rid: str | N
     client that disconnects mid-stream aborts its request at once (SGLang's abort task)."""
     if engine.model.forced:  # the scheduler emits fillers (tokens.py); its logprobs are rendered from this plan
         p.plan = p.plan._replace(forced=True)
-    gen = engine.generate(p.prompt_tokens, p.max_new_tokens, p.plan, p.stream, rid=rid,
-                          accept_probs=engine.model.accept_probs_for(p.text), cache_tokens=p.cache_tokens)
+    split = request.get(DISAGG_KEY)  # a prefill or decode server's request (harness/sim/disagg.py)
+    max_new = p.max_new_tokens
+    if split is not None and split.max_new_tokens is not None:  # the prefill side makes the first token only
+        max_new = min(max_new, split.max_new_tokens)
+    gen = engine.generate(p.prompt_tokens, max_new, p.plan, p.stream, rid=rid,
+                          accept_probs=engine.model.accept_probs_for(p.text), cache_tokens=p.cache_tokens,
+                          arrived=split.arrived if split is not None else None,
+                          prefilled=split.prefilled if split is not None else False)
+    if split is not None and split.finish is not None:  # the prefill side sends the KV before it answers
+        gen = finishing(gen, split.finish)
     request[GEN_KEY] = gen
     return gen
 

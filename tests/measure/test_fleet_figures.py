@@ -89,3 +89,77 @@ def test_the_routers_counters_per_worker_and_in_total_and_what_grew():
     assert router_window({"smg_router_requests_total": 1.0}, counters) == {
         "smg_router_requests_total": 3.0, "smg_worker_cb_outcomes_total{worker=http://127.0.0.1:1}": 4.0}
     assert router_window(None, counters) == {}
+
+
+# --- a split fleet (prefill/decode): read by role ---------------------------------------------
+
+def staged(stages: dict[str, tuple[float, float]], **counts) -> str:
+    """metrics() plus SGLang's per-stage histogram: stage -> (count, sum in s), and a TTFT histogram."""
+    lines = [metrics(**{k: v for k, v in counts.items() if k != "ttft"})]
+    lines.append("# TYPE sglang:per_stage_req_latency_seconds histogram")
+    for stage, (count, total) in stages.items():
+        lines.append(f'sglang:per_stage_req_latency_seconds_count{{stage="{stage}",tp_rank="0"}} {count}')
+        lines.append(f'sglang:per_stage_req_latency_seconds_sum{{stage="{stage}",tp_rank="0"}} {total}')
+    if counts.get("ttft") is not None:
+        count, total = counts["ttft"]
+        lines += ["# TYPE sglang:time_to_first_token_seconds histogram",
+                  f"sglang:time_to_first_token_seconds_count {count}", f"sglang:time_to_first_token_seconds_sum {total}"]
+    return "\n".join(lines) + "\n"
+
+
+ROLES = ["prefill", "decode", "decode"]
+
+
+def split_snapshots():
+    """Two decode workers share 10 requests (6 and 4); one prefill worker prefilled all 10."""
+    zero = {"prefill_forward": (0, 0), "prefill_transfer_kv_cache": (0, 0)}
+    before = [parse(staged(zero, requests=0, prompt=0, cached=0, tokens=0), NAMES),
+              parse(staged({"decode_waiting": (0, 0), "decode_bootstrap": (0, 0)}, requests=0, prompt=0, tokens=0,
+                           ttft=(0, 0)), NAMES),
+              parse(staged({"decode_waiting": (0, 0), "decode_bootstrap": (0, 0)}, requests=0, prompt=0, tokens=0,
+                           ttft=(0, 0)), NAMES)]
+    after = [parse(staged({"prefill_forward": (10, 0.5), "prefill_transfer_kv_cache": (10, 0.2)},
+                          requests=10, prompt=10000, cached=6000, tokens=10), NAMES),
+             parse(staged({"decode_waiting": (6, 0.03), "decode_bootstrap": (6, 0.006)}, requests=6, prompt=6000,
+                          tokens=384, ttft=(6, 0.6)), NAMES),
+             parse(staged({"decode_waiting": (4, 0.02), "decode_bootstrap": (4, 0.004)}, requests=4, prompt=4000,
+                          tokens=256, ttft=(4, 0.4)), NAMES)]
+    return before, after
+
+
+def test_a_split_fleet_counts_each_request_once_from_its_decode_workers_and_its_hits_where_it_was_prefilled():
+    from harness.measure.fleet import split_window
+
+    before, after = split_snapshots()
+    whole = split_window(SGLang(), ROLES, before, after)
+    assert whole["requests_finished"] == 10  # not 20: the prefill worker counted each request too
+    assert whole["generation_tokens"] == 640
+    assert whole["ttft_mean_ms"] == 100.0  # the decode workers' TTFT: from arrival, the prefill's share in it
+    assert whole["prefix_cache_queries"] == 10000 and whole["prefix_cache_hit_rate"] == 0.6  # the prefill side's
+    assert whole["ttft_split_ms"] == {"bootstrap_ms": 1.0, "prefill_ms": 50.0, "transfer_ms": 20.0,
+                                      "first_decode_ms": 5.0}
+
+
+def test_a_stage_no_worker_reported_is_left_out_of_the_split_and_a_silent_worker_leaves_no_window():
+    from harness.measure.fleet import split_window
+
+    before, after = split_snapshots()
+    plain = [parse(metrics(requests=0), NAMES)] * 3
+    split = split_window(SGLang(), ROLES, plain, [parse(metrics(requests=4), NAMES)] * 3)
+    assert "ttft_split_ms" not in split  # a server without the per-stage histogram: no split, no zeros
+    assert split_window(SGLang(), ROLES, [None, *before[1:]], after) == {}
+
+
+def test_a_split_fleets_summary_keeps_roles_averages_the_split_and_balances_each_role_apart():
+    from harness.measure.fleet import prefill_imbalances, split_window
+
+    before, after = split_snapshots()
+    workers = worker_windows(SGLang(), [("a.p0", "u0"), ("a.d0", "u1"), ("a.d1", "u2")], before, after, ROLES)
+    assert [w.get("role") for w in workers] == ROLES
+    split = split_window(SGLang(), ROLES, before, after)["ttft_split_ms"]
+    summary = fleet_summary("cache_aware", [workers, workers], [split, {**split, "transfer_ms": 40.0}])
+    assert summary["disaggregation"] == "prefill/decode"
+    assert summary["ttft_split_ms"]["transfer_ms"] == 30.0 and summary["ttft_split_ms"]["prefill_ms"] == 50.0
+    assert summary["imbalance"]["requests_max_over_mean"] == 1.2  # 6 and 4 over the decode workers only
+    assert prefill_imbalances(workers)["requests_max_over_mean"] == 1.0
+    assert "disaggregation" not in fleet_summary("round_robin", [[{"worker": "a.w0", "url": "u"}]])

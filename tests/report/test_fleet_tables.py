@@ -24,3 +24,19 @@ def test_the_policy_and_the_imbalance_in_words():
     assert fleet_lines(BLOCKS, ["aware", "single"]) == [
         "aware: 2 workers behind the router, policy cache_aware; requests max ÷ mean 1.50, "
         "generated tokens max ÷ mean unknown (1.00: even)"]
+
+
+SPLIT = {"split": {"fleet": {"policy": "round_robin", "disaggregation": "prefill/decode",
+                             "imbalance": {"requests_max_over_mean": 1.0, "generation_tokens_max_over_mean": 1.0},
+                             "ttft_split_ms": {"bootstrap_ms": 1.46, "prefill_ms": 50.0, "transfer_ms": 22.34},
+                             "workers": [{"worker": "split.p0", "role": "prefill", "requests_finished": 32.0},
+                                         {"worker": "split.d0", "role": "decode", "requests_finished": 32.0}]}}}
+
+
+def test_a_split_fleet_names_each_workers_role_and_its_ttft_in_the_stages_reported():
+    assert [row[1] for row in fleet_rows(SPLIT, ["split"])] == ["split.p0 (prefill)", "split.d0 (decode)"]
+    lines = fleet_lines(SPLIT, ["split"])
+    assert lines[0].startswith("split: 1 prefill and 1 decode workers behind the router (--pd-disaggregation)")
+    # a stage the servers did not report (first decode) is not shown as zero
+    assert lines[1] == ("split: TTFT split (the servers' means): bootstrap 1.5 ms, prefill (queue and forward) "
+                        "50.0 ms, KV transfer 22.3 ms")

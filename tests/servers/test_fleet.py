@@ -191,3 +191,94 @@ def test_a_worker_that_dies_while_the_router_registers_fails_at_once_with_its_lo
     monkeypatch.setattr(router, "is_alive", lambda: True)
     with pytest.raises(ServerError, match="worker arm.w1 .* while the router registered the workers"):
         router.wait_workers_registered()  # the worker never started: it is not alive
+
+
+# --- a split fleet: prefill and decode workers (router.prefill, router.decode) -------------------
+
+def split_fleet(tmp_path: Path, monkeypatch, backend: str = "process", prefill: int = 2, decode: int = 1):
+    journal: list = []
+    cfg = compose(["+exp=sim_smoke", f"backend={backend}", f"router.prefill={prefill}", f"router.decode={decode}"]
+                  ).arms[0].typed
+
+    def start_worker(name, one, log_path, session, scrub):
+        return FakeWorker(name, one, log_path, session, scrub, journal)
+
+    monkeypatch.setattr("harness.servers.fleet.RouterProcess", lambda *a, **k: FakeRouter(journal))
+    return FleetServer("arm", cfg, tmp_path / "server.log", Session(), None, start_worker), journal
+
+
+def test_a_split_fleet_is_its_prefill_workers_then_its_decode_workers_each_launched_as_such(tmp_path, monkeypatch):
+    server, _ = split_fleet(tmp_path, monkeypatch)
+    assert [w.name for w in server.members()] == ["arm.p0", "arm.p1", "arm.d0"]
+    assert server.member_roles() == ["prefill", "prefill", "decode"]
+    assert [w.log_path.name for w in server.members()] == ["server.p0.log", "server.p1.log", "server.d0.log"]
+    ports = [plan.bootstrap_port for plan in server.plans]
+    assert ports[2] is None and ports[0] != ports[1] and all(ports[:2])  # each prefill worker its own bootstrap
+    first = server.members()[0].cfg.server.extra_args
+    assert first[-6:] == ["--disaggregation-mode", "prefill", "--disaggregation-transfer-backend", "mooncake",
+                          "--disaggregation-bootstrap-port", str(ports[0])]
+    assert server.members()[2].cfg.server.extra_args[-4:] == ["--disaggregation-mode", "decode",
+                                                              "--disaggregation-transfer-backend", "mooncake"]
+    assert all(w.cfg.server.workers == 1 and w.cfg.router.prefill == 2 for w in server.members())
+    described = server.describe()["workers"]
+    assert [w.get("role") for w in described] == ["prefill", "prefill", "decode"]
+
+
+def test_a_split_fleets_docker_workers_run_on_the_hosts_network(tmp_path, monkeypatch):
+    """The router tells the decode side the prefill URL's host, loopback: a bridged container's
+    loopback is its own, so the bootstrap port would be out of reach."""
+    server, _ = split_fleet(tmp_path, monkeypatch, backend="docker", prefill=1, decode=1)
+    assert [w.cfg.backend.network for w in server.members()] == ["host", "host"]
+
+
+def test_the_router_splits_requests_over_each_prefill_and_its_bootstrap_port_and_each_decode():
+    argv = sglang_router.launch_pd_argv(None, [("http://127.0.0.1:1", 9001), ("http://127.0.0.1:2", 9002)],
+                                        ["http://127.0.0.1:3"], "round_robin", "127.0.0.1", 30000, 30001, [])
+    joined = " ".join(argv)
+    assert ("--pd-disaggregation --prefill http://127.0.0.1:1 9001 --prefill http://127.0.0.1:2 9002 "
+            "--decode http://127.0.0.1:3 --policy round_robin") in joined
+    assert "--worker-urls" not in argv and "--prometheus-port 30001" in joined
+
+
+def test_the_router_process_of_a_split_fleet_is_launched_in_pd_mode(tmp_path):
+    from harness.servers.fleet import RouterProcess, worker_plans
+
+    cfg = compose(["+exp=sim_pd", "backend=process"]).arm("split").typed
+    plans = worker_plans("split", cfg, tmp_path / "server.log")
+    router = RouterProcess("split", cfg, tmp_path / "server.log", ["http://127.0.0.1:1", "http://127.0.0.1:2"],
+                           None, [], plans)
+    joined = " ".join(router.command())
+    assert f"--prefill http://127.0.0.1:1 {plans[0].bootstrap_port} --decode http://127.0.0.1:2" in joined
+
+
+@pytest.mark.parametrize("overrides, fragment", [
+    (["router.prefill=1"], "a split fleet needs both"),
+    (["router.prefill=1", "router.decode=1", "server.workers=2"], "server.workers=2 would make another: leave it at 1"),
+    (["router.prefill=1", "router.decode=1", "backend=attach", "backend.url=http://127.0.0.1:1"],
+     "backend=attach starts nothing"),
+    (["router.prefill=1", "router.decode=1", "server.nnodes=2", "server.tp_size=2"],
+     "split workers spanning nodes are not built here"),
+    (["router.prefill=1", "router.decode=1", "backend=docker", "backend.docker_host=tcp://10.1.2.3:2375"],
+     "run the fleet on that box itself"),
+    (["router.prefill=-1", "router.decode=1"], "router.prefill"),
+    (["router.args=[--pd-disaggregation]", "server.workers=2"], "router.args sets --pd-disaggregation"),
+])
+def test_a_split_fleet_that_cannot_work_is_refused_in_one_sentence(overrides, fragment):
+    with pytest.raises(ConfigError, match=None) as caught:
+        compose(["+exp=sim_smoke", *overrides])
+    assert fragment in str(caught.value) and "\n" not in str(caught.value).strip()
+
+
+def test_an_engine_without_a_split_launch_is_refused_in_one_sentence():
+    from harness.engines import EngineConfigError, engine_of
+
+    cfg = compose(["+exp=vllm_cpu_smoke"]).arms[0].typed
+    cfg.router.prefill = cfg.router.decode = 1
+    with pytest.raises(EngineConfigError, match="has no such launch here"):
+        engine_of(cfg).check(cfg)
+
+
+def test_the_split_experiment_composes_a_split_arm_beside_two_whole_workers():
+    experiment = compose(["+exp=sim_pd"])
+    assert {a.name: (a.typed.server.workers, a.typed.router.prefill, a.typed.router.decode)
+            for a in experiment.arms} == {"colocated": (2, 0, 0), "split": (1, 1, 1)}

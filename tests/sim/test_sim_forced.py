@@ -142,7 +142,7 @@ def scheduler(model: SimModel, requests_: int, max_tokens: int, prompt: str = "t
     s = Scheduler(model, None, None, [])
     plan = plan_output(prompt)
     for rid in range(requests_):
-        s._handle(("add", rid, 5, max_tokens, plan.natural_length(), tuple(plan), (), ()))
+        s._handle(("add", rid, 5, max_tokens, plan.natural_length(), tuple(plan), (), (), False))
     s._prefill_step()
     return s
 
