@@ -7,6 +7,7 @@ no worker, router or container."""
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import time
@@ -72,6 +73,39 @@ def test_cache_aware_routing_raises_the_hit_rate_over_round_robin_through_the_re
     summary = (tmp_path / "latest" / "summary.md").read_text()
     assert "## Fleet: each worker's share" in summary and "| round_robin | round_robin.w1 | 16 " in summary
     assert "PASSED" in done.stdout and "min_prefix_cache_hit_rate_gain" in done.stdout
+    assert sim_processes(marker) == []
+
+
+def test_a_prefill_decode_split_trades_the_itl_tail_for_ttft_with_its_ttft_split_in_the_record(tmp_path):
+    """sim_pd through the real router in --pd-disaggregation mode: each request prefilled on the
+    prefill worker, its KV fetched by the decode worker; read by role, the TTFT in its stages."""
+    marker = f"pd-{uuid.uuid4().hex[:8]}"
+    done = run_suites("+exp=sim_pd", "backend=process", f"record.root={tmp_path}", f"server.model_path={marker}",
+                      "-rA", timeout=240)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    results = results_of(tmp_path)
+    split, whole = results["arms"]["split"], results["arms"]["colocated"]
+    fleet = split["fleet"]
+    assert fleet["disaggregation"] == "prefill/decode"
+    assert [(w["worker"], w["role"]) for w in fleet["workers"]] == [("split.p0", "prefill"), ("split.d0", "decode")]
+    assert [w["requests_finished"] for w in fleet["workers"]] == [32, 32]  # each request passed through both
+    window = split["server_metrics"][0]
+    assert window["requests_finished"] == 32  # counted once: the decode side's
+    stages = fleet["ttft_split_ms"]
+    assert set(stages) == {"bootstrap_ms", "prefill_ms", "transfer_ms", "first_decode_ms"}
+    # truth: a 2048-token prompt's prefill is 43 ms of compute, its KV transfer 1 + 20.5 ms
+    assert stages["prefill_ms"] >= 40 and 20 <= stages["transfer_ms"] < 60
+    # the stages are parts of the decode server's TTFT (from its arrival to its first token)
+    assert sum(stages.values()) <= window["ttft_mean_ms"] + 5
+    # the trade: a whole worker's decodes stop for each new prompt's prefill, the split decode worker's never
+    assert whole["itl_ms"]["p99"] > 30 > split["itl_ms"]["p99"]
+    assert split["ttft_ms"]["p50"] > whole["ttft_ms"]["p50"]
+    server = split["server"]
+    assert [w.get("role") for w in server["workers"]] == ["prefill", "decode"] and server["workers"][0]["bootstrap_port"]
+    for pid in [server["router"]["pid"], *(w["pid"] for w in server["workers"])]:
+        assert not alive(pid), f"pid {pid} outlived the run"
+    summary = (tmp_path / "latest" / "summary.md").read_text()
+    assert re.search(r"\| split +\| split\.p0 \(prefill\) +\| 32 ", summary) and "split: TTFT split (the servers' means): bootstrap" in summary
     assert sim_processes(marker) == []
 
 
