@@ -90,6 +90,7 @@ class Prepared:
     max_new_tokens: int | None = None  # the prefill side generates only the first token
     prefilled: bool = False  # the decode side: the KV came from the prefill server
     finish: Callable[[Any], Any] | None = None  # the prefill side: sends the KV before the last output
+    fail: Callable[[str], None] | None = None  # the prefill side: its request ended without a KV to send
 
 
 class Room:
@@ -233,7 +234,13 @@ class Disaggregation:
             room.kv = {"prompt_tokens": prompt_tokens, "cached_tokens": st.cached_tokens}
             room.ready.set()
 
-        return Prepared(arrived, max_new_tokens=1, finish=send_kv)
+        def no_kv(why: str) -> None:
+            """The prefill ended without its KV (aborted): the decode side hears so at once."""
+            if not room.ready.is_set():
+                room.error = why
+                room.ready.set()
+
+        return Prepared(arrived, max_new_tokens=1, finish=send_kv, fail=no_kv)
 
     def transfer_s(self, prompt_tokens: int) -> float:
         ns = self.ns
@@ -264,13 +271,18 @@ class Disaggregation:
         return Prepared(arrived, prefilled=True, finish=None)
 
 
-async def finishing(gen: AsyncIterator, finish: Callable[[Any], Any]) -> AsyncIterator:
-    """The generator's outputs, the last one held back until ``finish`` (the KV transfer) is done;
-    closing this one closes ``gen`` (an unfinished request is aborted in the engine)."""
+async def finishing(gen: AsyncIterator, prepared: Prepared) -> AsyncIterator:
+    """The generator's outputs, the last one held back until the KV transfer is done; closing
+    this one closes ``gen`` (an unfinished request is aborted in the engine) and tells the
+    decode side that no KV is coming."""
+    sent = False
     try:
         async for st, updates in gen:
             if updates and updates[-1].finish is not None:
-                await finish(st)
+                await prepared.finish(st)
+                sent = True
             yield st, updates
     finally:
+        if not sent and prepared.fail is not None:
+            prepared.fail("the prefill was aborted before its KV was sent")
         await gen.aclose()

@@ -320,7 +320,7 @@ def _open(request: web.Request, engine: EngineClient, p: GenParams, rid: str | N
                           arrived=split.arrived if split is not None else None,
                           prefilled=split.prefilled if split is not None else False)
     if split is not None and split.finish is not None:  # the prefill side sends the KV before it answers
-        gen = finishing(gen, split.finish)
+        gen = finishing(gen, split)
     request[GEN_KEY] = gen
     return gen
 

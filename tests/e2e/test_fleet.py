@@ -7,6 +7,7 @@ no worker, router or container."""
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -107,6 +108,31 @@ def test_a_prefill_decode_split_trades_the_itl_tail_for_ttft_with_its_ttft_split
     summary = (tmp_path / "latest" / "summary.md").read_text()
     assert re.search(r"\| split +\| split\.p0 \(prefill\) +\| 32 ", summary) and "split: TTFT split (the servers' means): bootstrap" in summary
     assert sim_processes(marker) == []
+
+
+def test_a_prefill_worker_that_dies_mid_load_fails_the_arm_naming_it_and_leaves_nothing(tmp_path):
+    """The decode worker's requests lose their KV source at once (not at a bootstrap timeout),
+    and the arm ends server_died, naming the worker that died."""
+    marker = f"pd-{uuid.uuid4().hex[:8]}"
+    proc = start_suites("+exp=sim_pd", "backend=process", f"record.root={tmp_path}", f"server.model_path={marker}",
+                        "workload.num_prompts=120", "-k", "split", stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                        text=True, preexec_fn=as_a_background_job)
+    try:
+        wait_until(lambda: any(tmp_path.glob("*/arms/split/server.d0.log"))
+                   and "POST" in next(tmp_path.glob("*/arms/split/server.d0.log")).read_text(errors="replace"))
+        prefill = next(pid for pid in sim_processes(marker)
+                       if b"--disaggregation-mode\0prefill" in Path(f"/proc/{pid}/cmdline").read_bytes())
+        os.kill(prefill, signal.SIGKILL)
+        started = time.monotonic()
+        output, _ = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 1, output[-3000:]
+    assert time.monotonic() - started < 60  # not each request's 30 s bootstrap timeout in turn
+    arm = results_of(tmp_path)["arms"]["split"]
+    assert arm["status"] == "server_died", arm.get("error")
+    assert "worker split.p0 was killed by signal SIGKILL" in arm["error"], arm["error"]
+    assert wait_gone(marker) == []
 
 
 def test_every_workers_processes_are_checked_and_a_failure_names_the_worker_on_docker(tmp_path):
