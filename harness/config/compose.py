@@ -669,6 +669,11 @@ def check_split(cfg: schema.SpecgateConfig) -> None:
     if cfg.backend.kind == "attach":
         raise ConfigError("router.prefill and router.decode start a split fleet, and backend=attach starts nothing: "
                           "attach to the fleet's router instead (backend.url=http://ROUTER:PORT)")
+    own = sorted({arg.split("=", 1)[0] for arg in cfg.server.extra_args} & set(schema.DISAGGREGATION_FLAGS))
+    if own:
+        raise ConfigError(f"server.extra_args sets {', '.join(own)}, which specgate sets itself on each worker of a "
+                          f"split fleet (router.prefill, router.decode, router.transfer_backend); remove "
+                          f"{'it' if len(own) == 1 else 'them'}")
     if cfg.server.nnodes > 1:
         raise ConfigError(f"router.prefill/decode with server.nnodes={cfg.server.nnodes}: split workers spanning "
                           f"nodes are not built here; split workers of one node each")

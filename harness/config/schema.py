@@ -107,6 +107,10 @@ ROUTER_OWN_FLAGS = ("--worker-urls", "--host", "--port", "--policy", "--promethe
                     "--pd-disaggregation", "--prefill", "--decode", "--service-discovery")
 
 
+# the engine flags specgate sets on each worker of a split fleet (harness/servers/fleet.py)
+DISAGGREGATION_FLAGS = ("--disaggregation-mode", "--disaggregation-bootstrap-port", "--disaggregation-transfer-backend")
+
+
 @dataclass
 class RouterConfig:
     """The router in front of a fleet (`server.workers` > 1): SGLang's own

@@ -14,7 +14,7 @@ twice. Its window is the decode workers' counters summed (they hold each request
 arrival to its last token: TTFT, decode time, tokens, verify cycles), with the prefix-cache
 figures of the prefill workers (where prompts are looked up), and the TTFT split into the
 stages the servers report in SGLang's per-stage histogram (`ttft_split_ms`: the decode side's
-bootstrap, the prefill side's prefill (queue and forward) and KV transfer, the decode side's
+bootstrap, the prefill side's queue, prefill forward and KV transfer, the decode side's
 first decode, KV in to first token out; means over the window's requests; a stage no worker
 reported is absent). Its imbalance is over the decode workers, `prefill_imbalance` over the
 prefill workers.
@@ -37,7 +37,8 @@ from harness.measure.server_metrics import Snapshot, cache_stats, stage_key, win
 
 # a split request's stages (SGLang's RequestStage values) in the order they add up to its TTFT:
 # figure -> (the role whose workers report it, the stage)
-TTFT_STAGES = {"bootstrap_ms": ("decode", "decode_bootstrap"), "prefill_ms": ("prefill", "prefill_forward"),
+TTFT_STAGES = {"bootstrap_ms": ("decode", "decode_bootstrap"), "prefill_queue_ms": ("prefill", "prefill_waiting"),
+               "prefill_ms": ("prefill", "prefill_forward"),
                "transfer_ms": ("prefill", "prefill_transfer_kv_cache"), "first_decode_ms": ("decode", "decode_waiting")}
 
 # the per-worker figures a worker's window gives, summed over repeats in the arm's fleet block

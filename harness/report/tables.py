@@ -151,7 +151,7 @@ def fleet_lines(blocks: dict[str, Any], arms: list[str]) -> list[str]:
 
 
 # a split fleet's TTFT stages (harness/measure/fleet.py TTFT_STAGES) as the report names them
-SPLIT_WORDS = (("bootstrap_ms", "bootstrap"), ("prefill_ms", "prefill (queue and forward)"),
+SPLIT_WORDS = (("bootstrap_ms", "bootstrap"), ("prefill_queue_ms", "prefill queue"), ("prefill_ms", "prefill"),
                ("transfer_ms", "KV transfer"), ("first_decode_ms", "first decode"))
 
 

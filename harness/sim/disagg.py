@@ -23,7 +23,7 @@ SGLang, between the two servers' GPUs) is a wait of ``--sim-kv-transfer-base-ms`
 simulator-only routes of the bootstrap server (``PUT /sim/kv/<room>``: the decode side
 bootstraps the room; ``GET /sim/kv/<room>``: it waits for the KV). Each server reports the
 stages of SGLang's ``sglang:per_stage_req_latency_seconds`` histogram that it measures
-(prefill: ``prefill_bootstrap``, ``prefill_forward`` (queue and forward),
+(prefill: ``prefill_bootstrap``, ``prefill_waiting`` (its queue), ``prefill_forward``,
 ``prefill_transfer_kv_cache``; decode: ``decode_bootstrap``, ``decode_transferred``,
 ``decode_waiting`` (KV in to first token out)) and ``sglang:kv_transfer_latency_ms``.
 
@@ -226,7 +226,9 @@ class Disaggregation:
         async def send_kv(st: Any) -> None:
             """After the prefill step, before the prefill server answers: the KV goes to the decode side."""
             forwarded = time.perf_counter()
-            self.metrics.stage("prefill_forward", forwarded - bootstrapped)
+            started = st.prefill_started if st.prefill_started is not None else bootstrapped
+            self.metrics.stage("prefill_waiting", started - bootstrapped)
+            self.metrics.stage("prefill_forward", forwarded - started)
             await asyncio.sleep(self.transfer_s(prompt_tokens))
             sent = time.perf_counter()
             self.metrics.stage("prefill_transfer_kv_cache", sent - forwarded)

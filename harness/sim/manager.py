@@ -51,6 +51,7 @@ class ReqState:
     last_token_at: float | None = None
     cached_tokens: int = 0  # its prompt's tokens the prefix cache held (set when its prefill runs)
     first_stage: str | None = None  # a split request's stage that ends with its first token (disagg.py)
+    prefill_started: float | None = None  # when the prefill step that took it in began (perf_counter)
     t_submitted: float = field(default_factory=time.perf_counter)
 
 
@@ -154,7 +155,7 @@ class EngineClient:
             self.scheduler_pid = msg[1]
             return
         if kind == "prefill":
-            self._prefilled(msg[1])
+            self._prefilled(msg[1], msg[2])
             return
         _, t_end, self.num_running, self.num_queue, vct, vtok, items = msg
         self.gpu.set_running(self.num_running)
@@ -215,15 +216,16 @@ class EngineClient:
         else:
             self._last_tp_check = (t0, tok)
 
-    def _prefilled(self, batch: list[tuple[int, int, int]]) -> None:
-        """One prefill step's (key, prompt tokens, cached tokens): each request's cached
-        tokens, and SGLang's cache_hit_rate gauge, which is the last prefill batch's
-        (log_prefill_stats: hit tokens / (new + hit tokens))."""
+    def _prefilled(self, batch: list[tuple[int, int, int]], started: float) -> None:
+        """One prefill step's (key, prompt tokens, cached tokens) and when it started (the
+        scheduler's perf_counter, CLOCK_MONOTONIC: the same clock in every process): each
+        request's cached tokens and prefill start, and SGLang's cache_hit_rate gauge, which is
+        the last prefill batch's (log_prefill_stats: hit tokens / (new + hit tokens))."""
         total = sum(prompt for _key, prompt, _cached in batch)
         for key, _prompt, cached in batch:
             st = self.states.get(key)
             if st is not None:
-                st.cached_tokens = cached
+                st.cached_tokens, st.prefill_started = cached, started
         if total and any(self.states.get(key) is not None and self.states[key].log_metrics for key, _p, _c in batch):
             self.metrics.cache_hit_rate.set(sum(cached for _k, _p, cached in batch) / total)
 

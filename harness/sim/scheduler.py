@@ -246,6 +246,7 @@ class Scheduler:
             start = now if deadline is None or now - deadline > _MAX_LAG_S else deadline
             if self.waiting and len(self.running) < self.model.max_running_requests:
                 duration, items = self._prefill_step()
+                prefill_started = start
             else:
                 duration, items = self._decode_step()
             self.step_id += 1
@@ -254,7 +255,7 @@ class Scheduler:
             deadline = start + duration
             _sleep_until(deadline)
             if self.prefilled:  # before the step's outputs: a request that ends here has its count
-                self.outbox.send(("prefill", self.prefilled))
+                self.outbox.send(("prefill", self.prefilled, prefill_started))
                 self.prefilled = []
             self._send_out(items)
         for c in self.tp_conns:

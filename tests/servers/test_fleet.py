@@ -262,6 +262,8 @@ def test_the_router_process_of_a_split_fleet_is_launched_in_pd_mode(tmp_path):
      "run the fleet on that box itself"),
     (["router.prefill=-1", "router.decode=1"], "router.prefill"),
     (["router.args=[--pd-disaggregation]", "server.workers=2"], "router.args sets --pd-disaggregation"),
+    (["router.prefill=1", "router.decode=1", "server.extra_args=[--disaggregation-mode,decode]"],
+     "server.extra_args sets --disaggregation-mode, which specgate sets itself"),
 ])
 def test_a_split_fleet_that_cannot_work_is_refused_in_one_sentence(overrides, fragment):
     with pytest.raises(ConfigError, match=None) as caught:

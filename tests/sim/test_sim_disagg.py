@@ -92,7 +92,7 @@ def test_each_side_reports_its_stages_and_the_decode_ttft_holds_the_transfer(pai
         count, total = after[stage]
         return count - before.get(stage, (0, 0))[0], total - before.get(stage, (0, 0))[1]
 
-    assert {"prefill_bootstrap", "prefill_forward", "prefill_transfer_kv_cache"} <= set(after_p)
+    assert {"prefill_bootstrap", "prefill_waiting", "prefill_forward", "prefill_transfer_kv_cache"} <= set(after_p)
     assert {"decode_bootstrap", "decode_transferred", "decode_waiting"} <= set(after_d)
     count, transfer_s = grew(after_p, before_p, "prefill_transfer_kv_cache")
     assert count == 1 and 0.03 <= transfer_s < 1.0  # the 30 ms transfer, not less
