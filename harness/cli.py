@@ -19,7 +19,7 @@
                                        could not be checked)
     specgate history DIR [--metric PATH ...] [--experiment NAME] [-o FILE]
                                        a folder of run records over time, with change points
-    specgate clean [--images]          remove every container (and image) specgate labelled
+    specgate clean [--images]          remove every container (and image) specgate labelled, cancel its SLURM jobs
 """
 
 from __future__ import annotations
@@ -180,20 +180,32 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 def cmd_clean(args: argparse.Namespace) -> int:
     """Remove every container specgate labelled (e.g. after a kill -9), on the local
-    engine or --docker-host; with --images also the images it built."""
+    engine or --docker-host, with --images also the images it built; and cancel every SLURM
+    job of this user that specgate started, where SLURM is installed."""
+    from harness.servers.base import ServerError
     from harness.servers.images import ImageError, docker_client, remove_labelled_images
     from harness.servers.labels import remove_containers
+    from harness.servers.srun import cancel_jobs
 
+    status = 0
     try:
         client = docker_client(args.docker_host)
     except ImageError as exc:
         print(f"specgate: {exc}", file=sys.stderr)
-        return USAGE_ERROR  # nothing to clean with: like a run that cannot start here
-    removed = remove_containers(client, only_dead=False)
-    print(f"removed {len(removed)} container(s){': ' + ', '.join(removed) if removed else ''}")
-    if args.images:
-        print(f"removed {remove_labelled_images(client)} image(s)")
-    return 0
+        client, status = None, USAGE_ERROR  # nothing to clean with there: like a run that cannot start here
+    if client is not None:
+        removed = remove_containers(client, only_dead=False)
+        print(f"removed {len(removed)} container(s){': ' + ', '.join(removed) if removed else ''}")
+        if args.images:
+            print(f"removed {remove_labelled_images(client)} image(s)")
+    try:
+        cancelled = cancel_jobs(only_dead=False)
+    except ServerError as exc:
+        print(f"specgate: {exc}", file=sys.stderr)
+        return USAGE_ERROR
+    if cancelled:
+        print(f"cancelled {len(cancelled)} SLURM job(s): {', '.join(cancelled)}")
+    return status
 
 
 class Parser(argparse.ArgumentParser):
@@ -242,7 +254,7 @@ def parser() -> argparse.ArgumentParser:
                          help="the experiment whose runs to read, when the folder holds runs of several")
     history.add_argument("-o", "--output", type=Path, default=None, help="where to write the page (default DIR/history.html)")
     history.set_defaults(func=cmd_history)
-    clean = commands.add_parser("clean", help="remove every container specgate labelled")
+    clean = commands.add_parser("clean", help="remove every container specgate labelled, cancel its SLURM jobs")
     clean.add_argument("--docker-host", default=None, help="another engine (ssh://..., tcp://...)")
     clean.add_argument("--images", action="store_true", help="also remove the images specgate built")
     clean.set_defaults(func=cmd_clean)

@@ -41,7 +41,7 @@ from harness.record.kinds import AB
 from harness.run.driver import Driver
 from harness.run.outcome import ArmOutcome
 from harness.record.secrets import Redactor
-from harness.servers import ServerError, Session, build_image, remove_dead_sessions_containers
+from harness.servers import ServerError, Session, build_image, remove_dead_sessions_leftovers
 
 INTERRUPTED_EXIT = INTERRUPTED
 
@@ -214,7 +214,7 @@ class ABRun:
         engine = (cfg.backend.kind, cfg.backend.docker_host)
         if engine not in self.cleaned:
             self.cleaned.add(engine)
-            remove_dead_sessions_containers(cfg, self.session)
+            remove_dead_sessions_leftovers(cfg, self.session)
 
     def run_fresh_round(self, arm: str, round_index: int) -> None:
         order = self.plan.order_of(round_index)

@@ -30,7 +30,7 @@ from harness.gates.registry import CapacityContext, judge
 from harness.gates.verdict import Verdict, failed
 from harness.load import print_progress
 from harness.run.outcome import ArmOutcome
-from harness.servers import Session, remove_dead_sessions_containers
+from harness.servers import Session, remove_dead_sessions_leftovers
 from harness.capacity.slo import METRICS, STATISTICS, Slo, goodput, misses, slos_of
 from harness.run.preflight import preflight
 from harness.measure.metrics import ArmResult
@@ -227,7 +227,7 @@ class CapacityDriver(Driver):
             engine = (arm.cfg.backend.kind, arm.cfg.backend.docker_host)
             if engine not in cleaned:  # what dead sessions left on this engine goes first, as in a run
                 cleaned.add(engine)
-                remove_dead_sessions_containers(arm.cfg, session)
+                remove_dead_sessions_leftovers(arm.cfg, session)
             session.run, session.record = record.path.name, str(record.path.resolve())
             ArmSearch(arm, record, session, plan.slos, plan.settings, plan.found[arm.name]).run()
 

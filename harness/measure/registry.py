@@ -331,6 +331,12 @@ for _entry in (
     # counters), set on the result by the arm: how warm the cache was, beside the accept length
     Metric("prefix_cache_hit_rate", "prefix cache hit rate", "share", "{:.1%}", "neither", column="cache hit",
            in_sweep=True),
+    # a fleet's: requests per worker, max ÷ mean over the window (a split fleet's decode workers;
+    # harness/measure/fleet.py), set on the result by the arm; 1.0 is even
+    Metric("worker_imbalance", "worker imbalance (requests max ÷ mean)", "ratio", "{:.2f}", "lower", in_report=False),
+    # a split fleet's KV transfer per request (SGLang's prefill_transfer_kv_cache stage), from the
+    # prefill workers' own histogram over the window, set on the result by the arm
+    Metric("kv_transfer_ms", "KV transfer (prefill to decode)", "ms", "{:.1f}", "lower", in_report=False),
     Metric("requests.ok", "requests ok", "requests", "{:d}", "higher", count=True, combine="sum"),
     Metric("requests.failed", "requests failed", "requests", "{:d}", "lower", count=True, combine="sum"),
 ):

@@ -186,8 +186,8 @@ class ArmSession:
         result = summarize(self.arm.name, load, self.server_accept_length(), self.arm.cfg.record.steady_min_fraction)
         server_side = self.server_window(before)
         self.outcome.server_windows.append(server_side)
-        if server_side.get("prefix_cache_hit_rate") is not None:  # a registry metric from the server's counters
-            result.figures["prefix_cache_hit_rate"] = server_side["prefix_cache_hit_rate"]
+        for figure, value in server_figures(server_side).items():  # registry metrics from the server's counters
+            result.figures[figure] = value
         self.check_agreement(result, server_side, repeat)
         # speculation is in the server's counters only: the engine's way, or a fleet's (SGLang's
         # router re-serializes each request and drops return_spec_tokens_details, so no
@@ -338,6 +338,15 @@ class ArmSession:
         if not self.arm.cfg.drafter.algorithm or self.is_fleet:
             return None
         return self.engine.server_accept_length(self.member_clients[0])
+
+
+def server_figures(server_side: dict[str, Any]) -> dict[str, float]:
+    """The registry metrics a server window gives: the prefix-cache hit rate; a fleet's worker
+    imbalance; a split fleet's KV transfer per request (those it has)."""
+    figures = {"prefix_cache_hit_rate": server_side.get("prefix_cache_hit_rate"),
+               "worker_imbalance": (server_side.get("imbalance") or {}).get("requests_max_over_mean"),
+               "kv_transfer_ms": (server_side.get("ttft_split_ms") or {}).get("transfer_ms")}
+    return {name: value for name, value in figures.items() if value is not None}
 
 
 @dataclass

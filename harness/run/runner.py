@@ -28,7 +28,7 @@ from harness.record.requests import RequestColumns
 from harness.record.store import FINISHED, INTERRUPTED, RUNNING, RunData
 from harness.run.reference import NoReference, Reference
 from harness.run.replay import drift_rows, drift_table
-from harness.servers import Session, remove_dead_sessions_containers
+from harness.servers import ServerError, Session, remove_dead_sessions_leftovers
 from harness.servers.base import ImageError
 from harness.report.summary import format_summary
 from harness.telemetry.energy import joules_per_token_ratio
@@ -85,7 +85,7 @@ class Runner:
         self.session.run, self.session.record = record.name, str(record.resolve())
         arm_session = self.open_sessions[name] = ArmSession(arm, outcome, self.recorder, self.session, self.progress)
         try:
-            self.remove_dead_sessions_containers(arm, arm_session)
+            self.remove_dead_sessions_leftovers(arm, arm_session)
             arm_session.start()
             self.save()  # says which arm was measuring, should the run die (kill -9) during its load
             arm_session.measure()
@@ -103,14 +103,14 @@ class Runner:
         if arm_session is not None:
             arm_session.stop()
 
-    def remove_dead_sessions_containers(self, arm: Arm, arm_session: ArmSession) -> None:
-        """Once per container engine: what dead specgate sessions left behind goes first.
+    def remove_dead_sessions_leftovers(self, arm: Arm, arm_session: ArmSession) -> None:
+        """Once per container engine (or SLURM cluster): what dead specgate sessions left behind goes first.
         An engine that does not answer fails the arm in one sentence (ArmFailed)."""
         engine = (arm.cfg.backend.kind, arm.cfg.backend.docker_host)
         if engine not in self.cleaned_engines:
             try:
-                remove_dead_sessions_containers(arm.typed, self.session)
-            except ImageError as exc:
+                remove_dead_sessions_leftovers(arm.typed, self.session)
+            except (ImageError, ServerError) as exc:  # an engine or squeue that does not answer
                 arm_session.fail("server_failed", f"arm '{arm.name}': {exc}")
             self.cleaned_engines.add(engine)
 

@@ -76,9 +76,14 @@ def build_image(cfg: SpecgateConfig) -> str | None:
         raise ServerError(str(exc)) from None
 
 
-def remove_dead_sessions_containers(cfg: SpecgateConfig, session: Session) -> list[str]:
-    """Once per Docker engine and session, before the first server: remove the containers
-    that dead specgate sessions left behind. Returns their names (for the log)."""
+def remove_dead_sessions_leftovers(cfg: SpecgateConfig, session: Session) -> list[str]:
+    """Once per backend (a Docker engine, the SLURM cluster) and session, before the first
+    server: remove the containers, or cancel the SLURM jobs, that dead specgate sessions left
+    behind. Returns their names (for the log)."""
+    if cfg.backend.kind == "srun":
+        from harness.servers.srun import cancel_jobs
+
+        return cancel_jobs(only_dead=True, keep_session=session.id)
     if cfg.backend.kind != "docker":
         return []
     from harness.servers.images import docker_client
@@ -87,4 +92,4 @@ def remove_dead_sessions_containers(cfg: SpecgateConfig, session: Session) -> li
     return remove_containers(docker_client(cfg.backend.docker_host), only_dead=True, keep_session=session.id)
 
 
-__all__ = ["BACKENDS", "Server", "ServerError", "Session", "build_image", "make_server", "remove_dead_sessions_containers"]
+__all__ = ["BACKENDS", "Server", "ServerError", "Session", "build_image", "make_server", "remove_dead_sessions_leftovers"]

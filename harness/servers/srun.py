@@ -19,16 +19,18 @@ a step that landed elsewhere with a loopback host is refused in one sentence.
 
 from __future__ import annotations
 
+import getpass
 import os
 import shutil
 import socket
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from harness.config.schema import SpecgateConfig
 from harness.servers.base import ServerError
-from harness.servers.labels import Session
+from harness.servers.labels import HOST, PID, Session, session_is_dead
 from harness.servers.process import ProcessServer
 from harness.servers.processes import ServerProcess, read_proc, stat_fields
 
@@ -36,9 +38,62 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 JOB_ID_WAIT_S = 30.0
 
 
+JOB_PREFIX = "specgate-"
+
+
 def job_name(session: Session, name: str) -> str:
     """The step's job name: the session and the server, so a leftover is found by name."""
-    return f"specgate-{session.id}-{name}"
+    return f"{JOB_PREFIX}{session.id}-{name}"
+
+
+def job_comment(session: Session) -> str:
+    """What a leftover job says of its harness (SLURM's job comment): the process and host,
+    as a container's labels do, so a job of a dead session is told from a running one's."""
+    return f"specgate {PID}={session.pid} {HOST}={session.host}"
+
+
+@dataclass(frozen=True)
+class Job:
+    """A SLURM job of a specgate session, as squeue lists it."""
+
+    id: str
+    name: str
+    comment: str
+
+    def labels(self) -> dict[str, str]:
+        """The comment's pid and host as labels.session_is_dead reads them ({} when not ours)."""
+        words = self.comment.split()
+        if not words or words[0] != "specgate":
+            return {}
+        return dict(word.split("=", 1) for word in words[1:] if "=" in word)
+
+    def session_id(self) -> str:
+        return self.name[len(JOB_PREFIX):].split("-", 1)[0]
+
+
+def specgate_jobs() -> list[Job]:
+    """This user's SLURM jobs that specgate started (by job name); [] where SLURM is absent."""
+    squeue = shutil.which("squeue")
+    if squeue is None:
+        return []
+    rows = run_tool([squeue, "--noheader", f"--user={getpass.getuser()}", "--format=%A|%j|%k"])
+    jobs = [Job(*row.split("|", 2)) for row in rows.splitlines() if row.count("|") >= 2]
+    return [job for job in jobs if job.name.startswith(JOB_PREFIX)]
+
+
+def cancel_jobs(only_dead: bool, keep_session: str | None = None) -> list[str]:
+    """Cancel specgate's SLURM jobs (all, or those of dead sessions on this host: a harness
+    killed with SIGKILL, whose srun was killed with it before it could end its step);
+    returns their names."""
+    cancelled = []
+    for job in specgate_jobs():
+        if job.session_id() == keep_session:
+            continue
+        if only_dead and not (job.labels() and session_is_dead(job.labels())):
+            continue
+        run_tool([slurm_tool("scancel"), job.id])
+        cancelled.append(job.name)
+    return cancelled
 
 
 def slurm_tool(name: str) -> str:
@@ -78,11 +133,13 @@ class SrunServer(ProcessServer):
     def __init__(self, name: str, cfg: SpecgateConfig, log_path: Path, session: Session, scrub=None):
         super().__init__(name, cfg, log_path, scrub)
         self.job_name = job_name(session, name)
+        self.comment = job_comment(session)
         self.job_id: str | None = None
         self.node: str | None = None
 
     def command(self) -> list[str]:
-        flags = [slurm_tool("srun"), f"--job-name={self.job_name}", "--ntasks=1", "--nodes=1", "--unbuffered",
+        flags = [slurm_tool("srun"), f"--job-name={self.job_name}", f"--comment={self.comment}", "--ntasks=1",
+                 "--nodes=1", "--unbuffered",
                  "--kill-on-bad-exit=1", *self.cfg.backend.srun_args]
         return [*flags, *super().command()]
 

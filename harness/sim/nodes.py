@@ -99,7 +99,10 @@ class Rendezvous:
             self.peers[rank] = conn
             joined = len(self.peers)
         logger.info(f"node {rank} joined ({joined + 1} of {len(self.expected) + 1} nodes)")
-        reader.read()  # until the node's link ends
+        try:
+            reader.read()  # until the node's link ends
+        except OSError:  # ended with a reset: a node killed with lines unread in its socket (no FIN: RST)
+            pass
         if not self.closing:
             self.on_lost(f"node {rank} left the server's group (its link to the init address closed): "
                          f"the collective is broken")
@@ -145,10 +148,13 @@ class Membership:
         self.conn.sendall(f"rank {self.ns.node_rank}\n".encode())
         self.joined.set()
         logger.info(f"node {self.ns.node_rank} joined the group at {host}:{port}")
-        for line in self.conn.makefile("r"):
-            words = line.split()
-            if len(words) == 2 and words[0] == "running" and words[1].isdigit():
-                self.on_running(int(words[1]))
+        try:
+            for line in self.conn.makefile("r"):
+                words = line.split()
+                if len(words) == 2 and words[0] == "running" and words[1].isdigit():
+                    self.on_running(int(words[1]))
+        except OSError:  # the link was reset, not closed: node 0 is gone all the same
+            pass
         if not self.closing:
             self.on_lost("node 0 is gone (its init address closed the link): the collective is broken")
 

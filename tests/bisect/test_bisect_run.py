@@ -53,7 +53,10 @@ def test_the_first_slower_commit_of_a_build_context_is_found_and_an_unbuildable_
     git = ["build=git", "build.engine=sim", "build.module=harness.sim", f"build.repo={tmp_path / 'bisect-src'}",
            f"build.image={sim_base_tag()}", f"build.git_ref={commits[0]}..main"]
     try:
-        status = cli.main(["bisect", *LOAD[1:], *git, f"record.root={tmp_path / 'runs'}"])
+        # up to 6 rounds: containers on a busy 2-core box moved the "same" commit's first rounds by
+        # 6-10 % in a clean clone's make test, and 4 rounds could not decide it (a flake, not a defect:
+        # undecided is the truthful verdict there); the regressed probes decide in 3 rounds anyway
+        status = cli.main(["bisect", *LOAD[1:-1], "ab.max_rounds=6", *git, f"record.root={tmp_path / 'runs'}"])
     finally:  # the commits' images (a layer each on the simulator's base): this test's alone
         engine = docker.from_env()
         for image in engine.images.list("specgate/git-bisect-src"):

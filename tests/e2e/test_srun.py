@@ -16,7 +16,7 @@ import pytest
 
 from tests.e2e.test_e2e import sim_processes, wait_gone
 from tests.support import ROOT
-from tests.support.runs import as_a_background_job, run_suites, start_suites
+from tests.support.runs import as_a_background_job, run_suites, start_suites, wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -85,3 +85,35 @@ def test_ctrl_c_cancels_the_steps(tmp_path, slurm):
     while set(session_jobs) & set(jobs_named("specgate-")) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not set(session_jobs) & set(jobs_named("specgate-")), "a job outlived the interrupted run"
+
+
+def test_a_dead_sessions_job_is_cancelled_by_the_next_session_and_clean_cancels_every_one(tmp_path, slurm):
+    """A harness killed with SIGKILL with its srun leaves its job running: the next session
+    cancels it (a live session's job stays); `specgate clean` cancels every specgate job. Only
+    this file starts specgate's SLURM jobs, and its tests run one after another."""
+    import os
+    import socket
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    prefix = f"specgate-{uuid.uuid4().hex[:12]}"
+    live_prefix = f"specgate-{uuid.uuid4().hex[:12]}"
+    for name, pid in ((f"{prefix}-left", dead.pid), (f"{live_prefix}-running", os.getpid())):
+        subprocess.run(["sbatch", f"--job-name={name}", f"--comment=specgate specgate.pid={pid} "
+                        f"specgate.host={socket.gethostname()}", "--output=/dev/null", "--wrap", "sleep 300"],
+                       check=True, capture_output=True, timeout=30)
+    try:
+        done = run_suites("+exp=sim_smoke", "backend=srun", f"record.root={tmp_path}", "-k", "baseline",
+                          path="suites/test_api.py", timeout=240)
+        assert done.returncode == 0, done.stdout[-3000:]
+        wait_until(lambda: jobs_named(prefix) == [])
+        assert jobs_named(live_prefix) == [f"{live_prefix}-running"]
+        # what `specgate clean` does to SLURM (the CLI itself also removes every labelled
+        # container, other tests' too: its wiring is checked with fakes, tests/servers/test_srun.py)
+        from harness.servers.srun import cancel_jobs
+
+        assert f"{live_prefix}-running" in cancel_jobs(only_dead=False)
+        wait_until(lambda: jobs_named(live_prefix) == [])  # scancel returns before the job has ended
+    finally:
+        subprocess.run(["scancel", f"--name={prefix}-left"], capture_output=True, timeout=10)
+        subprocess.run(["scancel", f"--name={live_prefix}-running"], capture_output=True, timeout=10)

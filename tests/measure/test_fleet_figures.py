@@ -163,3 +163,14 @@ def test_a_split_fleets_summary_keeps_roles_averages_the_split_and_balances_each
     assert summary["imbalance"]["requests_max_over_mean"] == 1.2  # 6 and 4 over the decode workers only
     assert prefill_imbalances(workers)["requests_max_over_mean"] == 1.0
     assert "disaggregation" not in fleet_summary("round_robin", [[{"worker": "a.w0", "url": "u"}]])
+
+
+def test_a_fleets_imbalance_and_a_splits_transfer_are_registry_metrics_of_the_arm():
+    from harness.measure.registry import metric
+    from harness.run.arm import server_figures
+
+    window = {"prefix_cache_hit_rate": 0.6, "imbalance": {"requests_max_over_mean": 1.2},
+              "ttft_split_ms": {"transfer_ms": 21.5, "prefill_ms": 43.0}}
+    assert server_figures(window) == {"prefix_cache_hit_rate": 0.6, "worker_imbalance": 1.2, "kv_transfer_ms": 21.5}
+    assert server_figures({"imbalance": {"requests_max_over_mean": None}}) == {}  # one server: none of them
+    assert metric("worker_imbalance").better == "lower" and metric("kv_transfer_ms").in_compare

@@ -27,9 +27,10 @@ def test_the_step_is_the_engines_launch_under_srun_named_by_session_and_server(t
     session = Session()
     server = SrunServer("eagle3.w1", srun_config(), tmp_path / "server.log", session)
     argv = server.command()
-    assert argv[:7] == ["/usr/bin/srun", f"--job-name=specgate-{session.id}-eagle3.w1", "--ntasks=1", "--nodes=1",
-                        "--unbuffered", "--kill-on-bad-exit=1", "--partition=gpu"]
-    assert argv[7] == "--gres=gpu:8" and argv[9:11] == ["-m", "harness.sim"]
+    assert argv[:8] == ["/usr/bin/srun", f"--job-name=specgate-{session.id}-eagle3.w1",
+                        f"--comment=specgate specgate.pid={session.pid} specgate.host={session.host}", "--ntasks=1",
+                        "--nodes=1", "--unbuffered", "--kill-on-bad-exit=1", "--partition=gpu"]
+    assert argv[8] == "--gres=gpu:8" and argv[10:12] == ["-m", "harness.sim"]
     assert server.job_name == job_name(session, "eagle3.w1")
 
 
@@ -53,3 +54,71 @@ def test_a_steps_processes_are_its_pids_and_everything_below_them():
         child.kill()
         subprocess.run(["pkill", "-P", str(child.pid)])
         child.wait()
+
+
+def fake_squeue(monkeypatch, rows: str) -> list[list[str]]:
+    """squeue answering `rows`; the scancel calls made, in order."""
+    calls: list[list[str]] = []
+
+    def run_tool(argv, timeout_s=10.0):
+        calls.append(argv)
+        return rows if "squeue" in argv[0] else ""
+
+    monkeypatch.setattr("harness.servers.srun.shutil.which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr("harness.servers.srun.run_tool", run_tool)
+    return calls
+
+
+def test_only_the_jobs_of_dead_sessions_on_this_host_are_cancelled_at_a_sessions_start(monkeypatch):
+    import socket
+
+    from harness.servers.srun import cancel_jobs
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    host = socket.gethostname()
+    rows = "\n".join([
+        f"11|specgate-aaaaaaaaaaaa-eagle3|specgate specgate.pid={dead.pid} specgate.host={host}",  # a dead harness
+        f"12|specgate-bbbbbbbbbbbb-eagle3.w0|specgate specgate.pid={os.getpid()} specgate.host={host}",  # a live one
+        f"13|specgate-cccccccccccc-base|specgate specgate.pid={dead.pid} specgate.host=another-box",  # not judged here
+        "14|specgate-dddddddddddd-x|(null)",  # no comment: an older specgate's, not judged
+        f"15|training-run|specgate specgate.pid={dead.pid} specgate.host={host}",  # not ours by name
+        f"16|specgate-eeeeeeeeeeee-mine|specgate specgate.pid={dead.pid} specgate.host={host}",  # this session's
+    ])
+    calls = fake_squeue(monkeypatch, rows)
+    assert cancel_jobs(only_dead=True, keep_session="eeeeeeeeeeee") == ["specgate-aaaaaaaaaaaa-eagle3"]
+    assert calls[-1] == ["/usr/bin/scancel", "11"]
+    assert calls[0][:2] == ["/usr/bin/squeue", "--noheader"] and "--format=%A|%j|%k" in calls[0]
+
+
+def test_clean_cancels_every_job_specgate_started_and_nothing_else(monkeypatch):
+    from harness.servers.srun import cancel_jobs
+
+    calls = fake_squeue(monkeypatch, "21|specgate-aaaaaaaaaaaa-a|(null)\n22|notebook|(null)\n")
+    assert cancel_jobs(only_dead=False) == ["specgate-aaaaaaaaaaaa-a"]
+    assert [c for c in calls if "scancel" in c[0]] == [["/usr/bin/scancel", "21"]]
+
+
+def test_without_slurm_there_is_no_job_to_cancel(monkeypatch):
+    from harness.servers.srun import cancel_jobs
+
+    monkeypatch.setattr("harness.servers.srun.shutil.which", lambda name: None)
+    assert cancel_jobs(only_dead=False) == []
+
+
+def test_specgate_clean_cancels_the_slurm_jobs_even_where_docker_does_not_answer(monkeypatch, capsys):
+    import argparse
+
+    from harness.cli import cmd_clean
+    from harness.exit_status import MISTAKE
+    from harness.servers.images import ImageError
+
+    def no_engine(host):
+        raise ImageError("the Docker engine does not answer")
+
+    monkeypatch.setattr("harness.servers.images.docker_client", no_engine)
+    calls = fake_squeue(monkeypatch, "31|specgate-aaaaaaaaaaaa-a|(null)\n")
+    status = cmd_clean(argparse.Namespace(docker_host=None, images=False))
+    out = capsys.readouterr()
+    assert status == MISTAKE and "the Docker engine does not answer" in out.err  # said, and the exit says it
+    assert "cancelled 1 SLURM job(s): specgate-aaaaaaaaaaaa-a" in out.out and ["/usr/bin/scancel", "31"] in calls

@@ -113,3 +113,27 @@ def test_a_stranger_at_the_init_address_is_not_a_node():
     assert not zero.complete and zero.peers == {}
     zero.close()
     threading.enumerate()  # nothing left to join: the admit thread ended with the stranger
+
+
+def test_a_node_whose_link_is_reset_not_closed_breaks_the_group_too():
+    """A node killed with load lines unread in its socket ends its link with a reset (RST), not
+    a close: node 0's read raises instead of ending, and the loss must still be said (it once
+    went unnoticed: node 0 served on with a dead node, a flaky whole-run test the symptom)."""
+    import socket
+    import struct
+
+    zero_ns, _ = group()
+    lost = []
+    zero = Rendezvous(zero_ns, lost.append)
+    host, port = zero_ns.dist_init_addr.rsplit(":", 1)
+    node = socket.create_connection((host, int(port)))
+    node.sendall(b"rank 1\n")
+    assert wait(lambda: zero.complete)
+    zero.broadcast_running(3)  # a line node 1 never reads
+    time.sleep(0.1)
+    node.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close = RST, as a killed process's
+    node.close()
+    try:
+        assert wait(lambda: lost) and "node 1 left the server's group" in lost[0]
+    finally:
+        zero.close()
