@@ -78,11 +78,11 @@ def test_cache_aware_routing_raises_the_hit_rate_over_round_robin_through_the_re
 
 
 def test_a_prefill_decode_split_trades_the_itl_tail_for_ttft_with_its_ttft_split_in_the_record(tmp_path):
-    """sim_pd through the real router in --pd-disaggregation mode: each request prefilled on the
-    prefill worker, its KV fetched by the decode worker; read by role, the TTFT in its stages."""
+    """sim_pd as docs/fleets.md runs it (docker: each worker a container on the host's network)
+    through the real router in --pd-disaggregation mode: each request prefilled on the prefill
+    worker, its KV fetched by the decode worker; read by role, the TTFT in its stages."""
     marker = f"pd-{uuid.uuid4().hex[:8]}"
-    done = run_suites("+exp=sim_pd", "backend=process", f"record.root={tmp_path}", f"server.model_path={marker}",
-                      "-rA", timeout=240)
+    done = run_suites("+exp=sim_pd", f"record.root={tmp_path}", f"server.model_path={marker}", "-rA", timeout=240)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     results = results_of(tmp_path)
     split, whole = results["arms"]["split"], results["arms"]["colocated"]
@@ -103,8 +103,7 @@ def test_a_prefill_decode_split_trades_the_itl_tail_for_ttft_with_its_ttft_split
     assert split["ttft_ms"]["p50"] > whole["ttft_ms"]["p50"]
     server = split["server"]
     assert [w.get("role") for w in server["workers"]] == ["prefill", "decode"] and server["workers"][0]["bootstrap_port"]
-    for pid in [server["router"]["pid"], *(w["pid"] for w in server["workers"])]:
-        assert not alive(pid), f"pid {pid} outlived the run"
+    assert not alive(server["router"]["pid"]) and specgate_containers(tmp_path) == []
     summary = (tmp_path / "latest" / "summary.md").read_text()
     assert re.search(r"\| split +\| split\.p0 \(prefill\) +\| 32 ", summary) and "split: TTFT split (the servers' means): bootstrap" in summary
     assert sim_processes(marker) == []

@@ -23,7 +23,6 @@ OUTCOMES: dict[str, tuple[int, str] | str] = {
     ".venv/bin/pytest suites/ +exp=sim_smoke workload=chat_short": (0, "gate(s) passed, 0 failed"),
     ".venv/bin/pytest suites/ +exp=sim_smoke backend=process": (0, "gate(s) passed, 0 failed"),
     ".venv/bin/pytest suites/ +exp=sim_fleet": (0, "PASSED min_prefix_cache_hit_rate_gain cache_aware"),
-    ".venv/bin/pytest suites/ +exp=sim_pd": (0, "PASSED max_itl_ms.p99 split"),
     ".venv/bin/pytest suites/ +exp=eagle_k2_sim": (1, "FAILED suites/test_speculative.py::test_min_speedup[eagle3]"),
     ".venv/bin/pytest suites/ +exp=sim_lossy": (1, "FAILED suites/test_speculative.py::test_lossless[eagle3]"),
     ".venv/bin/pytest suites/ +exp=eagle_k2": (4, "needs an NVIDIA GPU machine"),
