@@ -32,9 +32,10 @@ from harness.config.schema import SpecgateConfig
 from harness.servers.base import ServerError
 from harness.servers.labels import HOST, PID, Session, session_is_dead
 from harness.servers.process import ProcessServer
-from harness.servers.processes import ServerProcess, read_proc, stat_fields
+from harness.servers.processes import INSPECT_SCRIPT, ServerProcess, parse_inspection, read_proc, stat_fields
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+LISTING_END = "--specgate-listpids-end--"  # between a remote reading's pid listing and its process dump
 JOB_ID_WAIT_S = 30.0
 
 
@@ -114,6 +115,20 @@ def run_tool(argv: list[str], timeout_s: float = 10.0) -> str:
     return done.stdout
 
 
+def descendants_of(roots: set[int], processes: list[ServerProcess]) -> list[ServerProcess]:
+    """The processes among `processes` that are a root or below one (by their ppids)."""
+    children: dict[int, list[ServerProcess]] = {}
+    for process in processes:
+        children.setdefault(process.ppid, []).append(process)
+    found, todo = {}, [p for p in processes if p.pid in roots]
+    while todo:
+        process = todo.pop()
+        if process.pid not in found:
+            found[process.pid] = process
+            todo += children.get(process.pid, [])
+    return [found[pid] for pid in sorted(found)]
+
+
 def descendants(roots: set[int]) -> list[int]:
     """The roots and every process below them, from this machine's /proc."""
     children: dict[int, list[int]] = {}
@@ -186,13 +201,27 @@ class SrunServer(ProcessServer):
         return {int(line.split()[0]) for line in listing.splitlines()[1:] if line.split() and line.split()[0].isdigit()}
 
     def processes(self) -> list[ServerProcess]:
+        """The step's processes: read from /proc here when the step runs on this machine, else on
+        its node through a step of the same job beside it (remote_processes)."""
         if self.job_id is None:
             raise ServerError(f"arm '{self.name}': its SLURM step has not started")
         if self.node not in this_machine():
-            raise ServerError(f"arm '{self.name}': the step runs on node {self.node}: its processes can be read "
-                              f"only there")
+            return self.remote_processes()
         found = [read_proc(pid) for pid in descendants(self.step_pids())]
         return [p for p in found if p is not None]
+
+    def remote_processes(self) -> list[ServerProcess]:
+        """The step's processes as its node sees them: `srun --jobid=J --overlap` runs a shell on
+        that node inside the job (SLURM lets a step share the job's resources with --overlap),
+        which lists the job's pids there (`scontrol listpids` answers only on the node) and dumps
+        every process's command line and environment (the docker backend's POSIX-sh inspection:
+        no interpreter needed on the node); the step's are the listed pids and their descendants."""
+        script = f"scontrol listpids {self.job_id}; echo {LISTING_END}; {INSPECT_SCRIPT}"
+        output = run_tool([slurm_tool("srun"), f"--jobid={self.job_id}", "--overlap", "--nodes=1", "--ntasks=1",
+                           f"--nodelist={self.node}", "--quiet", "sh", "-c", script], timeout_s=60.0)
+        listing, _, dump = output.partition(LISTING_END)
+        roots = {int(row.split()[0]) for row in listing.splitlines()[1:] if row.split() and row.split()[0].isdigit()}
+        return descendants_of(roots, parse_inspection(dump))
 
     def describe(self) -> dict:
         return {**super().describe(), "job_name": self.job_name, "job_id": self.job_id, "node": self.node}

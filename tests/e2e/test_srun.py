@@ -121,3 +121,22 @@ def test_a_dead_sessions_job_is_cancelled_by_the_next_session_and_clean_cancels_
     finally:
         subprocess.run(["scancel", f"--name={prefix}-left"], capture_output=True, timeout=10)
         subprocess.run(["scancel", f"--name={live_prefix}-running"], capture_output=True, timeout=10)
+
+
+def test_a_steps_processes_read_on_its_node_through_srun_are_those_read_here(tmp_path, slurm):
+    """The reading for a step on another node (srun --jobid --overlap, on the step's node),
+    made here on the single-node cluster, where the step's node is this machine: the same
+    processes, command lines and environments as /proc read directly."""
+    from harness.run.compose import compose
+    from harness.servers import Session, make_server
+
+    cfg = compose(["+exp=sim_smoke", "backend=srun", "nccl=pcie_tuned"]).arm("baseline").typed
+    server = make_server("remote", cfg, tmp_path / "server.log", Session())
+    try:
+        server.start()
+        here, there = server.processes(), server.remote_processes()
+        assert len(here) >= 3  # the server and its scheduler, detokenizer (and TP) processes
+        assert [(p.pid, p.cmdline) for p in there] == [(p.pid, p.cmdline) for p in here]
+        assert all(p.environ.get("NCCL_ALGO") is not None and p.environ == q.environ for p, q in zip(there, here))
+    finally:
+        server.stop()

@@ -122,3 +122,30 @@ def test_specgate_clean_cancels_the_slurm_jobs_even_where_docker_does_not_answer
     out = capsys.readouterr()
     assert status == MISTAKE and "the Docker engine does not answer" in out.err  # said, and the exit says it
     assert "cancelled 1 SLURM job(s): specgate-aaaaaaaaaaaa-a" in out.out and ["/usr/bin/scancel", "31"] in calls
+
+
+def test_a_step_on_another_node_is_read_there_through_a_step_beside_it(tmp_path, monkeypatch):
+    """srun --jobid --overlap on the step's node: the job's pids there, then every process's
+    dump; the step's are those pids and their descendants, nothing else of that node."""
+    def hexed(text: str) -> str:
+        return text.encode().hex()
+
+    def dump(pid, ppid, cmd, env=""):
+        return (f"pid={pid} ppid={ppid} comm={hexed(cmd.split()[0])} cmdline={hexed(cmd.replace(' ', chr(0)))} "
+                f"environ={hexed(env)}")
+
+    output = "\n".join(["PID      JOBID    STEPID   LOCALID GLOBALID", "4100     77       0        0       0",
+                        "--specgate-listpids-end--",
+                        dump(4100, 4090, "python -m harness.sim", "NCCL_ALGO=Ring\0HOME=/root"),
+                        dump(4101, 4100, "sglang::tp_TP1", "NCCL_ALGO=Ring"),
+                        dump(4090, 1, "slurmstepd"), dump(5000, 1, "sshd")])
+    calls = []
+    monkeypatch.setattr("harness.servers.srun.shutil.which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr("harness.servers.srun.run_tool", lambda argv, timeout_s=10.0: calls.append(argv) or output)
+    server = SrunServer("a", srun_config(), tmp_path / "server.log", Session())
+    server.job_id, server.node = "77", "gpu-node-17"
+    found = server.processes()
+    assert [(p.pid, p.environ.get("NCCL_ALGO")) for p in found] == [(4100, "Ring"), (4101, "Ring")]
+    assert calls[0][:7] == ["/usr/bin/srun", "--jobid=77", "--overlap", "--nodes=1", "--ntasks=1",
+                            "--nodelist=gpu-node-17", "--quiet"]
+    assert calls[0][7:9] == ["sh", "-c"] and calls[0][9].startswith("scontrol listpids 77; echo --specgate-listpids-end--;")
