@@ -5,6 +5,8 @@ sim_smoke runs that several areas read."""
 from __future__ import annotations
 
 import json
+import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -153,6 +155,32 @@ def sim_smoke_on_processes(tmp_path_factory, worker_id) -> WholeRun:
     backend, with an NCCL preset its processes must carry."""
     return shared_run(tmp_path_factory, worker_id, "sim_smoke_process",
                       lambda root: _sim_smoke(root, "backend=process", "nccl=pcie_tuned", "-rA"))
+
+
+# README commands as the README shows them (its own entry point), each run once per pass: the
+# README test checks how it ends, another test what it recorded (tests/e2e/test_e2e.py why
+# eagle_k2_sim fails, tests/e2e/test_fleet.py what the fleet's workers counted).
+EAGLE_K2_SIM = ".venv/bin/pytest suites/ +exp=eagle_k2_sim"
+SIM_FLEET = ".venv/bin/pytest suites/ +exp=sim_fleet"
+
+
+def readme_command_run(root: Path, command: str) -> WholeRun:
+    """A README command run as the README shows it, its record under `root`."""
+    runs.require_whole_run_marker()
+    argv = shlex.split(command) + [f"record.root={root}", "--no-progress", "-p", "no:cacheprovider"]
+    proc = subprocess.run(argv, cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "GITHUB_STEP_SUMMARY": ""})
+    return WholeRun(proc, root, marker="")
+
+
+@pytest.fixture(scope="session")
+def eagle_k2_sim_run(tmp_path_factory, worker_id) -> WholeRun:
+    return shared_run(tmp_path_factory, worker_id, "eagle_k2_sim", lambda root: readme_command_run(root, EAGLE_K2_SIM))
+
+
+@pytest.fixture(scope="session")
+def sim_fleet_run(tmp_path_factory, worker_id) -> WholeRun:
+    return shared_run(tmp_path_factory, worker_id, "sim_fleet", lambda root: readme_command_run(root, SIM_FLEET))
 
 
 @pytest.fixture

@@ -118,10 +118,11 @@ def test_sim_smoke_passes_and_records_everything(sim_smoke_on_docker):
 
 
 @pytest.mark.slow
-def test_eagle_k2_sim_fails_its_gates_for_the_right_reasons(tmp_path, marker):
-    proc = run_suites("+exp=eagle_k2_sim", f"record.root={tmp_path}", f"server.model_path={marker}")
+def test_eagle_k2_sim_fails_its_gates_for_the_right_reasons(eagle_k2_sim_run):
+    """The README's own command (tests/conftest.py: one run serves this test and the README's)."""
+    proc = eagle_k2_sim_run.proc
     assert proc.returncode == 1, proc.stdout[-4000:]
-    results = results_of(tmp_path)
+    results = eagle_k2_sim_run.results
     base, eagle = results["arms"]["baseline"], results["arms"]["eagle3"]
     assert 75 <= base["output_tok_s"] <= 90, base["output_tok_s"]  # the session: 82-83 tok/s
     assert 55 <= eagle["output_tok_s"] <= 70, eagle["output_tok_s"]  # the session: 59-61 tok/s
@@ -137,8 +138,7 @@ def test_eagle_k2_sim_fails_its_gates_for_the_right_reasons(tmp_path, marker):
     assert verdicts[("min_output_tok_s", "baseline")]["passed"] is True
     assert_honest_agreement(base) and assert_honest_agreement(eagle)
     assert "eagle3 is slower than baseline" in proc.stdout and "below break-even" in proc.stdout
-    assert wait_gone(marker) == []
-    assert specgate_containers(tmp_path) == []
+    assert specgate_containers(eagle_k2_sim_run.root) == []
 
 
 @pytest.mark.parametrize("overrides, fragments", [

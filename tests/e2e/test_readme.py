@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.conftest import EAGLE_K2_SIM, SIM_FLEET
 from tests.support.runs import REFUSED, require_whole_run_marker
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,6 +50,11 @@ def readme_commands() -> list[str]:
     return commands
 
 
+# README commands whose one run of the pass a session fixture makes (tests/conftest.py), as this
+# test would: the command line as shown, its record in a folder of its own
+SHARED_RUNS = {EAGLE_K2_SIM: "eagle_k2_sim_run", SIM_FLEET: "sim_fleet_run"}
+
+
 def test_every_readme_command_has_a_documented_outcome():
     assert sorted(readme_commands()) == sorted(OUTCOMES)
 
@@ -75,15 +81,18 @@ def starts_a_run(command: str) -> bool:
 
 @pytest.mark.parametrize("command", [pytest.param(c, marks=[pytest.mark.slow] if starts_a_run(c) else [])
                                      for c, outcome in OUTCOMES.items() if isinstance(outcome, tuple)])
-def test_a_readme_command_ends_as_documented(command, tmp_path, attached_sim):
+def test_a_readme_command_ends_as_documented(command, tmp_path, attached_sim, request):
     status, says = OUTCOMES[command]
     argv = shlex.split(command.replace(ATTACH_URL, attached_sim))
     if starts_a_run(command):
         require_whole_run_marker()  # the README's own command line, so not through run_suites
-    if "suites/" in argv or argv[1:2] == ["run"]:  # a run: its record goes to tmp_path
-        argv += [f"record.root={tmp_path}", "--no-progress", "-p", "no:cacheprovider"]
-    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "GITHUB_STEP_SUMMARY": ""})
+    if command in SHARED_RUNS:  # the same command line, run once for this test and another's
+        proc = request.getfixturevalue(SHARED_RUNS[command]).proc
+    else:
+        if "suites/" in argv or argv[1:2] == ["run"]:  # a run: its record goes to tmp_path
+            argv += [f"record.root={tmp_path}", "--no-progress", "-p", "no:cacheprovider"]
+        proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600,
+                              env={**os.environ, "GITHUB_STEP_SUMMARY": ""})
     output = proc.stdout + proc.stderr
     assert proc.returncode == status, output[-3000:]
     assert says in output, output[-3000:]
