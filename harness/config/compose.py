@@ -633,10 +633,7 @@ def check_nodes(cfg: schema.SpecgateConfig) -> None:
     if cfg.backend.kind == "attach":
         raise ConfigError(f"server.nnodes={cfg.server.nnodes} starts the server's nodes, and backend=attach starts "
                           f"nothing: attach to node 0's address instead (server.nnodes=1)")
-    if cfg.backend.kind == "docker" and remote_engine_host(cfg.backend.docker_host):
-        raise ConfigError(f"server.nnodes={cfg.server.nnodes} runs its nodes on the host's network so that they meet "
-                          f"on loopback, which a remote engine's ({cfg.backend.docker_host}) is not this machine's; "
-                          f"run the nodes on that box itself")
+    on_this_machine(cfg, f"server.nnodes={cfg.server.nnodes} runs its nodes", "they meet", "the nodes")
 
 
 def check_fleet(cfg: schema.SpecgateConfig) -> None:
@@ -645,7 +642,7 @@ def check_fleet(cfg: schema.SpecgateConfig) -> None:
     router = cfg.router
     if router.policy not in schema.ROUTER_POLICIES:
         raise ConfigError(f"router.policy '{router.policy}' is unknown; valid: {', '.join(schema.ROUTER_POLICIES)}")
-    own = sorted({arg.split("=", 1)[0] for arg in router.args} & set(schema.ROUTER_OWN_FLAGS))
+    own = owned_flags(router.args, schema.ROUTER_OWN_FLAGS)
     if own:
         raise ConfigError(f"router.args sets {', '.join(own)}, which specgate sets itself from server.workers, the "
                           f"workers' ports and router.policy; remove {'it' if len(own) == 1 else 'them'}")
@@ -654,6 +651,11 @@ def check_fleet(cfg: schema.SpecgateConfig) -> None:
                           f"attach to the fleet's router instead (backend.url=http://ROUTER:PORT, server.workers=1)")
     if router.disaggregated:
         check_split(cfg)
+
+
+def owned_flags(args: list[str], owned: tuple[str, ...]) -> list[str]:
+    """The flags among `args` (`--flag` or `--flag=value`) that specgate sets itself."""
+    return sorted({arg.split("=", 1)[0] for arg in args} & set(owned))
 
 
 def check_split(cfg: schema.SpecgateConfig) -> None:
@@ -669,7 +671,7 @@ def check_split(cfg: schema.SpecgateConfig) -> None:
     if cfg.backend.kind == "attach":
         raise ConfigError("router.prefill and router.decode start a split fleet, and backend=attach starts nothing: "
                           "attach to the fleet's router instead (backend.url=http://ROUTER:PORT)")
-    own = sorted({arg.split("=", 1)[0] for arg in cfg.server.extra_args} & set(schema.DISAGGREGATION_FLAGS))
+    own = owned_flags(cfg.server.extra_args, schema.DISAGGREGATION_FLAGS)
     if own:
         raise ConfigError(f"server.extra_args sets {', '.join(own)}, which specgate sets itself on each worker of a "
                           f"split fleet (router.prefill, router.decode, router.transfer_backend); remove "
@@ -677,10 +679,16 @@ def check_split(cfg: schema.SpecgateConfig) -> None:
     if cfg.server.nnodes > 1:
         raise ConfigError(f"router.prefill/decode with server.nnodes={cfg.server.nnodes}: split workers spanning "
                           f"nodes are not built here; split workers of one node each")
+    on_this_machine(cfg, "router.prefill/decode run their workers",
+                    "the decode side reaches the prefill side's bootstrap port", "the fleet")
+
+
+def on_this_machine(cfg: schema.SpecgateConfig, what: str, meeting: str, run: str) -> None:
+    """Parts that meet on this machine's loopback (docker: on the host's network) cannot be
+    containers of a remote engine, whose loopback is that box's."""
     if cfg.backend.kind == "docker" and remote_engine_host(cfg.backend.docker_host):
-        raise ConfigError(f"router.prefill/decode run their workers on the host's network so that the decode side "
-                          f"reaches the prefill side's bootstrap port on loopback, which a remote engine's "
-                          f"({cfg.backend.docker_host}) is not this machine's; run the fleet on that box itself")
+        raise ConfigError(f"{what} on the host's network so that {meeting} on loopback, which a remote engine's "
+                          f"({cfg.backend.docker_host}) is not this machine's; run {run} on that box itself")
 
 
 def check_cancel(cancel: schema.CancelConfig, max_tokens: int | None = None) -> None:
