@@ -33,7 +33,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from harness.engines.base import Engine
-from harness.measure.server_metrics import Snapshot, cache_stats, stage_key, window, Window
+from harness.measure.server_metrics import Snapshot, stage_key, window
 
 # a split request's stages (SGLang's RequestStage values) in the order they add up to its TTFT:
 # figure -> (the role whose workers report it, the stage)
@@ -135,6 +135,16 @@ def of_role(roles: list[str], items: list, role: str) -> list:
     return [item for item, r in zip(items, roles) if r == role]
 
 
+def whole_window(engine: Engine, roles: list[str], before: list[Snapshot | None],
+                 after: list[Snapshot | None]) -> dict[str, Any]:
+    """The server's window over all its members (one: the server itself): their counters
+    summed, or a split fleet's read by role; {} when a member's /metrics did not answer."""
+    if "prefill" in roles:  # each request counted by a prefill and a decode worker
+        return split_window(engine, roles, before, after)
+    first, last = summed(before), summed(after)
+    return window(engine, first, last) if first is not None and last is not None else {}
+
+
 def split_window(engine: Engine, roles: list[str], before: list[Snapshot | None],
                  after: list[Snapshot | None]) -> dict[str, Any]:
     """A split fleet's server window: the decode workers' counters summed, the prefill workers'
@@ -144,14 +154,13 @@ def split_window(engine: Engine, roles: list[str], before: list[Snapshot | None]
     if None in (decode_before, decode_after, prefill_before, prefill_after):
         return {}
     block = window(engine, decode_before, decode_after)
-    if block.get("counter_reset_note"):
-        return block
-    for key in ("prefix_cache_queries", "prefix_cache_hits", "prefix_cache_hit_rate", "prefix_cache_note"):
-        block.pop(key, None)
     prefill = window(engine, prefill_before, prefill_after)
-    if prefill.get("counter_reset_note"):
-        return prefill
-    block.update(cache_stats(engine.prometheus, Window(prefill_before, prefill_after)))
+    for reset in (block, prefill):
+        if reset.get("counter_reset_note"):
+            return reset
+    cache_keys = ("prefix_cache_queries", "prefix_cache_hits", "prefix_cache_hit_rate", "prefix_cache_note")
+    block = {k: v for k, v in block.items() if k not in cache_keys}
+    block.update({k: prefill[k] for k in cache_keys if k in prefill})
     split = ttft_split(engine, {"prefill": (prefill_before, prefill_after), "decode": (decode_before, decode_after)})
     if split:
         block["ttft_split_ms"] = split

@@ -23,11 +23,11 @@ from harness.load.sizing import PromptTokenizer, SizingError, local_tokenizer
 from harness.load.ray_clients import ClientsCannotReach
 from harness.measure.metrics import ArmResult, apply_server_window, combine_repeats, summarize
 from harness.measure.fleet import (fleet_summary, imbalances, prefill_imbalances, router_counters, router_window,
-                                   split_window, summed, worker_windows)
+                                   whole_window, worker_windows)
 from harness.measure.timeslices import timeslices_block
 from harness.run.outcome import ArmOutcome
 from harness.record.recorder import Recorder
-from harness.measure.server_metrics import Snapshot, parse as parse_metrics, window as metrics_window
+from harness.measure.server_metrics import Snapshot, parse as parse_metrics
 from harness.servers import Server, ServerError, Session, make_server
 from harness.telemetry.base import TelemetryUnavailable, make_source, resolve_uuids
 from harness.telemetry.energy import chunk_arrivals, energy_summary, joules_per_token
@@ -317,13 +317,9 @@ class ArmSession:
         after = self.metrics_snapshot()
         if not before:
             return {}
-        first, whole = before[0], {}
+        first = before[0]
         roles = self.server.member_roles() if self.is_fleet else ["server"]
-        total_before, total_after = summed(first.members), summed(after.members)
-        if "prefill" in roles:  # a split fleet: each request counted by a prefill and a decode worker
-            whole = split_window(self.engine, roles, first.members, after.members)
-        elif total_before is not None and total_after is not None:
-            whole = metrics_window(self.engine, total_before, total_after)
+        whole = whole_window(self.engine, roles, first.members, after.members)
         if self.is_fleet:
             members = [(m.name, m.base_url) for m in self.server.members()]
             workers = worker_windows(self.engine, members, first.members, after.members, roles)
