@@ -72,12 +72,20 @@ class Job:
         return self.name[len(JOB_PREFIX):].split("-", 1)[0]
 
 
+class SlurmUnreachable(ServerError):
+    """squeue could not list the jobs (SLURM's client is installed but no controller answers):
+    nothing could be checked, which is not the same as something found and left."""
+
+
 def specgate_jobs() -> list[Job]:
     """This user's SLURM jobs that specgate started (by job name); [] where SLURM is absent."""
     squeue = shutil.which("squeue")
     if squeue is None:
         return []
-    rows = run_tool([squeue, "--noheader", f"--user={getpass.getuser()}", "--format=%A|%j|%k"])
+    try:
+        rows = run_tool([squeue, "--noheader", f"--user={getpass.getuser()}", "--format=%A|%j|%k"])
+    except ServerError as exc:
+        raise SlurmUnreachable(str(exc)) from None
     jobs = [Job(*row.split("|", 2)) for row in rows.splitlines() if row.count("|") >= 2]
     return [job for job in jobs if job.name.startswith(JOB_PREFIX)]
 

@@ -124,6 +124,48 @@ def test_specgate_clean_cancels_the_slurm_jobs_even_where_docker_does_not_answer
     assert "cancelled 1 SLURM job(s): specgate-aaaaaaaaaaaa-a" in out.out and ["/usr/bin/scancel", "31"] in calls
 
 
+def clean_with(monkeypatch, run_tool) -> int:
+    """`specgate clean` with a Docker engine that has nothing to remove and SLURM's tools
+    answering through run_tool."""
+    import argparse
+
+    from harness.cli import cmd_clean
+
+    monkeypatch.setattr("harness.servers.images.docker_client", lambda host: object())
+    monkeypatch.setattr("harness.servers.labels.remove_containers", lambda client, only_dead: [])
+    monkeypatch.setattr("harness.servers.srun.shutil.which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr("harness.servers.srun.run_tool", run_tool)
+    return cmd_clean(argparse.Namespace(docker_host=None, images=False))
+
+
+def test_clean_says_but_does_not_fail_on_a_slurm_whose_controller_does_not_answer(monkeypatch, capsys):
+    """SLURM's client without a cluster (CI before its cluster starts): nothing could be
+    listed, so nothing was left; said on stderr, the exit stays the Docker part's."""
+    from harness.servers.base import ServerError
+
+    def run_tool(argv, timeout_s=10.0):
+        raise ServerError("`/usr/bin/squeue --noheader` failed: slurm_load_jobs error: Unable to contact slurm "
+                          "controller (connect failure)")
+
+    status = clean_with(monkeypatch, run_tool)
+    out = capsys.readouterr()
+    assert status == 0 and "removed 0 container(s)" in out.out
+    assert "SLURM's jobs were not checked" in out.err and "Unable to contact slurm controller" in out.err
+
+
+def test_clean_fails_when_a_job_it_found_could_not_be_cancelled(monkeypatch, capsys):
+    from harness.exit_status import MISTAKE
+    from harness.servers.base import ServerError
+
+    def run_tool(argv, timeout_s=10.0):
+        if "squeue" in argv[0]:
+            return "41|specgate-aaaaaaaaaaaa-a|(null)\n"
+        raise ServerError("`/usr/bin/scancel 41` failed: Access/permission denied")
+
+    status = clean_with(monkeypatch, run_tool)
+    assert status == MISTAKE and "scancel 41` failed" in capsys.readouterr().err
+
+
 def test_a_step_on_another_node_is_read_there_through_a_step_beside_it(tmp_path, monkeypatch):
     """srun --jobid --overlap on the step's node: the job's pids there, then every process's
     dump; the step's are those pids and their descendants, nothing else of that node."""
