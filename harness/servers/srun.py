@@ -39,7 +39,8 @@ LISTING_END = "--specgate-listpids-end--"  # between a remote reading's pid list
 JOB_ID_WAIT_S = 30.0
 
 
-JOB_PREFIX = "specgate-"
+JOB_PREFIX = "specgate-"  # a server's step (this module)
+SWEEP_JOB_PREFIX = "specgate_"  # a launched sweep's points (harness/sweep/launch.py job_name)
 
 
 def job_name(session: Session, name: str) -> str:
@@ -69,7 +70,10 @@ class Job:
         return dict(word.split("=", 1) for word in words[1:] if "=" in word)
 
     def session_id(self) -> str:
-        return self.name[len(JOB_PREFIX):].split("-", 1)[0]
+        return self.name[len(JOB_PREFIX):].split("-", 1)[0] if self.name.startswith(JOB_PREFIX) else ""
+
+    def is_sweep_point(self) -> bool:
+        return self.name.startswith(SWEEP_JOB_PREFIX)
 
 
 class SlurmUnreachable(ServerError):
@@ -78,7 +82,8 @@ class SlurmUnreachable(ServerError):
 
 
 def specgate_jobs() -> list[Job]:
-    """This user's SLURM jobs that specgate started (by job name); [] where SLURM is absent."""
+    """This user's SLURM jobs that specgate started (by job name: servers' steps and sweeps'
+    points); [] where SLURM is absent."""
     squeue = shutil.which("squeue")
     if squeue is None:
         return []
@@ -87,18 +92,19 @@ def specgate_jobs() -> list[Job]:
     except ServerError as exc:
         raise SlurmUnreachable(str(exc)) from None
     jobs = [Job(*row.split("|", 2)) for row in rows.splitlines() if row.count("|") >= 2]
-    return [job for job in jobs if job.name.startswith(JOB_PREFIX)]
+    return [job for job in jobs if job.name.startswith((JOB_PREFIX, SWEEP_JOB_PREFIX))]
 
 
 def cancel_jobs(only_dead: bool, keep_session: str | None = None) -> list[str]:
-    """Cancel specgate's SLURM jobs (all, or those of dead sessions on this host: a harness
-    killed with SIGKILL, whose srun was killed with it before it could end its step);
-    returns their names."""
+    """Cancel specgate's SLURM jobs (all: servers' steps and sweeps' points; or the steps of
+    dead sessions on this host: a harness killed with SIGKILL, whose srun was killed with it
+    before it could end its step); returns their names. A sweep's point is never judged dead:
+    it runs its own whole run to its end, bounded by its own timeouts, whoever submitted it."""
     cancelled = []
     for job in specgate_jobs():
-        if job.session_id() == keep_session:
+        if keep_session is not None and job.session_id() == keep_session:
             continue
-        if only_dead and not (job.labels() and session_is_dead(job.labels())):
+        if only_dead and (job.is_sweep_point() or not (job.labels() and session_is_dead(job.labels()))):
             continue
         run_tool([slurm_tool("scancel"), job.id])
         cancelled.append(job.name)

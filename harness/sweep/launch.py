@@ -25,6 +25,7 @@ from harness.interrupts import sigint_ignored
 from harness.record.atomic import atomic_write
 from harness.record.secrets import Redactor
 from harness.servers.log import ServerLog
+from harness.servers.srun import SWEEP_JOB_PREFIX
 from harness.sweep.jobs import ended_by_engine, engine_in_log, failure_in_log, wait_until_none
 from harness.sweep.plan import SweepPlan
 from harness.sweep.point import EXIT_STATUS_FILE
@@ -50,7 +51,8 @@ def app_command(overrides: list[str], launcher_overrides: list[str], launcher, r
 
 
 def job_name(record: SweepRecord) -> str:
-    return f"specgate_{record.path.name}"
+    """The name of every job of the sweep: squeue finds them by it, `specgate clean` too."""
+    return f"{SWEEP_JOB_PREFIX}{record.path.name}"
 
 
 def run_launched(sweep: SweepPlan, launcher) -> None:

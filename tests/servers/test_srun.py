@@ -94,9 +94,18 @@ def test_only_the_jobs_of_dead_sessions_on_this_host_are_cancelled_at_a_sessions
 def test_clean_cancels_every_job_specgate_started_and_nothing_else(monkeypatch):
     from harness.servers.srun import cancel_jobs
 
-    calls = fake_squeue(monkeypatch, "21|specgate-aaaaaaaaaaaa-a|(null)\n22|notebook|(null)\n")
-    assert cancel_jobs(only_dead=False) == ["specgate-aaaaaaaaaaaa-a"]
-    assert [c for c in calls if "scancel" in c[0]] == [["/usr/bin/scancel", "21"]]
+    calls = fake_squeue(monkeypatch, "21|specgate-aaaaaaaaaaaa-a|(null)\n22|notebook|(null)\n"
+                                     "23|specgate_2026-12-07_10-00-00|(null)\n")  # a sweep's point
+    assert cancel_jobs(only_dead=False) == ["specgate-aaaaaaaaaaaa-a", "specgate_2026-12-07_10-00-00"]
+    assert [c for c in calls if "scancel" in c[0]] == [["/usr/bin/scancel", "21"], ["/usr/bin/scancel", "23"]]
+
+
+def test_a_sweeps_point_is_never_taken_for_a_dead_sessions_step(monkeypatch):
+    """A sweep's points run their own whole runs to their end; only `specgate clean` cancels them."""
+    from harness.servers.srun import cancel_jobs
+
+    fake_squeue(monkeypatch, "24|specgate_2026-12-07_10-00-00|(null)\n")
+    assert cancel_jobs(only_dead=True, keep_session="eeeeeeeeeeee") == []
 
 
 def test_without_slurm_there_is_no_job_to_cancel(monkeypatch):
