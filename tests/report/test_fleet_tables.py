@@ -40,3 +40,11 @@ def test_a_split_fleet_names_each_workers_role_and_its_ttft_in_the_stages_report
     # a stage the servers did not report (first decode) is not shown as zero
     assert lines[1] == ("split: TTFT split (the servers' means): bootstrap 1.5 ms, prefill 50.0 ms, "
                         "KV transfer 22.3 ms")
+
+
+def test_the_report_names_every_stage_the_measurement_splits_ttft_into():
+    """A stage added to the measurement and forgotten here would be measured and never shown."""
+    from harness.measure.fleet import TTFT_STAGES
+    from harness.report.tables import SPLIT_WORDS
+
+    assert [key for key, _ in SPLIT_WORDS] == list(TTFT_STAGES)
