@@ -102,6 +102,8 @@ class RouterProcess(ProcessServer):
     """SGLang's router as a local process in its own process group (stopped as the process
     backend stops a server), ready once every worker is registered and healthy."""
 
+    private_tmp = False  # it runs no engine: its environment is the harness's (below)
+
     def __init__(self, name: str, cfg: SpecgateConfig, log_path: Path, worker_urls: list[str], scrub=None,
                  workers: list[Server] = (), plans: list[WorkerPlan] = ()):
         super().__init__(name, cfg, log_path, scrub)

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import ctypes
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -33,18 +35,27 @@ def die_with_parent() -> None:
 
 
 class ProcessServer(Server):
+    # a folder of its own for the server's temporary files (TMPDIR), removed when it stops:
+    # engines leave files in the temp folder at every start (vLLM three ZMQ sockets,
+    # ipc:///tmp/<uuid>; SGLang its port files), which would pile up run after run
+    private_tmp = True
+
     def __init__(self, name: str, cfg: SpecgateConfig, log_path: Path, scrub=None):
         super().__init__(name, log_path, scrub)
         self.cfg = cfg
         self.port = cfg.server.port or free_port(cfg.server.host)
         self.base_url = f"http://{cfg.server.host}:{self.port}"
         self.proc: subprocess.Popen | None = None
+        self.tmp_dir: Path | None = None  # while the server runs (private_tmp)
 
     def command(self) -> list[str]:
         return engine_of(self.cfg).launch(self.cfg, self.port, host=self.cfg.server.host, in_container=False).argv
 
     def environment(self) -> dict[str, str]:
-        return {**os.environ, **engine_of(self.cfg).environment(self.cfg)}
+        configured = engine_of(self.cfg).environment(self.cfg)
+        # a TMPDIR the experiment sets is the experiment's; otherwise the server's own folder
+        ours = {"TMPDIR": str(self.tmp_dir)} if self.tmp_dir is not None and "TMPDIR" not in configured else {}
+        return {**os.environ, **ours, **configured}
 
     def start(self) -> None:
         self.launch()
@@ -52,6 +63,8 @@ class ProcessServer(Server):
 
     def launch(self) -> None:
         self.refuse_a_taken_port()
+        if self.private_tmp:
+            self.tmp_dir = Path(tempfile.mkdtemp(prefix=f"specgate-{self.name}-"))
         log = ServerLog(self.log_path, self.scrub)  # the output goes through the redaction policy
         try:
             self.proc = subprocess.Popen(
@@ -61,6 +74,7 @@ class ProcessServer(Server):
             )
         except OSError as exc:
             log.close()
+            self.remove_tmp_dir()
             raise self.failure(f"arm '{self.name}': cannot start the server ({exc})") from None
         self.log_thread = log.follow(iter(lambda: self.proc.stdout.read1(65536), b""), f"logs-{self.name}")
 
@@ -122,6 +136,7 @@ class ProcessServer(Server):
 
     def stop(self) -> None:
         if self.proc is None:
+            self.remove_tmp_dir()
             return
         if self.proc.poll() is None:
             self.signal_group(signal.SIGTERM)
@@ -133,8 +148,14 @@ class ProcessServer(Server):
         # Workers the server left behind in its group go too (e.g. it crashed).
         self.signal_group(signal.SIGKILL)
         self.wait_group_gone(timeout_s=5)
+        self.remove_tmp_dir()
         if self.log_thread is not None:
             self.log_thread.join(timeout=5)
+
+    def remove_tmp_dir(self) -> None:
+        if self.tmp_dir is not None:
+            shutil.rmtree(self.tmp_dir, ignore_errors=True)
+            self.tmp_dir = None
 
     def signal_group(self, sig: int) -> None:
         try:

@@ -159,6 +159,10 @@ def descendants(roots: set[int]) -> list[int]:
 
 
 class SrunServer(ProcessServer):
+    # the step may run on another node, where a folder of this machine's does not exist; a
+    # SLURM site gives each job a temp folder of its own (job_container/tmpfs)
+    private_tmp = False
+
     def __init__(self, name: str, cfg: SpecgateConfig, log_path: Path, session: Session, scrub=None):
         super().__init__(name, cfg, log_path, scrub)
         self.job_name = job_name(session, name)

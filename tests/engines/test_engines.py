@@ -249,6 +249,49 @@ def test_an_engine_that_is_not_a_python_module_runs(tmp_path, monkeypatch):
     assert "wrapped --model-path m" in (tmp_path / "server.log").read_text()
 
 
+class TempLeaving(ShellWrapped):
+    """An engine that leaves a file in the temp folder at every start, as vLLM leaves its ZMQ
+    sockets (ipc:///tmp/<uuid>) and SGLang its port files."""
+
+    name = "temp_leaving"
+
+    def launch(self, cfg, port, host, in_container):
+        script = ('"$PYTHON" -c "import tempfile, pathlib; pathlib.Path(tempfile.gettempdir(), \'left-$$\').touch()"; '
+                  'exec "$PYTHON" -m harness.sim "$@"')
+        return Launch(["sh", "-c", script, "temp_leaving"], ["--model-path", "m", "--port", str(port), "--host", host])
+
+
+def test_what_an_engine_leaves_in_its_temp_folder_goes_with_the_server(tmp_path, monkeypatch):
+    import tempfile
+
+    monkeypatch.setitem(ENGINES, TempLeaving.name, TempLeaving())
+    cfg = compose(["+exp=sim_smoke", "backend=process", "server.engine=temp_leaving", "telemetry=off",
+                   "build.engine=temp_leaving"]).arm("baseline").typed
+    server = ProcessServer("baseline", cfg, tmp_path / "server.log")
+    try:
+        server.start()
+        own = Path(server.processes()[0].environ["TMPDIR"])
+        assert own.parent == Path(tempfile.gettempdir()) and own.name.startswith("specgate-baseline-")
+        left = list(own.glob("left-*"))
+        assert len(left) == 1  # written there, not in the machine's temp folder
+    finally:
+        server.stop()
+    assert not own.exists() and not Path(tempfile.gettempdir(), left[0].name).exists()
+
+
+def test_a_temp_folder_the_experiment_sets_is_the_experiments(tmp_path, monkeypatch):
+    monkeypatch.setitem(ENGINES, TempLeaving.name, TempLeaving())
+    cfg = compose(["+exp=sim_smoke", "backend=process", "server.engine=temp_leaving", "telemetry=off",
+                   "build.engine=temp_leaving", f"+server.env.TMPDIR={tmp_path}"]).arm("baseline").typed
+    server = ProcessServer("baseline", cfg, tmp_path / "server.log")
+    try:
+        server.start()
+        assert server.processes()[0].environ["TMPDIR"] == str(tmp_path)
+    finally:
+        server.stop()
+    assert len(list(tmp_path.glob("left-*"))) == 1  # kept: the experiment's own folder
+
+
 # --------------------------------------------------------------------------- own options
 def test_each_engine_has_its_own_options_block_and_the_old_shared_keys_still_work():
     from harness.config.schema import ServerConfig
