@@ -64,7 +64,8 @@ class ProcessServer(Server):
     def launch(self) -> None:
         self.refuse_a_taken_port()
         if self.private_tmp:
-            self.tmp_dir = Path(tempfile.mkdtemp(prefix=f"specgate-{self.name}-"))
+            # short: a Unix socket's path has at most 107 bytes (vLLM's: <TMPDIR>/<uuid>)
+            self.tmp_dir = Path(tempfile.mkdtemp(prefix="specgate-"))
         log = ServerLog(self.log_path, self.scrub)  # the output goes through the redaction policy
         try:
             self.proc = subprocess.Popen(

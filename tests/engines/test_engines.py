@@ -271,7 +271,7 @@ def test_what_an_engine_leaves_in_its_temp_folder_goes_with_the_server(tmp_path,
     try:
         server.start()
         own = Path(server.processes()[0].environ["TMPDIR"])
-        assert own.parent == Path(tempfile.gettempdir()) and own.name.startswith("specgate-baseline-")
+        assert own.parent == Path(tempfile.gettempdir()) and own.name.startswith("specgate-")
         left = list(own.glob("left-*"))
         assert len(left) == 1  # written there, not in the machine's temp folder
     finally:

@@ -18,6 +18,7 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from html.parser import HTMLParser
 from pathlib import Path
@@ -328,11 +329,15 @@ def browse(chromium: str, page: Path, tmp_path: Path, probe: str = PROBE) -> tup
     JavaScript expression that returns JSON text), and every event."""
     profile = tmp_path / "chromium-profile"
     log = (tmp_path / "chromium.log").open("wb")
+    # its singleton folder (left by the SIGKILL below) in a temp folder of its own, short: a
+    # Unix socket's path has at most 107 bytes, which tmp_path under xdist exceeds
+    own_tmp = Path(tempfile.mkdtemp(prefix="chromium-"))
     proc = subprocess.Popen(
         [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", f"--user-data-dir={profile}",
          "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0", f"--window-size={WIDTH},{HEIGHT}",
-         "about:blank"], stdout=log, stderr=log, start_new_session=True)
+         "about:blank"], stdout=log, stderr=log, start_new_session=True,
+        env={**os.environ, "TMPDIR": str(own_tmp)})
     try:
         port = devtools_port(profile, proc)
         return asyncio.run(asyncio.wait_for(render(port, page.as_uri(), probe), timeout=60))
@@ -340,6 +345,7 @@ def browse(chromium: str, page: Path, tmp_path: Path, probe: str = PROBE) -> tup
         os.killpg(proc.pid, signal.SIGKILL)  # its own session: the browser and its helpers
         proc.wait(timeout=10)
         log.close()
+        shutil.rmtree(own_tmp, ignore_errors=True)
 
 
 def test_the_browser_check_sees_console_errors_and_external_loads(chromium, tmp_path):
