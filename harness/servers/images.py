@@ -447,6 +447,7 @@ def build_image(context: BuildContext, repository: str, kind: str, client: docke
             if "error" in chunk:
                 detail = str(chunk.get("error", "")).strip().splitlines() or ["unknown error"]
                 last = " | ".join(" ".join(step.split()) for step in steps[-2:]) or "none"  # one line: a step can hold several
+                remove_failed_build(client, steps)
                 raise ImageError(f"building {tag} failed: {detail[-1]} (last steps: {last})")
             line = str(chunk.get("stream", "")).strip()
             if line:
@@ -458,6 +459,24 @@ def build_image(context: BuildContext, repository: str, kind: str, client: docke
         raise ImageError(f"building {tag} failed ({_few_words(exc)})") from None
     say(f"{tag}: built in {time.monotonic() - started:.1f}s")
     return _info(tag, image, built=True)
+
+
+STEP_IMAGE = re.compile(r"---> ([0-9a-f]{12})")  # the engine's "---> <image id>" after each step
+
+
+def remove_failed_build(client: docker.DockerClient, steps: list[str]) -> None:
+    """A build that failed leaves its last good step's image, untagged, with our labels
+    (inherited from the base): one more dangling image per failed build (a commit of a bisect
+    that does not compile, every time it is probed). Removing it removes its untagged parents
+    with it; an image tagged or used by another build stays (the engine refuses)."""
+    found = [match.group(1) for line in steps for match in [STEP_IMAGE.fullmatch(line)] if match]
+    if not found:
+        return
+    try:
+        if not client.images.get(found[-1]).tags:  # the base itself when the first step failed
+            client.images.remove(found[-1])
+    except docker.errors.DockerException:
+        pass  # the engine's own reason to keep it (a child image, a container): kept
 
 
 def labelled_images(client: docker.DockerClient, labels: str | list[str]) -> list:

@@ -202,6 +202,18 @@ def test_build_is_reused_when_unchanged(client: docker.DockerClient, tmp_path: P
     assert third.built and third.tag != first.tag and third.id != first.id
 
 
+def test_a_failed_build_leaves_no_image_of_its_steps(client: docker.DockerClient, tmp_path: Path) -> None:
+    base = images.ensure_sim_base(client, lambda _: None)
+    nonce = uuid.uuid4().hex  # the label of the good steps' images, which the failed step leaves behind
+    (tmp_path / "Dockerfile").write_text(f"ARG BASE_IMAGE\nFROM ${{BASE_IMAGE}}\nLABEL specgate.test-nonce={nonce}\n"
+                                         "RUN echo one > /one\nRUN exit 3\n")
+    context = BuildContext({"Dockerfile": tmp_path / "Dockerfile"}, {"BASE_IMAGE": base.tag})
+    with pytest.raises(ImageError, match="failed"):
+        images.build_image(context, "specgate/test-images", TEST_KIND, client, lambda _: None)
+    assert client.api.images(all=True, filters={"label": f"specgate.test-nonce={nonce}"}) == []
+    assert client.images.get(base.tag).id == base.id  # the base it was built on stays
+
+
 def test_sim_image_is_labelled_and_reused(client: docker.DockerClient) -> None:
     info = ensure_image(BuildConfig(kind="simulator"), client)
     again = ensure_image(BuildConfig(kind="simulator", build_args={}), client)
