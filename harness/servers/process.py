@@ -64,6 +64,7 @@ class ProcessServer(Server):
     def launch(self) -> None:
         self.refuse_a_taken_port()
         if self.private_tmp:
+            self.remove_tmp_dir()  # a server launched again gets a fresh one
             # short: a Unix socket's path has at most 107 bytes (vLLM's: <TMPDIR>/<uuid>)
             self.tmp_dir = Path(tempfile.mkdtemp(prefix="specgate-"))
         log = ServerLog(self.log_path, self.scrub)  # the output goes through the redaction policy
