@@ -676,9 +676,6 @@ def check_split(cfg: schema.SpecgateConfig) -> None:
         raise ConfigError(f"server.extra_args sets {', '.join(own)}, which specgate sets itself on each worker of a "
                           f"split fleet (router.prefill, router.decode, router.transfer_backend); remove "
                           f"{'it' if len(own) == 1 else 'them'}")
-    if cfg.server.nnodes > 1:
-        raise ConfigError(f"router.prefill/decode with server.nnodes={cfg.server.nnodes}: split workers spanning "
-                          f"nodes are not built here; split workers of one node each")
     on_this_machine(cfg, "router.prefill/decode run their workers",
                     "the decode side reaches the prefill side's bootstrap port", "the fleet")
 

@@ -133,13 +133,20 @@ def test_a_prefill_worker_that_dies_mid_load_fails_the_arm_naming_it_and_leaves_
     assert wait_gone(marker) == []
 
 
-def test_every_workers_processes_are_checked_and_a_failure_names_the_worker_on_docker(tmp_path):
-    done = run_suites("+exp=sim_env_scrubbed", "backend=docker", "server.workers=2", f"record.root={tmp_path}",
-                      path="suites/test_environment.py", timeout=240)
+def test_every_node_of_every_split_worker_is_checked_and_a_failure_names_both_on_docker(tmp_path):
+    """A prefill and a decode server each spanning two nodes (four containers on the host's
+    network), node 1 of each losing the NCCL variables: the failure names the worker and the
+    node of each process that lost them, and nothing of node 0."""
+    done = run_suites("+exp=sim_env_node_scrubbed", "backend=docker", "router.prefill=1", "router.decode=1",
+                      f"record.root={tmp_path}", path="suites/test_environment.py", timeout=240)
     assert done.returncode == 1, done.stdout[-4000:] + done.stderr[-2000:]
-    for worker in ("scrubbed.w0", "scrubbed.w1"):
-        assert f"{worker}: pid" in done.stdout and "missing NCCL_ALGO" in done.stdout
-    assert specgate_containers(tmp_path) == [], "a worker's container outlived the run"
+    for worker in ("scrubbed.p0", "scrubbed.d0"):
+        assert f"{worker} node 1: pid" in done.stdout and f"{worker} node 0: pid" not in done.stdout
+    assert "missing NCCL_ALGO" in done.stdout
+    arm = results_of(tmp_path)["arms"]["scrubbed"]
+    assert {entry["where"] for entry in arm["environment"]} == {
+        "scrubbed.p0 node 0", "scrubbed.p0 node 1", "scrubbed.d0 node 0", "scrubbed.d0 node 1"}
+    assert specgate_containers(tmp_path) == [], "a node's container outlived the run"
 
 
 def start_fleet(tmp_path: Path, marker: str, *extra: str) -> subprocess.Popen:

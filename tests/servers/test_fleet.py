@@ -256,8 +256,8 @@ def test_the_router_process_of_a_split_fleet_is_launched_in_pd_mode(tmp_path):
     (["router.prefill=1", "router.decode=1", "server.workers=2"], "server.workers=2 would make another: leave it at 1"),
     (["router.prefill=1", "router.decode=1", "backend=attach", "backend.url=http://127.0.0.1:1"],
      "backend=attach starts nothing"),
-    (["router.prefill=1", "router.decode=1", "server.nnodes=2", "server.tp_size=2"],
-     "split workers spanning nodes are not built here"),
+    (["router.prefill=1", "router.decode=1", "server.nnodes=2", "server.tp_size=3"],
+     "server.tp_size=3 does not split over server.nnodes=2"),
     (["router.prefill=1", "router.decode=1", "backend=docker", "backend.docker_host=tcp://10.1.2.3:2375"],
      "run the fleet on that box itself"),
     (["router.prefill=-1", "router.decode=1"], "router.prefill"),
@@ -278,6 +278,31 @@ def test_an_engine_without_a_split_launch_is_refused_in_one_sentence():
     cfg.router.prefill = cfg.router.decode = 1
     with pytest.raises(EngineConfigError, match="has no such launch here"):
         engine_of(cfg).check(cfg)
+
+
+def test_split_workers_spanning_nodes_are_each_a_server_of_nodes_with_both_sets_of_flags(tmp_path):
+    """A prefill (or decode) server too big for one node, as SGLang runs them: every node of a
+    split worker gets the worker's disaggregation flags and then its node flags; the router
+    and the decode side reach a prefill worker at node 0 (its HTTP and its bootstrap server)."""
+    from harness.servers import make_server
+    from harness.servers.nodes import NodesServer
+
+    cfg = compose(["+exp=sim_pd", "backend=docker", "server.nnodes=2", "server.tp_size=2"]).arm("split").typed
+    fleet = make_server("split", cfg, tmp_path / "server.log", Session())
+    assert fleet.member_roles() == ["prefill", "decode"]
+    prefill, decode = fleet.members()
+    assert isinstance(prefill, NodesServer) and isinstance(decode, NodesServer)
+    port = fleet.plans[0].bootstrap_port
+    for worker, mode in ((prefill, "prefill"), (decode, "decode")):
+        assert [n.name for n in worker.nodes] == [f"{worker.name}.n0", f"{worker.name}.n1"]
+        for rank, node in enumerate(worker.nodes):
+            args = node.cfg.server.extra_args
+            assert args[args.index("--disaggregation-mode") + 1] == mode
+            assert args[-6:] == ["--nnodes", "2", "--node-rank", str(rank), "--dist-init-addr", worker.init_address]
+            assert node.cfg.backend.network == "host"
+            assert ("--disaggregation-bootstrap-port" in args) == (mode == "prefill")
+    assert [n.log_path.name for n in prefill.nodes] == ["server.p0.log", "server.p0.n1.log"]
+    assert f"--disaggregation-bootstrap-port {port}" in " ".join(prefill.nodes[1].cfg.server.extra_args)
 
 
 def test_the_split_experiment_composes_a_split_arm_beside_two_whole_workers():
