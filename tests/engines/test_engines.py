@@ -279,17 +279,16 @@ def test_what_an_engine_leaves_in_its_temp_folder_goes_with_the_server(tmp_path,
     assert not own.exists() and not Path(tempfile.gettempdir(), left[0].name).exists()
 
 
-def test_a_temp_folder_the_experiment_sets_is_the_experiments(tmp_path, monkeypatch):
-    monkeypatch.setitem(ENGINES, TempLeaving.name, TempLeaving())
-    cfg = compose(["+exp=sim_smoke", "backend=process", "server.engine=temp_leaving", "telemetry=off",
-                   "build.engine=temp_leaving", f"+server.env.TMPDIR={tmp_path}"]).arm("baseline").typed
+def test_a_temp_folder_the_experiment_sets_is_the_experiments(tmp_path):
+    from harness.secrets import BOOK
+
+    cfg = compose(["+exp=sim_smoke", "backend=process", "telemetry=off", f"+server.env.TMPDIR={tmp_path}"]
+                  ).arm("baseline").typed
     server = ProcessServer("baseline", cfg, tmp_path / "server.log")
-    try:
-        server.start()
-        assert server.processes()[0].environ["TMPDIR"] == str(tmp_path)
-    finally:
-        server.stop()
-    assert len(list(tmp_path.glob("left-*"))) == 1  # kept: the experiment's own folder
+    server.tmp_dir = tmp_path / "own"  # as launch() makes it
+    assert BOOK.reveal(server.environment())["TMPDIR"] == str(tmp_path)  # server.env's values are secrets
+    server.cfg.server.env.pop("TMPDIR")
+    assert server.environment()["TMPDIR"] == str(tmp_path / "own")
 
 
 # --------------------------------------------------------------------------- own options
