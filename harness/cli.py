@@ -179,15 +179,17 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 
 def cmd_clean(args: argparse.Namespace) -> int:
-    """Remove every container specgate labelled (e.g. after a kill -9), on the local
-    engine or --docker-host, with --images also the images it built; and cancel every SLURM
-    job of this user that specgate started, where SLURM is installed. Exit 4 when something
-    could not be removed or the Docker engine cannot be reached; a SLURM whose controller does
-    not answer is said on stderr but is not a failure: its jobs could not even be listed (a
-    machine with SLURM's client and no cluster, as CI's before its cluster starts)."""
+    """Remove every container specgate labelled (e.g. after a kill -9), on the local engine or
+    --docker-host, with --images also the images it built; remove the temp folders that dead
+    harnesses' process servers left; and cancel every SLURM job of this user that specgate
+    started, where SLURM is installed. Exit 4 when something could not be removed or the
+    Docker engine cannot be reached; a SLURM whose controller does not answer is said on
+    stderr but is not a failure: its jobs could not even be listed (a machine with SLURM's
+    client and no cluster, as CI's before its cluster starts)."""
     from harness.servers.base import ServerError
     from harness.servers.images import ImageError, docker_client, remove_labelled_images
     from harness.servers.labels import remove_containers
+    from harness.servers.process import remove_dead_sessions_tmp_dirs
     from harness.servers.srun import SlurmUnreachable, cancel_jobs
 
     status = 0
@@ -201,6 +203,9 @@ def cmd_clean(args: argparse.Namespace) -> int:
         print(f"removed {len(removed)} container(s){': ' + ', '.join(removed) if removed else ''}")
         if args.images:
             print(f"removed {remove_labelled_images(client)} image(s)")
+    left = remove_dead_sessions_tmp_dirs()
+    if left:
+        print(f"removed {len(left)} temp folder(s) of dead sessions' servers: {', '.join(left)}")
     try:
         cancelled = cancel_jobs(only_dead=False)
     except SlurmUnreachable as exc:

@@ -77,13 +77,18 @@ def build_image(cfg: SpecgateConfig) -> str | None:
 
 
 def remove_dead_sessions_leftovers(cfg: SpecgateConfig, session: Session) -> list[str]:
-    """Once per backend (a Docker engine, the SLURM cluster) and session, before the first
-    server: remove the containers, or cancel the SLURM jobs, that dead specgate sessions left
-    behind. Returns their names (for the log)."""
+    """Once per backend (a Docker engine, the SLURM cluster, this machine's processes) and
+    session, before the first server: remove the containers, cancel the SLURM jobs, or remove
+    the servers' temp folders that dead specgate sessions left behind. Returns their names
+    (for the log)."""
     if cfg.backend.kind == "srun":
         from harness.servers.srun import cancel_jobs
 
         return cancel_jobs(only_dead=True, keep_session=session.id)
+    if cfg.backend.kind == "process":
+        from harness.servers.process import remove_dead_sessions_tmp_dirs
+
+        return remove_dead_sessions_tmp_dirs()
     if cfg.backend.kind != "docker":
         return []
     from harness.servers.images import docker_client

@@ -9,6 +9,7 @@ import ctypes
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -23,6 +24,7 @@ from harness.servers.ports import describe_pid, free_port, listener_pids, port_t
 from harness.servers.processes import ServerProcess, group_alive, local_group
 
 PR_SET_PDEATHSIG = 1
+TMP_PREFIX = "specgate-tmp-"  # a server's temp folder: specgate-tmp-<harness pid>-<random>
 
 
 def die_with_parent() -> None:
@@ -65,8 +67,10 @@ class ProcessServer(Server):
         self.refuse_a_taken_port()
         if self.private_tmp:
             self.remove_tmp_dir()  # a server launched again gets a fresh one
-            # short: a Unix socket's path has at most 107 bytes (vLLM's: <TMPDIR>/<uuid>)
-            self.tmp_dir = Path(tempfile.mkdtemp(prefix="specgate-"))
+            # short: a Unix socket's path has at most 107 bytes (vLLM's: <TMPDIR>/<uuid>); the
+            # harness's pid in the name: a harness killed with SIGKILL leaves it, for the next
+            # session's clean-up (remove_dead_sessions_tmp_dirs) to find
+            self.tmp_dir = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{os.getpid()}-"))
         log = ServerLog(self.log_path, self.scrub)  # the output goes through the redaction policy
         try:
             self.proc = subprocess.Popen(
@@ -171,3 +175,21 @@ class ProcessServer(Server):
             if not group_alive(self.proc.pid):
                 return
             time.sleep(0.05)
+
+
+def remove_dead_sessions_tmp_dirs() -> list[str]:
+    """The temp folders that servers of dead harnesses on this machine left (killed with
+    SIGKILL: their servers got SIGTERM, the folder stayed); a live harness's are kept, as is
+    anything whose name is not ours. Returns the folders removed."""
+    from harness.servers.labels import HOST, PID, session_is_dead
+
+    removed = []
+    for path in sorted(Path(tempfile.gettempdir()).glob(f"{TMP_PREFIX}*-*")):
+        pid = path.name[len(TMP_PREFIX):].split("-", 1)[0]
+        if not pid.isdigit() or not path.is_dir() or path.is_symlink():
+            continue
+        if session_is_dead({PID: pid, HOST: socket.gethostname()}):
+            shutil.rmtree(path, ignore_errors=True)
+            if not path.exists():  # another user's stays theirs
+                removed.append(str(path))
+    return removed

@@ -57,3 +57,47 @@ def test_local_group_lists_a_process_group_with_environments():
     finally:
         child.kill()
         child.wait()
+
+
+def test_the_temp_folders_of_dead_harnesses_servers_go_and_a_live_ones_stay(tmp_path, monkeypatch, capsys):
+    """A harness killed with SIGKILL leaves its process servers' temp folders (the servers get
+    SIGTERM, nobody removes the folder): the next session's clean-up and `specgate clean`
+    remove them, and nothing of a live harness or not named as ours."""
+    import argparse
+
+    from harness.cli import cmd_clean
+    from harness.servers import remove_dead_sessions_leftovers
+    from harness.servers.labels import Session
+    from harness.servers.process import TMP_PREFIX, remove_dead_sessions_tmp_dirs
+    from harness.run.compose import compose
+
+    monkeypatch.setattr("harness.servers.process.tempfile.gettempdir", lambda: str(tmp_path))
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+
+    def folders(dead_ones: int) -> list:
+        made = [tmp_path / f"{TMP_PREFIX}{dead.pid}-{i}" for i in range(dead_ones)]
+        for path in made:
+            path.mkdir()
+            (path / "socket-like").write_text("")
+        return made
+
+    left = folders(2)
+    live = tmp_path / f"{TMP_PREFIX}{os.getpid()}-x"
+    not_ours = [tmp_path / f"{TMP_PREFIX}abc-x", tmp_path / "specgate-sim-base-x"]
+    for path in (live, *not_ours):
+        path.mkdir()
+    (tmp_path / f"{TMP_PREFIX}{dead.pid}-file").write_text("")  # a file, not a server's folder
+    assert remove_dead_sessions_tmp_dirs() == [str(p) for p in left]
+    assert all(p.exists() for p in (live, *not_ours)) and not any(p.exists() for p in left)
+    # the session-start clean-up of a process backend, and `specgate clean`
+    folders(1)
+    cfg = compose(["+exp=sim_smoke", "backend=process"]).arms[0].typed
+    assert remove_dead_sessions_leftovers(cfg, Session()) == [str(tmp_path / f"{TMP_PREFIX}{dead.pid}-0")]
+    folders(1)
+    monkeypatch.setattr("harness.servers.images.docker_client", lambda host: object())
+    monkeypatch.setattr("harness.servers.labels.remove_containers", lambda client, only_dead: [])
+    monkeypatch.setattr("harness.servers.srun.shutil.which", lambda name: None)
+    assert cmd_clean(argparse.Namespace(docker_host=None, images=False)) == 0
+    assert "removed 1 temp folder(s) of dead sessions' servers" in capsys.readouterr().out
+    assert live.exists()
