@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -81,12 +82,51 @@ class SlurmUnreachable(ServerError):
     nothing could be checked, which is not the same as something found and left."""
 
 
+SLURM_CONF = Path("/etc/slurm/slurm.conf")  # SLURM's own default; $SLURM_CONF wins, as for its tools
+CONTROLLER_PORT = 6817  # SlurmctldPort's default
+
+
+def controller_refuses() -> str | None:
+    """Why no SLURM controller can answer, when slurm.conf names its hosts and every one
+    refuses the connection (nothing listens: SLURM's client without a cluster); None when one
+    accepts or it cannot be told here (no slurm.conf: configless; a host unknown or silent),
+    squeue then deciding. squeue itself retries a refused controller for ~9 s before it says
+    so, which a `specgate clean` on such a machine would wait every time."""
+    conf = Path(os.environ.get("SLURM_CONF") or SLURM_CONF)
+    try:
+        text = conf.read_text(errors="replace")
+    except OSError:
+        return None
+    hosts = re.findall(r"^\s*(?:SlurmctldHost|ControlMachine)\s*=\s*([^\s#]+)", text, re.MULTILINE | re.IGNORECASE)
+    port_line = re.search(r"^\s*SlurmctldPort\s*=\s*(\d+)", text, re.MULTILINE | re.IGNORECASE)
+    port = int(port_line.group(1)) if port_line else CONTROLLER_PORT
+    addresses = []
+    for host in hosts:  # the primary, then the backups: SlurmctldHost=name or name(address)
+        name, _, address = host.partition("(")
+        addresses.append(address.rstrip(")") or name)
+    if not addresses:
+        return None
+    for address in addresses:
+        try:
+            with socket.create_connection((address, port), timeout=1.0):
+                return None
+        except ConnectionRefusedError:
+            continue
+        except OSError:
+            return None
+    return (f"no SLURM controller listens at {', '.join(f'{a}:{port}' for a in addresses)} "
+            f"(SlurmctldHost in {conf}): SLURM is installed here but its cluster is not running")
+
+
 def specgate_jobs() -> list[Job]:
     """This user's SLURM jobs that specgate started (by job name: servers' steps and sweeps'
     points); [] where SLURM is absent."""
     squeue = shutil.which("squeue")
     if squeue is None:
         return []
+    refused = controller_refuses()
+    if refused:
+        raise SlurmUnreachable(refused)
     try:
         rows = run_tool([squeue, "--noheader", f"--user={getpass.getuser()}", "--format=%A|%j|%k"])
     except ServerError as exc:

@@ -66,6 +66,7 @@ def fake_squeue(monkeypatch, rows: str) -> list[list[str]]:
 
     monkeypatch.setattr("harness.servers.srun.shutil.which", lambda name: f"/usr/bin/{name}")
     monkeypatch.setattr("harness.servers.srun.run_tool", run_tool)
+    monkeypatch.setattr("harness.servers.srun.controller_refuses", lambda: None)  # whatever SLURM this box runs
     return calls
 
 
@@ -144,6 +145,7 @@ def clean_with(monkeypatch, run_tool) -> int:
     monkeypatch.setattr("harness.servers.labels.remove_containers", lambda client, only_dead: [])
     monkeypatch.setattr("harness.servers.srun.shutil.which", lambda name: f"/usr/bin/{name}")
     monkeypatch.setattr("harness.servers.srun.run_tool", run_tool)
+    monkeypatch.setattr("harness.servers.srun.controller_refuses", lambda: None)
     return cmd_clean(argparse.Namespace(docker_host=None, images=False))
 
 
@@ -160,6 +162,48 @@ def test_clean_says_but_does_not_fail_on_a_slurm_whose_controller_does_not_answe
     out = capsys.readouterr()
     assert status == 0 and "removed 0 container(s)" in out.out
     assert "SLURM's jobs were not checked" in out.err and "Unable to contact slurm controller" in out.err
+
+
+def slurm_conf(tmp_path, monkeypatch, text: str):
+    conf = tmp_path / "slurm.conf"
+    conf.write_text(text)
+    monkeypatch.setenv("SLURM_CONF", str(conf))
+    return conf
+
+
+def test_a_controller_that_refuses_is_said_at_once_where_squeue_would_retry_for_seconds(tmp_path, monkeypatch):
+    import socket
+    import time
+
+    from harness.servers.ports import free_port
+    from harness.servers.srun import SlurmUnreachable, controller_refuses, specgate_jobs
+
+    closed = free_port()
+    slurm_conf(tmp_path, monkeypatch, f"ClusterName=x\nSlurmctldHost=box(127.0.0.1)  # primary\n"
+                                      f"SlurmctldPort={closed}\n")
+    started = time.monotonic()
+    said = controller_refuses()
+    assert said == (f"no SLURM controller listens at 127.0.0.1:{closed} (SlurmctldHost in {tmp_path / 'slurm.conf'}): "
+                    f"SLURM is installed here but its cluster is not running")
+    monkeypatch.setattr("harness.servers.srun.shutil.which", lambda name: f"/usr/bin/{name}")
+    with pytest.raises(SlurmUnreachable, match="no SLURM controller listens"):
+        specgate_jobs()  # squeue is not even run
+    assert time.monotonic() - started < 2
+    with socket.create_server(("127.0.0.1", 0)) as listening:  # a controller that answers: squeue decides
+        port = listening.getsockname()[1]
+        slurm_conf(tmp_path, monkeypatch, f"ControlMachine=127.0.0.1\nSlurmctldPort={port}\n")
+        assert controller_refuses() is None
+
+
+@pytest.mark.parametrize("text", ["ClusterName=x\n", None])
+def test_without_a_controller_named_squeue_decides(tmp_path, monkeypatch, text):
+    from harness.servers.srun import controller_refuses
+
+    if text is None:
+        monkeypatch.setenv("SLURM_CONF", str(tmp_path / "absent.conf"))  # configless SLURM: no file
+    else:
+        slurm_conf(tmp_path, monkeypatch, text)
+    assert controller_refuses() is None
 
 
 def test_clean_fails_when_a_job_it_found_could_not_be_cancelled(monkeypatch, capsys):
