@@ -233,11 +233,17 @@ class ShellWrapped(Engine):
         return 2  # the server and its one TP worker
 
 
+def process_server_of(engine: Engine, tmp_path: Path, monkeypatch) -> ProcessServer:
+    """sim_smoke's baseline as a process server of `engine`, registered for the test."""
+    monkeypatch.setitem(ENGINES, engine.name, engine)
+    cfg = compose(["+exp=sim_smoke", "backend=process", f"server.engine={engine.name}", "telemetry=off",
+                   f"build.engine={engine.name}"]).arm("baseline").typed
+    return ProcessServer("baseline", cfg, tmp_path / "server.log")
+
+
 def test_an_engine_that_is_not_a_python_module_runs(tmp_path, monkeypatch):
-    monkeypatch.setitem(ENGINES, ShellWrapped.name, ShellWrapped())
-    cfg = compose(["+exp=sim_smoke", "backend=process", "server.engine=shell_wrapped", "telemetry=off",
-                   "build.engine=shell_wrapped"]).arm("baseline").typed
-    server = ProcessServer("baseline", cfg, tmp_path / "server.log")
+    server = process_server_of(ShellWrapped(), tmp_path, monkeypatch)
+    cfg = server.cfg
     try:
         server.start()
         assert server.describe()["command"][:2] == ["sh", "-c"]
@@ -264,10 +270,7 @@ class TempLeaving(ShellWrapped):
 def test_what_an_engine_leaves_in_its_temp_folder_goes_with_the_server(tmp_path, monkeypatch):
     import tempfile
 
-    monkeypatch.setitem(ENGINES, TempLeaving.name, TempLeaving())
-    cfg = compose(["+exp=sim_smoke", "backend=process", "server.engine=temp_leaving", "telemetry=off",
-                   "build.engine=temp_leaving"]).arm("baseline").typed
-    server = ProcessServer("baseline", cfg, tmp_path / "server.log")
+    server = process_server_of(TempLeaving(), tmp_path, monkeypatch)
     try:
         server.start()
         own = Path(server.processes()[0].environ["TMPDIR"])
