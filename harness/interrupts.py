@@ -19,7 +19,9 @@ get the default back: a Python handler is reset on exec, an ignored signal is no
 - a process its parent stops (the load's processes, the simulator's workers):
   :func:`leave_ctrl_c_to_parent`;
 - a load's event loop: :func:`signals_between_callbacks`; the simulator's server loop:
-  :func:`stop_on_signals`.
+  :func:`stop_on_signals`;
+- a child process asked whether it ended, or waited on with a timeout: :func:`exit_status`,
+  :func:`wait_for_exit` (the signal held back over Popen's locked step, acted on after it).
 """
 
 from __future__ import annotations
@@ -27,9 +29,13 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
 import threading
+import time
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, TypeVar
+
+T = TypeVar("T")
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -166,3 +172,51 @@ def signals_between_callbacks(loop: asyncio.AbstractEventLoop) -> Iterator[None]
             if not loop.is_closed():
                 loop.remove_signal_handler(sig)
             signal.signal(sig, handler)
+
+
+def uninterrupted(call: Callable[[], T]) -> T:
+    """``call()`` with Ctrl-C and SIGTERM held back until it returns, then acted on as their
+    handlers say (raised, ignored...). For a short step that an exception raised halfway
+    leaves broken. Off the main thread, where no signal handler runs: ``call()`` as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        return call()
+    held: list[int] = []
+    previous: dict[int, Any] = {}
+    try:
+        for sig in SIGNALS:
+            previous[sig] = signal.signal(sig, lambda signum, frame: held.append(signum))
+        return call()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if held:
+            _act_on(held[0], previous[held[0]])
+
+
+def _act_on(signum: int, handler: Any) -> None:
+    if callable(handler):
+        handler(signum, None)
+    elif handler == signal.SIG_DFL:
+        os.kill(os.getpid(), signum)  # its default action, now that the default is back
+
+
+def exit_status(proc: subprocess.Popen) -> int | None:
+    """``proc.poll()``, which a signal cannot break. Popen.poll (and a wait with a timeout)
+    takes a lock before the try block that releases it: a KeyboardInterrupt raised between
+    the two leaves the lock held, every later poll then says "running" and every wait blocks
+    for ever (seen: a sweep's Ctrl-C hung for good in the wait for its Hydra app)."""
+    return uninterrupted(proc.poll)
+
+
+def wait_for_exit(proc: subprocess.Popen, timeout_s: float | None = None) -> int:
+    """``proc.wait(timeout_s)`` made of :func:`exit_status` steps, a signal acted on between
+    two of them (as Popen's own timed wait: 0.5 ms apart at first, doubling to 50 ms);
+    subprocess.TimeoutExpired when it has not ended in time."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    pause = 0.0005
+    while (code := exit_status(proc)) is None:
+        if deadline is not None and time.monotonic() > deadline:
+            raise subprocess.TimeoutExpired(proc.args, timeout_s)
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
+    return code

@@ -163,6 +163,49 @@ def test_only_the_interrupts_module_sets_what_a_signal_does():
     assert not stray, f"signal handlers set outside {SIGNALS_MODULE} (use its functions): {stray}"
 
 
+def receiver_name(func: ast.Attribute) -> str | None:
+    """`x` of `x.wait(...)` or of `self.x.wait(...)`."""
+    value = func.value
+    return value.id if isinstance(value, ast.Name) else value.attr if isinstance(value, ast.Attribute) else None
+
+
+def child_polls(tree: ast.Module) -> list[str]:
+    """Where a module asks a child whether it ended (`x.poll()`) or waits on it with a timeout
+    (`x.wait(timeout=...)`, `x.wait(t)`) itself. Not a child: `ray.wait`, and a name the module
+    binds to an Event (`done = threading.Event()`, `self._stop = threading.Event()`)."""
+    events = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) \
+                and isinstance(node.value.func, ast.Attribute | ast.Name) \
+                and getattr(node.value.func, "attr", getattr(node.value.func, "id", None)) == "Event":
+            events.update(t.id if isinstance(t, ast.Name) else t.attr for t in node.targets
+                          if isinstance(t, ast.Name | ast.Attribute))
+    found = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        name = receiver_name(node.func)
+        if node.func.attr == "poll" and not node.args and not node.keywords and name != "select":
+            found.append(f"line {node.lineno}: .poll()")
+        elif node.func.attr == "wait" and (node.args or any(k.arg == "timeout" for k in node.keywords)) \
+                and name != "ray" and name not in events:
+            found.append(f"line {node.lineno}: .wait(timeout)")
+    return found
+
+
+def test_a_child_is_polled_and_waited_on_with_a_timeout_only_through_the_interrupts_module():
+    """Popen.poll and Popen.wait(timeout) take a lock before the try that gives it back: a
+    Ctrl-C between the two leaves it held and the next wait blocks for good (a sweep's Ctrl-C
+    hung so). harness/interrupts.py's exit_status and wait_for_exit hold the signal over that
+    step. The simulator is a program of its own, stopped by its signals, never mid-poll."""
+    stray = {name: found for name, tree in modules().items()
+             if name != SIGNALS_MODULE and not name.startswith("harness.sim") and (found := child_polls(tree))}
+    assert not stray, f"a child polled or waited on with a timeout directly (use {SIGNALS_MODULE}): {stray}"
+    assert child_polls(ast.parse("p.poll()\np.wait(timeout=1)\np.wait(3)\nevent.wait()\nasync def f():\n"
+                                 "    await asyncio.wait_for(x, 1)\n")) == ["line 1: .poll()", "line 2: .wait(timeout)",
+                                                                       "line 3: .wait(timeout)"]
+
+
 def test_the_signal_finder_finds_every_way_of_setting_a_handler():
     tree = ast.parse("""
 import signal

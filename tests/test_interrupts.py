@@ -164,3 +164,94 @@ assert calls == [None] and signal.getsignal(signal.SIGUSR1) is handler  # called
 print("ok")
 """)
     assert done.stdout == "stopped\nok\n", done.stderr
+
+
+LOCK_THAT_A_SIGNAL_HITS = """
+class LockThatASignalHits:
+    '''Popen's waitpid lock, with a Ctrl-C landing just after it is taken: where CPython's
+    Popen.poll has taken it and not yet entered the try block that gives it back.'''
+
+    def __init__(self, lock):
+        self.lock, self.hits = lock, 1
+
+    def acquire(self, *args):
+        taken = self.lock.acquire(*args)
+        if taken and self.hits:
+            self.hits -= 1
+            os.kill(os.getpid(), signal.SIGINT)
+        return taken
+
+    def release(self):
+        self.lock.release()
+
+    def __enter__(self):
+        return self.acquire()
+
+    def __exit__(self, *exc):
+        self.release()
+"""
+
+
+def test_a_ctrl_c_landing_inside_a_childs_poll_is_acted_on_after_it_and_the_child_can_still_be_waited_on():
+    """Seen in a clean clone's make test: a sweep's Ctrl-C landed in Popen.poll between its
+    lock's acquire and the try that releases it; the sweep then waited for its Hydra app for
+    good (a zombie, reaped by no one). exit_status and wait_for_exit hold the signal over that
+    step and raise it after; the plain poll is shown leaking the lock, which is why."""
+    done = run(LOCK_THAT_A_SIGNAL_HITS + """
+import subprocess, sys
+interrupts.interruptible_run()
+
+plain = subprocess.Popen([sys.executable, "-c", "pass"])
+plain._waitpid_lock = LockThatASignalHits(plain._waitpid_lock)
+try:
+    plain.poll()
+except KeyboardInterrupt:
+    pass
+print("plain poll leaves the lock held:", plain._waitpid_lock.lock.locked())
+
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.3)"])
+child._waitpid_lock = LockThatASignalHits(child._waitpid_lock)
+try:
+    interrupts.exit_status(child)
+    raise SystemExit("the Ctrl-C was lost")
+except KeyboardInterrupt:
+    pass
+assert not child._waitpid_lock.lock.locked()
+assert interrupts.wait_for_exit(child, 10) == 0
+try:
+    interrupts.wait_for_exit(subprocess.Popen(["sleep", "5"]), 0.2)
+    raise SystemExit("no timeout")
+except subprocess.TimeoutExpired:
+    pass
+with interrupts.sigint_ignored():  # held, then acted on as the handler says: ignored
+    assert interrupts.uninterrupted(lambda: os.kill(os.getpid(), signal.SIGINT) or "done") == "done"
+print("ok")
+""")
+    assert done.stdout.endswith("ok\n"), done.stdout + done.stderr
+    print(done.stdout)
+
+
+def test_a_server_whose_poll_a_ctrl_c_hit_still_stops_at_once():
+    """The process backend asks its server whether it runs throughout a load, where a Ctrl-C
+    lands: the stop that follows must not wait its whole shutdown timeout on a lock."""
+    done = run(LOCK_THAT_A_SIGNAL_HITS + """
+from pathlib import Path
+import tempfile
+from harness.run.compose import compose
+from harness.servers.process import ProcessServer
+interrupts.interruptible_run()
+cfg = compose(["+exp=sim_smoke", "backend=process", "telemetry=off", "backend.shutdown_timeout_s=20"]).arm("baseline").typed
+server = ProcessServer("baseline", cfg, Path(tempfile.mkdtemp()) / "server.log")
+server.start()
+server.proc._waitpid_lock = LockThatASignalHits(server.proc._waitpid_lock)
+try:
+    server.is_alive()
+except KeyboardInterrupt:
+    pass
+started = time.monotonic()
+server.stop()
+assert time.monotonic() - started < 5, time.monotonic() - started
+assert not server.is_alive() and server.proc.returncode is not None
+print("ok")
+""")
+    assert done.stdout == "ok\n", done.stdout + done.stderr

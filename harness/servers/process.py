@@ -18,6 +18,7 @@ from pathlib import Path
 from harness.config.schema import SpecgateConfig
 from harness.secrets import BOOK
 from harness.engines import engine_of
+from harness.interrupts import exit_status, wait_for_exit
 from harness.servers.base import Server, ServerError
 from harness.servers.log import ServerLog
 from harness.servers.ports import describe_pid, free_port, listener_pids, port_taken
@@ -130,10 +131,10 @@ class ProcessServer(Server):
         return local_group(self.proc.pid)
 
     def is_alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        return self.proc is not None and exit_status(self.proc) is None
 
     def exit_description(self) -> str:
-        if self.proc is None or self.proc.poll() is None:
+        if self.proc is None or exit_status(self.proc) is None:
             return "is still running"
         code = self.proc.returncode
         if code < 0:
@@ -144,13 +145,13 @@ class ProcessServer(Server):
         if self.proc is None:
             self.remove_tmp_dir()
             return
-        if self.proc.poll() is None:
+        if exit_status(self.proc) is None:
             self.signal_group(signal.SIGTERM)
             try:
-                self.proc.wait(timeout=self.cfg.backend.shutdown_timeout_s)
+                wait_for_exit(self.proc, self.cfg.backend.shutdown_timeout_s)
             except subprocess.TimeoutExpired:
                 self.signal_group(signal.SIGKILL)
-                self.proc.wait(timeout=10)
+                wait_for_exit(self.proc, 10)
         # Workers the server left behind in its group go too (e.g. it crashed).
         self.signal_group(signal.SIGKILL)
         self.wait_group_gone(timeout_s=5)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-from harness.interrupts import sigint_ignored
+from harness.interrupts import exit_status, sigint_ignored, wait_for_exit
 from harness.record.atomic import atomic_write
 from harness.record.secrets import Redactor
 from harness.servers.log import ServerLog
@@ -87,7 +87,7 @@ def follow(record: SweepRecord, entries: list[dict], app: subprocess.Popen, jobs
     idle_since, scrubbed = None, False
     while True:
         collect(record, entries)
-        alive, left = app.poll() is None, jobs.outstanding()
+        alive, left = exit_status(app) is None, jobs.outstanding()
         submitted = jobs.submitted(record.path / "points")
         if (submitted or not alive) and not scrubbed:  # the sweeper wrote it before submitting
             scrubbed = scrub_multirun_yaml(record.path / "points" / "multirun.yaml", redactor)
@@ -116,7 +116,7 @@ def stop_app(app: subprocess.Popen) -> None:
     """The app alone (not its process group, where local jobs' points may be stopping)."""
     app.terminate()
     try:
-        app.wait(timeout=30)
+        wait_for_exit(app, 30)
     except subprocess.TimeoutExpired:
         app.kill()
         app.wait()

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from harness import PROJECT_ROOT, SUITES_DIR
 from harness.config.compose import SweepPoint, override_key
-from harness.interrupts import ignore_time_limit_signal, sigint_ignored
+from harness.interrupts import exit_status, ignore_time_limit_signal, sigint_ignored, wait_for_exit
 from harness.record.secrets import Redactor
 from harness.sweep.junit import point_options
 
@@ -119,13 +119,13 @@ def stop(child: subprocess.Popen) -> int:
 
 def signal_until_gone(child: subprocess.Popen) -> int:
     for sig, grace in zip((signal.SIGINT, signal.SIGTERM), STOP_GRACE_S):
-        if child.poll() is not None:
+        if exit_status(child) is not None:
             break
         child.send_signal(sig)
         try:
-            child.wait(timeout=grace)
+            wait_for_exit(child, grace)
         except subprocess.TimeoutExpired:
             continue
-    if child.poll() is None:
+    if exit_status(child) is None:
         child.kill()
     return child.wait()

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from harness.config.compose import ConfigError
+from harness.interrupts import wait_for_exit
 from harness.load import ray_clients
 from harness.servers.processes import live_processes, stat_fields
 
@@ -109,7 +110,7 @@ class RayJobs:
         while any(not gone(pid) for pid in points) and time.monotonic() < deadline:
             time.sleep(0.5)
         try:  # its tasks returned: the app ends Ray itself (a SIGTERM would leave Ray's agents a minute)
-            app.wait(timeout=APP_END_S if points else CANCEL_GRACE_S)
+            wait_for_exit(app, APP_END_S if points else CANCEL_GRACE_S)
         except subprocess.TimeoutExpired:
             pass
 

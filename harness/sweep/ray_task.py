@@ -11,7 +11,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-from harness.interrupts import ignore_time_limit_signal, sigint_default_and_unblocked, sigint_raises
+from harness.interrupts import ignore_time_limit_signal, sigint_default_and_unblocked, sigint_raises, wait_for_exit
 from harness.sweep.point import point_environment
 from harness.sweep.ray_cluster import RAY_POINT_LOG
 
@@ -38,7 +38,7 @@ def run_as_ray_task(command: list[str], log: Path) -> int:
     with sigint_raises():
         while True:
             try:
-                return interrupted_as_2(child.wait(timeout=0.5))  # back in Python often, where Ray's cancellation raises
+                return interrupted_as_2(wait_for_exit(child, 0.5))  # back in Python often, where Ray's cancellation raises
             except subprocess.TimeoutExpired:
                 continue
             except KeyboardInterrupt:

@@ -57,7 +57,11 @@ def finished(process: subprocess.Popen, timeout: float = 300) -> tuple[int, str]
         output, _ = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         process.send_signal(signal.SIGINT)  # the sweep cancels its jobs on the way out
-        output, _ = process.communicate(timeout=200)
+        try:
+            output, _ = process.communicate(timeout=200)
+        except subprocess.TimeoutExpired:  # a hung sweep (it ignores Ctrl-C while it cancels): not left behind
+            process.kill()
+            output, _ = process.communicate()
         raise AssertionError(f"the sweep did not end in {timeout} s: {output[-3000:]}") from None
     return process.returncode, output
 
