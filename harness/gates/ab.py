@@ -8,7 +8,7 @@ between rounds cancels in the pairs, and what it did within them is in the inter
 from __future__ import annotations
 
 from harness.gates.change import PairedChange, evidence, judge_paired
-from harness.gates.client_bound import bound_figures, cause
+from harness.gates.client_bound import bound_figures, cause, one_sided
 from harness.gates.reference import Comparison, comparisons
 from harness.gates.trust import gpu_trouble, speed_figure
 from harness.gates.registry import ABContext, register
@@ -39,22 +39,34 @@ def untrusted_rounds(verdict: Verdict, metric: str, rounds: list, gate) -> Verdi
     """A paired change is only the build's when both sides measured the server: where, in a
     round that counted, either side's figure was the client's own lag or either side's GPU
     was slowed under load (a slow A flatters B, a slow B blames it), the verdict is
-    inconclusive, pass or fail, naming the round and side."""
-    troubles = []
+    inconclusive, pass or fail, naming the round and side. Except where the trouble can only
+    have made its side look worse and the verdict stands anyway: a failure with trouble on A
+    alone (B is worse than an A measured worse than it is), a pass with trouble on B alone. A
+    slowed GPU only ever slows its side; client lag only worsens a one-sided figure
+    (throughput, TTFT, E2E), not an ITL, which a stalled loop reads in bursts."""
+    troubles: list[tuple[str, str, bool]] = []  # (side, what, can only have made that side look worse)
+    lag_only_worsens = metric.split(".")[0] in one_sided()
     for pair in rounds:
         if not all(side in pair.lines for side in ("A", "B")):
             continue  # the round did not count
         for side in ("A", "B"):
             result = pair.results.get(side)
             if result is not None and metric in bound_figures(result):
-                troubles.append(f"round {pair.round} side {side}: {cause(result)}")
+                troubles.append((side, f"round {pair.round} side {side}: {cause(result)}", lag_only_worsens))
             slowed = gpu_trouble(pair.gpus.get(side) or {}, gate) if speed_figure(metric) else ""
             if slowed:
-                troubles.append(f"round {pair.round} side {side}: {slowed}")
-    if troubles and verdict.status in ("passed", "failed"):
-        verdict.inconclusive, verdict.passed = True, inconclusive_passes(gate)
-        verdict.cause = troubles[0]
-        verdict.detail = f"inconclusive, not the build's alone ({'; '.join(troubles)}): {verdict.detail}"
+                troubles.append((side, f"round {pair.round} side {side}: {slowed}", True))
+    if not troubles or verdict.status not in ("passed", "failed"):
+        return verdict
+    said = "; ".join(what for _, what, _ in troubles)
+    harmless_side = "A" if verdict.status == "failed" else "B"
+    if all(side == harmless_side and worsens for side, _, worsens in troubles):
+        verdict.detail += (f" (stands despite {said}: that can only have made side {harmless_side} look worse, "
+                           f"{'so B is worse still' if harmless_side == 'A' else 'and B passed anyway'})")
+        return verdict
+    verdict.inconclusive, verdict.passed = True, inconclusive_passes(gate)
+    verdict.cause = troubles[0][1]
+    verdict.detail = f"inconclusive, not the build's alone ({said}): {verdict.detail}"
     return verdict
 
 

@@ -103,6 +103,32 @@ def test_a_round_whose_client_or_gpu_could_not_be_trusted_makes_the_verdict_inco
     assert v.status == "inconclusive" and "round 1 side A: GPU 0 ran at 70% of its max SM clock under load" in v.detail
 
 
+def test_trouble_that_can_only_have_made_its_side_look_worse_leaves_a_verdict_that_stands_despite_it():
+    """Seen in a clean clone: B 33 % slower in every round, one round's A client-bound on the busy
+    box, and the bisect undecided. A stalled client only lowers its side's throughput, a slowed
+    GPU only slows its side: B worse than such an A is worse still, and a B that passed while
+    its own side was in trouble passed anyway. An ITL, which a stalled loop reads in bursts,
+    keeps both sides' trouble inconclusive."""
+    stall = {"client_bound_figures": ["output_tok_s", "itl_ms.p50"], "loop_lag_ms": {"p99": 28.0}}
+    gate = OmegaConf.structured(GateConfig(compare={"output_tok_s": "2%"}, min_clock_ratio_under_load=0.9))
+    a_stalled = ab_rounds(0.30)
+    a_stalled[2].results["A"].client = dict(stall)
+    (v,) = no_regression_between_sides(ABContext(gate, {"baseline": a_stalled}, {"A": "a", "B": "b"}))
+    assert v.status == "failed" and "stands despite round 3 side A: client-bound" in v.detail, v.detail
+    assert "so B is worse still" in v.detail
+    itl = OmegaConf.structured(GateConfig(compare={"itl_ms.p50": "2%"}))
+    (v,) = no_regression_between_sides(ABContext(itl, {"baseline": a_stalled}, {"A": "a", "B": "b"}))
+    assert v.status == "inconclusive" and "round 3 side A: client-bound" in v.cause
+    b_slowed = ab_rounds(0.0)
+    b_slowed[0].gpus["B"] = {"gpus": {"uuid": {"index": 0, "sm_clock_ratio_under_load": 0.7}}}
+    (v,) = no_regression_between_sides(ABContext(gate, {"baseline": b_slowed}, {"A": "a", "B": "b"}))
+    assert v.status == "passed" and "and B passed anyway" in v.detail, v.detail
+    both = ab_rounds(0.30)
+    both[0].results["A"].client, both[1].results["B"].client = dict(stall), dict(stall)
+    (v,) = no_regression_between_sides(ABContext(gate, {"baseline": both}, {"A": "a", "B": "b"}))
+    assert v.status == "inconclusive"  # a stalled B could be the whole of B's slowness
+
+
 # --- ab.rounds=auto: a group-sequential test (harness/gates/change.py Sequential) ---------------
 
 class Figure:
