@@ -38,13 +38,18 @@ def session_is_dead(labels: dict[str, str]) -> bool:
     (a shared remote engine) are never judged from here."""
     if labels.get(HOST) != socket.gethostname():
         return False
+    return harness_is_gone(labels.get(PID, "0"))
+
+
+def harness_is_gone(pid: str) -> bool:
+    """No process of that pid on this machine (a pid that is not a number: none)."""
     try:
-        os.kill(int(labels.get(PID, "0")), 0)
+        os.kill(int(pid), 0)
     except (ValueError, ProcessLookupError):
         return True
     except PermissionError:
         return False
-    return int(labels.get(PID, "0")) <= 0
+    return int(pid) <= 0
 
 
 def labelled_containers(client: docker.DockerClient, label: str = LABEL) -> list:

@@ -9,7 +9,6 @@ import ctypes
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -182,14 +181,14 @@ def remove_dead_sessions_tmp_dirs() -> list[str]:
     """The temp folders that servers of dead harnesses on this machine left (killed with
     SIGKILL: their servers got SIGTERM, the folder stayed); a live harness's are kept, as is
     anything whose name is not ours. Returns the folders removed."""
-    from harness.servers.labels import HOST, PID, session_is_dead
+    from harness.servers.labels import harness_is_gone
 
     removed = []
     for path in sorted(Path(tempfile.gettempdir()).glob(f"{TMP_PREFIX}*-*")):
         pid = path.name[len(TMP_PREFIX):].split("-", 1)[0]
         if not pid.isdigit() or not path.is_dir() or path.is_symlink():
             continue
-        if session_is_dead({PID: pid, HOST: socket.gethostname()}):
+        if harness_is_gone(pid):
             shutil.rmtree(path, ignore_errors=True)
             if not path.exists():  # another user's stays theirs
                 removed.append(str(path))
